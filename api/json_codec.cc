@@ -1,0 +1,155 @@
+#include "api/json_codec.h"
+
+namespace tessera {
+namespace {
+
+Status TypeError(const std::string& field, const char* expected) {
+  return InvalidArgument("field '" + field + "' must be " + expected, {{"field", field}});
+}
+
+}  // namespace
+
+Result<Json> ParseJson(std::string_view text, std::string_view what) {
+  try {
+    return Json::parse(text);
+  } catch (const Json::exception& e) {
+    std::string where;
+    if (const auto* pe = dynamic_cast<const Json::parse_error*>(&e)) {
+      where = " at byte " + std::to_string(pe->byte);
+    }
+    return InvalidArgument("malformed JSON in " + std::string(what) + where, {{"field", what}});
+  }
+}
+
+Status RequireObject(const Json& obj, std::string_view what) {
+  if (!obj.is_object()) {
+    return InvalidArgument(std::string(what) + " must be a JSON object", {{"field", what}});
+  }
+  return Status::Ok();
+}
+
+Result<std::optional<int64_t>> OptionalInt(const Json& obj, const std::string& field) {
+  auto it = obj.find(field);
+  if (it == obj.end() || it->is_null()) return std::optional<int64_t>();
+  if (!it->is_number_integer()) return TypeError(field, "an integer");
+  return std::optional<int64_t>(it->get<int64_t>());
+}
+
+Result<int64_t> RequiredInt(const Json& obj, const std::string& field) {
+  ASSIGN_OR_RETURN(auto v, OptionalInt(obj, field));
+  if (!v) return InvalidArgument("missing field '" + field + "'", {{"field", field}});
+  return *v;
+}
+
+Result<std::optional<std::string>> OptionalString(const Json& obj, const std::string& field) {
+  auto it = obj.find(field);
+  if (it == obj.end() || it->is_null()) return std::optional<std::string>();
+  if (!it->is_string()) return TypeError(field, "a string");
+  return std::optional<std::string>(it->get<std::string>());
+}
+
+Result<std::string> RequiredString(const Json& obj, const std::string& field) {
+  ASSIGN_OR_RETURN(auto v, OptionalString(obj, field));
+  if (!v) return InvalidArgument("missing field '" + field + "'", {{"field", field}});
+  return *v;
+}
+
+Result<std::optional<bool>> OptionalBool(const Json& obj, const std::string& field) {
+  auto it = obj.find(field);
+  if (it == obj.end() || it->is_null()) return std::optional<bool>();
+  if (!it->is_boolean()) return TypeError(field, "true or false");
+  return std::optional<bool>(it->get<bool>());
+}
+
+Json DTypeToJson(DType dtype) { return std::string(DTypeName(dtype)); }
+
+Result<DType> DTypeFromJson(const Json& j, const std::string& field) {
+  if (!j.is_string()) return TypeError(field, "a dtype string such as \"float32\"");
+  return ParseDType(j.get<std::string>(), field);
+}
+
+Json ShapeToJson(const Shape& shape) { return Json(shape); }
+
+Result<Shape> ShapeFromJson(const Json& j, const std::string& field) {
+  if (!j.is_array()) return TypeError(field, "a list of non-negative integers");
+  if (j.size() > 32) return InvalidArgument("field '" + field + "' has more than 32 dimensions",
+                                            {{"field", field}});
+  Shape shape;
+  for (const auto& d : j) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 0) {
+      return TypeError(field, "a list of non-negative integers");
+    }
+    shape.push_back(d.get<int64_t>());
+  }
+  return shape;
+}
+
+Json SliceToJson(const SliceSpec& slice) {
+  return {{"offsets", slice.offsets}, {"lengths", slice.lengths}};
+}
+
+Result<SliceSpec> SliceFromJson(const Json& j, const std::string& field) {
+  if (!j.is_object()) return TypeError(field, "an object with offsets and lengths");
+  SliceSpec s;
+  ASSIGN_OR_RETURN(s.offsets, ShapeFromJson(j.value("offsets", Json()), field + ".offsets"));
+  ASSIGN_OR_RETURN(s.lengths, ShapeFromJson(j.value("lengths", Json()), field + ".lengths"));
+  if (s.offsets.size() != s.lengths.size()) {
+    return InvalidArgument("field '" + field + "': offsets and lengths differ in rank",
+                           {{"field", field}});
+  }
+  return s;
+}
+
+Json LayoutToJson(const Layout& layout) { return Json(layout.dims); }
+
+Result<Layout> LayoutFromJson(const Json& j, const std::string& field) {
+  if (!j.is_array()) return TypeError(field, "a list of mesh axis names or \"unsharded\"");
+  Layout layout;
+  for (const auto& d : j) {
+    if (d.is_null()) {
+      layout.dims.push_back(kUnsharded);
+    } else if (d.is_string() && !d.get<std::string>().empty()) {
+      layout.dims.push_back(d.get<std::string>());
+    } else {
+      return TypeError(field, "a list of mesh axis names or \"unsharded\"");
+    }
+  }
+  return layout;
+}
+
+Json MeshToJson(const Mesh& mesh) {
+  Json axes = Json::array();
+  for (const auto& a : mesh.axes) axes.push_back({{"name", a.name}, {"size", a.size}});
+  return {{"name", mesh.name}, {"axes", axes}, {"devices_per_worker", mesh.devices_per_worker}};
+}
+
+Result<Mesh> MeshFromJson(const Json& j, std::optional<std::string> name) {
+  RETURN_IF_ERROR(RequireObject(j, "mesh"));
+  Mesh mesh;
+  if (name) {
+    mesh.name = *name;
+  } else {
+    ASSIGN_OR_RETURN(mesh.name, RequiredString(j, "name"));
+  }
+  auto axes = j.find("axes");
+  if (axes == j.end() || !axes->is_array()) {
+    return InvalidArgument("field 'axes' must be a list of {name, size}", {{"field", "axes"}});
+  }
+  for (size_t i = 0; i < axes->size(); ++i) {
+    const Json& a = (*axes)[i];
+    const std::string field = "axes[" + std::to_string(i) + "]";
+    if (!a.is_object()) return TypeError(field, "an object {name, size}");
+    MeshAxis axis;
+    ASSIGN_OR_RETURN(auto axis_name, RequiredString(a, "name"));
+    ASSIGN_OR_RETURN(auto size, RequiredInt(a, "size"));
+    axis.name = axis_name;
+    axis.size = size;
+    mesh.axes.push_back(axis);
+  }
+  ASSIGN_OR_RETURN(auto dpw, OptionalInt(j, "devices_per_worker"));
+  mesh.devices_per_worker = dpw.value_or(1);
+  RETURN_IF_ERROR(mesh.Validate());
+  return mesh;
+}
+
+}  // namespace tessera

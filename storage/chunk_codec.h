@@ -1,0 +1,37 @@
+// Encoding of one chunk: zstd frame, or raw bytes when compression does not pay.
+// The checksum is xxh64 of the raw (uncompressed) bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "api/status.h"
+
+namespace tessera::storage {
+
+enum class Codec : uint32_t { kRaw = 0, kZstd = 1 };
+
+std::string_view CodecName(Codec codec);
+Result<Codec> ParseCodec(std::string_view name);
+
+// xxh64 (seed 0) of data.
+uint64_t Checksum(const void* data, size_t n);
+
+struct EncodedChunk {
+  Codec codec = Codec::kRaw;
+  std::string bytes;      // empty when codec == kRaw: the caller writes the source directly
+  uint64_t raw_length = 0;
+  uint64_t checksum = 0;  // of the raw bytes
+};
+
+// Compresses `data` with zstd at `level` (when `compress`) and keeps the result
+// only if it saves at least 1/64 of the bytes; always checksums.
+EncodedChunk EncodeChunk(const void* data, size_t n, bool compress, int level);
+
+// Decodes `stored` into `out` (exactly raw_length bytes) and verifies the checksum.
+// Errors are data_loss; the caller adds which tensor/file/offset.
+Status DecodeChunk(Codec codec, std::string_view stored, uint64_t raw_length,
+                   uint64_t checksum, void* out);
+
+}  // namespace tessera::storage

@@ -1,0 +1,82 @@
+// Env: the file-system seam. Storage code never calls open(2) directly; it goes
+// through an Env so tests can substitute an in-memory or fault-injecting one.
+//
+// Implementations: NewPosixEnv() (real files), NewMemEnv() (in memory, with a
+// crash simulation), FaultEnv (wraps another Env and fails chosen operations).
+// All Envs are thread-safe; individual file objects are not (REQUIRES: external
+// synchronization per file object).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "api/status.h"
+
+namespace tessera::storage {
+
+// A file opened for appending. Data is durable only after Sync() returns ok.
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  virtual Status Append(const void* data, size_t n) = 0;
+  // Flushes written data to stable storage (fsync).
+  virtual Status Sync() = 0;
+  // Releases the file. Does not imply Sync(). Idempotent.
+  virtual Status Close() = 0;
+  // Bytes appended so far.
+  virtual uint64_t Size() const = 0;
+};
+
+// A file opened for positional reads (pread). Safe for concurrent Read calls.
+class RandomAccessFile {
+ public:
+  virtual ~RandomAccessFile() = default;
+  // Reads exactly n bytes at offset into buf; a short file is data_loss naming the file.
+  virtual Status Read(uint64_t offset, size_t n, void* buf) const = 0;
+  virtual uint64_t Size() const = 0;
+};
+
+class Env {
+ public:
+  virtual ~Env() = default;
+
+  // Creates (truncating) a file for writing.
+  virtual Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) = 0;
+  virtual Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
+      const std::string& path) = 0;
+
+  virtual bool Exists(const std::string& path) = 0;
+  virtual bool IsDirectory(const std::string& path) = 0;
+  // Names (not paths) of the entries of dir, sorted.
+  virtual Result<std::vector<std::string>> ListDir(const std::string& dir) = 0;
+  // Creates dir and missing parents; ok if it exists.
+  virtual Status CreateDirs(const std::string& dir) = 0;
+  virtual Status DeleteFile(const std::string& path) = 0;
+  // Removes a directory and everything below it; ok if it does not exist.
+  virtual Status DeleteTree(const std::string& dir) = 0;
+  // Atomically renames a file or directory. Fails (conflict) if `to` exists.
+  virtual Status Rename(const std::string& from, const std::string& to) = 0;
+  // fsync of a directory: makes its entries (creations, renames) durable.
+  virtual Status SyncDir(const std::string& dir) = 0;
+  virtual Result<uint64_t> FileSize(const std::string& path) = 0;
+};
+
+// The real file system. Never null; owned by the caller.
+std::unique_ptr<Env> NewPosixEnv();
+
+// Process-wide POSIX env for callers that do not inject one.
+Env* DefaultEnv();
+
+// Whole-file helpers built on any Env.
+Status WriteFileDurably(Env* env, const std::string& path, std::string_view data);
+Result<std::string> ReadWholeFile(Env* env, const std::string& path);
+
+// Path helpers ("a/b" + "c" → "a/b/c"; parent of "a/b/c" is "a/b").
+std::string JoinPath(std::string_view a, std::string_view b);
+std::string ParentDir(std::string_view path);
+
+}  // namespace tessera::storage

@@ -1,0 +1,155 @@
+// FaultEnv: counts mutating operations and fails the chosen ones before they reach the base Env.
+#include "storage/fault_env.h"
+
+#include <cerrno>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tessera::storage {
+namespace {
+
+// byte_limit_ value meaning "no byte budget", so FailAfterBytes(0) can mean "no room at all".
+constexpr uint64_t kNoByteLimit = std::numeric_limits<uint64_t>::max();
+
+std::string_view OpName(FaultEnv::Op op) {
+  switch (op) {
+    case FaultEnv::Op::kCreate:
+      return "create";
+    case FaultEnv::Op::kWrite:
+      return "append";
+    case FaultEnv::Op::kSync:
+      return "sync";
+    case FaultEnv::Op::kRename:
+      return "rename";
+    case FaultEnv::Op::kSyncDir:
+      return "syncdir";
+    case FaultEnv::Op::kDelete:
+      return "delete";
+    case FaultEnv::Op::kMkdir:
+      return "mkdir";
+  }
+  return "io";
+}
+
+// Forwards to the base file once the FaultEnv let the operation through.
+class FaultWritableFile final : public WritableFile {
+ public:
+  FaultWritableFile(FaultEnv* env, std::unique_ptr<WritableFile> base, std::string path)
+      : env_(env), base_(std::move(base)), path_(std::move(path)) {}
+
+  Status Append(const void* data, size_t n) override {
+    RETURN_IF_ERROR(env_->Tick(FaultEnv::Op::kWrite, path_, n));
+    return base_->Append(data, n);
+  }
+
+  Status Sync() override {
+    RETURN_IF_ERROR(env_->Tick(FaultEnv::Op::kSync, path_));
+    return base_->Sync();
+  }
+
+  Status Close() override { return base_->Close(); }
+  uint64_t Size() const override { return base_->Size(); }
+
+ private:
+  FaultEnv* env_;
+  std::unique_ptr<WritableFile> base_;
+  std::string path_;
+};
+
+}  // namespace
+
+FaultEnv::FaultEnv(Env* base) : base_(base), byte_limit_(kNoByteLimit) {}
+
+void FaultEnv::FailAt(uint64_t n, Kind kind, bool sticky) {
+  kind_ = static_cast<int>(kind);
+  sticky_ = sticky;
+  fired_ = false;
+  // "From now on": relative to the operations already counted.
+  fail_at_ = n == 0 ? 0 : ops_.load() + n;
+}
+
+void FaultEnv::FailAfterBytes(uint64_t bytes) {
+  bytes_ = 0;
+  byte_limit_ = bytes;
+}
+
+void FaultEnv::Reset() {
+  fail_at_ = 0;
+  sticky_ = false;
+  kind_ = static_cast<int>(Kind::kIoError);
+  fired_ = false;
+  byte_limit_ = kNoByteLimit;
+  bytes_ = 0;
+  ops_ = 0;
+}
+
+Status FaultEnv::Tick(Op op, const std::string& path, uint64_t bytes) {
+  const uint64_t n = ++ops_;
+  const uint64_t fail_at = fail_at_.load();
+  if (fail_at != 0 && (n == fail_at || (n > fail_at && sticky_.load()))) {
+    fired_ = true;
+    const int err = static_cast<Kind>(kind_.load()) == Kind::kNoSpace ? ENOSPC : EIO;
+    return ErrnoStatus(err, OpName(op), path).WithDetail("injected", true);
+  }
+  if (op == Op::kWrite) {
+    const uint64_t limit = byte_limit_.load();
+    // Attempted bytes keep counting, so once over budget every later Append fails too.
+    if (limit != kNoByteLimit && bytes_.fetch_add(bytes) + bytes > limit) {
+      fired_ = true;
+      return ErrnoStatus(ENOSPC, OpName(op), path).WithDetail("injected", true);
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<WritableFile>> FaultEnv::NewWritableFile(const std::string& path) {
+  RETURN_IF_ERROR(Tick(Op::kCreate, path));
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, base_->NewWritableFile(path));
+  return std::unique_ptr<WritableFile>(
+      std::make_unique<FaultWritableFile>(this, std::move(file), path));
+}
+
+Result<std::unique_ptr<RandomAccessFile>> FaultEnv::NewRandomAccessFile(const std::string& path) {
+  return base_->NewRandomAccessFile(path);
+}
+
+bool FaultEnv::Exists(const std::string& path) { return base_->Exists(path); }
+
+bool FaultEnv::IsDirectory(const std::string& path) { return base_->IsDirectory(path); }
+
+Result<std::vector<std::string>> FaultEnv::ListDir(const std::string& dir) {
+  return base_->ListDir(dir);
+}
+
+Status FaultEnv::CreateDirs(const std::string& dir) {
+  RETURN_IF_ERROR(Tick(Op::kMkdir, dir));
+  return base_->CreateDirs(dir);
+}
+
+Status FaultEnv::DeleteFile(const std::string& path) {
+  RETURN_IF_ERROR(Tick(Op::kDelete, path));
+  return base_->DeleteFile(path);
+}
+
+Status FaultEnv::DeleteTree(const std::string& dir) {
+  RETURN_IF_ERROR(Tick(Op::kDelete, dir));
+  return base_->DeleteTree(dir);
+}
+
+Status FaultEnv::Rename(const std::string& from, const std::string& to) {
+  RETURN_IF_ERROR(Tick(Op::kRename, from));
+  return base_->Rename(from, to);
+}
+
+Status FaultEnv::SyncDir(const std::string& dir) {
+  RETURN_IF_ERROR(Tick(Op::kSyncDir, dir));
+  return base_->SyncDir(dir);
+}
+
+Result<uint64_t> FaultEnv::FileSize(const std::string& path) { return base_->FileSize(path); }
+
+}  // namespace tessera::storage

@@ -1,0 +1,62 @@
+// FaultEnv wraps another Env and injects failures, for fault loops in the
+// style of SQLite's tests: "fail the Nth mutating I/O", for N = 1, 2, ...
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "storage/env.h"
+
+namespace tessera::storage {
+
+class FaultEnv : public Env {
+ public:
+  enum class Op { kCreate, kWrite, kSync, kRename, kSyncDir, kDelete, kMkdir };
+  enum class Kind {
+    kIoError,    // EIO → internal
+    kNoSpace,    // ENOSPC → resource_exhausted
+  };
+
+  // `base` must outlive this Env.
+  explicit FaultEnv(Env* base);
+
+  // The Nth (1-based) mutating operation from now on fails with `kind`, and so
+  // does every later one while `sticky` (a dead disk); 0 disables. Mutating
+  // operations: file creation, Append, Sync, Rename, SyncDir, deletions, mkdir.
+  void FailAt(uint64_t n, Kind kind = Kind::kIoError, bool sticky = false);
+  // Every Append fails with ENOSPC once `bytes` in total have been appended.
+  void FailAfterBytes(uint64_t bytes);
+  void Reset();
+  // Mutating operations seen since construction or Reset().
+  uint64_t ops() const { return ops_.load(); }
+  // True once an injected failure has fired.
+  bool fired() const { return fired_.load(); }
+
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
+  Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override;
+  bool Exists(const std::string& path) override;
+  bool IsDirectory(const std::string& path) override;
+  Result<std::vector<std::string>> ListDir(const std::string& dir) override;
+  Status CreateDirs(const std::string& dir) override;
+  Status DeleteFile(const std::string& path) override;
+  Status DeleteTree(const std::string& dir) override;
+  Status Rename(const std::string& from, const std::string& to) override;
+  Status SyncDir(const std::string& dir) override;
+  Result<uint64_t> FileSize(const std::string& path) override;
+
+  // Counts one mutating operation on `path`; returns the injected error, if any.
+  // Public so wrapped file objects can call it.
+  Status Tick(Op op, const std::string& path, uint64_t bytes = 0);
+
+ private:
+  Env* base_;
+  std::atomic<uint64_t> ops_{0};
+  std::atomic<uint64_t> fail_at_{0};
+  std::atomic<bool> sticky_{false};
+  std::atomic<int> kind_{0};
+  std::atomic<bool> fired_{false};
+  std::atomic<uint64_t> byte_limit_{0};
+  std::atomic<uint64_t> bytes_{0};
+};
+
+}  // namespace tessera::storage

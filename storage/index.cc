@@ -1,0 +1,320 @@
+#include "storage/index.h"
+
+#include <chrono>
+#include <set>
+
+namespace tessera::storage {
+namespace {
+
+constexpr const char* kFragmentSchema = R"sql(
+CREATE TABLE tensors(name TEXT PRIMARY KEY, dtype TEXT NOT NULL, shape TEXT NOT NULL,
+                     layout TEXT NOT NULL, elements INTEGER NOT NULL);
+CREATE TABLE slices(id INTEGER PRIMARY KEY, tensor TEXT NOT NULL, offsets TEXT NOT NULL,
+                    lengths TEXT NOT NULL, elements INTEGER NOT NULL, file TEXT NOT NULL);
+CREATE TABLE chunks(slice_id INTEGER NOT NULL, raw_offset INTEGER NOT NULL,
+                    offset INTEGER NOT NULL, length INTEGER NOT NULL,
+                    raw_length INTEGER NOT NULL, codec INTEGER NOT NULL,
+                    checksum INTEGER NOT NULL);
+)sql";
+
+constexpr const char* kIndexSchema = R"sql(
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE tensors(id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL, dtype TEXT NOT NULL,
+                     shape TEXT NOT NULL, layout TEXT NOT NULL, elements INTEGER NOT NULL);
+CREATE TABLE slices(id INTEGER PRIMARY KEY, tensor_id INTEGER NOT NULL, offsets TEXT NOT NULL,
+                    lengths TEXT NOT NULL, elements INTEGER NOT NULL, file TEXT NOT NULL);
+CREATE TABLE chunks(slice_id INTEGER NOT NULL, raw_offset INTEGER NOT NULL,
+                    offset INTEGER NOT NULL, length INTEGER NOT NULL,
+                    raw_length INTEGER NOT NULL, codec INTEGER NOT NULL,
+                    checksum INTEGER NOT NULL);
+)sql";
+
+Status Corrupt(const std::string& file, const std::string& why) {
+  return DataLoss(file + " is corrupt: " + why, {{"file", file}});
+}
+
+}  // namespace
+
+std::string FragmentFileName(int64_t rank) { return "fragment-" + std::to_string(rank) + ".sqlite"; }
+std::string ShardFileName(int64_t rank) { return "shard-" + std::to_string(rank) + ".tsr"; }
+
+Result<FragmentBuilder> FragmentBuilder::Create() {
+  ASSIGN_OR_RETURN(SqliteDb db, SqliteDb::OpenMemory());
+  RETURN_IF_ERROR(db.Exec(kFragmentSchema));
+  RETURN_IF_ERROR(db.Exec("BEGIN"));
+  return FragmentBuilder(std::move(db));
+}
+
+Status FragmentBuilder::AddSlice(const TensorMeta& t, const SliceSpec& slice,
+                                 const std::string& file, const std::vector<SliceChunk>& chunks) {
+  ASSIGN_OR_RETURN(auto ins_tensor,
+                   db_.Prepare("INSERT OR IGNORE INTO tensors VALUES(?1, ?2, ?3, ?4, ?5)"));
+  RETURN_IF_ERROR(ins_tensor.Bind(1, t.name)
+                      .Bind(2, DTypeName(t.dtype))
+                      .Bind(3, ShapeToString(t.shape))
+                      .Bind(4, t.layout.ToString())
+                      .Bind(5, NumElements(t.shape))
+                      .Run());
+  int64_t id = next_slice_++;
+  ASSIGN_OR_RETURN(auto ins_slice, db_.Prepare("INSERT INTO slices VALUES(?1, ?2, ?3, ?4, ?5, ?6)"));
+  RETURN_IF_ERROR(ins_slice.Bind(1, id)
+                      .Bind(2, t.name)
+                      .Bind(3, ShapeToString(slice.offsets))
+                      .Bind(4, ShapeToString(slice.lengths))
+                      .Bind(5, slice.NumElements())
+                      .Bind(6, file)
+                      .Run());
+  ASSIGN_OR_RETURN(auto ins_chunk, db_.Prepare("INSERT INTO chunks VALUES(?1,?2,?3,?4,?5,?6,?7)"));
+  for (const auto& c : chunks) {
+    RETURN_IF_ERROR(ins_chunk.Bind(1, id)
+                        .Bind(2, static_cast<int64_t>(c.raw_offset))
+                        .Bind(3, static_cast<int64_t>(c.loc.offset))
+                        .Bind(4, static_cast<int64_t>(c.loc.length))
+                        .Bind(5, static_cast<int64_t>(c.loc.raw_length))
+                        .Bind(6, static_cast<int64_t>(c.loc.codec))
+                        .Bind(7, static_cast<int64_t>(c.loc.checksum))
+                        .Run());
+  }
+  return Status::Ok();
+}
+
+Status FragmentBuilder::WriteTo(Env* env, const std::string& path) {
+  RETURN_IF_ERROR(db_.Exec("COMMIT"));
+  ASSIGN_OR_RETURN(std::string image, db_.Serialize());
+  RETURN_IF_ERROR(db_.Exec("BEGIN"));
+  ASSIGN_OR_RETURN(auto file, env->NewWritableFile(path));
+  RETURN_IF_ERROR(file->Append(image.data(), image.size()));
+  RETURN_IF_ERROR(file->Sync());
+  return file->Close();
+}
+
+Status MergeFragments(Env* env, const std::string& dir, const std::vector<std::string>& fragments,
+                      const CheckpointMeta& meta) {
+  ASSIGN_OR_RETURN(SqliteDb db, SqliteDb::OpenMemory());
+  RETURN_IF_ERROR(db.Exec(kIndexSchema));
+  RETURN_IF_ERROR(db.Exec("BEGIN"));
+  for (const auto& name : fragments) {
+    ASSIGN_OR_RETURN(std::string image, ReadWholeFile(env, JoinPath(dir, name)));
+    RETURN_IF_ERROR(db.AttachImage("f", image, name));
+    // Two writers must agree on what a tensor is.
+    ASSIGN_OR_RETURN(auto clash, db.Prepare(
+        "SELECT f.name, t.dtype, t.shape, t.layout, f.dtype, f.shape, f.layout "
+        "FROM f.tensors f JOIN main.tensors t ON t.name = f.name "
+        "WHERE t.dtype != f.dtype OR t.shape != f.shape OR t.layout != f.layout LIMIT 1"));
+    ASSIGN_OR_RETURN(bool has_clash, clash.Step());
+    if (has_clash) {
+      Status st = InvalidArgument(
+          "tensor '" + clash.Text(0) + "' is recorded as " + clash.Text(1) + "[" + clash.Text(2) +
+              "] layout " + clash.Text(3) + " by one writer and " + clash.Text(4) + "[" +
+              clash.Text(5) + "] layout " + clash.Text(6) + " by " + name,
+          {{"tensor", clash.Text(0)}, {"file", name}});
+      clash = SqliteStmt();
+      return st;
+    }
+    clash = SqliteStmt();
+    ASSIGN_OR_RETURN(auto base_stmt, db.Prepare("SELECT COALESCE(MAX(id), 0) FROM main.slices"));
+    RETURN_IF_ERROR(base_stmt.Step().status());
+    const std::string base = std::to_string(base_stmt.Int(0));
+    base_stmt = SqliteStmt();
+    Status st = db.Exec(
+        "INSERT OR IGNORE INTO main.tensors(name, dtype, shape, layout, elements) "
+        "SELECT name, dtype, shape, layout, elements FROM f.tensors;"
+        "INSERT INTO main.slices SELECT s.id + " + base + ", t.id, s.offsets, s.lengths, "
+        "s.elements, s.file FROM f.slices s JOIN main.tensors t ON t.name = s.tensor;"
+        "INSERT INTO main.chunks SELECT slice_id + " + base + ", raw_offset, offset, length, "
+        "raw_length, codec, checksum FROM f.chunks;");
+    if (!st.ok()) return Corrupt(name, st.message());
+    RETURN_IF_ERROR(db.Detach("f"));
+  }
+  // Every tensor must be covered exactly once by its (disjoint) slices.
+  ASSIGN_OR_RETURN(auto cover, db.Prepare(
+      "SELECT t.name, t.elements, COALESCE(SUM(s.elements), 0) FROM tensors t "
+      "LEFT JOIN slices s ON s.tensor_id = t.id GROUP BY t.id "
+      "HAVING COALESCE(SUM(s.elements), 0) != t.elements LIMIT 1"));
+  ASSIGN_OR_RETURN(bool gap, cover.Step());
+  if (gap) {
+    return Internal("tensor '" + cover.Text(0) + "' has " + std::to_string(cover.Int(1)) +
+                        " elements but its saved slices hold " + std::to_string(cover.Int(2)),
+                    {{"tensor", cover.Text(0)}});
+  }
+  cover = SqliteStmt();
+  RETURN_IF_ERROR(db.Exec("CREATE INDEX slices_by_tensor ON slices(tensor_id);"
+                          "CREATE INDEX chunks_by_slice ON chunks(slice_id, raw_offset);"));
+  ASSIGN_OR_RETURN(auto ins_meta, db.Prepare("INSERT INTO meta VALUES(?1, ?2)"));
+  const std::pair<std::string, std::string> rows[] = {
+      {"format_version", std::to_string(kIndexFormatVersion)},
+      {"mesh", MeshToJson(meta.mesh).dump()},
+      {"step", std::to_string(meta.step)},
+      {"metadata", meta.metadata.dump()},
+      {"created_at_ms", std::to_string(meta.created_at_ms)},
+  };
+  for (const auto& [k, v] : rows) RETURN_IF_ERROR(ins_meta.Bind(1, k).Bind(2, v).Run());
+  ins_meta = SqliteStmt();
+  RETURN_IF_ERROR(db.Exec("COMMIT"));
+  ASSIGN_OR_RETURN(std::string image, db.Serialize());
+  const std::string path = JoinPath(dir, kIndexFile);
+  ASSIGN_OR_RETURN(auto file, env->NewWritableFile(path));
+  RETURN_IF_ERROR(file->Append(image.data(), image.size()));
+  RETURN_IF_ERROR(file->Sync());
+  RETURN_IF_ERROR(file->Close());
+  for (const auto& name : fragments) RETURN_IF_ERROR(env->DeleteFile(JoinPath(dir, name)));
+  return env->SyncDir(dir);
+}
+
+Result<CheckpointIndex> CheckpointIndex::Open(Env* env, const std::string& dir) {
+  const std::string path = JoinPath(dir, kIndexFile);
+  if (!env->Exists(path)) {
+    return NotFound("no " + std::string(kIndexFile) + " in " + dir +
+                        " (not a checkpoint, or an unfinished one)",
+                    {{"file", path}});
+  }
+  ASSIGN_OR_RETURN(std::string image, ReadWholeFile(env, path));
+  ASSIGN_OR_RETURN(SqliteDb db, SqliteDb::FromImage(image, path));
+  CheckpointIndex index;
+
+  auto fail = [&](const std::string& why) { return Corrupt(path, why); };
+  {
+    auto stmt = db.Prepare("SELECT key, value FROM meta");
+    if (!stmt.ok()) return fail("no meta table");
+    std::map<std::string, std::string> kv;
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, stmt->Step());
+      if (!row) break;
+      kv[stmt->Text(0)] = stmt->Text(1);
+    }
+    if (!kv.count("format_version")) return fail("no format_version");
+    index.format_version_ = std::atoi(kv["format_version"].c_str());
+    if (index.format_version_ != kIndexFormatVersion) {
+      return InvalidArgument(path + " has index format version " + kv["format_version"] +
+                                 "; this build reads version " +
+                                 std::to_string(kIndexFormatVersion),
+                             {{"file", path}});
+    }
+    auto mesh_json = ParseJson(kv["mesh"], "mesh");
+    if (!mesh_json.ok()) return fail("bad mesh");
+    auto mesh = MeshFromJson(*mesh_json);
+    if (!mesh.ok()) return fail("bad mesh: " + mesh.status().message());
+    index.meta_.mesh = *mesh;
+    index.meta_.step = std::atoll(kv["step"].c_str());
+    auto md = ParseJson(kv["metadata"], "metadata");
+    index.meta_.metadata = md.ok() ? *md : Json::object();
+    index.meta_.created_at_ms = std::atoll(kv["created_at_ms"].c_str());
+  }
+  std::map<int64_t, size_t> tensor_pos;
+  {
+    auto stmt = db.Prepare("SELECT id, name, dtype, shape, layout, elements FROM tensors ORDER BY id");
+    if (!stmt.ok()) return fail("no tensors table");
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, stmt->Step());
+      if (!row) break;
+      TensorEntry t;
+      t.meta.name = stmt->Text(1);
+      auto dtype = ParseDType(stmt->Text(2));
+      auto shape = ParseShape(stmt->Text(3));
+      auto layout = ParseLayout(stmt->Text(4));
+      if (!dtype.ok() || !shape.ok() || !layout.ok() ||
+          layout->dims.size() != shape->size() || NumElements(*shape) != stmt->Int(5)) {
+        return fail("tensor '" + t.meta.name + "' has a malformed dtype, shape or layout");
+      }
+      t.meta.dtype = *dtype;
+      t.meta.shape = *shape;
+      t.meta.layout = *layout;
+      tensor_pos[stmt->Int(0)] = index.tensors_.size();
+      index.by_name_[t.meta.name] = index.tensors_.size();
+      index.tensors_.push_back(std::move(t));
+    }
+  }
+  std::map<int64_t, std::pair<size_t, size_t>> slice_pos;  // slice id → (tensor, slice)
+  {
+    auto stmt = db.Prepare("SELECT id, tensor_id, offsets, lengths, file FROM slices ORDER BY id");
+    if (!stmt.ok()) return fail("no slices table");
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, stmt->Step());
+      if (!row) break;
+      auto t = tensor_pos.find(stmt->Int(1));
+      if (t == tensor_pos.end()) return fail("slice of an unknown tensor");
+      TensorEntry& tensor = index.tensors_[t->second];
+      SliceEntry s;
+      auto offsets = ParseShape(stmt->Text(2));
+      auto lengths = ParseShape(stmt->Text(3));
+      s.file = stmt->Text(4);
+      if (!offsets.ok() || !lengths.ok() || offsets->size() != tensor.meta.shape.size() ||
+          lengths->size() != tensor.meta.shape.size() ||
+          !Contains(FullSlice(tensor.meta.shape), SliceSpec{*offsets, *lengths}) ||
+          s.file.empty() || s.file.find('/') != std::string::npos || s.file[0] == '.') {
+        return fail("slice " + std::to_string(stmt->Int(0)) + " of tensor '" + tensor.meta.name +
+                    "' is malformed");
+      }
+      s.slice = SliceSpec{*offsets, *lengths};
+      slice_pos[stmt->Int(0)] = {t->second, tensor.slices.size()};
+      tensor.slices.push_back(std::move(s));
+    }
+  }
+  {
+    auto stmt = db.Prepare(
+        "SELECT slice_id, raw_offset, offset, length, raw_length, codec, checksum FROM chunks "
+        "ORDER BY slice_id, raw_offset");
+    if (!stmt.ok()) return fail("no chunks table");
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, stmt->Step());
+      if (!row) break;
+      auto s = slice_pos.find(stmt->Int(0));
+      if (s == slice_pos.end()) return fail("chunk of an unknown slice");
+      TensorEntry& tensor = index.tensors_[s->second.first];
+      SliceChunk c;
+      c.raw_offset = stmt->Int(1);
+      c.loc = {static_cast<uint64_t>(stmt->Int(2)), static_cast<uint64_t>(stmt->Int(3)),
+               static_cast<uint64_t>(stmt->Int(4)), static_cast<uint64_t>(stmt->Int(6)),
+               static_cast<Codec>(stmt->Int(5))};
+      if (stmt->Int(1) < 0 || stmt->Int(2) < 0 || stmt->Int(3) < 0 || stmt->Int(4) < 0 ||
+          (c.loc.codec != Codec::kRaw && c.loc.codec != Codec::kZstd)) {
+        return fail("a chunk of tensor '" + tensor.meta.name + "' is malformed");
+      }
+      tensor.stored_bytes += c.loc.length;
+      tensor.slices[s->second.second].chunks.push_back(c);
+    }
+  }
+  // Chunks must tile each slice's bytes exactly; readers rely on it.
+  for (const auto& t : index.tensors_) {
+    const uint64_t esize = DTypeSize(t.meta.dtype);
+    for (const auto& s : t.slices) {
+      uint64_t expect = 0;
+      for (const auto& c : s.chunks) {
+        if (c.raw_offset != expect) break;
+        expect += c.loc.raw_length;
+      }
+      if (expect != static_cast<uint64_t>(s.slice.NumElements()) * esize) {
+        return fail("the chunks of tensor '" + t.meta.name + "' slice " + s.slice.ToString() +
+                    " do not cover it");
+      }
+    }
+  }
+  return index;
+}
+
+const TensorEntry* CheckpointIndex::Find(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &tensors_[it->second];
+}
+
+uint64_t CheckpointIndex::logical_bytes() const {
+  uint64_t n = 0;
+  for (const auto& t : tensors_) n += t.meta.logical_bytes();
+  return n;
+}
+
+uint64_t CheckpointIndex::stored_bytes() const {
+  uint64_t n = 0;
+  for (const auto& t : tensors_) n += t.stored_bytes;
+  return n;
+}
+
+std::vector<std::string> CheckpointIndex::files() const {
+  std::set<std::string> files;
+  for (const auto& t : tensors_) {
+    for (const auto& s : t.slices) files.insert(s.file);
+  }
+  return {files.begin(), files.end()};
+}
+
+}  // namespace tessera::storage

@@ -1,0 +1,107 @@
+// The checkpoint index. Each writer records its slices in a fragment
+// (fragment-<rank>.sqlite); after the write barrier the fragments are merged
+// into index.sqlite — the only thing a reader needs:
+//   meta(key, value)      format_version, mesh, step, metadata, created_at
+//   tensors(id, name, dtype, shape, layout, elements)
+//   slices(id, tensor_id, offsets, lengths, elements, file)
+//   chunks(slice_id, raw_offset, offset, length, raw_length, codec, checksum)
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "api/dtype.h"
+#include "api/json_codec.h"
+#include "api/mesh.h"
+#include "api/status.h"
+#include "storage/env.h"
+#include "storage/shard_writer.h"
+#include "storage/sqlite_db.h"
+
+namespace tessera::storage {
+
+inline constexpr int kIndexFormatVersion = 1;
+inline constexpr const char* kIndexFile = "index.sqlite";
+
+std::string FragmentFileName(int64_t rank);  // "fragment-<rank>.sqlite"
+std::string ShardFileName(int64_t rank);     // "shard-<rank>.tsr"
+
+struct TensorMeta {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  Shape shape;
+  Layout layout;
+  bool operator==(const TensorMeta&) const = default;
+  uint64_t logical_bytes() const { return NumElements(shape) * DTypeSize(dtype); }
+};
+
+// One writer's part of the index.
+class FragmentBuilder {
+ public:
+  static Result<FragmentBuilder> Create();
+  // Records that `file` (a shard file name, relative to the checkpoint dir)
+  // holds `slice` of `tensor` in `chunks`.
+  Status AddSlice(const TensorMeta& tensor, const SliceSpec& slice, const std::string& file,
+                  const std::vector<SliceChunk>& chunks);
+  // Writes the fragment to `path` and fsyncs it.
+  Status WriteTo(Env* env, const std::string& path);
+
+ private:
+  explicit FragmentBuilder(SqliteDb db) : db_(std::move(db)) {}
+  SqliteDb db_;
+  int64_t next_slice_ = 1;
+};
+
+// Everything a checkpoint's index records besides the tensors.
+struct CheckpointMeta {
+  Mesh mesh;
+  int64_t step = 0;
+  Json metadata = Json::object();
+  int64_t created_at_ms = 0;
+};
+
+// Merges the fragments in `dir` into `dir`/index.sqlite (fsynced) and deletes
+// the fragments. Tensors recorded differently by two writers, or whose slices
+// do not cover them exactly once, are errors naming the tensor.
+Status MergeFragments(Env* env, const std::string& dir, const std::vector<std::string>& fragments,
+                      const CheckpointMeta& meta);
+
+struct SliceEntry {
+  SliceSpec slice;
+  std::string file;
+  std::vector<SliceChunk> chunks;  // ascending raw_offset, covering the slice
+};
+
+struct TensorEntry {
+  TensorMeta meta;
+  std::vector<SliceEntry> slices;
+  uint64_t stored_bytes = 0;
+};
+
+// A loaded index.sqlite.
+class CheckpointIndex {
+ public:
+  // Reads `dir`/index.sqlite. Missing → not_found; garbage, wrong schema or
+  // inconsistent rows → data_loss; another format version → invalid_argument.
+  static Result<CheckpointIndex> Open(Env* env, const std::string& dir);
+
+  const std::vector<TensorEntry>& tensors() const { return tensors_; }
+  // nullptr if absent.
+  const TensorEntry* Find(const std::string& name) const;
+  const CheckpointMeta& meta() const { return meta_; }
+  int format_version() const { return format_version_; }
+  uint64_t logical_bytes() const;
+  uint64_t stored_bytes() const;
+  // Shard files the index refers to.
+  std::vector<std::string> files() const;
+
+ private:
+  std::vector<TensorEntry> tensors_;
+  std::map<std::string, size_t> by_name_;
+  CheckpointMeta meta_;
+  int format_version_ = 0;
+};
+
+}  // namespace tessera::storage

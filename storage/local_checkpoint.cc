@@ -1,0 +1,76 @@
+#include "storage/local_checkpoint.h"
+
+#include <chrono>
+
+#include "api/names.h"
+#include "storage/checkpoint_dir.h"
+#include "storage/rank_writer.h"
+#include "storage/read_planner.h"
+#include "storage/save_plan.h"
+
+namespace tessera::storage {
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Result<SaveSummary> SaveInStaging(Env* env, const SaveRequest& req, const std::string& staging) {
+  for (const auto& t : req.tensors) {
+    RETURN_IF_ERROR(ValidateName(t.name, "tensor"));
+    Status st = ValidateLayout(req.mesh, t.layout, t.shape);
+    if (!st.ok()) return st.WithContext("tensor '" + t.name + "'").WithDetail("tensor", t.name);
+  }
+  SaveSummary summary;
+  auto plan = PlanSave(req.mesh, req.tensors);
+  summary.bytes_per_rank = BytesPerRank(req.mesh, plan);
+  std::vector<std::string> fragments;
+  for (int64_t rank = 0; rank < req.mesh.num_workers(); ++rank) {
+    std::vector<SliceToWrite> slices;
+    for (const auto& p : plan) {
+      if (p.rank != rank) continue;
+      slices.push_back({req.tensors[p.tensor], p.slice, req.source(p.tensor, p.device), p.bytes});
+    }
+    if (slices.empty()) continue;
+    ASSIGN_OR_RETURN(auto r, WriteRank(env, staging, rank, slices, req.options));
+    summary.written_raw_bytes += r.raw_bytes;
+    summary.stored_bytes += r.stored_bytes;
+    fragments.push_back(FragmentFileName(rank));
+  }
+  CheckpointMeta meta{req.mesh, req.step, req.metadata, NowMs()};
+  RETURN_IF_ERROR(MergeFragments(env, staging, fragments, meta));
+  for (const auto& t : req.tensors) summary.logical_bytes += t.logical_bytes();
+  return summary;
+}
+
+}  // namespace
+
+Result<SaveSummary> SaveCheckpoint(Env* env, const SaveRequest& req) {
+  RETURN_IF_ERROR(req.mesh.Validate());
+  RETURN_IF_ERROR(CreateStaging(env, req.root, req.mesh.name, req.step, req.id));
+  auto summary = SaveInStaging(env, req, StagingDir(req.root, req.mesh.name, req.step, req.id));
+  Status st = summary.status();
+  if (st.ok()) st = Commit(env, req.root, req.mesh.name, req.step, req.id);
+  if (!st.ok()) {
+    (void)env->DeleteTree(StagingDir(req.root, req.mesh.name, req.step, req.id));
+    return st;
+  }
+  summary->dir = CheckpointDir(req.root, req.mesh.name, req.step);
+  return summary;
+}
+
+Result<std::string> ReadSlice(Env* env, const std::string& dir, const std::string& name,
+                              const SliceSpec& target) {
+  ASSIGN_OR_RETURN(auto index, CheckpointIndex::Open(env, dir));
+  const TensorEntry* t = index.Find(name);
+  if (!t) return NotFound("checkpoint " + dir + " has no tensor '" + name + "'", {{"tensor", name}});
+  ASSIGN_OR_RETURN(auto plan, PlanRead(*t, target));
+  std::string out(target.NumElements() * DTypeSize(t->meta.dtype), '\0');
+  ShardCache shards(env, dir);
+  RETURN_IF_ERROR(ExecuteRead(plan, &shards, out.data(), out.size()));
+  return out;
+}
+
+}  // namespace tessera::storage

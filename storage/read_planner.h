@@ -1,0 +1,63 @@
+// Read planning: for a target slice of a saved tensor (any mesh or layout), the
+// minimal set of chunk reads that cover it, and their assembly into a
+// row-major target buffer. A chunk is read only if some byte of it lands in
+// the target, so resharding reads only what overlaps.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "api/status.h"
+#include "storage/index.h"
+#include "storage/shard_reader.h"
+#include "storage/thread_pool.h"
+
+namespace tessera::storage {
+
+struct ChunkRead {
+  const SliceEntry* source = nullptr;  // the saved slice the chunk belongs to
+  SliceChunk chunk;
+};
+
+struct ReadPlan {
+  const TensorEntry* tensor = nullptr;
+  SliceSpec target;
+  std::vector<ChunkRead> reads;
+  uint64_t stored_bytes = 0;  // bytes read from disk
+  uint64_t raw_bytes = 0;     // bytes decoded
+};
+
+// Plans the reads for `target` (a slice of the tensor's global shape).
+// A target outside the tensor is invalid_argument; a target the saved slices
+// do not cover is data_loss.
+Result<ReadPlan> PlanRead(const TensorEntry& tensor, const SliceSpec& target);
+
+// Calls fn(src_byte, dst_byte, bytes) for each contiguous run of the overlap of
+// `src` and `dst` (both slices of one tensor, each stored row-major), in order.
+void ForEachRun(const SliceSpec& src, const SliceSpec& dst, size_t elem_size,
+                const std::function<void(uint64_t, uint64_t, uint64_t)>& fn);
+
+// Opens shard files of one checkpoint directory once and shares them.
+class ShardCache {
+ public:
+  ShardCache(Env* env, std::string dir) : env_(env), dir_(std::move(dir)) {}
+  Result<const ShardReader*> Get(const std::string& file);
+
+ private:
+  Env* env_;
+  std::string dir_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<ShardReader>> readers_;  // GUARDED_BY(mu_)
+};
+
+// Executes `plan` into `out` (target.NumElements() * dtype size bytes), verifying
+// every chunk. Decodes on `pool` when given. Errors name the tensor and file.
+Status ExecuteRead(const ReadPlan& plan, ShardCache* shards, void* out, size_t out_bytes,
+                   ThreadPool* pool = nullptr);
+
+}  // namespace tessera::storage

@@ -1,0 +1,96 @@
+#include "storage/shard_writer.h"
+
+#include <algorithm>
+
+namespace tessera::storage {
+
+Result<std::unique_ptr<ShardWriter>> ShardWriter::Create(Env* env, const std::string& path,
+                                                         ShardOptions options) {
+  options.chunk_size = std::max<uint64_t>(8, options.chunk_size & ~uint64_t{7});
+  ASSIGN_OR_RETURN(auto file, env->NewWritableFile(path));
+  std::unique_ptr<ShardWriter> w(new ShardWriter(std::move(file), path, std::move(options)));
+  std::string header = EncodeShardHeader(w->options_.chunk_size);
+  RETURN_IF_ERROR(w->file_->Append(header.data(), header.size()));
+  w->offset_ = header.size();
+  return w;
+}
+
+ShardWriter::ShardWriter(std::unique_ptr<WritableFile> file, std::string path,
+                         ShardOptions options)
+    : file_(std::move(file)), path_(std::move(path)), options_(std::move(options)) {
+  // Enough chunks in flight to keep every pool thread busy while one is written.
+  max_inflight_ = options_.pool ? 2 * options_.pool->size() + 1 : 1;
+}
+
+ShardWriter::~ShardWriter() {
+  Drain();
+  if (file_) (void)file_->Close();
+}
+
+void ShardWriter::Drain() {
+  for (auto& p : pending_) {
+    if (p.encoded.valid()) p.encoded.wait();
+  }
+  pending_.clear();
+}
+
+Result<size_t> ShardWriter::Add(const void* data, size_t n) {
+  if (!error_.ok()) return error_;
+  if (finished_) return Internal("ShardWriter::Add after Finish for " + path_);
+  size_t handle = slices_.size();
+  slices_.emplace_back();
+  const char* src = static_cast<const char*>(data);
+  for (uint64_t off = 0; off < n || (n == 0 && off == 0); off += options_.chunk_size) {
+    size_t len = std::min<uint64_t>(options_.chunk_size, n - off);
+    Pending p{handle, off, src + off, len, {}};
+    bool compress = options_.compress;
+    int level = options_.level;
+    if (options_.pool) {
+      p.encoded = options_.pool->Submit(
+          [s = p.src, len, compress, level] { return EncodeChunk(s, len, compress, level); });
+    } else {
+      std::promise<EncodedChunk> done;
+      done.set_value(EncodeChunk(p.src, len, compress, level));
+      p.encoded = done.get_future();
+    }
+    pending_.push_back(std::move(p));
+    while (pending_.size() > max_inflight_) {
+      error_ = WriteFront();
+      if (!error_.ok()) return error_;
+    }
+    if (n == 0) break;
+  }
+  return handle;
+}
+
+Status ShardWriter::WriteFront() {
+  Pending p = std::move(pending_.front());
+  pending_.pop_front();
+  EncodedChunk e = p.encoded.get();
+  const char* bytes = e.codec == Codec::kRaw ? p.src : e.bytes.data();
+  size_t len = e.codec == Codec::kRaw ? p.n : e.bytes.size();
+  RETURN_IF_ERROR(file_->Append(bytes, len));
+  ChunkLocation loc{offset_, len, e.raw_length, e.checksum, e.codec};
+  offset_ += len;
+  raw_done_ += e.raw_length;
+  table_.push_back(loc);
+  slices_[p.slice].push_back({p.raw_offset, loc});
+  if (options_.on_progress) options_.on_progress(raw_done_);
+  return Status::Ok();
+}
+
+Status ShardWriter::Finish() {
+  if (finished_) return error_;
+  finished_ = true;
+  while (error_.ok() && !pending_.empty()) error_ = WriteFront();
+  Drain();
+  if (!error_.ok()) return error_;
+  std::string footer = EncodeShardFooter(table_, offset_);
+  error_ = file_->Append(footer.data(), footer.size());
+  if (error_.ok()) error_ = file_->Sync();
+  if (error_.ok()) error_ = file_->Close();
+  if (error_.ok()) offset_ += footer.size();
+  return error_;
+}
+
+}  // namespace tessera::storage

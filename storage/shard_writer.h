@@ -1,0 +1,81 @@
+// Writes one shard file: slices are cut into chunks, encoded on a thread pool
+// while the calling thread writes finished chunks in order.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/status.h"
+#include "storage/env.h"
+#include "storage/shard_format.h"
+#include "storage/thread_pool.h"
+
+namespace tessera::storage {
+
+struct ShardOptions {
+  uint64_t chunk_size = kDefaultChunkSize;  // rounded down to a multiple of 8, at least 8
+  bool compress = true;                     // zstd, or raw for everything
+  int level = 1;                            // zstd level
+  ThreadPool* pool = nullptr;               // null: encode on the calling thread
+  // Called after each chunk is written with the raw bytes written so far.
+  std::function<void(uint64_t)> on_progress;
+};
+
+// One chunk of a slice: the raw byte range [raw_offset, raw_offset + loc.raw_length)
+// of the slice's row-major bytes, stored at `loc`.
+struct SliceChunk {
+  uint64_t raw_offset = 0;
+  ChunkLocation loc;
+};
+
+class ShardWriter {
+ public:
+  static Result<std::unique_ptr<ShardWriter>> Create(Env* env, const std::string& path,
+                                                     ShardOptions options);
+  // Waits for encodes still running (they read caller memory). Does not Finish.
+  ~ShardWriter();
+
+  // Queues one slice's raw bytes. REQUIRES: `data` stays valid until Finish()
+  // returns. Returns the slice's handle for chunks(). Errors are sticky.
+  Result<size_t> Add(const void* data, size_t n);
+  // Writes the remaining chunks, the table and trailer, then fsyncs and closes.
+  Status Finish();
+
+  // Chunks of slice `handle`, valid after Finish().
+  const std::vector<SliceChunk>& chunks(size_t handle) const { return slices_[handle]; }
+  uint64_t stored_bytes() const { return offset_; }
+  uint64_t raw_bytes() const { return raw_done_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  struct Pending {
+    size_t slice;
+    uint64_t raw_offset;
+    const char* src;
+    size_t n;
+    std::future<EncodedChunk> encoded;
+  };
+
+  ShardWriter(std::unique_ptr<WritableFile> file, std::string path, ShardOptions options);
+  Status WriteFront();
+  void Drain();
+
+  std::unique_ptr<WritableFile> file_;
+  std::string path_;
+  ShardOptions options_;
+  size_t max_inflight_;
+  std::deque<Pending> pending_;
+  std::vector<std::vector<SliceChunk>> slices_;
+  std::vector<ChunkLocation> table_;
+  uint64_t offset_ = 0;
+  uint64_t raw_done_ = 0;
+  Status error_;
+  bool finished_ = false;
+};
+
+}  // namespace tessera::storage

@@ -1,0 +1,46 @@
+// A fixed-size thread pool. Compression and decompression run here so that
+// the calling thread can keep the disk busy at the same time.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace tessera::storage {
+
+class ThreadPool {
+ public:
+  // `threads` ≥ 1 worker threads.
+  explicit ThreadPool(int threads);
+  // Waits for queued tasks to finish.
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  template <typename F>
+  auto Submit(F fn) -> std::future<decltype(fn())> {
+    using R = decltype(fn());
+    auto task = std::make_shared<std::packaged_task<R()>>(std::move(fn));
+    std::future<R> fut = task->get_future();
+    Enqueue([task] { (*task)(); });
+    return fut;
+  }
+
+  int size() const { return static_cast<int>(threads_.size()); }
+
+ private:
+  void Enqueue(std::function<void()> fn);
+  void Loop();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;  // GUARDED_BY(mu_)
+  bool stop_ = false;                        // GUARDED_BY(mu_)
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace tessera::storage
