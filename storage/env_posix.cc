@@ -134,8 +134,7 @@ class PosixRandomAccessFile final : public RandomAccessFile {
     }
     if (done < n) {
       return DataLoss("short read of " + path_ + " at offset " + std::to_string(offset) +
-                          ": wanted " + std::to_string(n) + " bytes, got " +
-                          std::to_string(done),
+                          ": wanted " + std::to_string(n) + " bytes, got " + std::to_string(done),
                       {{"file", path_}, {"offset", offset}, {"wanted", n}, {"got", done}});
     }
     return Status::Ok();

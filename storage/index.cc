@@ -92,7 +92,6 @@ Status MergeFragments(Env* env, const std::string& dir, const std::vector<std::s
                       const CheckpointMeta& meta) {
   ASSIGN_OR_RETURN(SqliteDb db, SqliteDb::OpenMemory());
   RETURN_IF_ERROR(db.Exec(kIndexSchema));
-  RETURN_IF_ERROR(db.Exec("BEGIN"));
   for (const auto& name : fragments) {
     ASSIGN_OR_RETURN(std::string image, ReadWholeFile(env, JoinPath(dir, name)));
     RETURN_IF_ERROR(db.AttachImage("f", image, name));
@@ -116,13 +115,16 @@ Status MergeFragments(Env* env, const std::string& dir, const std::vector<std::s
     RETURN_IF_ERROR(base_stmt.Step().status());
     const std::string base = std::to_string(base_stmt.Int(0));
     base_stmt = SqliteStmt();
+    // ATTACH/DETACH cannot happen inside a transaction, so each fragment gets one.
     Status st = db.Exec(
+        "BEGIN;"
         "INSERT OR IGNORE INTO main.tensors(name, dtype, shape, layout, elements) "
         "SELECT name, dtype, shape, layout, elements FROM f.tensors;"
         "INSERT INTO main.slices SELECT s.id + " + base + ", t.id, s.offsets, s.lengths, "
         "s.elements, s.file FROM f.slices s JOIN main.tensors t ON t.name = s.tensor;"
         "INSERT INTO main.chunks SELECT slice_id + " + base + ", raw_offset, offset, length, "
-        "raw_length, codec, checksum FROM f.chunks;");
+        "raw_length, codec, checksum FROM f.chunks;"
+        "COMMIT;");
     if (!st.ok()) return Corrupt(name, st.message());
     RETURN_IF_ERROR(db.Detach("f"));
   }
@@ -150,7 +152,6 @@ Status MergeFragments(Env* env, const std::string& dir, const std::vector<std::s
   };
   for (const auto& [k, v] : rows) RETURN_IF_ERROR(ins_meta.Bind(1, k).Bind(2, v).Run());
   ins_meta = SqliteStmt();
-  RETURN_IF_ERROR(db.Exec("COMMIT"));
   ASSIGN_OR_RETURN(std::string image, db.Serialize());
   const std::string path = JoinPath(dir, kIndexFile);
   ASSIGN_OR_RETURN(auto file, env->NewWritableFile(path));

@@ -15,6 +15,7 @@
 #include "api/status.h"
 #include "storage/index.h"
 #include "storage/shard_reader.h"
+#include "storage/slice_copy.h"
 #include "storage/thread_pool.h"
 
 namespace tessera::storage {
@@ -36,11 +37,6 @@ struct ReadPlan {
 // A target outside the tensor is invalid_argument; a target the saved slices
 // do not cover is data_loss.
 Result<ReadPlan> PlanRead(const TensorEntry& tensor, const SliceSpec& target);
-
-// Calls fn(src_byte, dst_byte, bytes) for each contiguous run of the overlap of
-// `src` and `dst` (both slices of one tensor, each stored row-major), in order.
-void ForEachRun(const SliceSpec& src, const SliceSpec& dst, size_t elem_size,
-                const std::function<void(uint64_t, uint64_t, uint64_t)>& fn);
 
 // Opens shard files of one checkpoint directory once and shares them.
 class ShardCache {

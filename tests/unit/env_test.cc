@@ -1,5 +1,7 @@
 // Tests of the Env seam: one behaviour suite run on POSIX and MemEnv, MemEnv's crash model,
 // and FaultEnv's failure injection.
+#include "storage/env.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -15,22 +17,21 @@
 #include <vector>
 
 #include "api/status.h"
-#include "storage/env.h"
 #include "storage/fault_env.h"
 #include "storage/mem_env.h"
 
 namespace tessera::storage {
 namespace {
 
-#define ASSERT_OK(expr)                                   \
-  do {                                                    \
-    const ::tessera::Status _st = (expr);                 \
+#define ASSERT_OK(expr)                                       \
+  do {                                                        \
+    const ::tessera::Status _st = (expr);                     \
     ASSERT_TRUE(_st.ok()) << #expr << ": " << _st.ToString(); \
   } while (0)
 
-#define EXPECT_OK(expr)                                   \
-  do {                                                    \
-    const ::tessera::Status _st = (expr);                 \
+#define EXPECT_OK(expr)                                       \
+  do {                                                        \
+    const ::tessera::Status _st = (expr);                     \
     EXPECT_TRUE(_st.ok()) << #expr << ": " << _st.ToString(); \
   } while (0)
 

@@ -1,0 +1,18 @@
+// Subcommands of the `tessera` CLI. Each returns the process exit code.
+#pragma once
+
+#include <string>
+
+namespace tessera::tools {
+
+// 0 on success, 1 on error (message on stderr).
+int RunInspect(const std::string& dir, bool json);
+// 0 if every chunk verifies, 2 if some are bad, 1 if the checkpoint cannot be read.
+int RunVerify(const std::string& dir, bool json, int threads);
+// Writes a checkpoint of synthetic tensors, inspects, verifies and reads it back.
+int RunDemo(const std::string& dir, bool keep);
+
+// "12.3 MiB"
+std::string HumanBytes(double bytes);
+
+}  // namespace tessera::tools
