@@ -1,0 +1,379 @@
+// Shard files, the index, read planning, save planning and the commit protocol.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "checkpoint_fixture.h"
+#include "storage/checkpoint_dir.h"
+#include "storage/index.h"
+#include "storage/mem_env.h"
+#include "storage/read_planner.h"
+#include "storage/save_plan.h"
+#include "storage/shard_reader.h"
+#include "storage/shard_writer.h"
+#include "storage/verify.h"
+
+namespace tessera::storage {
+namespace {
+
+using testing::Expected;
+using testing::MakeRequest;
+using testing::MakeTensor;
+using testing::Mesh22;
+using testing::MixedTensors;
+
+TEST(ChunkCodec, CompressesWhenItPaysAndStoresRawOtherwise) {
+  std::string zeros(1 << 16, '\0');
+  EncodedChunk z = EncodeChunk(zeros.data(), zeros.size(), true, 1);
+  EXPECT_EQ(z.codec, Codec::kZstd);
+  EXPECT_LT(z.bytes.size(), zeros.size() / 10);
+  std::string noise = SyntheticBytes(DType::kUInt8, 1 << 16, 7);
+  EncodedChunk n = EncodeChunk(noise.data(), noise.size(), true, 1);
+  EXPECT_EQ(n.codec, Codec::kRaw);
+  EXPECT_TRUE(n.bytes.empty());
+  std::string out(zeros.size(), 'x');
+  ASSERT_TRUE(DecodeChunk(z.codec, z.bytes, z.raw_length, z.checksum, out.data()).ok());
+  EXPECT_EQ(out, zeros);
+  EXPECT_EQ(DecodeChunk(z.codec, z.bytes, z.raw_length, z.checksum + 1, out.data()).code(),
+            Code::kDataLoss);
+}
+
+class ShardFileTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShardFileTest, RoundTripsChunksOfEverySlice) {
+  MemEnv env;
+  ThreadPool pool(2);
+  ShardOptions opt;
+  opt.chunk_size = 1003;  // rounded down to 1000: many chunks, odd boundaries
+  opt.pool = GetParam() ? &pool : nullptr;
+  std::vector<std::string> slices = {SyntheticBytes(DType::kFloat32, 1000, 1), std::string(5000, 'a'),
+                                     std::string(), SyntheticBytes(DType::kUInt8, 333, 2)};
+  auto w = ShardWriter::Create(&env, "s.tsr", opt);
+  ASSERT_TRUE(w.ok());
+  std::vector<size_t> handles;
+  for (const auto& s : slices) handles.push_back(*(*w)->Add(s.data(), s.size()));
+  ASSERT_TRUE((*w)->Finish().ok());
+  auto r = ShardReader::Open(&env, "s.tsr");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto table = (*r)->ReadTable();
+  ASSERT_TRUE(table.ok());
+  size_t total_chunks = 0;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    std::string back;
+    uint64_t expect_offset = 0;
+    for (const auto& c : (*w)->chunks(handles[i])) {
+      EXPECT_EQ(c.raw_offset, expect_offset);
+      EXPECT_LE(c.loc.raw_length, 1000u);
+      std::string buf(c.loc.raw_length, '\0');
+      ASSERT_TRUE((*r)->ReadChunk(c.loc, buf.data()).ok());
+      back += buf;
+      expect_offset += c.loc.raw_length;
+      ++total_chunks;
+    }
+    EXPECT_EQ(back, slices[i]);
+  }
+  EXPECT_EQ(table->size(), total_chunks);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pool, ShardFileTest, ::testing::Values(0, 1));
+
+TEST(ShardFile, HeaderChecksNameTheFile) {
+  MemEnv env;
+  ASSERT_TRUE(WriteFileDurably(&env, "bad.tsr", std::string(100, 'z')).ok());
+  auto r = ShardReader::Open(&env, "bad.tsr");
+  EXPECT_EQ(r.status().code(), Code::kDataLoss);
+  EXPECT_NE(r.status().message().find("bad.tsr"), std::string::npos);
+  std::string header = EncodeShardHeader(4096);
+  header[8] = 9;  // format version 9
+  ASSERT_TRUE(WriteFileDurably(&env, "v9.tsr", header + std::string(64, '\0')).ok());
+  r = ShardReader::Open(&env, "v9.tsr");
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("version 9"), std::string::npos);
+}
+
+TEST(SavePlan, ReplicatedSlicesWrittenOnceAndBalanced) {
+  Mesh m = Mesh22();
+  std::vector<TensorMeta> tensors;
+  for (int i = 0; i < 8; ++i) {
+    tensors.push_back({"r" + std::to_string(i), DType::kFloat32, {256}, Layout::Replicated(1)});
+  }
+  tensors.push_back({"s", DType::kFloat32, {64, 64}, Layout{{"data", "model"}}});
+  auto plan = PlanSave(m, tensors);
+  EXPECT_EQ(plan.size(), 8u + 4u);  // each replicated tensor once, 4 distinct shards
+  auto bytes = BytesPerRank(m, plan);
+  // 8 KiB of replicated tensors spread over 4 workers on top of 4 KiB shards each.
+  for (uint64_t b : bytes) EXPECT_EQ(b, 4096u + 2048u);
+}
+
+TEST(Checkpoint, SaveAndReadBackEveryDtypeAndLayout) {
+  MemEnv env;
+  Mesh m = Mesh22();
+  auto tensors = MixedTensors(m);
+  // Also one tensor of each remaining dtype.
+  for (DType d : AllDTypes()) {
+    tensors.push_back(MakeTensor(m, {"all/" + std::string(DTypeName(d)), d, {8, 6},
+                                     Layout{{"data", "unsharded"}}},
+                                 static_cast<uint64_t>(d) + 50));
+  }
+  auto req = MakeRequest("root", m, 7, tensors);
+  req.metadata = {{"lr", 0.1}};
+  auto saved = SaveCheckpoint(&env, req);
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  auto index = CheckpointIndex::Open(&env, saved->dir);
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  EXPECT_EQ(index->meta().step, 7);
+  EXPECT_EQ(index->meta().mesh, m);
+  EXPECT_EQ(index->meta().metadata["lr"], 0.1);
+  EXPECT_EQ(index->tensors().size(), tensors.size());
+  for (const auto& t : tensors) {
+    const TensorEntry* e = index->Find(t.meta.name);
+    ASSERT_NE(e, nullptr) << t.meta.name;
+    EXPECT_EQ(e->meta, t.meta);
+    auto whole = ReadSlice(&env, saved->dir, t.meta.name, FullSlice(t.meta.shape));
+    ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+    EXPECT_EQ(*whole, t.global) << t.meta.name;
+    for (int64_t d = 0; d < m.num_devices(); ++d) {
+      SliceSpec s = DeviceSlice(m, t.meta.layout, t.meta.shape, d);
+      EXPECT_EQ(*ReadSlice(&env, saved->dir, t.meta.name, s), t.shards[d]);
+    }
+  }
+  // Fragments are gone after the merge; only shards and the index remain.
+  auto names = env.ListDir(saved->dir);
+  for (const auto& n : *names) EXPECT_EQ(n.find("fragment"), std::string::npos) << n;
+  auto report = VerifyCheckpoint(&env, saved->dir);
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(report->ok()) << report->ToJson().dump();
+}
+
+TEST(Checkpoint, ReplicatedTensorStoredOnce) {
+  MemEnv env;
+  Mesh m = Mesh22();
+  std::vector<testing::SyntheticTensor> tensors = {
+      MakeTensor(m, {"rep", DType::kUInt8, {4096}, Layout::Replicated(1)}, 3)};
+  ShardOptions opt;
+  opt.compress = false;
+  auto saved = SaveCheckpoint(&env, MakeRequest("root", m, 1, tensors, opt));
+  ASSERT_TRUE(saved.ok());
+  EXPECT_EQ(saved->written_raw_bytes, 4096u);
+  auto index = CheckpointIndex::Open(&env, saved->dir);
+  EXPECT_EQ(index->Find("rep")->slices.size(), 1u);
+}
+
+// Random resharding: save on one mesh/layout, read every device slice of
+// another mesh/layout, compare with the global tensor.
+TEST(Checkpoint, ReshardingGivesTheSameGlobalTensor) {
+  std::mt19937 rng(42);
+  std::vector<Mesh> meshes = {Mesh22(), Mesh{"a", {{"data", 4}}, 1}, Mesh{"b", {{"x", 2}}, 1},
+                              Mesh{"c", {{"x", 2}, {"y", 2}, {"z", 2}}, 2}};
+  for (int iter = 0; iter < 20; ++iter) {
+    MemEnv env;
+    const Mesh& src = meshes[rng() % meshes.size()];
+    const Mesh& dst = meshes[rng() % meshes.size()];
+    DType dtype = AllDTypes()[rng() % AllDTypes().size()];
+    Shape shape{static_cast<int64_t>(8 * (1 + rng() % 3)), static_cast<int64_t>(4 * (1 + rng() % 2)), 2};
+    auto random_layout = [&](const Mesh& mesh) {
+      Layout l = Layout::Replicated(shape.size());
+      for (const auto& ax : mesh.axes) {
+        size_t dim = rng() % (shape.size() + 1);  // == size: leave replicated
+        if (dim < shape.size() && l.dims[dim] == kUnsharded && shape[dim] % ax.size == 0) {
+          l.dims[dim] = ax.name;
+        }
+      }
+      return l;
+    };
+    Layout src_layout = random_layout(src), dst_layout = random_layout(dst);
+    std::vector<testing::SyntheticTensor> tensors = {
+        MakeTensor(src, {"t", dtype, shape, src_layout}, iter)};
+    ShardOptions opt;
+    opt.chunk_size = 64;  // many chunks so partial overlaps are exercised
+    auto saved = SaveCheckpoint(&env, MakeRequest("root", src, 1, tensors, opt));
+    ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+    for (int64_t d = 0; d < dst.num_devices(); ++d) {
+      SliceSpec s = DeviceSlice(dst, dst_layout, shape, d);
+      auto got = ReadSlice(&env, saved->dir, "t", s);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_EQ(*got, Expected(tensors[0], s))
+          << "iter " << iter << " " << src.ToString() << "[" << src_layout.ToString() << "] → "
+          << dst.ToString() << "[" << dst_layout.ToString() << "] device " << d;
+    }
+  }
+}
+
+TEST(ReadPlanner, ReadsOnlyChunksOverlappingTheTarget) {
+  MemEnv env;
+  Mesh one{"one", {{"d", 1}}, 1};
+  // 1024 rows of 1 KiB, chunks of 4 KiB: each chunk is 4 rows.
+  std::vector<testing::SyntheticTensor> tensors = {
+      MakeTensor(one, {"big", DType::kUInt8, {1024, 1024}, Layout::Replicated(2)}, 9)};
+  ShardOptions opt;
+  opt.chunk_size = 4096;
+  opt.compress = false;
+  auto saved = SaveCheckpoint(&env, MakeRequest("root", one, 1, tensors, opt));
+  ASSERT_TRUE(saved.ok());
+  auto index = CheckpointIndex::Open(&env, saved->dir);
+  const TensorEntry* t = index->Find("big");
+  // A quarter of the rows (as for device 1 of {data:4}) needs exactly a quarter of the chunks.
+  SliceSpec quarter{{256, 0}, {256, 1024}};
+  auto plan = PlanRead(*t, quarter);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->reads.size(), 64u);
+  EXPECT_EQ(plan->stored_bytes, 256u * 1024);
+  // One row: one chunk. One column: every chunk (it touches every row).
+  EXPECT_EQ(PlanRead(*t, SliceSpec{{5, 0}, {1, 1024}})->reads.size(), 1u);
+  EXPECT_EQ(PlanRead(*t, SliceSpec{{0, 3}, {1024, 1}})->reads.size(), 256u);
+  // A sub-box spanning rows 6..9 touches chunks 1 and 2 only.
+  EXPECT_EQ(PlanRead(*t, SliceSpec{{6, 10}, {4, 10}})->reads.size(), 2u);
+  EXPECT_EQ(PlanRead(*t, SliceSpec{{1020, 0}, {8, 1}}).status().code(), Code::kInvalidArgument);
+}
+
+TEST(Index, MergeRejectsDisagreeingWritersNamingTheTensor) {
+  MemEnv env;
+  ASSERT_TRUE(env.CreateDirs("s").ok());
+  TensorMeta a{"t", DType::kFloat32, {4}, Layout{{"d"}}};
+  TensorMeta b = a;
+  b.dtype = DType::kInt32;
+  SliceChunk c{0, {32, 8, 8, 0, Codec::kRaw}};
+  auto f0 = FragmentBuilder::Create();
+  ASSERT_TRUE(f0->AddSlice(a, {{0}, {2}}, "shard-0.tsr", {c}).ok());
+  ASSERT_TRUE(f0->WriteTo(&env, "s/fragment-0.sqlite").ok());
+  auto f1 = FragmentBuilder::Create();
+  ASSERT_TRUE(f1->AddSlice(b, {{2}, {2}}, "shard-1.tsr", {c}).ok());
+  ASSERT_TRUE(f1->WriteTo(&env, "s/fragment-1.sqlite").ok());
+  Status st = MergeFragments(&env, "s", {"fragment-0.sqlite", "fragment-1.sqlite"},
+                             {Mesh{"m", {{"d", 2}}, 1}, 1, Json::object(), 0});
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_EQ(st.details()["tensor"], "t");
+  EXPECT_NE(st.message().find("fragment-1.sqlite"), std::string::npos);
+}
+
+TEST(Index, MergeRejectsUncoveredTensor) {
+  MemEnv env;
+  ASSERT_TRUE(env.CreateDirs("s").ok());
+  TensorMeta a{"t", DType::kFloat32, {4}, Layout{{"d"}}};
+  auto f0 = FragmentBuilder::Create();
+  ASSERT_TRUE(f0->AddSlice(a, {{0}, {2}}, "shard-0.tsr", {{0, {32, 8, 8, 0, Codec::kRaw}}}).ok());
+  ASSERT_TRUE(f0->WriteTo(&env, "s/fragment-0.sqlite").ok());
+  Status st = MergeFragments(&env, "s", {"fragment-0.sqlite"},
+                             {Mesh{"m", {{"d", 2}}, 1}, 1, Json::object(), 0});
+  EXPECT_FALSE(st.ok());
+  EXPECT_EQ(st.details()["tensor"], "t");
+}
+
+TEST(Index, MissingGarbageAndWrongVersionAreClearErrors) {
+  MemEnv env;
+  Mesh m = Mesh22();
+  auto tensors = MixedTensors(m);
+  auto saved = SaveCheckpoint(&env, MakeRequest("root", m, 1, tensors));
+  ASSERT_TRUE(saved.ok());
+  const std::string index_path = JoinPath(saved->dir, kIndexFile);
+  auto image = ReadWholeFile(&env, index_path);
+  ASSERT_TRUE(image.ok());
+
+  // Wrong format version.
+  auto db = SqliteDb::FromImage(*image, "x");
+  ASSERT_TRUE(db->Exec("UPDATE meta SET value = '99' WHERE key = 'format_version'").ok());
+  ASSERT_TRUE(WriteFileDurably(&env, index_path, *db->Serialize()).ok());
+  auto idx = CheckpointIndex::Open(&env, saved->dir);
+  EXPECT_EQ(idx.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(idx.status().message().find("version 99"), std::string::npos);
+
+  // Garbage.
+  ASSERT_TRUE(WriteFileDurably(&env, index_path, std::string(4096, 'g')).ok());
+  idx = CheckpointIndex::Open(&env, saved->dir);
+  EXPECT_EQ(idx.status().code(), Code::kDataLoss);
+  EXPECT_NE(idx.status().message().find("index.sqlite"), std::string::npos);
+
+  // A valid SQLite file that is not an index.
+  auto other = SqliteDb::OpenMemory();
+  ASSERT_TRUE(other->Exec("CREATE TABLE x(y)").ok());
+  ASSERT_TRUE(WriteFileDurably(&env, index_path, *other->Serialize()).ok());
+  EXPECT_EQ(CheckpointIndex::Open(&env, saved->dir).status().code(), Code::kDataLoss);
+
+  // Missing.
+  ASSERT_TRUE(env.DeleteFile(index_path).ok());
+  EXPECT_EQ(CheckpointIndex::Open(&env, saved->dir).status().code(), Code::kNotFound);
+}
+
+TEST(CheckpointDir, CommitListDeleteAndGc) {
+  MemEnv env;
+  Mesh m = Mesh22("team/run-1");  // '/' in a mesh name stays one directory
+  auto tensors = MixedTensors(m);
+  for (int64_t step : {10, 20, 30}) {
+    ASSERT_TRUE(SaveCheckpoint(&env, MakeRequest("root", m, step, tensors)).ok());
+  }
+  EXPECT_TRUE(env.IsDirectory("root/team%2Frun-1/step-20"));
+  EXPECT_EQ(*ListSteps(&env, "root", m.name), (std::vector<int64_t>{10, 20, 30}));
+  // Saving a committed step again is a conflict and leaves it intact.
+  auto again = SaveCheckpoint(&env, MakeRequest("root", m, 20, tensors));
+  EXPECT_EQ(again.status().code(), Code::kConflict);
+  EXPECT_TRUE(VerifyCheckpoint(&env, CheckpointDir("root", m.name, 20))->ok());
+  ASSERT_TRUE(DeleteCheckpoint(&env, "root", m.name, 20).ok());
+  EXPECT_EQ(*ListSteps(&env, "root", m.name), (std::vector<int64_t>{10, 30}));
+  EXPECT_EQ(DeleteCheckpoint(&env, "root", m.name, 20).code(), Code::kNotFound);
+  // Leftovers: two staging dirs (one still in use) and a half-deleted dir.
+  ASSERT_TRUE(CreateStaging(&env, "root", m.name, 40, "dead").ok());
+  ASSERT_TRUE(CreateStaging(&env, "root", m.name, 50, "live").ok());
+  ASSERT_TRUE(env.CreateDirs(JoinPath(MeshDir("root", m.name), ".deleting-9-0")).ok());
+  auto removed = CollectGarbage(&env, "root", {"live"});
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(removed->size(), 2u);
+  EXPECT_TRUE(env.IsDirectory(StagingDir("root", m.name, 50, "live")));
+  EXPECT_FALSE(env.Exists(StagingDir("root", m.name, 40, "dead")));
+  EXPECT_EQ(*ListSteps(&env, "root", m.name), (std::vector<int64_t>{10, 30}));
+}
+
+TEST(Verify, EveryFlippedChunkIsReportedWithTensorFileAndOffset) {
+  MemEnv env;
+  Mesh m = Mesh22();
+  auto tensors = MixedTensors(m);
+  auto saved = SaveCheckpoint(&env, MakeRequest("root", m, 1, tensors));
+  ASSERT_TRUE(saved.ok());
+  auto index = CheckpointIndex::Open(&env, saved->dir);
+  for (const auto& t : index->tensors()) {
+    for (const auto& s : t.slices) {
+      for (const auto& c : s.chunks) {
+        const std::string path = JoinPath(saved->dir, s.file);
+        std::string orig = *ReadWholeFile(&env, path);
+        std::string bad = orig;
+        bad[c.loc.offset + c.loc.length / 2] ^= 0x10;
+        ASSERT_TRUE(WriteFileDurably(&env, path, bad).ok());
+        auto report = VerifyCheckpoint(&env, saved->dir);
+        ASSERT_TRUE(report.ok());
+        ASSERT_EQ(report->bad_chunks.size(), 1u) << t.meta.name;
+        EXPECT_EQ(report->bad_chunks[0].tensor, t.meta.name);
+        EXPECT_EQ(report->bad_chunks[0].file, s.file);
+        EXPECT_EQ(report->bad_chunks[0].offset, c.loc.offset);
+        // Reading the tensor fails the same way: data_loss naming the tensor.
+        auto read = ReadSlice(&env, saved->dir, t.meta.name, FullSlice(t.meta.shape));
+        EXPECT_EQ(read.status().code(), Code::kDataLoss);
+        EXPECT_EQ(read.status().details()["tensor"], t.meta.name);
+        ASSERT_TRUE(WriteFileDurably(&env, path, orig).ok());
+      }
+    }
+  }
+  EXPECT_TRUE(VerifyCheckpoint(&env, saved->dir)->ok());
+}
+
+TEST(Verify, TruncatedAndMissingShardsAreProblems) {
+  MemEnv env;
+  Mesh m = Mesh22();
+  auto tensors = MixedTensors(m);
+  auto saved = SaveCheckpoint(&env, MakeRequest("root", m, 1, tensors));
+  ASSERT_TRUE(saved.ok());
+  const std::string shard0 = JoinPath(saved->dir, "shard-0.tsr");
+  std::string orig = *ReadWholeFile(&env, shard0);
+  ASSERT_TRUE(WriteFileDurably(&env, shard0, orig.substr(0, orig.size() / 2)).ok());
+  auto report = VerifyCheckpoint(&env, saved->dir);
+  ASSERT_TRUE(report.ok());
+  EXPECT_FALSE(report->ok());
+  EXPECT_FALSE(report->problems.empty());
+  EXPECT_FALSE(report->bad_chunks.empty());
+  for (const auto& b : report->bad_chunks) EXPECT_EQ(b.file, "shard-0.tsr");
+  ASSERT_TRUE(env.DeleteFile(shard0).ok());
+  report = VerifyCheckpoint(&env, saved->dir);
+  ASSERT_TRUE(report.ok());
+  EXPECT_NE(report->problems[0].find("missing"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::storage
