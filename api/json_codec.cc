@@ -72,8 +72,6 @@ Json ShapeToJson(const Shape& shape) { return Json(shape); }
 
 Result<Shape> ShapeFromJson(const Json& j, const std::string& field) {
   if (!j.is_array()) return TypeError(field, "a list of non-negative integers");
-  if (j.size() > 32) return InvalidArgument("field '" + field + "' has more than 32 dimensions",
-                                            {{"field", field}});
   Shape shape;
   for (const auto& d : j) {
     if (!d.is_number_integer() || d.get<int64_t>() < 0) {
@@ -81,6 +79,7 @@ Result<Shape> ShapeFromJson(const Json& j, const std::string& field) {
     }
     shape.push_back(d.get<int64_t>());
   }
+  RETURN_IF_ERROR(CheckShapeSize(shape, field));
   return shape;
 }
 

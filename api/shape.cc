@@ -38,10 +38,23 @@ Result<Shape> ParseShape(std::string_view text, std::string_view field) {
     if (comma == std::string_view::npos) break;
     pos = comma + 1;
   }
-  if (shape.size() > 32) {
-    return InvalidArgument("shape has more than 32 dimensions", {{"field", field}});
-  }
+  RETURN_IF_ERROR(CheckShapeSize(shape, field));
   return shape;
+}
+
+Status CheckShapeSize(const Shape& shape, std::string_view field) {
+  if (shape.size() > kMaxRank) {
+    return InvalidArgument("shape has more than " + std::to_string(kMaxRank) + " dimensions",
+                           {{"field", field}});
+  }
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > kMaxElements) {
+      return InvalidArgument("shape [" + ShapeToString(shape) + "] is too large (at most 2^48 elements)",
+                             {{"field", field}});
+    }
+  }
+  return Status::Ok();
 }
 
 int64_t SliceSpec::NumElements() const { return tessera::NumElements(lengths); }

@@ -17,6 +17,11 @@ using Shape = std::vector<int64_t>;
 int64_t NumElements(const Shape& shape);
 // "8,4" (empty string for a scalar).
 std::string ShapeToString(const Shape& shape);
+inline constexpr size_t kMaxRank = 32;
+inline constexpr int64_t kMaxElements = int64_t{1} << 48;
+
+// Rank ≤ kMaxRank, dims ≥ 0, product ≤ kMaxElements (no overflow anywhere after).
+Status CheckShapeSize(const Shape& shape, std::string_view field = "shape");
 // Parses "8,4"; dims must be non-negative integers. Errors name `field`.
 Result<Shape> ParseShape(std::string_view text, std::string_view field = "shape");
 

@@ -59,7 +59,15 @@ Status Commit(Env* env, const std::string& root, const std::string& mesh, int64_
   }
   RETURN_IF_ERROR(env->SyncDir(staging));
   RETURN_IF_ERROR(env->Rename(staging, final_dir));
-  return env->SyncDir(MeshDir(root, mesh));
+  Status st = env->SyncDir(MeshDir(root, mesh));
+  // The mesh dir (and the root) may be new: their own entries must be durable too.
+  if (st.ok()) st = env->SyncDir(root);
+  if (st.ok()) st = env->SyncDir(ParentDir(root));
+  if (!st.ok()) {
+    // Not known to be durable: take it back, so a failed commit leaves no visible step.
+    if (env->Rename(final_dir, staging).ok()) (void)env->SyncDir(MeshDir(root, mesh));
+  }
+  return st;
 }
 
 Status DeleteCheckpoint(Env* env, const std::string& root, const std::string& mesh, int64_t step) {

@@ -27,6 +27,8 @@ Status CreateStaging(Env* env, const std::string& root, const std::string& mesh,
 
 // Makes the staging dir the committed checkpoint of `step`. REQUIRES: every file
 // in it has been fsynced by its writer. Fails (conflict) if the step exists.
+// If the rename cannot be made durable it is undone; only if the disk refuses
+// even that does the (complete) checkpoint stay visible.
 Status Commit(Env* env, const std::string& root, const std::string& mesh, int64_t step,
               const std::string& id);
 

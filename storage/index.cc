@@ -268,6 +268,7 @@ Result<CheckpointIndex> CheckpointIndex::Open(Env* env, const std::string& dir) 
                static_cast<uint64_t>(stmt->Int(4)), static_cast<uint64_t>(stmt->Int(6)),
                static_cast<Codec>(stmt->Int(5))};
       if (stmt->Int(1) < 0 || stmt->Int(2) < 0 || stmt->Int(3) < 0 || stmt->Int(4) < 0 ||
+          c.loc.raw_length > kMaxChunkSize || c.loc.length > 2 * kMaxChunkSize ||
           (c.loc.codec != Codec::kRaw && c.loc.codec != Codec::kZstd)) {
         return fail("a chunk of tensor '" + tensor.meta.name + "' is malformed");
       }

@@ -30,6 +30,8 @@ inline constexpr size_t kShardHeaderSize = 32;
 inline constexpr size_t kChunkEntrySize = 40;
 inline constexpr size_t kShardTrailerSize = 32;
 inline constexpr uint64_t kDefaultChunkSize = 4 << 20;
+// Larger chunks are refused by writers and treated as corruption by readers.
+inline constexpr uint64_t kMaxChunkSize = 256 << 20;
 
 // Where one chunk lives in a shard file and how to decode it.
 struct ChunkLocation {

@@ -23,7 +23,7 @@ Status ShardReader::Fail(Status st, uint64_t offset) const {
 
 Status ShardReader::ReadChunk(const ChunkLocation& loc, void* out) const {
   if (loc.offset < kShardHeaderSize || loc.offset + loc.length > file_->Size() ||
-      loc.offset + loc.length < loc.offset) {
+      loc.offset + loc.length < loc.offset || loc.raw_length > kMaxChunkSize) {
     return Fail(DataLoss("lies outside the file (" + std::to_string(file_->Size()) +
                          " bytes); the shard is truncated or the index is wrong"),
                 loc.offset);

@@ -6,7 +6,8 @@ namespace tessera::storage {
 
 Result<std::unique_ptr<ShardWriter>> ShardWriter::Create(Env* env, const std::string& path,
                                                          ShardOptions options) {
-  options.chunk_size = std::max<uint64_t>(8, options.chunk_size & ~uint64_t{7});
+  options.chunk_size =
+      std::clamp<uint64_t>(options.chunk_size & ~uint64_t{7}, 8, kMaxChunkSize);
   ASSIGN_OR_RETURN(auto file, env->NewWritableFile(path));
   std::unique_ptr<ShardWriter> w(new ShardWriter(std::move(file), path, std::move(options)));
   std::string header = EncodeShardHeader(w->options_.chunk_size);
