@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The tessera CLI as a user runs it: demo, inspect (table and JSON), verify,
+# then verify and inspect of damaged checkpoints (exit codes and named culprits).
+set -euo pipefail
+bin=$1
+root=$(mktemp -d /tmp/tessera-cli-XXXXXX)
+trap 'rm -rf "$root"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+out=$("$bin" demo --dir "$root" --keep)
+echo "$out" | grep -q "every byte matches" || fail "demo did not read back: $out"
+ckpt="$root/demo/step-100"
+[ -f "$ckpt/index.sqlite" ] || fail "no index in $ckpt"
+ls "$root/demo" | grep -q staging && fail "staging dir left behind"
+
+"$bin" inspect "$ckpt" | grep -q "dense/kernel .*bfloat16" || fail "inspect table lacks dense/kernel"
+"$bin" inspect --json "$ckpt" | grep -q '"name": "optimizer/step"' || fail "inspect --json"
+"$bin" verify "$ckpt" | grep -q "^OK" || fail "verify of a good checkpoint"
+
+# Flip one byte in the middle of shard-0: verify exits 2 naming file and tensor.
+size=$(stat -c %s "$ckpt/shard-0.tsr")
+printf '\xAA' | dd of="$ckpt/shard-0.tsr" bs=1 seek=$((size / 2)) conv=notrunc status=none
+set +e
+out=$("$bin" verify "$ckpt"); rc=$?
+set -e
+[ "$rc" -eq 2 ] || fail "verify exit $rc after corruption, want 2"
+echo "$out" | grep -q "BAD .*tensor .* file shard-0.tsr" || fail "verify does not name the culprit: $out"
+out=$("$bin" verify --json "$ckpt" || true)
+echo "$out" | grep -q "\"ok\": false" || fail "verify --json ok flag: $out"
+
+# Garbage index: a clear data_loss error, exit 1.
+head -c 8192 /dev/urandom > "$ckpt/index.sqlite"
+set +e
+err=$("$bin" inspect "$ckpt" 2>&1); rc=$?
+set -e
+[ "$rc" -eq 1 ] || fail "inspect exit $rc on garbage index"
+echo "$err" | grep -q "data_loss" || fail "inspect error not data_loss: $err"
+
+# Missing index: not_found naming the file.
+rm "$ckpt/index.sqlite"
+set +e
+err=$("$bin" verify "$ckpt" 2>&1); rc=$?
+set -e
+[ "$rc" -eq 1 ] && echo "$err" | grep -q "not_found.*index.sqlite" || fail "missing index: $err"
+echo "cli_test: ok"

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what Tessera needs on Debian 12 and builds it. Idempotent: when every
+# package is present it goes straight to the (incremental) build.
+#
+#   bash tools/setup.sh              # build/ (RelWithDebInfo)
+#   bash tools/setup.sh --sanitize   # build-asan/ (ASan + UBSan)
+#   bash tools/setup.sh --tsan       # build-tsan/ (ThreadSanitizer)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build_dir=build
+cmake_flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
+case "${1:-}" in
+  --sanitize) build_dir=build-asan; cmake_flags=(-DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON) ;;
+  --tsan) build_dir=build-tsan; cmake_flags=(-DCMAKE_BUILD_TYPE=Debug -DTESSERA_TSAN=ON) ;;
+  "") ;;
+  *) echo "usage: $0 [--sanitize|--tsan]" >&2; exit 2 ;;
+esac
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libcpp-httplib-dev nlohmann-json3-dev libsqlite3-dev libzstd-dev libxxhash-dev
+  libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+
+echo "setup: building into $build_dir/"
+cmake -S . -B "$build_dir" -G Ninja "${cmake_flags[@]}" >/dev/null
+cmake --build "$build_dir" -j"$(nproc)"
