@@ -1,4 +1,7 @@
 // `tessera inspect` and `tessera verify`.
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 
@@ -100,7 +103,18 @@ int RunInspect(const std::string& dir, bool json) {
 
 int RunVerify(const std::string& dir, bool json, int threads) {
   storage::ThreadPool pool(threads);
-  auto report = storage::VerifyCheckpoint(storage::DefaultEnv(), dir, &pool);
+  // Progress on a terminal only, so scripts and --json output stay clean.
+  const bool show = !json && isatty(STDERR_FILENO);
+  auto last = std::chrono::steady_clock::now();
+  auto progress = [&](uint64_t done, uint64_t total) {
+    auto now = std::chrono::steady_clock::now();
+    if (!show || (now - last < std::chrono::milliseconds(200) && done != total)) return;
+    last = now;
+    std::fprintf(stderr, "\rverifying: %s of %s (%.0f%%)", HumanBytes(done).c_str(),
+                 HumanBytes(total).c_str(), total ? 100.0 * done / total : 100.0);
+    if (done == total) std::fprintf(stderr, "\n");
+  };
+  auto report = storage::VerifyCheckpoint(storage::DefaultEnv(), dir, &pool, progress);
   if (!report.ok()) return Fail(report.status(), json);
   if (json) {
     std::cout << report->ToJson().dump(2) << "\n";

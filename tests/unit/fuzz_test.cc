@@ -3,6 +3,7 @@
 // verifies must read back exactly.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <random>
 #include <set>
 
@@ -17,6 +18,12 @@ namespace {
 using testing::MakeRequest;
 using testing::Mesh22;
 using testing::MixedTensors;
+
+// TESSERA_FUZZ_SCALE multiplies the iteration counts (the `slow` ctest tier uses 20).
+int Iterations(int base) {
+  const char* scale = std::getenv("TESSERA_FUZZ_SCALE");
+  return base * (scale ? std::max(1, std::atoi(scale)) : 1);
+}
 
 const std::set<Code> kCleanCodes = {Code::kOk, Code::kDataLoss, Code::kInvalidArgument,
                                     Code::kNotFound};
@@ -67,7 +74,7 @@ TEST(Fuzz, MutatedShardFiles) {
   auto saved = SaveCheckpoint(&env, MakeRequest("root", m, 1, tensors, opt));
   ASSERT_TRUE(saved.ok());
   std::mt19937_64 rng(20261122);
-  for (int iter = 0; iter < 3000; ++iter) {
+  for (int iter = 0; iter < Iterations(3000); ++iter) {
     const std::string path = JoinPath(saved->dir, ShardFileName(rng() % 4));
     const std::string orig = *ReadWholeFile(&env, path);
     ASSERT_TRUE(WriteFileDurably(&env, path, Mutate(orig, rng)).ok());
@@ -85,7 +92,7 @@ TEST(Fuzz, MutatedIndexBytes) {
   const std::string path = JoinPath(saved->dir, kIndexFile);
   const std::string orig = *ReadWholeFile(&env, path);
   std::mt19937_64 rng(7);
-  for (int iter = 0; iter < 3000; ++iter) {
+  for (int iter = 0; iter < Iterations(3000); ++iter) {
     ASSERT_TRUE(WriteFileDurably(&env, path, Mutate(orig, rng)).ok());
     auto index = CheckpointIndex::Open(&env, saved->dir);
     ASSERT_TRUE(kCleanCodes.count(index.status().code())) << index.status().ToString();
@@ -110,7 +117,7 @@ TEST(Fuzz, MutatedIndexRows) {
   const char* values[] = {"-1", "0", "9223372036854775807", "'x'", "NULL", "'../../etc/passwd'",
                           "'1,2,3'", "'99999999999,99999999999'", "4294967296", "''", "'float8'"};
   std::mt19937_64 rng(99);
-  for (int iter = 0; iter < 2000; ++iter) {
+  for (int iter = 0; iter < Iterations(2000); ++iter) {
     auto db = SqliteDb::FromImage(orig, "index");
     ASSERT_TRUE(db.ok());
     std::string col = columns[rng() % std::size(columns)];

@@ -1,0 +1,81 @@
+// One route table for every HTTP server of the project: {method, pattern,
+// handler, help}. Handlers are plain functions Request → Response, so tests can
+// call them without a socket (Router::Dispatch).
+//
+// Patterns match the raw (undecoded) path segment by segment:
+//   {x}   one segment, percent-decoded (a '/' inside a name may be sent as %2F)
+//   {x+}  one or more segments joined by '/', e.g. tensor names "dense/kernel"
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "api/json_codec.h"
+#include "api/status.h"
+
+namespace tessera::http {
+
+struct Request {
+  std::string method;
+  std::string path;                           // raw path, without the query
+  std::map<std::string, std::string> params;  // from the pattern
+  std::multimap<std::string, std::string> query;
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;
+
+  // Query parameter or nullopt.
+  std::optional<std::string> Query(const std::string& key) const;
+  const std::string& Param(const std::string& key) const;
+  std::string Header(const std::string& lower_name) const;
+};
+
+struct Response {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;
+  // Set for streams (SSE): called repeatedly with a sink until it returns false.
+  std::function<bool(const std::function<bool(std::string_view)>& write)> stream;
+
+  static Response Json(int status, const tessera::Json& body);
+  static Response Error(const Status& status);
+  static Response NoContent();
+};
+
+using Handler = std::function<Response(const Request&)>;
+
+struct Route {
+  std::string method;
+  std::string pattern;
+  Handler handler;
+  std::string help;
+  bool auth = true;  // needs the bearer token (when the server has one)
+};
+
+class Router {
+ public:
+  void Add(Route route);
+  // Finds the route and fills req->params. nullptr when none matches;
+  // *method_mismatch is set when the path matches under another method.
+  const Route* Match(Request* req, bool* method_mismatch) const;
+  // Matches and runs the handler; unknown paths are not_found JSON errors.
+  Response Dispatch(Request req) const;
+  const std::vector<Route>& routes() const { return routes_; }
+
+ private:
+  std::vector<Route> routes_;
+};
+
+std::string PercentDecode(std::string_view s);
+std::string PercentEncode(std::string_view s);  // everything but unreserved chars and '/'
+
+// Parses an integer query parameter; absent → fallback; malformed → invalid_argument.
+Result<int64_t> QueryInt(const Request& req, const std::string& key, int64_t fallback);
+// Parses the request body as a JSON object (empty body → {}).
+Result<tessera::Json> JsonBody(const Request& req);
+
+}  // namespace tessera::http

@@ -1,0 +1,150 @@
+#include "api/http/server.h"
+
+#include <httplib.h>
+
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+
+namespace tessera::http {
+
+bool BearerMatches(const std::string& header, const std::string& token) {
+  const std::string prefix = "Bearer ";
+  if (header.size() != prefix.size() + token.size() || header.compare(0, prefix.size(), prefix)) {
+    return false;
+  }
+  unsigned char diff = 0;
+  for (size_t i = 0; i < token.size(); ++i) diff |= header[prefix.size() + i] ^ token[i];
+  return diff == 0;
+}
+
+Server::Server(std::shared_ptr<Router> router, ServerOptions options)
+    : router_(std::move(router)), options_(std::move(options)),
+      server_(std::make_unique<httplib::Server>()) {
+  auto& s = *server_;
+  const int threads = options_.threads;
+  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  s.set_payload_max_length(options_.max_body_bytes);
+  s.set_read_timeout(options_.read_timeout_s, 0);
+  s.set_write_timeout(options_.write_timeout_s, 0);
+  s.set_keep_alive_max_count(1000);
+  auto handler = [this](const httplib::Request& req, httplib::Response& res) { Handle(&req, &res); };
+  for (const char* pattern : {".*"}) {
+    s.Get(pattern, handler);
+    s.Post(pattern, handler);
+    s.Put(pattern, handler);
+    s.Delete(pattern, handler);
+    s.Patch(pattern, handler);
+  }
+  s.set_exception_handler([](const httplib::Request& req, httplib::Response& res,
+                             std::exception_ptr ep) {
+    std::string what = "unknown exception";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    std::fprintf(stderr, "error: %s %s: %s\n", req.method.c_str(), req.path.c_str(), what.c_str());
+    Response r = Response::Error(Internal("internal error: " + what));
+    res.status = r.status;
+    res.set_content(r.body, "application/json");
+  });
+  // httplib's own rejections (oversized body, bad request line) get the JSON body too.
+  s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    Code code = res.status == 413   ? Code::kPayloadTooLarge
+                : res.status == 404 ? Code::kNotFound
+                : res.status < 500  ? Code::kInvalidArgument
+                                    : Code::kInternal;
+    std::string msg = res.status == 413 ? "request body too large" : "bad request";
+    res.set_content(ErrorBody(Status(code, msg)).dump(), "application/json");
+  });
+}
+
+Server::~Server() { Stop(); }
+
+Result<int> Server::Bind() {
+  if (options_.port == 0) {
+    port_ = server_->bind_to_any_port(options_.host);
+  } else {
+    port_ = server_->bind_to_port(options_.host, options_.port) ? options_.port : -1;
+  }
+  if (port_ <= 0) {
+    return Unavailable("cannot listen on " + options_.host + ":" + std::to_string(options_.port),
+                       {{"field", "listen"}});
+  }
+  return port_;
+}
+
+void Server::Start() {
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+}
+
+void Server::Run() { server_->listen_after_bind(); }
+
+void Server::Stop() {
+  if (server_) server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Server::Handle(const void* raw_req, void* raw_res) {
+  const auto& hreq = *static_cast<const httplib::Request*>(raw_req);
+  auto& hres = *static_cast<httplib::Response*>(raw_res);
+  auto t0 = std::chrono::steady_clock::now();
+  Request req;
+  req.method = hreq.method;
+  // Route on the raw target so a %2F inside a name stays inside that name.
+  const std::string& target = hreq.target.empty() ? hreq.path : hreq.target;
+  req.path = target.substr(0, target.find('?'));
+  for (const auto& [k, v] : hreq.params) req.query.emplace(k, v);
+  for (const auto& [k, v] : hreq.headers) {
+    std::string lower = k;
+    for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    req.headers[lower] = v;
+  }
+  req.body = hreq.body;
+
+  Response res;
+  std::string pattern;
+  bool wrong_method = false;
+  Request matched = req;
+  const Route* route = router_->Match(&matched, &wrong_method);
+  if (!route) {
+    res = router_->Dispatch(req);  // produces the 404 / 405 body
+  } else {
+    pattern = route->pattern;
+    if (route->auth && !options_.token.empty() &&
+        !BearerMatches(req.Header("authorization"), options_.token)) {
+      res = Response::Error(Status(Code::kUnauthenticated,
+                                   "missing or wrong bearer token (Authorization: Bearer <token>)",
+                                   {{"field", "authorization"}}));
+    } else {
+      res = route->handler(matched);
+    }
+  }
+  hres.status = res.status;
+  for (const auto& [k, v] : res.headers) hres.set_header(k, v);
+  if (res.stream) {
+    auto stream = res.stream;
+    hres.set_chunked_content_provider(
+        res.content_type, [stream](size_t, httplib::DataSink& sink) {
+          bool more = stream([&sink](std::string_view chunk) {
+            return sink.is_writable() && sink.write(chunk.data(), chunk.size());
+          });
+          if (!more) sink.done();
+          return more;
+        });
+  } else if (!res.content_type.empty()) {
+    hres.set_content(res.body, res.content_type);
+  } else if (!res.body.empty()) {
+    hres.set_content(res.body, "application/octet-stream");
+  }
+  if (options_.on_request) {
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                    .count();
+    options_.on_request(matched, pattern, res.status, ms);
+  }
+}
+
+}  // namespace tessera::http
