@@ -114,8 +114,10 @@ void Server::Handle(const void* raw_req, void* raw_res) {
     res = router_->Dispatch(req);  // produces the 404 / 405 body
   } else {
     pattern = route->pattern;
+    // Browsers' EventSource cannot set headers, so ?token= is accepted too.
     if (route->auth && !options_.token.empty() &&
-        !BearerMatches(req.Header("authorization"), options_.token)) {
+        !BearerMatches(req.Header("authorization"), options_.token) &&
+        !BearerMatches("Bearer " + req.Query("token").value_or(""), options_.token)) {
       res = Response::Error(Status(Code::kUnauthenticated,
                                    "missing or wrong bearer token (Authorization: Bearer <token>)",
                                    {{"field", "authorization"}}));

@@ -1,0 +1,84 @@
+#include "service/catalog.h"
+
+#include "storage/env.h"
+
+namespace tessera::service {
+namespace {
+
+constexpr const char* kTables[] = {"workers", "meshes", "checkpoints", "jobs", "retention", "kv"};
+
+// Migration i brings the schema from version i to i + 1.
+const std::vector<std::string> kMigrations = {
+    R"sql(
+CREATE TABLE workers(key TEXT PRIMARY KEY, seq INTEGER, doc TEXT NOT NULL);
+CREATE TABLE meshes(key TEXT PRIMARY KEY, seq INTEGER, doc TEXT NOT NULL);
+CREATE TABLE checkpoints(key TEXT PRIMARY KEY, seq INTEGER, doc TEXT NOT NULL);
+CREATE TABLE jobs(key TEXT PRIMARY KEY, seq INTEGER, doc TEXT NOT NULL);
+CREATE TABLE retention(key TEXT PRIMARY KEY, seq INTEGER, doc TEXT NOT NULL);
+CREATE TABLE kv(key TEXT PRIMARY KEY, seq INTEGER, doc TEXT NOT NULL);
+)sql",
+};
+
+bool KnownTable(const std::string& t) {
+  for (const char* k : kTables) {
+    if (t == k) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& data_dir) {
+  auto env = storage::DefaultEnv();
+  RETURN_IF_ERROR(env->CreateDirs(data_dir));
+  ASSIGN_OR_RETURN(auto db, storage::SqliteDb::OpenFile(storage::JoinPath(data_dir, "catalog.sqlite")));
+  RETURN_IF_ERROR(db.Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"));
+  ASSIGN_OR_RETURN(auto stmt, db.Prepare("PRAGMA user_version"));
+  RETURN_IF_ERROR(stmt.Step().status());
+  int64_t version = stmt.Int(0);
+  stmt = storage::SqliteStmt();
+  if (version > kCatalogSchemaVersion) {
+    return InvalidArgument("catalog schema version " + std::to_string(version) +
+                           " is newer than this tesserad (" +
+                           std::to_string(kCatalogSchemaVersion) + ")");
+  }
+  for (int64_t v = version; v < kCatalogSchemaVersion; ++v) {
+    RETURN_IF_ERROR(db.Exec("BEGIN; " + kMigrations[v] + " PRAGMA user_version = " +
+                            std::to_string(v + 1) + "; COMMIT;"));
+  }
+  return std::unique_ptr<Catalog>(new Catalog(std::move(db)));
+}
+
+Status Catalog::Put(const std::string& table, const std::string& key, const Json& doc) {
+  if (!KnownTable(table)) return Internal("unknown catalog table " + table);
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(auto stmt,
+                   db_.Prepare("INSERT INTO " + table +
+                               "(key, seq, doc) VALUES(?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM " +
+                               table + "), ?2) ON CONFLICT(key) DO UPDATE SET doc = excluded.doc"));
+  return stmt.Bind(1, key).Bind(2, doc.dump()).Run();
+}
+
+Status Catalog::Delete(const std::string& table, const std::string& key) {
+  if (!KnownTable(table)) return Internal("unknown catalog table " + table);
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(auto stmt, db_.Prepare("DELETE FROM " + table + " WHERE key = ?1"));
+  return stmt.Bind(1, key).Run();
+}
+
+Result<std::vector<Json>> Catalog::All(const std::string& table) {
+  if (!KnownTable(table)) return Internal("unknown catalog table " + table);
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(auto stmt, db_.Prepare("SELECT doc FROM " + table + " ORDER BY seq"));
+  std::vector<Json> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    auto j = ParseJson(stmt.Text(0), "catalog " + table);
+    if (!j.ok()) return DataLoss("catalog table " + table + " holds a corrupt document");
+    out.push_back(std::move(*j));
+  }
+  return out;
+}
+
+}  // namespace tessera::service

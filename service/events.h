@@ -1,0 +1,45 @@
+// Event bus behind /api/v1/events (SSE): every state change is published with
+// a sequence number; subscribers wait for events after the last one they saw.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "api/json_codec.h"
+
+namespace tessera::service {
+
+struct Event {
+  uint64_t seq = 0;
+  std::string type;  // worker, mesh, job, checkpoint, barrier, preemption
+  Json data;
+};
+
+class EventBus {
+ public:
+  explicit EventBus(size_t keep = 2000) : keep_(keep) {}
+  void Publish(const std::string& type, Json data);
+  // Events with seq > after, waiting up to `timeout` for at least one.
+  // Returns early (empty) after Shutdown().
+  std::vector<Event> WaitAfter(uint64_t after, std::chrono::milliseconds timeout);
+  uint64_t last_seq();
+  void Shutdown();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Event> events_;  // GUARDED_BY(mu_)
+  uint64_t seq_ = 0;          // GUARDED_BY(mu_)
+  bool shutdown_ = false;     // GUARDED_BY(mu_)
+  size_t keep_;
+};
+
+// "event: <type>\nid: <seq>\ndata: <json>\n\n"
+std::string FormatSse(const Event& e);
+
+}  // namespace tessera::service

@@ -1,0 +1,85 @@
+#include "service/metrics.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace tessera::service {
+namespace {
+
+std::string Escape(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+void Metrics::CountRequest(const std::string& route, const std::string& method, int status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  requests_[route + "|" + method + "|" + std::to_string(status)]++;
+}
+
+void Metrics::Observe(Summary* s, double v) {
+  s->count++;
+  s->sum += v;
+  s->recent.push_back(v);
+  if (s->recent.size() > 1000) s->recent.erase(s->recent.begin());
+}
+
+void Metrics::ObserveSave(double seconds, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Observe(&save_seconds_, seconds);
+  saved_bytes_ += bytes;
+}
+
+void Metrics::ObserveRestore(double seconds, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Observe(&restore_seconds_, seconds);
+  restored_bytes_ += bytes;
+}
+
+std::string Metrics::Render(
+    const std::map<std::string, std::map<std::string, double>>& gauges) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::ostringstream out;
+  out << "# HELP tessera_http_requests_total HTTP requests by route, method and status code.\n"
+      << "# TYPE tessera_http_requests_total counter\n";
+  for (const auto& [key, n] : requests_) {
+    size_t a = key.find('|'), b = key.rfind('|');
+    out << "tessera_http_requests_total{route=\"" << Escape(key.substr(0, a)) << "\",method=\""
+        << key.substr(a + 1, b - a - 1) << "\",code=\"" << key.substr(b + 1) << "\"} " << n << "\n";
+  }
+  out << "# HELP tessera_saved_bytes_total Logical bytes of committed checkpoints.\n"
+      << "# TYPE tessera_saved_bytes_total counter\ntessera_saved_bytes_total " << saved_bytes_
+      << "\n# HELP tessera_restored_bytes_total Bytes restored onto workers.\n"
+      << "# TYPE tessera_restored_bytes_total counter\ntessera_restored_bytes_total "
+      << restored_bytes_ << "\n";
+  auto summary = [&out](const char* name, const char* help, const Summary& s) {
+    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " summary\n";
+    std::vector<double> v = s.recent;
+    std::sort(v.begin(), v.end());
+    for (double q : {0.5, 0.9, 0.99}) {
+      double value = v.empty() ? 0 : v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
+      out << name << "{quantile=\"" << q << "\"} " << value << "\n";
+    }
+    out << name << "_sum " << s.sum << "\n" << name << "_count " << s.count << "\n";
+  };
+  summary("tessera_save_duration_seconds", "Duration of successful saves.", save_seconds_);
+  summary("tessera_restore_duration_seconds", "Duration of successful restores.", restore_seconds_);
+  for (const auto& [name, series] : gauges) {
+    out << "# TYPE " << name << " gauge\n";
+    for (const auto& [labels, value] : series) {
+      out << name << (labels.empty() ? "" : "{" + labels + "}") << " " << value << "\n";
+    }
+  }
+  return out.str();
+}
+
+}  // namespace tessera::service

@@ -1,0 +1,35 @@
+// Prometheus metrics of tesserad. Counters and summaries are kept here; gauges
+// that mirror state (jobs by state, workers by state) are computed at scrape time.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace tessera::service {
+
+class Metrics {
+ public:
+  void CountRequest(const std::string& route, const std::string& method, int status);
+  void ObserveSave(double seconds, uint64_t logical_bytes);
+  void ObserveRestore(double seconds, uint64_t bytes);
+  // Renders counters plus the given gauges: name → (label set → value).
+  std::string Render(
+      const std::map<std::string, std::map<std::string, double>>& gauges) const;
+
+ private:
+  struct Summary {
+    uint64_t count = 0;
+    double sum = 0;
+    std::vector<double> recent;  // for quantiles, bounded
+  };
+  static void Observe(Summary* s, double v);
+  mutable std::mutex mu_;
+  std::map<std::string, uint64_t> requests_;  // GUARDED_BY(mu_) "route|method|code"
+  Summary save_seconds_, restore_seconds_;    // GUARDED_BY(mu_)
+  uint64_t saved_bytes_ = 0, restored_bytes_ = 0;
+};
+
+}  // namespace tessera::service

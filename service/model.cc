@@ -1,0 +1,165 @@
+#include "service/model.h"
+
+#include <chrono>
+
+namespace tessera::service {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Json WorkerRecord::ToJson(int64_t now, const std::vector<std::string>& meshes) const {
+  return {{"id", id},
+          {"host", host},
+          {"state", state},
+          {"last_heartbeat_ms_ago", std::max<int64_t>(0, now - last_heartbeat_ms)},
+          {"devices", devices},
+          {"data_port", data_port},
+          {"local_port", local_port},
+          {"local_api", "http://" + host + ":" + std::to_string(local_port)},
+          {"registered_at", registered_ms},
+          {"meshes", meshes}};
+}
+
+WorkerRecord WorkerRecord::FromJson(const Json& j) {
+  WorkerRecord w;
+  w.id = j.value("id", "");
+  w.host = j.value("host", "127.0.0.1");
+  w.data_port = j.value("data_port", 0);
+  w.local_port = j.value("local_port", 0);
+  w.devices = j.value("devices", 1);
+  w.state = j.value("state", "dead");
+  w.registered_ms = j.value("registered_at", int64_t{0});
+  return w;
+}
+
+Json MeshRecord::ToJson() const {
+  Json j = MeshToJson(mesh);
+  j["workers"] = workers;
+  Json devices = Json::array();
+  for (int64_t d = 0; d < mesh.num_devices(); ++d) {
+    int64_t rank = mesh.WorkerOfDevice(d);
+    devices.push_back({{"device", d},
+                       {"worker", rank < static_cast<int64_t>(workers.size()) ? workers[rank] : ""},
+                       {"rank", rank},
+                       {"local_index", d % mesh.devices_per_worker},
+                       {"coords", mesh.DeviceCoords(d)}});
+  }
+  j["devices"] = devices;
+  j["num_devices"] = mesh.num_devices();
+  j["created_at"] = created_ms;
+  return j;
+}
+
+Result<MeshRecord> MeshRecord::FromJson(const Json& j) {
+  MeshRecord m;
+  ASSIGN_OR_RETURN(m.mesh, tessera::MeshFromJson(j));
+  m.workers = j.value("workers", std::vector<std::string>{});
+  m.created_ms = j.value("created_at", int64_t{0});
+  return m;
+}
+
+Json CheckpointRecord::Summary() const {
+  return {{"mesh", mesh},
+          {"step", step},
+          {"state", state},
+          {"job", job},
+          {"tensors", tensors.size()},
+          {"logical_bytes", logical_bytes},
+          {"stored_bytes", stored_bytes},
+          {"created_at", created_ms},
+          {"duration_ms", duration_ms},
+          {"error", error}};
+}
+
+Json CheckpointRecord::ToJson() const {
+  Json j = Summary();
+  j["tensors"] = tensors;
+  j["metadata"] = metadata;
+  return j;
+}
+
+CheckpointRecord CheckpointRecord::FromJson(const Json& j) {
+  CheckpointRecord c;
+  c.mesh = j.value("mesh", "");
+  c.step = j.value("step", int64_t{0});
+  c.state = j.value("state", "failed");
+  c.job = j.value("job", "");
+  c.tensors = j.value("tensors", Json::array());
+  c.logical_bytes = j.value("logical_bytes", uint64_t{0});
+  c.stored_bytes = j.value("stored_bytes", uint64_t{0});
+  c.created_ms = j.value("created_at", int64_t{0});
+  c.duration_ms = j.value("duration_ms", int64_t{0});
+  c.metadata = j.value("metadata", Json::object());
+  c.error = j.value("error", Json());
+  return c;
+}
+
+Json JobRecord::ToJson() const {
+  Json workers = Json::array();
+  for (const auto& [task, t] : tasks) {
+    workers.push_back({{"id", t.worker},
+                       {"rank", t.rank},
+                       {"task", task},
+                       {"state", t.state},
+                       {"done_bytes", t.done_bytes},
+                       {"total_bytes", t.total_bytes},
+                       {"error", t.error}});
+  }
+  return {{"id", id},
+          {"kind", kind},
+          {"mesh", mesh},
+          {"step", step < 0 ? Json() : Json(step)},
+          {"state", state},
+          {"phase", phase},
+          {"progress", {{"done_bytes", done_bytes}, {"total_bytes", total_bytes}}},
+          {"workers", workers},
+          {"error", error},
+          {"request", request},
+          {"created_at", created_ms},
+          {"started_at", started_ms},
+          {"ended_at", ended_ms ? Json(ended_ms) : Json()},
+          {"result", result}};
+}
+
+JobRecord JobRecord::FromJson(const Json& j) {
+  JobRecord r;
+  r.id = j.value("id", "");
+  r.kind = j.value("kind", "");
+  r.mesh = j.value("mesh", "");
+  r.step = j.contains("step") && j["step"].is_number_integer() ? j["step"].get<int64_t>() : -1;
+  r.state = j.value("state", "failed");
+  r.phase = j.value("phase", "");
+  r.request = j.value("request", Json::object());
+  if (j.contains("progress") && j["progress"].is_object()) {
+    r.done_bytes = j["progress"].value("done_bytes", uint64_t{0});
+    r.total_bytes = j["progress"].value("total_bytes", uint64_t{0});
+  }
+  r.error = j.value("error", Json());
+  r.result = j.value("result", Json());
+  r.created_ms = j.value("created_at", int64_t{0});
+  r.started_ms = j.value("started_at", int64_t{0});
+  r.ended_ms = j.contains("ended_at") && j["ended_at"].is_number() ? j["ended_at"].get<int64_t>() : 0;
+  return r;
+}
+
+Json RetentionPolicy::ToJson() const {
+  return {{"keep_last", keep_last ? Json(keep_last) : Json()},
+          {"keep_every_n_steps", keep_every_n_steps ? Json(keep_every_n_steps) : Json()}};
+}
+
+std::vector<int64_t> StepsToPrune(const std::vector<int64_t>& steps, const RetentionPolicy& policy) {
+  std::vector<int64_t> out;
+  if (policy.keep_last <= 0) return out;
+  const size_t n = steps.size();
+  for (size_t i = 0; i + policy.keep_last < n; ++i) {
+    int64_t s = steps[i];
+    if (policy.keep_every_n_steps > 0 && s % policy.keep_every_n_steps == 0) continue;
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace tessera::service

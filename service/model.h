@@ -1,0 +1,103 @@
+// tesserad's records. Each has ToJson (the REST shape of API.md, also what the
+// catalog stores) and FromJson (for loading the catalog).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "api/json_codec.h"
+#include "api/mesh.h"
+
+namespace tessera::service {
+
+int64_t NowMs();
+
+struct WorkerRecord {
+  std::string id;
+  std::string host = "127.0.0.1";
+  int data_port = 0;
+  int local_port = 0;
+  int devices = 1;
+  std::string state = "alive";  // alive | suspect | dead
+  int64_t registered_ms = 0;
+  int64_t last_heartbeat_ms = 0;
+  std::deque<Json> tasks;  // not persisted: queued for the next long-poll
+
+  Json ToJson(int64_t now, const std::vector<std::string>& meshes) const;
+  static WorkerRecord FromJson(const Json& j);
+};
+
+struct MeshRecord {
+  Mesh mesh;
+  std::vector<std::string> workers;  // by rank
+  int64_t created_ms = 0;
+
+  Json ToJson() const;  // API.md: axes, devices_per_worker, workers, devices
+  static Result<MeshRecord> FromJson(const Json& j);
+};
+
+struct CheckpointRecord {
+  std::string mesh;
+  int64_t step = 0;
+  std::string state = "pending";  // pending writing merging committed failed
+  std::string job;
+  Json tensors = Json::array();   // [{name, dtype, shape, layout, logical_bytes, stored_bytes}]
+  uint64_t logical_bytes = 0;
+  uint64_t stored_bytes = 0;
+  int64_t created_ms = 0;
+  int64_t duration_ms = 0;
+  Json metadata = Json::object();
+  Json error;
+
+  std::string key() const { return mesh + "@" + std::to_string(step); }
+  Json Summary() const;  // list entry
+  Json ToJson() const;   // detail
+  static CheckpointRecord FromJson(const Json& j);
+};
+
+struct TaskState {
+  std::string worker;
+  int64_t rank = 0;
+  std::string state = "queued";  // queued running succeeded failed
+  uint64_t done_bytes = 0;
+  uint64_t total_bytes = 0;
+  Json result;
+  Json error;
+};
+
+struct JobRecord {
+  std::string id;
+  std::string kind;  // save restore verify
+  std::string mesh;
+  int64_t step = -1;
+  std::string state = "queued";  // queued running succeeded failed cancelled
+  std::string phase;
+  Json request = Json::object();
+  uint64_t done_bytes = 0;
+  uint64_t total_bytes = 0;
+  std::map<std::string, TaskState> tasks;  // by task id (current phase)
+  Json error;
+  Json result;
+  int64_t created_ms = 0;
+  int64_t started_ms = 0;
+  int64_t ended_ms = 0;
+  bool cancel_requested = false;
+
+  bool finished() const { return state == "succeeded" || state == "failed" || state == "cancelled"; }
+  Json ToJson() const;
+  static JobRecord FromJson(const Json& j);
+};
+
+struct RetentionPolicy {
+  int64_t keep_last = 0;           // 0: keep all
+  int64_t keep_every_n_steps = 0;  // 0: none kept for this reason
+  Json ToJson() const;
+};
+
+// Steps to delete under `policy`, given committed steps ascending.
+std::vector<int64_t> StepsToPrune(const std::vector<int64_t>& steps, const RetentionPolicy& policy);
+
+}  // namespace tessera::service

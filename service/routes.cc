@@ -1,0 +1,177 @@
+// The REST surface of API.md, as one route table over Service.
+#include <fstream>
+#include <sstream>
+
+#include "api/names.h"
+#include "service/service.h"
+
+namespace tessera::service {
+namespace {
+
+using http::Request;
+using http::Response;
+
+Response Reply(const Result<Json>& r, int ok_status = 200) {
+  return r.ok() ? Response::Json(ok_status, *r) : Response::Error(r.status());
+}
+
+Response ReplyStatus(const Status& st) {
+  return st.ok() ? Response::NoContent() : Response::Error(st);
+}
+
+// Runs `fn(body)` after parsing the JSON body.
+template <typename F>
+Response WithBody(const Request& req, F fn) {
+  auto body = http::JsonBody(req);
+  if (!body.ok()) return Response::Error(body.status());
+  return fn(*body);
+}
+
+Status CheckName(const Request& req, const std::string& param, const std::string& field) {
+  return ValidateName(req.Param(param), field);
+}
+
+}  // namespace
+
+void Service::AddRoutes(http::Router* router) {
+  auto add = [router](std::string method, std::string pattern, http::Handler h, std::string help,
+                      bool auth = true) {
+    router->Add({std::move(method), std::move(pattern), std::move(h), std::move(help), auth});
+  };
+  add("GET", "/healthz", [](const Request&) {
+    return Response::Json(200, {{"status", "ok"}, {"version", TESSERA_VERSION}});
+  }, "liveness", false);
+  add("GET", "/metrics", [this](const Request&) {
+    Response r;
+    r.body = RenderMetrics();
+    r.content_type = "text/plain; version=0.0.4";
+    return r;
+  }, "Prometheus metrics", false);
+  add("GET", "/api/v1", [router](const Request&) {
+    Json routes = Json::array();
+    for (const auto& r : router->routes()) {
+      routes.push_back({{"method", r.method}, {"path", r.pattern}, {"help", r.help}});
+    }
+    return Response::Json(200, {{"routes", routes}});
+  }, "this list");
+  add("GET", "/api/v1/cluster", [this](const Request&) { return Response::Json(200, Cluster()); },
+      "counts of workers, meshes, jobs, storage bytes");
+  add("GET", "/api/v1/events", [this](const Request& req) {
+    Response r;
+    r.content_type = "text/event-stream";
+    r.headers.push_back({"Cache-Control", "no-cache"});
+    // Resume after Last-Event-ID, else start from now.
+    uint64_t after = events_.last_seq();
+    std::string last = req.Header("last-event-id");
+    if (!last.empty()) after = std::strtoull(last.c_str(), nullptr, 10);
+    auto cursor = std::make_shared<uint64_t>(after);
+    auto first = std::make_shared<bool>(true);
+    r.stream = [this, cursor, first](const std::function<bool(std::string_view)>& write) {
+      if (*first) {
+        *first = false;
+        return write(": tessera events\nretry: 2000\n\n");
+      }
+      auto events = events_.WaitAfter(*cursor, std::chrono::seconds(15));
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopping_) return false;
+      }
+      if (events.empty()) return write(": keep-alive\n\n");
+      std::string out;
+      for (const auto& e : events) {
+        out += FormatSse(e);
+        *cursor = e.seq;
+      }
+      return write(out);
+    };
+    return r;
+  }, "Server-Sent Events: worker, mesh, job, checkpoint, barrier, preemption");
+
+  // Workers.
+  add("POST", "/api/v1/workers", [this](const Request& req) {
+    return WithBody(req, [&](const Json& b) { return Reply(RegisterWorker(b), 201); });
+  }, "internal: register a worker");
+  add("POST", "/api/v1/workers/{id}/heartbeat",
+      [this](const Request& req) { return Reply(Heartbeat(req.Param("id"))); },
+      "internal: heartbeat");
+  add("GET", "/api/v1/workers/{id}/tasks", [this](const Request& req) {
+    auto wait = http::QueryInt(req, "wait_ms", 0);
+    if (!wait.ok()) return Response::Error(wait.status());
+    return Reply(PollTasks(req.Param("id"), *wait));
+  }, "internal: long-poll tasks");
+  add("POST", "/api/v1/workers/{id}/tasks/{task}/report", [this](const Request& req) {
+    return WithBody(req, [&](const Json& b) {
+      Status st = ReportTask(req.Param("id"), req.Param("task"), b);
+      return st.ok() ? Response::Json(200, {{"ok", true}}) : Response::Error(st);
+    });
+  }, "internal: task progress and result");
+  add("GET", "/api/v1/workers", [this](const Request&) { return Response::Json(200, ListWorkers()); },
+      "workers with state and heartbeat age");
+  add("GET", "/api/v1/workers/{id}", [this](const Request& req) { return Reply(GetWorker(req.Param("id"))); },
+      "one worker");
+  add("DELETE", "/api/v1/workers/{id}",
+      [this](const Request& req) { return ReplyStatus(DeleteWorker(req.Param("id"))); },
+      "deregister a worker");
+
+  // Checkpoints (before the plain mesh routes: mesh names may contain '/').
+  add("POST", "/api/v1/meshes/{m+}/checkpoints", [this](const Request& req) {
+    Status n = CheckName(req, "m", "mesh");
+    if (!n.ok()) return Response::Error(n);
+    return WithBody(req, [&](const Json& b) { return Reply(StartSave(req.Param("m"), b), 202); });
+  }, "start a save {step, tensors?, compression?, level?, metadata?}");
+  add("GET", "/api/v1/meshes/{m+}/checkpoints",
+      [this](const Request& req) { return Reply(ListCheckpoints(req.Param("m"))); },
+      "checkpoints of a mesh, newest first");
+  add("GET", "/api/v1/meshes/{m+}/checkpoints/{step}",
+      [this](const Request& req) { return Reply(GetCheckpoint(req.Param("m"), req.Param("step"))); },
+      "one checkpoint (or 'latest') with tensors and metadata");
+  add("DELETE", "/api/v1/meshes/{m+}/checkpoints/{step}", [this](const Request& req) {
+    return ReplyStatus(DeleteCheckpoint(req.Param("m"), req.Param("step")));
+  }, "delete a checkpoint");
+  add("POST", "/api/v1/meshes/{m+}/checkpoints/{step}/restore", [this](const Request& req) {
+    return WithBody(req, [&](const Json& b) {
+      return Reply(StartRestore(req.Param("m"), req.Param("step"), b), 202);
+    });
+  }, "restore {target_mesh?, tensors?, layouts?}");
+  add("POST", "/api/v1/meshes/{m+}/checkpoints/{step}/verify", [this](const Request& req) {
+    return Reply(StartVerify(req.Param("m"), req.Param("step")), 202);
+  }, "verify every chunk");
+  add("PUT", "/api/v1/meshes/{m+}/retention", [this](const Request& req) {
+    return WithBody(req, [&](const Json& b) { return Reply(PutRetention(req.Param("m"), b)); });
+  }, "retention {keep_last?, keep_every_n_steps?}");
+
+  // Meshes.
+  add("GET", "/api/v1/meshes", [this](const Request&) { return Response::Json(200, ListMeshes()); },
+      "meshes");
+  add("PUT", "/api/v1/meshes/{name+}", [this](const Request& req) {
+    return WithBody(req, [&](const Json& b) {
+      auto r = PutMesh(req.Param("name"), b);
+      if (!r.ok()) return Response::Error(r.status());
+      return Response::Json(r->first, r->second);
+    });
+  }, "register a mesh {axes, devices_per_worker, workers?} (idempotent)");
+  add("GET", "/api/v1/meshes/{name+}",
+      [this](const Request& req) { return Reply(GetMesh(req.Param("name"))); }, "one mesh");
+  add("DELETE", "/api/v1/meshes/{name+}",
+      [this](const Request& req) { return ReplyStatus(DeleteMesh(req.Param("name"))); },
+      "delete a mesh");
+
+  // Jobs.
+  add("GET", "/api/v1/jobs", [this](const Request& req) {
+    auto limit = http::QueryInt(req, "limit", 100);
+    if (!limit.ok()) return Response::Error(limit.status());
+    return Response::Json(200, ListJobs(req.Query("state").value_or(""),
+                                        req.Query("kind").value_or(""),
+                                        req.Query("mesh").value_or(""), *limit));
+  }, "jobs, newest first (?state=&kind=&mesh=&limit=)");
+  add("GET", "/api/v1/jobs/{id}", [this](const Request& req) {
+    auto wait = http::QueryInt(req, "wait_ms", 0);
+    if (!wait.ok()) return Response::Error(wait.status());
+    return Reply(GetJob(req.Param("id"), *wait));
+  }, "one job (?wait_ms= long-polls until it ends)");
+  add("POST", "/api/v1/jobs/{id}/cancel",
+      [this](const Request& req) { return Reply(CancelJob(req.Param("id")), 202); },
+      "cancel a job");
+}
+
+}  // namespace tessera::service

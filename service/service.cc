@@ -1,0 +1,581 @@
+#include "service/service.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+
+#include "api/names.h"
+#include "storage/checkpoint_dir.h"
+#include "storage/index.h"
+
+namespace tessera::service {
+
+std::string NewId(const std::string& prefix) {
+  static thread_local std::mt19937_64 rng(std::random_device{}() ^
+                                          reinterpret_cast<uintptr_t>(&rng));
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%012llx",
+                static_cast<unsigned long long>(rng() & 0xffffffffffffULL));
+  return prefix + "-" + buf;
+}
+
+Service::Service(ServiceOptions options, storage::Env* env, std::unique_ptr<Catalog> catalog)
+    : options_(std::move(options)), env_(env), catalog_(std::move(catalog)) {}
+
+Service::~Service() { Stop(); }
+
+Result<std::unique_ptr<Service>> Service::Create(ServiceOptions options, storage::Env* env) {
+  ASSIGN_OR_RETURN(auto catalog, Catalog::Open(options.data_dir));
+  RETURN_IF_ERROR(env->CreateDirs(options.checkpoint_root));
+  std::unique_ptr<Service> s(new Service(std::move(options), env, std::move(catalog)));
+  RETURN_IF_ERROR(s->Recover());
+  return s;
+}
+
+Status Service::Recover() {
+  const int64_t now = NowMs();
+  ASSIGN_OR_RETURN(auto workers, catalog_->All("workers"));
+  for (const auto& j : workers) {
+    WorkerRecord w = WorkerRecord::FromJson(j);
+    // Give workers one lease to heartbeat again after our restart.
+    w.state = "suspect";
+    w.last_heartbeat_ms = now;
+    worker_order_.push_back(w.id);
+    workers_[w.id] = std::move(w);
+  }
+  ASSIGN_OR_RETURN(auto meshes, catalog_->All("meshes"));
+  for (const auto& j : meshes) {
+    auto m = MeshRecord::FromJson(j);
+    if (m.ok()) meshes_[m->mesh.name] = std::move(*m);
+  }
+  ASSIGN_OR_RETURN(auto retention, catalog_->All("retention"));
+  for (const auto& j : retention) {
+    RetentionPolicy p;
+    p.keep_last = j.value("keep_last", Json(0)).is_number() ? j["keep_last"].get<int64_t>() : 0;
+    p.keep_every_n_steps = j.value("keep_every_n_steps", Json(0)).is_number()
+                               ? j["keep_every_n_steps"].get<int64_t>()
+                               : 0;
+    retention_[j.value("mesh", "")] = p;
+  }
+  ASSIGN_OR_RETURN(auto jobs, catalog_->All("jobs"));
+  for (const auto& j : jobs) {
+    JobRecord r = JobRecord::FromJson(j);
+    if (!r.finished()) {
+      r.state = "failed";
+      r.ended_ms = now;
+      r.error = ErrorBody(Unavailable("tesserad restarted while the job was running"))["error"];
+      PersistJob(r);
+    }
+    job_order_.push_back(r.id);
+    jobs_[r.id] = std::move(r);
+  }
+  ASSIGN_OR_RETURN(auto checkpoints, catalog_->All("checkpoints"));
+  for (const auto& j : checkpoints) {
+    CheckpointRecord c = CheckpointRecord::FromJson(j);
+    if (c.state != "committed" && c.state != "failed") {
+      c.state = "failed";
+      c.error = ErrorBody(Unavailable("tesserad restarted during the save"))["error"];
+      PersistCheckpoint(c);
+    }
+    checkpoints_[c.key()] = std::move(c);
+  }
+  // Nothing is running now: every staging dir is a leftover.
+  auto removed = storage::CollectGarbage(env_, options_.checkpoint_root);
+  if (!removed.ok()) return removed.status().WithContext("garbage collection at startup");
+  // A save that renamed its dir but died before the catalog saw it is complete: adopt it.
+  for (const auto& [name, mesh] : meshes_) {
+    auto steps = storage::ListSteps(env_, options_.checkpoint_root, name);
+    if (!steps.ok()) continue;
+    for (int64_t step : *steps) {
+      CheckpointRecord& c = checkpoints_[name + "@" + std::to_string(step)];
+      if (c.state == "committed") continue;
+      auto index = storage::CheckpointIndex::Open(
+          env_, storage::CheckpointDir(options_.checkpoint_root, name, step));
+      if (!index.ok()) continue;
+      c.mesh = name;
+      c.step = step;
+      c.state = "committed";
+      c.error = nullptr;
+      c.logical_bytes = index->logical_bytes();
+      c.stored_bytes = index->stored_bytes();
+      c.created_ms = index->meta().created_at_ms;
+      c.metadata = index->meta().metadata;
+      c.tensors = Json::array();
+      for (const auto& t : index->tensors()) {
+        c.tensors.push_back({{"name", t.meta.name}, {"dtype", DTypeName(t.meta.dtype)},
+                             {"shape", t.meta.shape}, {"layout", LayoutToJson(t.meta.layout)},
+                             {"logical_bytes", t.meta.logical_bytes()},
+                             {"stored_bytes", t.stored_bytes}});
+      }
+      PersistCheckpoint(c);
+    }
+  }
+  return Status::Ok();
+}
+
+void Service::Start() {
+  monitor_ = std::thread([this] { MonitorLoop(); });
+}
+
+void Service::Stop() {
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && !monitor_.joinable() && threads_.empty()) return;
+    stopping_ = true;
+    threads.swap(threads_);
+  }
+  cv_.notify_all();
+  events_.Shutdown();
+  if (monitor_.joinable()) monitor_.join();
+  for (auto& t : threads) t.join();
+}
+
+void Service::MonitorLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(100));
+    const int64_t now = NowMs();
+    bool changed = false;
+    for (auto& [id, w] : workers_) {
+      if (w.state == "dead") continue;
+      int64_t age = now - w.last_heartbeat_ms;
+      std::string state = age > options_.lease_ms ? "dead" : age > options_.suspect_ms ? "suspect" : "alive";
+      if (state == w.state) continue;
+      w.state = state;
+      changed = true;
+      if (state == "dead") w.tasks.clear();
+      PersistWorker(w);
+      events_.Publish("worker", w.ToJson(now, MeshesOfWorker(id)));
+      std::fprintf(stderr, "worker %s is %s (no heartbeat for %lld ms)\n", id.c_str(),
+                   state.c_str(), static_cast<long long>(age));
+    }
+    if (changed) cv_.notify_all();
+  }
+}
+
+// ---------------------------------------------------------------- persistence
+
+void Service::PersistWorker(const WorkerRecord& w) {
+  Status st = catalog_->Put("workers", w.id, w.ToJson(NowMs(), {}));
+  if (!st.ok()) std::fprintf(stderr, "catalog: %s\n", st.ToString().c_str());
+}
+
+void Service::PersistMesh(const MeshRecord& m) {
+  Status st = catalog_->Put("meshes", m.mesh.name, m.ToJson());
+  if (!st.ok()) std::fprintf(stderr, "catalog: %s\n", st.ToString().c_str());
+}
+
+void Service::PersistCheckpoint(const CheckpointRecord& c) {
+  Status st = catalog_->Put("checkpoints", c.key(), c.ToJson());
+  if (!st.ok()) std::fprintf(stderr, "catalog: %s\n", st.ToString().c_str());
+}
+
+void Service::PersistJob(const JobRecord& j) {
+  Status st = catalog_->Put("jobs", j.id, j.ToJson());
+  if (!st.ok()) std::fprintf(stderr, "catalog: %s\n", st.ToString().c_str());
+}
+
+void Service::PublishJob(const JobRecord& j) { events_.Publish("job", j.ToJson()); }
+
+std::vector<std::string> Service::MeshesOfWorker(const std::string& id) const {
+  std::vector<std::string> out;
+  for (const auto& [name, m] : meshes_) {
+    if (std::find(m.workers.begin(), m.workers.end(), id) != m.workers.end()) out.push_back(name);
+  }
+  return out;
+}
+
+bool Service::WorkerBusy(const std::string& id) const {
+  for (const auto& [jid, j] : jobs_) {
+    if (j.finished()) continue;
+    for (const auto& [tid, t] : j.tasks) {
+      if (t.worker == id) return true;
+    }
+    auto m = meshes_.find(j.mesh);
+    if (m != meshes_.end() &&
+        std::find(m->second.workers.begin(), m->second.workers.end(), id) != m->second.workers.end()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------- workers
+
+Result<Json> Service::RegisterWorker(const Json& body) {
+  RETURN_IF_ERROR(RequireObject(body));
+  ASSIGN_OR_RETURN(auto host, OptionalString(body, "host"));
+  ASSIGN_OR_RETURN(auto data_port, OptionalInt(body, "data_port"));
+  ASSIGN_OR_RETURN(auto local_port, RequiredInt(body, "local_port"));
+  ASSIGN_OR_RETURN(auto devices, OptionalInt(body, "devices"));
+  ASSIGN_OR_RETURN(auto name, OptionalString(body, "name"));
+  ASSIGN_OR_RETURN(auto id, OptionalString(body, "id"));
+  if (local_port < 1 || local_port > 65535) {
+    return InvalidArgument("local_port must be 1..65535", {{"field", "local_port"}});
+  }
+  if (data_port && (*data_port < 0 || *data_port > 65535)) {
+    return InvalidArgument("data_port must be 0..65535", {{"field", "data_port"}});
+  }
+  if (devices && (*devices < 1 || *devices > 4096)) {
+    return InvalidArgument("devices must be 1..4096", {{"field", "devices"}});
+  }
+  std::string wid;
+  if (id) {
+    RETURN_IF_ERROR(ValidateName(*id, "id"));
+    wid = *id;  // re-registration after a tesserad restart keeps the id
+  } else if (name) {
+    RETURN_IF_ERROR(ValidateName(*name, "name"));
+    wid = "w-" + *name;
+  } else {
+    wid = NewId("w");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t now = NowMs();
+  auto [it, inserted] = workers_.try_emplace(wid);
+  WorkerRecord& w = it->second;
+  if (inserted) {
+    worker_order_.push_back(wid);
+    w.registered_ms = now;
+  }
+  w.id = wid;
+  w.host = host.value_or("127.0.0.1");
+  w.data_port = static_cast<int>(data_port.value_or(0));
+  w.local_port = static_cast<int>(local_port);
+  w.devices = static_cast<int>(devices.value_or(1));
+  w.state = "alive";
+  w.last_heartbeat_ms = now;
+  PersistWorker(w);
+  events_.Publish("worker", w.ToJson(now, MeshesOfWorker(wid)));
+  cv_.notify_all();
+  std::fprintf(stderr, "worker %s registered (%s, local port %d, %d devices)\n", wid.c_str(),
+               w.host.c_str(), w.local_port, w.devices);
+  return Json{{"id", wid}, {"heartbeat_ms", options_.heartbeat_ms}, {"lease_ms", options_.lease_ms}};
+}
+
+Result<Json> Service::Heartbeat(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) {
+    return NotFound("unknown worker " + id + "; register again", {{"worker", id}});
+  }
+  WorkerRecord& w = it->second;
+  const int64_t now = NowMs();
+  w.last_heartbeat_ms = now;
+  if (w.state != "alive") {
+    w.state = "alive";
+    PersistWorker(w);
+    events_.Publish("worker", w.ToJson(now, MeshesOfWorker(id)));
+    cv_.notify_all();
+  }
+  return Json{{"state", w.state}, {"heartbeat_ms", options_.heartbeat_ms}};
+}
+
+Result<Json> Service::PollTasks(const std::string& id, int64_t wait_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return NotFound("unknown worker " + id, {{"worker", id}});
+  wait_ms = std::clamp<int64_t>(wait_ms, 0, options_.max_wait_ms);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  cv_.wait_until(lock, deadline, [&] {
+    auto w = workers_.find(id);
+    return stopping_ || w == workers_.end() || !w->second.tasks.empty();
+  });
+  it = workers_.find(id);
+  Json tasks = Json::array();
+  if (it != workers_.end()) {
+    it->second.last_heartbeat_ms = std::max(it->second.last_heartbeat_ms, NowMs() - wait_ms);
+    while (!it->second.tasks.empty()) {
+      tasks.push_back(std::move(it->second.tasks.front()));
+      it->second.tasks.pop_front();
+    }
+  }
+  return Json{{"tasks", tasks}};
+}
+
+Status Service::ReportTask(const std::string& worker, const std::string& task, const Json& body) {
+  RETURN_IF_ERROR(RequireObject(body));
+  ASSIGN_OR_RETURN(auto state, RequiredString(body, "state"));
+  if (state != "running" && state != "succeeded" && state != "failed") {
+    return InvalidArgument("state must be running, succeeded or failed", {{"field", "state"}});
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [jid, job] : jobs_) {
+    auto t = job.tasks.find(task);
+    if (t == job.tasks.end()) continue;
+    if (t->second.worker != worker) {
+      return InvalidArgument("task " + task + " belongs to worker " + t->second.worker,
+                             {{"field", "task"}});
+    }
+    if (job.finished()) return Status::Ok();  // late report of an ended job
+    TaskState& ts = t->second;
+    ts.state = state;
+    if (body.contains("progress") && body["progress"].is_object()) {
+      ts.done_bytes = body["progress"].value("done_bytes", ts.done_bytes);
+      ts.total_bytes = body["progress"].value("total_bytes", ts.total_bytes);
+    }
+    if (body.contains("result")) ts.result = body["result"];
+    if (body.contains("error")) ts.error = body["error"];
+    uint64_t done = 0;
+    for (const auto& [id, other] : job.tasks) done += other.done_bytes;
+    job.done_bytes = std::min(done, job.total_bytes ? job.total_bytes : done);
+    PublishJob(job);
+    cv_.notify_all();
+    return Status::Ok();
+  }
+  return NotFound("unknown task " + task, {{"task", task}});
+}
+
+Json Service::ListWorkers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Json out = Json::array();
+  const int64_t now = NowMs();
+  for (const auto& id : worker_order_) {
+    out.push_back(workers_.at(id).ToJson(now, MeshesOfWorker(id)));
+  }
+  return out;
+}
+
+Result<Json> Service::GetWorker(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return NotFound("no worker " + id, {{"worker", id}});
+  return it->second.ToJson(NowMs(), MeshesOfWorker(id));
+}
+
+Status Service::DeleteWorker(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return NotFound("no worker " + id, {{"worker", id}});
+  if (WorkerBusy(id)) {
+    return Conflict("worker " + id + " is in a running job", {{"worker", id}});
+  }
+  workers_.erase(it);
+  worker_order_.erase(std::remove(worker_order_.begin(), worker_order_.end(), id),
+                      worker_order_.end());
+  RETURN_IF_ERROR(catalog_->Delete("workers", id));
+  events_.Publish("worker", {{"id", id}, {"state", "deregistered"}});
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- meshes
+
+Result<std::pair<int, Json>> Service::PutMesh(const std::string& name, const Json& body) {
+  RETURN_IF_ERROR(ValidateName(name, "mesh"));
+  ASSIGN_OR_RETURN(Mesh mesh, MeshFromJson(body, name));
+  std::optional<std::vector<std::string>> wanted;
+  if (body.contains("workers") && !body["workers"].is_null()) {
+    if (!body["workers"].is_array()) {
+      return InvalidArgument("field 'workers' must be a list of worker ids", {{"field", "workers"}});
+    }
+    wanted.emplace();
+    for (const auto& w : body["workers"]) {
+      if (!w.is_string()) {
+        return InvalidArgument("field 'workers' must be a list of worker ids", {{"field", "workers"}});
+      }
+      wanted->push_back(w.get<std::string>());
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto existing = meshes_.find(name);
+  if (existing != meshes_.end()) {
+    const MeshRecord& m = existing->second;
+    if (m.mesh == mesh && (!wanted || *wanted == m.workers)) return std::make_pair(200, m.ToJson());
+    return Conflict("mesh " + name + " is already registered as " + m.mesh.ToString() + " with " +
+                        std::to_string(m.mesh.devices_per_worker) +
+                        " devices per worker; delete it first to change it",
+                    {{"mesh", name}, {"existing", m.ToJson()}});
+  }
+  const int64_t need = mesh.num_workers();
+  std::vector<std::string> chosen;
+  if (wanted) {
+    if (static_cast<int64_t>(wanted->size()) != need) {
+      return InvalidArgument("mesh " + mesh.ToString() + " with " +
+                                 std::to_string(mesh.devices_per_worker) +
+                                 " devices per worker needs " + std::to_string(need) +
+                                 " workers, got " + std::to_string(wanted->size()),
+                             {{"field", "workers"}});
+    }
+    for (const auto& id : *wanted) {
+      auto w = workers_.find(id);
+      if (w == workers_.end()) return NotFound("no worker " + id, {{"worker", id}, {"field", "workers"}});
+      if (w->second.state != "alive") {
+        return Unavailable("worker " + id + " is " + w->second.state, {{"worker", id}});
+      }
+      if (std::count(wanted->begin(), wanted->end(), id) > 1) {
+        return InvalidArgument("worker " + id + " is listed twice", {{"field", "workers"}});
+      }
+    }
+    chosen = *wanted;
+  } else {
+    for (const auto& id : worker_order_) {
+      if (static_cast<int64_t>(chosen.size()) == need) break;
+      if (workers_.at(id).state == "alive") chosen.push_back(id);
+    }
+    if (static_cast<int64_t>(chosen.size()) < need) {
+      return Unavailable("mesh " + mesh.ToString() + " needs " + std::to_string(need) +
+                             " alive workers, only " + std::to_string(chosen.size()) + " are alive",
+                         {{"needed", need}, {"alive", chosen.size()}});
+    }
+  }
+  // Every worker must bring exactly devices_per_worker devices (seed 000's device table check).
+  for (size_t rank = 0; rank < chosen.size(); ++rank) {
+    const WorkerRecord& w = workers_.at(chosen[rank]);
+    if (w.devices != mesh.devices_per_worker) {
+      return InvalidArgument("worker " + w.id + " (rank " + std::to_string(rank) + ") has " +
+                                 std::to_string(w.devices) + " devices but the mesh needs " +
+                                 std::to_string(mesh.devices_per_worker) + " per worker",
+                             {{"worker", w.id}, {"rank", rank}, {"field", "devices_per_worker"}});
+    }
+  }
+  MeshRecord rec{mesh, chosen, NowMs()};
+  meshes_[name] = rec;
+  PersistMesh(rec);
+  events_.Publish("mesh", rec.ToJson());
+  return std::make_pair(201, rec.ToJson());
+}
+
+Json Service::ListMeshes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Json out = Json::array();
+  for (const auto& [name, m] : meshes_) out.push_back(m.ToJson());
+  return out;
+}
+
+Result<Json> Service::GetMesh(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = meshes_.find(name);
+  if (it == meshes_.end()) return NotFound("no mesh " + name, {{"mesh", name}});
+  return it->second.ToJson();
+}
+
+Status Service::DeleteMesh(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!meshes_.count(name)) return NotFound("no mesh " + name, {{"mesh", name}});
+  for (const auto& [id, j] : jobs_) {
+    if (!j.finished() && j.mesh == name) {
+      return Conflict("job " + id + " is running on mesh " + name, {{"job", id}});
+    }
+  }
+  meshes_.erase(name);
+  RETURN_IF_ERROR(catalog_->Delete("meshes", name));
+  events_.Publish("mesh", {{"name", name}, {"deleted", true}});
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- jobs (queries)
+
+Json Service::ListJobs(const std::string& state, const std::string& kind, const std::string& mesh,
+                       int64_t limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Json out = Json::array();
+  for (auto it = job_order_.rbegin(); it != job_order_.rend(); ++it) {
+    if (limit > 0 && static_cast<int64_t>(out.size()) >= limit) break;
+    const JobRecord& j = jobs_.at(*it);
+    if ((!state.empty() && j.state != state) || (!kind.empty() && j.kind != kind) ||
+        (!mesh.empty() && j.mesh != mesh)) {
+      continue;
+    }
+    out.push_back(j.ToJson());
+  }
+  return out;
+}
+
+Result<Json> Service::GetJob(const std::string& id, int64_t wait_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!jobs_.count(id)) return NotFound("no job " + id, {{"job", id}});
+  wait_ms = std::clamp<int64_t>(wait_ms, 0, options_.max_wait_ms);
+  cv_.wait_for(lock, std::chrono::milliseconds(wait_ms),
+               [&] { return stopping_ || jobs_.at(id).finished(); });
+  return jobs_.at(id).ToJson();
+}
+
+Result<Json> Service::CancelJob(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound("no job " + id, {{"job", id}});
+  if (it->second.finished()) {
+    return Conflict("job " + id + " has already " + it->second.state, {{"job", id}});
+  }
+  it->second.cancel_requested = true;
+  cv_.notify_all();
+  return it->second.ToJson();
+}
+
+JobRecord* Service::NewJob(const std::string& kind, const std::string& mesh, int64_t step,
+                           const Json& request) {
+  JobRecord j;
+  j.id = NewId("j");
+  j.kind = kind;
+  j.mesh = mesh;
+  j.step = step;
+  j.request = request;
+  j.created_ms = NowMs();
+  job_order_.push_back(j.id);
+  JobRecord& ref = jobs_[j.id] = std::move(j);
+  PersistJob(ref);
+  PublishJob(ref);
+  return &ref;
+}
+
+void Service::Launch(const std::string& job_id, Status (Service::*run)(const std::string&)) {
+  threads_.emplace_back([this, job_id, run] {
+    Status st = (this->*run)(job_id);
+    (void)st;  // the job record carries the outcome
+  });
+}
+
+Json Service::Cluster() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Json workers = {{"alive", 0}, {"suspect", 0}, {"dead", 0}};
+  for (const auto& [id, w] : workers_) workers[w.state] = workers[w.state].get<int>() + 1;
+  Json jobs = Json::object();
+  for (const auto& [id, j] : jobs_) jobs[j.state] = jobs.value(j.state, 0) + 1;
+  uint64_t stored = 0, logical = 0, committed = 0;
+  for (const auto& [k, c] : checkpoints_) {
+    if (c.state != "committed") continue;
+    ++committed;
+    stored += c.stored_bytes;
+    logical += c.logical_bytes;
+  }
+  return {{"version", TESSERA_VERSION},
+          {"workers", workers},
+          {"meshes", meshes_.size()},
+          {"jobs", jobs},
+          {"running_jobs", jobs.value("running", 0) + jobs.value("queued", 0)},
+          {"checkpoints", committed},
+          {"storage_bytes", stored},
+          {"logical_bytes", logical},
+          {"checkpoint_root", options_.checkpoint_root}};
+}
+
+std::string Service::RenderMetrics() {
+  std::map<std::string, std::map<std::string, double>> gauges;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const char* s : {"alive", "suspect", "dead"}) {
+      gauges["tessera_workers"]["state=\"" + std::string(s) + "\""] = 0;
+    }
+    for (const auto& [id, w] : workers_) gauges["tessera_workers"]["state=\"" + w.state + "\""]++;
+    for (const char* s : {"queued", "running", "succeeded", "failed", "cancelled"}) {
+      for (const char* k : {"save", "restore", "verify"}) {
+        gauges["tessera_jobs"]["state=\"" + std::string(s) + "\",kind=\"" + k + "\""] = 0;
+      }
+    }
+    for (const auto& [id, j] : jobs_) {
+      gauges["tessera_jobs"]["state=\"" + j.state + "\",kind=\"" + j.kind + "\""]++;
+    }
+    double committed = 0, stored = 0;
+    for (const auto& [k, c] : checkpoints_) {
+      if (c.state != "committed") continue;
+      committed++;
+      stored += c.stored_bytes;
+    }
+    gauges["tessera_checkpoints_committed"][""] = committed;
+    gauges["tessera_checkpoint_stored_bytes"][""] = stored;
+    gauges["tessera_meshes"][""] = meshes_.size();
+  }
+  return metrics_.Render(gauges);
+}
+
+}  // namespace tessera::service

@@ -1,0 +1,144 @@
+// tesserad's core: the catalog-backed model (workers, meshes, checkpoints,
+// jobs, retention), worker liveness and task delivery, and the save / restore /
+// verify jobs that drive workers through DESIGN.md's protocol. HTTP handlers
+// (routes.cc) are thin wrappers over these methods, which tests call directly.
+//
+// Locking: one mutex (mu_) guards all state and one condition variable (cv_)
+// wakes every waiter (long-polls, job waits) on any change. No file or network
+// I/O happens under mu_ except catalog writes.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "api/http/router.h"
+#include "api/json_codec.h"
+#include "api/status.h"
+#include "service/catalog.h"
+#include "service/events.h"
+#include "service/metrics.h"
+#include "service/model.h"
+#include "storage/env.h"
+
+namespace tessera::service {
+
+struct ServiceOptions {
+  std::string data_dir;
+  std::string checkpoint_root;
+  int64_t heartbeat_ms = 500;   // told to workers
+  int64_t suspect_ms = 1500;    // no heartbeat for this long → suspect
+  int64_t lease_ms = 3000;      // → dead; jobs needing the worker fail
+  int64_t job_timeout_ms = 30 * 60 * 1000;
+  int64_t max_wait_ms = 60000;  // cap for long-polls
+};
+
+class Service {
+ public:
+  // Opens the catalog, recovers from a previous run (running jobs → failed,
+  // staging dirs removed, committed dirs reconciled) and loads everything.
+  static Result<std::unique_ptr<Service>> Create(ServiceOptions options, storage::Env* env);
+  ~Service();
+
+  void AddRoutes(http::Router* router);
+  // Starts the liveness monitor.
+  void Start();
+  // Wakes every waiter, fails running jobs' waits and joins threads.
+  void Stop();
+
+  EventBus* events() { return &events_; }
+  Metrics* metrics() { return &metrics_; }
+
+  // Workers (internal endpoints first).
+  Result<Json> RegisterWorker(const Json& body);
+  Result<Json> Heartbeat(const std::string& id);
+  Result<Json> PollTasks(const std::string& id, int64_t wait_ms);
+  Status ReportTask(const std::string& worker, const std::string& task, const Json& body);
+  Json ListWorkers();
+  Result<Json> GetWorker(const std::string& id);
+  Status DeleteWorker(const std::string& id);
+
+  // Meshes. PutMesh returns (http status 200|201, mesh).
+  Result<std::pair<int, Json>> PutMesh(const std::string& name, const Json& body);
+  Json ListMeshes();
+  Result<Json> GetMesh(const std::string& name);
+  Status DeleteMesh(const std::string& name);
+
+  // Checkpoints and jobs.
+  Result<Json> StartSave(const std::string& mesh, const Json& body);
+  Result<Json> ListCheckpoints(const std::string& mesh);
+  Result<Json> GetCheckpoint(const std::string& mesh, const std::string& step);
+  Status DeleteCheckpoint(const std::string& mesh, const std::string& step);
+  Result<Json> StartRestore(const std::string& mesh, const std::string& step, const Json& body);
+  Result<Json> StartVerify(const std::string& mesh, const std::string& step);
+  Result<Json> PutRetention(const std::string& mesh, const Json& body);
+  Json ListJobs(const std::string& state, const std::string& kind, const std::string& mesh,
+                int64_t limit);
+  Result<Json> GetJob(const std::string& id, int64_t wait_ms);
+  Result<Json> CancelJob(const std::string& id);
+
+  Json Cluster();
+  std::string RenderMetrics();
+
+ private:
+  explicit Service(ServiceOptions options, storage::Env* env, std::unique_ptr<Catalog> catalog);
+  Status Recover();
+  void MonitorLoop();
+
+  // REQUIRES: mu_ held for everything below until "jobs".
+  void PersistWorker(const WorkerRecord& w);
+  void PersistMesh(const MeshRecord& m);
+  void PersistCheckpoint(const CheckpointRecord& c);
+  void PersistJob(const JobRecord& j);
+  void PublishJob(const JobRecord& j);
+  std::vector<std::string> MeshesOfWorker(const std::string& id) const;
+  bool WorkerBusy(const std::string& id) const;
+  Result<CheckpointRecord*> FindCommitted(const std::string& mesh, const std::string& step);
+  JobRecord* NewJob(const std::string& kind, const std::string& mesh, int64_t step,
+                    const Json& request);
+
+  // Jobs. Each runs on its own thread; Run* catch every failure into the job.
+  void Launch(const std::string& job_id, Status (Service::*run)(const std::string&));
+  Status RunSave(const std::string& job_id);
+  Status RunRestore(const std::string& job_id);
+  Status RunVerify(const std::string& job_id);
+  // Queues one task per (rank, payload) for the job's mesh workers and waits
+  // until all succeed, one fails, a worker dies, the job is cancelled or times out.
+  // REQUIRES: lock holds mu_. Results by rank.
+  Result<std::map<int64_t, Json>> RunTasks(std::unique_lock<std::mutex>& lock,
+                                           const std::string& job_id,
+                                           const std::vector<std::string>& workers,
+                                           const std::map<int64_t, Json>& payloads,
+                                           uint64_t total_bytes);
+  void SetPhase(const std::string& job_id, const std::string& phase);  // REQUIRES: mu_
+  void FinishJob(const std::string& job_id, const Status& status, Json result);  // REQUIRES: mu_
+  Status ApplyRetention(const std::string& mesh);  // REQUIRES: not mu_
+
+  ServiceOptions options_;
+  storage::Env* env_;
+  std::unique_ptr<Catalog> catalog_;
+  EventBus events_;
+  Metrics metrics_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;                              // GUARDED_BY(mu_)
+  std::map<std::string, WorkerRecord> workers_;        // GUARDED_BY(mu_)
+  std::vector<std::string> worker_order_;              // GUARDED_BY(mu_) registration order
+  std::map<std::string, MeshRecord> meshes_;           // GUARDED_BY(mu_)
+  std::map<std::string, CheckpointRecord> checkpoints_;  // GUARDED_BY(mu_) by key()
+  std::map<std::string, JobRecord> jobs_;              // GUARDED_BY(mu_)
+  std::vector<std::string> job_order_;                 // GUARDED_BY(mu_) creation order
+  std::map<std::string, RetentionPolicy> retention_;   // GUARDED_BY(mu_)
+  std::vector<std::thread> threads_;                   // GUARDED_BY(mu_)
+  std::thread monitor_;
+};
+
+// A random id such as "j-3f9a0c1d2b4e".
+std::string NewId(const std::string& prefix);
+
+}  // namespace tessera::service

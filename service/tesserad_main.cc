@@ -1,0 +1,137 @@
+// tesserad: the control plane.
+#include <CLI/CLI.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+
+#include "api/http/server.h"
+#include "service/service.h"
+#include "storage/env.h"
+
+namespace {
+
+tessera::http::Server* g_server = nullptr;
+
+void OnSignal(int) {
+  if (g_server) g_server->Stop();
+}
+
+// The token from --token, TESSERA_TOKEN, or <data_dir>/token (created 0600).
+tessera::Result<std::string> LoadToken(const std::string& flag, const std::string& data_dir) {
+  if (!flag.empty()) return flag;
+  if (const char* env = std::getenv("TESSERA_TOKEN"); env && *env) return std::string(env);
+  const std::string path = data_dir + "/token";
+  std::ifstream in(path);
+  std::string token;
+  if (in && std::getline(in, token) && !token.empty()) return token;
+  unsigned char raw[24];
+  int fd = ::open("/dev/urandom", O_RDONLY);
+  if (fd < 0 || ::read(fd, raw, sizeof(raw)) != static_cast<ssize_t>(sizeof(raw))) {
+    if (fd >= 0) ::close(fd);
+    return tessera::Internal("cannot read /dev/urandom for a token");
+  }
+  ::close(fd);
+  static const char* hex = "0123456789abcdef";
+  for (unsigned char c : raw) {
+    token += hex[c >> 4];
+    token += hex[c & 15];
+  }
+  int out = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (out < 0 || ::write(out, token.data(), token.size()) != static_cast<ssize_t>(token.size())) {
+    if (out >= 0) ::close(out);
+    return tessera::ErrnoStatus(errno, "write", path);
+  }
+  ::fsync(out);
+  ::close(out);
+  return token;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tesserad: Tessera control plane"};
+  std::string listen = "127.0.0.1:7070", data_dir = "tessera-data", root, token_flag;
+  int threads = 64;
+  int64_t heartbeat_ms = 500, lease_ms = 3000;
+  app.add_option("--listen", listen, "host:port to bind (port 0: any free port)");
+  app.add_option("--data-dir", data_dir, "catalog, token");
+  app.add_option("--checkpoint-root", root, "where checkpoints live (default <data-dir>/checkpoints)");
+  app.add_option("--token", token_flag, "bearer token (else TESSERA_TOKEN, else <data-dir>/token)");
+  app.add_option("--threads", threads, "HTTP threads (long-polls and SSE hold one each)")
+      ->check(CLI::Range(4, 4096));
+  app.add_option("--heartbeat-ms", heartbeat_ms, "worker heartbeat interval")->check(CLI::Range(10, 60000));
+  app.add_option("--lease-ms", lease_ms, "a worker silent this long is dead")->check(CLI::Range(50, 600000));
+  app.set_version_flag("--version", TESSERA_VERSION);
+  CLI11_PARSE(app, argc, argv);
+
+  size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) {
+    std::fprintf(stderr, "error: --listen must be host:port\n");
+    return 2;
+  }
+  std::string host = listen.substr(0, colon);
+  int port = std::atoi(listen.c_str() + colon + 1);
+  if (root.empty()) root = data_dir + "/checkpoints";
+
+  auto env = tessera::storage::DefaultEnv();
+  if (auto st = env->CreateDirs(data_dir); !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  auto token = LoadToken(token_flag, data_dir);
+  if (!token.ok()) {
+    std::fprintf(stderr, "error: %s\n", token.status().ToString().c_str());
+    return 1;
+  }
+  tessera::service::ServiceOptions opts;
+  opts.data_dir = data_dir;
+  opts.checkpoint_root = root;
+  opts.heartbeat_ms = heartbeat_ms;
+  opts.lease_ms = lease_ms;
+  opts.suspect_ms = std::max<int64_t>(heartbeat_ms * 3, lease_ms / 2);
+  auto service = tessera::service::Service::Create(opts, env);
+  if (!service.ok()) {
+    std::fprintf(stderr, "error: %s\n", service.status().ToString().c_str());
+    return 1;
+  }
+  auto router = std::make_shared<tessera::http::Router>();
+  (*service)->AddRoutes(router.get());
+  tessera::http::ServerOptions sopts;
+  sopts.host = host;
+  sopts.port = port;
+  sopts.threads = threads;
+  sopts.token = *token;
+  sopts.max_body_bytes = 2 << 20;
+  sopts.read_timeout_s = 120;
+  sopts.write_timeout_s = 120;
+  auto* metrics = (*service)->metrics();
+  sopts.on_request = [metrics](const tessera::http::Request& req, const std::string& pattern,
+                               int status, double) {
+    metrics->CountRequest(pattern.empty() ? "unmatched" : pattern, req.method, status);
+  };
+  tessera::http::Server server(router, sopts);
+  auto bound = server.Bind();
+  if (!bound.ok()) {
+    std::fprintf(stderr, "error: %s\n", bound.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("listening on http://%s:%d\n", host.c_str(), *bound);
+  std::printf("token: %s\n", token->c_str());
+  std::printf("data dir: %s, checkpoint root: %s\n", data_dir.c_str(), root.c_str());
+  std::fflush(stdout);
+  g_server = &server;
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGPIPE, SIG_IGN);
+  (*service)->Start();
+  server.Run();
+  g_server = nullptr;
+  (*service)->Stop();
+  std::fprintf(stderr, "tesserad stopped\n");
+  return 0;
+}

@@ -1,0 +1,128 @@
+#include "worker/local_api.h"
+
+#include <functional>
+#include <string>
+#include <utility>
+
+#include "api/dtype.h"
+#include "api/json_codec.h"
+#include "api/mesh.h"
+#include "api/shape.h"
+
+namespace tessera::worker {
+namespace {
+
+using http::Request;
+using http::Response;
+
+// Handlers return a Response or a Status; errors become API.md's JSON error.
+http::Handler Wrap(std::function<Result<Response>(const Request&)> fn) {
+  return [fn = std::move(fn)](const Request& req) {
+    Result<Response> res = fn(req);
+    return res.ok() ? std::move(res).value() : Response::Error(res.status());
+  };
+}
+
+Result<std::string> RequiredQuery(const Request& req, const std::string& key) {
+  std::optional<std::string> value = req.Query(key);
+  if (!value.has_value()) {
+    return InvalidArgument("missing query parameter '" + key + "'", {{"field", key}});
+  }
+  return *std::move(value);
+}
+
+Result<int64_t> RequiredIntQuery(const Request& req, const std::string& key) {
+  RETURN_IF_ERROR(RequiredQuery(req, key).status());
+  return http::QueryInt(req, key, 0);
+}
+
+// The shard a request is about: ?mesh=&device=.
+struct ShardQuery {
+  std::string mesh;
+  int64_t device = 0;
+};
+
+Result<ShardQuery> ShardFromQuery(const Request& req) {
+  ShardQuery q;
+  ASSIGN_OR_RETURN(q.mesh, RequiredQuery(req, "mesh"));
+  ASSIGN_OR_RETURN(q.device, RequiredIntQuery(req, "device"));
+  return q;
+}
+
+// ?dtype=&shape=&layout= of PUT and mapping.
+Result<TensorDesc> DescFromQuery(const Request& req) {
+  TensorDesc desc;
+  ASSIGN_OR_RETURN(std::string dtype, RequiredQuery(req, "dtype"));
+  ASSIGN_OR_RETURN(desc.dtype, ParseDType(dtype, "dtype"));
+  ASSIGN_OR_RETURN(std::string shape, RequiredQuery(req, "shape"));
+  ASSIGN_OR_RETURN(desc.shape, ParseShape(shape, "shape"));
+  ASSIGN_OR_RETURN(std::string layout, RequiredQuery(req, "layout"));
+  ASSIGN_OR_RETURN(desc.layout, ParseLayout(layout, "layout"));
+  return desc;
+}
+
+Json InfoToJson(const TensorInfo& info) {
+  return {{"name", info.name},
+          {"mesh", info.mesh},
+          {"dtype", DTypeToJson(info.desc.dtype)},
+          {"shape", ShapeToJson(info.desc.shape)},
+          {"layout", LayoutToJson(info.desc.layout)},
+          {"devices", info.devices},
+          {"mapped", info.mapped}};
+}
+
+}  // namespace
+
+void AddTensorRoutes(http::Router* router, TensorStore* store) {
+  // Before the {name+} routes, so that ".../mapping" is never read as part of a name.
+  router->Add({"POST", "/v1/tensors/{name+}/mapping",
+               Wrap([store](const Request& req) -> Result<Response> {
+                 ASSIGN_OR_RETURN(ShardQuery q, ShardFromQuery(req));
+                 ASSIGN_OR_RETURN(TensorDesc desc, DescFromQuery(req));
+                 ASSIGN_OR_RETURN(ShardMapping m, store->Map(q.mesh, req.Param("name"), desc,
+                                                             q.device));
+                 return Response::Json(200, {{"path", m.path},
+                                             {"bytes", m.bytes},
+                                             {"local_shape", ShapeToJson(m.local_shape)}});
+               }),
+               "map a local shard from a 0600 file in /dev/shm: {path, bytes, local_shape}",
+               false});
+  router->Add({"PUT", "/v1/tensors/{name+}",
+               Wrap([store](const Request& req) -> Result<Response> {
+                 ASSIGN_OR_RETURN(ShardQuery q, ShardFromQuery(req));
+                 ASSIGN_OR_RETURN(TensorDesc desc, DescFromQuery(req));
+                 RETURN_IF_ERROR(store->Put(q.mesh, req.Param("name"), desc, q.device, req.body));
+                 return Response::NoContent();
+               }),
+               "store the raw bytes of a device's local shard", false});
+  router->Add({"GET", "/v1/tensors/{name+}",
+               Wrap([store](const Request& req) -> Result<Response> {
+                 ASSIGN_OR_RETURN(ShardQuery q, ShardFromQuery(req));
+                 Response res;
+                 res.content_type = "application/octet-stream";
+                 ASSIGN_OR_RETURN(ShardRef ref,
+                                  store->Read(q.mesh, req.Param("name"), q.device, &res.body));
+                 res.headers = {{"X-Tessera-Dtype", std::string(DTypeName(ref.desc.dtype))},
+                                {"X-Tessera-Shape", ShapeToString(ref.desc.shape)},
+                                {"X-Tessera-Layout", ref.desc.layout.ToString()},
+                                {"X-Tessera-Local-Shape", ShapeToString(ref.local_shape)}};
+                 return res;
+               }),
+               "the raw bytes of a device's local shard", false});
+  router->Add({"GET", "/v1/tensors",
+               [store](const Request&) {
+                 Json out = Json::array();
+                 for (const TensorInfo& info : store->List()) out.push_back(InfoToJson(info));
+                 return Response::Json(200, out);
+               },
+               "the tensors this worker holds", false});
+  router->Add({"DELETE", "/v1/tensors/{name+}",
+               Wrap([store](const Request& req) -> Result<Response> {
+                 ASSIGN_OR_RETURN(std::string mesh, RequiredQuery(req, "mesh"));
+                 RETURN_IF_ERROR(store->Delete(mesh, req.Param("name")));
+                 return Response::NoContent();
+               }),
+               "drop a tensor and its mappings", false});
+}
+
+}  // namespace tessera::worker

@@ -1,0 +1,22 @@
+// The tensor routes of a worker's local API (API.md, "Tensors"): how the
+// trainer on this host pushes, maps, reads, lists and drops its tensors.
+// No auth: the local API binds loopback only.
+#pragma once
+
+#include "api/http/router.h"
+#include "worker/tensor_store.h"
+
+namespace tessera::worker {
+
+// Registers on `router`:
+//   POST   /v1/tensors/{name+}/mapping?mesh=&device=&dtype=&shape=&layout=  {"path","bytes",...}
+//   PUT    /v1/tensors/{name+}?mesh=&device=&dtype=&shape=&layout=  body: raw shard → 204
+//   GET    /v1/tensors/{name+}?mesh=&device=  raw shard + X-Tessera-{Dtype,Shape,Layout,Local-Shape}
+//   GET    /v1/tensors  [{name, mesh, dtype, shape, layout, devices, mapped}]
+//   DELETE /v1/tensors/{name+}?mesh=  → 204
+// `shape` is the global shape ("8,4"; empty for a scalar), `layout` one entry per
+// dimension ("data,unsharded"). A missing or malformed parameter is 400 naming it.
+// `store` must outlive the router.
+void AddTensorRoutes(http::Router* router, TensorStore* store);
+
+}  // namespace tessera::worker

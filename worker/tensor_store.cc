@@ -1,0 +1,348 @@
+#include "worker/tensor_store.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <future>
+#include <limits>
+#include <set>
+
+#include "api/json_codec.h"
+#include "api/names.h"
+#include "storage/thread_pool.h"
+
+namespace tessera::worker {
+namespace {
+
+// Below this many bytes a copy is not worth handing to other threads.
+constexpr size_t kParallelCopyMin = size_t{1} << 20;
+// Part of the tensor name kept in a shm file name (NAME_MAX is 255).
+constexpr size_t kFileNameTensorChars = 80;
+
+TensorStoreOptions WithDefaults(TensorStoreOptions options) {
+  if (options.shm_prefix.empty()) options.shm_prefix = "tessera-" + std::to_string(getpid());
+  return options;
+}
+
+}  // namespace
+
+std::string TensorDesc::ToString() const {
+  return std::string(DTypeName(dtype)) + "[" + ShapeToString(shape) +
+         "] layout=" + layout.ToString();
+}
+
+nlohmann::json TensorDesc::ToJson() const {
+  return {{"dtype", DTypeToJson(dtype)},
+          {"shape", ShapeToJson(shape)},
+          {"layout", LayoutToJson(layout)}};
+}
+
+const Snapshot::Tensor* Snapshot::Find(std::string_view name) const {
+  auto it = std::lower_bound(tensors.begin(), tensors.end(), name,
+                             [](const Tensor& t, std::string_view n) { return t.name < n; });
+  return it != tensors.end() && it->name == name ? &*it : nullptr;
+}
+
+uint64_t Snapshot::bytes() const {
+  uint64_t n = 0;
+  for (const auto& t : tensors) {
+    for (const auto& s : t.shards) n += s.buffer->size();
+  }
+  return n;
+}
+
+TensorStore::TensorStore(MeshResolver resolver, TensorStoreOptions options)
+    : resolver_(std::move(resolver)),
+      options_(WithDefaults(std::move(options))),
+      pool_(ShardBufferPool::Create(options_.snapshot_pool_bytes)) {
+  if (options_.copy_threads > 1) {
+    copy_pool_ = std::make_unique<storage::ThreadPool>(options_.copy_threads - 1);
+  }
+}
+
+TensorStore::~TensorStore() = default;
+
+Result<TensorStore::Checked> TensorStore::Check(const std::string& mesh, const std::string& name,
+                                                const TensorDesc& desc, int64_t device) const {
+  RETURN_IF_ERROR(ValidateName(name, "name"));
+  RETURN_IF_ERROR(ValidateName(mesh, "mesh"));
+  ASSIGN_OR_RETURN(MeshPlacement placement, resolver_(mesh));
+  if (!placement.Owns(device)) {
+    return InvalidArgument("device " + std::to_string(device) + " of mesh '" + mesh +
+                               "' is not on this worker, which owns devices " +
+                               ShapeToString(placement.devices),
+                           {{"field", "device"}, {"device", device}, {"devices", placement.devices}});
+  }
+  RETURN_IF_ERROR(CheckShapeSize(desc.shape, "shape"));
+  RETURN_IF_ERROR(ValidateLayout(placement.mesh, desc.layout, desc.shape));
+  Checked c;
+  c.local_shape = LocalShape(placement.mesh, desc.layout, desc.shape);
+  c.bytes = static_cast<size_t>(NumElements(c.local_shape)) * DTypeSize(desc.dtype);
+  return c;
+}
+
+Status TensorStore::Mismatch(Code code, const Key& key, const TensorDesc& have,
+                             const TensorDesc& want) {
+  std::string message = "tensor '" + key.second + "' of mesh '" + key.first + "' is " +
+                        have.ToString() + ", not " + want.ToString();
+  message += code == Code::kConflict ? "; DELETE it first to change it"
+                                     : "; the restore asks for a different dtype or shape";
+  return Status(code, std::move(message),
+                {{"tensor", key.second},
+                 {"mesh", key.first},
+                 {"existing", have.ToJson()},
+                 {"requested", want.ToJson()}});
+}
+
+std::string TensorStore::ShmFileName(const std::string& name, int64_t device) {
+  std::string safe = name.substr(0, kFileNameTensorChars);
+  std::replace(safe.begin(), safe.end(), '/', '_');
+  return options_.shm_prefix + "-" + std::to_string(next_file_++) + "-d" +
+         std::to_string(device) + "-" + safe;
+}
+
+void TensorStore::CopyParallel(const std::vector<CopyRun>& runs) {
+  size_t total = 0;
+  for (const auto& r : runs) total += r.bytes;
+  const size_t threads = copy_pool_ ? static_cast<size_t>(copy_pool_->size()) + 1 : 1;
+  if (threads == 1 || total < kParallelCopyMin) {
+    for (const auto& r : runs) std::memcpy(r.dst, r.src, r.bytes);
+    return;
+  }
+  // Cut the runs into `threads` spans of equal bytes; big buffers are split.
+  const size_t part = (total + threads - 1) / threads;
+  std::vector<std::vector<CopyRun>> spans(threads);
+  size_t span = 0;
+  size_t filled = 0;
+  for (const auto& r : runs) {
+    for (size_t off = 0; off < r.bytes;) {
+      const size_t room =
+          span + 1 == threads ? std::numeric_limits<size_t>::max() : part - filled;
+      const size_t take = std::min(r.bytes - off, room);
+      spans[span].push_back({r.src + off, r.dst + off, take});
+      off += take;
+      filled += take;
+      if (filled == part && span + 1 < threads) {
+        ++span;
+        filled = 0;
+      }
+    }
+  }
+  auto copy_span = [](const std::vector<CopyRun>& s) {
+    for (const auto& r : s) std::memcpy(r.dst, r.src, r.bytes);
+  };
+  std::vector<std::future<void>> done;
+  for (size_t i = 1; i < threads; ++i) {
+    done.push_back(copy_pool_->Submit([&copy_span, &s = spans[i]] { copy_span(s); }));
+  }
+  copy_span(spans[0]);
+  for (auto& f : done) f.get();
+}
+
+Status TensorStore::Write(const std::string& mesh, const std::string& name,
+                          const TensorDesc& desc, int64_t device, const void* data, size_t n,
+                          Code mismatch) {
+  ASSIGN_OR_RETURN(Checked checked, Check(mesh, name, desc, device));
+  if (n != checked.bytes) {
+    return InvalidArgument("body has " + std::to_string(n) + " bytes but " + desc.ToString() +
+                               " has " + std::to_string(checked.bytes) +
+                               " bytes per device (local shape [" +
+                               ShapeToString(checked.local_shape) + "])",
+                           {{"field", "body"}, {"bytes", n}, {"expected_bytes", checked.bytes}});
+  }
+  const auto* src = static_cast<const uint8_t*>(data);
+  const Key key{mesh, name};
+  std::shared_ptr<ShardBuffer> fresh;  // filled outside the lock, then swapped in
+  while (true) {
+    std::shared_ptr<ShardBuffer> mapped;
+    std::shared_ptr<ShardBuffer> replaced;  // released after the lock
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = tensors_.find(key);
+      if (it != tensors_.end()) {
+        if (it->second.desc != desc) return Mismatch(mismatch, key, it->second.desc, desc);
+        auto shard = it->second.shards.find(device);
+        if (shard != it->second.shards.end() && shard->second->mapped()) mapped = shard->second;
+      }
+      if (mapped == nullptr && fresh != nullptr) {
+        if (it == tensors_.end()) {
+          it = tensors_.emplace(key, Entry{desc, checked.local_shape, {}}).first;
+        }
+        replaced = std::exchange(it->second.shards[device], std::move(fresh));
+        return Status::Ok();
+      }
+    }
+    if (mapped != nullptr) {
+      // The trainer's memory: write in place so its view stays valid.
+      std::unique_lock<std::shared_mutex> writing(bytes_mu_);
+      CopyParallel({{src, mapped->data(), n}});
+      return Status::Ok();
+    }
+    ASSIGN_OR_RETURN(fresh, ShardBuffer::Heap(n));
+    CopyParallel({{src, fresh->data(), n}});
+    // Loop: the shard may have become a mapping meanwhile, which must not be replaced.
+  }
+}
+
+Status TensorStore::Put(const std::string& mesh, const std::string& name, const TensorDesc& desc,
+                        int64_t device, std::string_view bytes) {
+  return Write(mesh, name, desc, device, bytes.data(), bytes.size(), Code::kConflict);
+}
+
+Status TensorStore::Install(const std::string& mesh, const std::string& name,
+                            const TensorDesc& desc, int64_t device, const void* data, size_t n) {
+  return Write(mesh, name, desc, device, data, n, Code::kInvalidArgument);
+}
+
+Result<ShardMapping> TensorStore::Map(const std::string& mesh, const std::string& name,
+                                      const TensorDesc& desc, int64_t device) {
+  ASSIGN_OR_RETURN(Checked checked, Check(mesh, name, desc, device));
+  const Key key{mesh, name};
+  std::shared_ptr<ShardBuffer> fresh;        // the new mapping
+  std::shared_ptr<ShardBuffer> copied_from;  // the heap shard whose bytes `fresh` holds
+  while (true) {
+    std::shared_ptr<ShardBuffer> current;
+    std::string file_name;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = tensors_.find(key);
+      if (it != tensors_.end()) {
+        if (it->second.desc != desc) return Mismatch(Code::kConflict, key, it->second.desc, desc);
+        auto shard = it->second.shards.find(device);
+        if (shard != it->second.shards.end()) current = shard->second;
+      }
+      if (current != nullptr && current->mapped()) {
+        return ShardMapping{current->path(), current->size(), checked.local_shape};
+      }
+      if (fresh != nullptr && current == copied_from) {
+        if (it == tensors_.end()) {
+          it = tensors_.emplace(key, Entry{desc, checked.local_shape, {}}).first;
+        }
+        it->second.shards[device] = fresh;
+        return ShardMapping{fresh->path(), fresh->size(), checked.local_shape};
+      }
+      if (fresh == nullptr) file_name = ShmFileName(name, device);
+    }
+    if (fresh == nullptr) {
+      ASSIGN_OR_RETURN(fresh, ShardBuffer::Shm(options_.shm_dir, file_name, checked.bytes));
+    }
+    // A Put may have replaced the heap shard while we copied: copy again until it holds still.
+    if (current != nullptr) {
+      CopyParallel({{current->data(), fresh->data(), checked.bytes}});
+    } else if (copied_from != nullptr) {
+      std::memset(fresh->data(), 0, checked.bytes);  // the shard was deleted meanwhile
+    }
+    copied_from = current;
+  }
+}
+
+Result<ShardRef> TensorStore::Get(const std::string& mesh, const std::string& name,
+                                  int64_t device) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tensors_.find(Key{mesh, name});
+  if (it == tensors_.end()) {
+    return NotFound("no tensor '" + name + "' in mesh '" + mesh + "' on this worker",
+                    {{"tensor", name}, {"mesh", mesh}});
+  }
+  auto shard = it->second.shards.find(device);
+  if (shard == it->second.shards.end()) {
+    return NotFound("tensor '" + name + "' of mesh '" + mesh + "' has no shard for device " +
+                        std::to_string(device) + " on this worker",
+                    {{"tensor", name}, {"mesh", mesh}, {"device", device}});
+  }
+  return ShardRef{it->second.desc, it->second.local_shape, shard->second};
+}
+
+Result<ShardRef> TensorStore::Read(const std::string& mesh, const std::string& name,
+                                   int64_t device, std::string* bytes) const {
+  ASSIGN_OR_RETURN(ShardRef ref, Get(mesh, name, device));
+  std::shared_lock<std::shared_mutex> reading(bytes_mu_);
+  bytes->assign(reinterpret_cast<const char*>(ref.buffer->data()), ref.buffer->size());
+  return ref;
+}
+
+std::vector<TensorInfo> TensorStore::List() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<TensorInfo> out;
+  out.reserve(tensors_.size());
+  for (const auto& [key, entry] : tensors_) {
+    TensorInfo info{key.first, key.second, entry.desc, {}, false};
+    for (const auto& [device, buffer] : entry.shards) {
+      info.devices.push_back(device);
+      info.mapped = info.mapped || buffer->mapped();
+    }
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+Status TensorStore::Delete(const std::string& mesh, const std::string& name) {
+  Entry dropped;  // unmapped and unlinked after the lock is released
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tensors_.find(Key{mesh, name});
+  if (it == tensors_.end()) {
+    return NotFound("no tensor '" + name + "' in mesh '" + mesh + "' on this worker",
+                    {{"tensor", name}, {"mesh", mesh}});
+  }
+  dropped = std::move(it->second);
+  tensors_.erase(it);
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<const Snapshot>> TensorStore::TakeSnapshot(
+    const std::string& mesh, const std::optional<std::vector<std::string>>& names) {
+  ASSIGN_OR_RETURN(MeshPlacement placement, resolver_(mesh));
+  auto snapshot = std::make_shared<Snapshot>();
+  std::vector<std::vector<std::shared_ptr<const ShardBuffer>>> sources;  // per tensor
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto take = [&](const std::string& name, const Entry& entry) {
+      Snapshot::Tensor t{name, entry.desc, {}, {}};
+      auto& src = sources.emplace_back();
+      for (int64_t device : placement.devices) {
+        auto shard = entry.shards.find(device);
+        if (shard == entry.shards.end()) {
+          t.absent_devices.push_back(device);
+        } else {
+          t.shards.push_back({device, nullptr});
+          src.push_back(shard->second);
+        }
+      }
+      snapshot->tensors.push_back(std::move(t));
+    };
+    if (names.has_value()) {
+      for (const std::string& name : std::set<std::string>(names->begin(), names->end())) {
+        auto it = tensors_.find(Key{mesh, name});
+        if (it == tensors_.end()) {
+          return NotFound("cannot snapshot tensor '" + name + "' of mesh '" + mesh +
+                              "': this worker does not hold it",
+                          {{"tensor", name}, {"mesh", mesh}});
+        }
+        take(name, it->second);
+      }
+    } else {
+      for (auto it = tensors_.lower_bound(Key{mesh, ""});
+           it != tensors_.end() && it->first.first == mesh; ++it) {
+        take(it->first.second, it->second);
+      }
+    }
+  }
+  std::vector<CopyRun> runs;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    for (size_t j = 0; j < sources[i].size(); ++j) {
+      const ShardBuffer& src = *sources[i][j];
+      ASSIGN_OR_RETURN(std::shared_ptr<ShardBuffer> dst, pool_->Acquire(src.size()));
+      runs.push_back({src.data(), dst->data(), src.size()});
+      snapshot->tensors[i].shards[j].buffer = std::move(dst);
+    }
+  }
+  {
+    std::shared_lock<std::shared_mutex> reading(bytes_mu_);
+    CopyParallel(runs);
+  }
+  snapshot->placement = std::move(placement);
+  return std::shared_ptr<const Snapshot>(std::move(snapshot));
+}
+
+}  // namespace tessera::worker

@@ -1,0 +1,197 @@
+// The tensors a worker holds for the trainers on its host, keyed by (mesh, name):
+// one buffer per local device shard, pushed by the trainer (PUT), shared with it
+// through a /dev/shm mapping, snapshotted by saves and written by restores.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "api/dtype.h"
+#include "api/mesh.h"
+#include "api/shape.h"
+#include "api/status.h"
+#include "worker/mesh_placement.h"
+#include "worker/shard_buffer.h"
+
+namespace tessera::storage {
+class ThreadPool;
+}
+
+namespace tessera::worker {
+
+// What a tensor is, globally: every shard of it on every worker agrees on this.
+struct TensorDesc {
+  DType dtype = DType::kFloat32;
+  Shape shape;  // global
+  Layout layout;
+
+  bool operator==(const TensorDesc&) const = default;
+  // "float32[8,4] layout [data,unsharded]" for messages.
+  std::string ToString() const;
+  // {"dtype","shape","layout"} for error details.
+  nlohmann::json ToJson() const;
+};
+
+struct TensorStoreOptions {
+  std::string shm_dir = "/dev/shm";
+  // File names are "<prefix>-<n>-d<device>-<name>"; empty means "tessera-<pid>".
+  std::string shm_prefix;
+  // Threads that copy a snapshot (the calling thread counts as one).
+  int copy_threads = 2;
+  // Freed snapshot buffers kept for reuse, at most this many bytes.
+  size_t snapshot_pool_bytes = size_t{8} << 30;
+};
+
+// A shard as Get returns it. A heap buffer never changes once stored (a Put
+// replaces it); a mapped one is the trainer's memory and changes under the reader.
+struct ShardRef {
+  TensorDesc desc;
+  Shape local_shape;
+  std::shared_ptr<const ShardBuffer> buffer;
+};
+
+// The answer to Map: the file the trainer maps, and its size.
+struct ShardMapping {
+  std::string path;
+  size_t bytes = 0;
+  Shape local_shape;
+};
+
+struct TensorInfo {
+  std::string mesh;
+  std::string name;
+  TensorDesc desc;
+  std::vector<int64_t> devices;  // local devices holding a shard, ascending
+  bool mapped = false;           // some shard lives in a /dev/shm mapping
+};
+
+// Private copies of a mesh's tensors at one instant. Nothing the trainer does
+// after TakeSnapshot returns (Put, writes into its mappings, Delete) changes it.
+struct Snapshot {
+  struct Shard {
+    int64_t device = 0;
+    std::shared_ptr<const ShardBuffer> buffer;
+  };
+  struct Tensor {
+    std::string name;
+    TensorDesc desc;
+    std::vector<Shard> shards;                // ascending device
+    std::vector<int64_t> absent_devices;      // local devices that had no shard
+  };
+
+  MeshPlacement placement;
+  std::vector<Tensor> tensors;  // ascending name
+
+  // The named tensor, or nullptr.
+  const Tensor* Find(std::string_view name) const;
+  uint64_t bytes() const;
+};
+
+// Thread-safe. One mutex guards the table and is held only to look up or swap
+// shared_ptrs; bytes are copied outside it.
+class TensorStore {
+ public:
+  explicit TensorStore(MeshResolver resolver, TensorStoreOptions options = {});
+  ~TensorStore();
+  TensorStore(const TensorStore&) = delete;
+  TensorStore& operator=(const TensorStore&) = delete;
+
+  // Stores `bytes` as the shard of `device` (a global device id this worker
+  // owns in `mesh`). invalid_argument naming the field for a bad name, unowned
+  // device, layout or byte count (NumElements(local shape) × dtype size);
+  // not_found for an unknown mesh; conflict naming both descriptions when the
+  // tensor exists differently (DELETE it first). A mapped shard is written in
+  // place, so the trainer's view stays valid; a heap shard is replaced.
+  Status Put(const std::string& mesh, const std::string& name, const TensorDesc& desc,
+             int64_t device, std::string_view bytes);
+
+  // Moves the shard of `device` into a /dev/shm file (same checks as Put) and
+  // returns its path; the bytes already held are kept, a new shard is zeros.
+  // Idempotent. The file goes away with the tensor (Delete, store destruction).
+  Result<ShardMapping> Map(const std::string& mesh, const std::string& name,
+                           const TensorDesc& desc, int64_t device);
+
+  // not_found naming the tensor or the device when absent.
+  Result<ShardRef> Get(const std::string& mesh, const std::string& name, int64_t device) const;
+  // Like Get, and copies the bytes into *bytes, never torn by a concurrent
+  // Put or Install (a trainer writing its mapping meanwhile is its own race).
+  Result<ShardRef> Read(const std::string& mesh, const std::string& name, int64_t device,
+                        std::string* bytes) const;
+
+  // Every tensor, ordered by (mesh, name).
+  std::vector<TensorInfo> List() const;
+
+  // Drops the tensor and its shards (unlinking its mappings). not_found if absent.
+  Status Delete(const std::string& mesh, const std::string& name);
+
+  // Copies every tensor of `mesh` (or only `names`; an unknown one is not_found
+  // naming it) into private buffers, with up to copy_threads threads. This is
+  // the trainer's stall during a save: when it returns, the trainer may
+  // overwrite its tensors without affecting the snapshot. Buffers come from a
+  // pool, so repeated saves of the same tensors do not fault pages in again.
+  Result<std::shared_ptr<const Snapshot>> TakeSnapshot(
+      const std::string& mesh, const std::optional<std::vector<std::string>>& names = {});
+
+  // Restore's write: checks as Put, then writes into the existing shard (keeping
+  // mappings valid) or creates the tensor. A tensor that exists with another
+  // description is invalid_argument naming it and both dtypes/shapes.
+  Status Install(const std::string& mesh, const std::string& name, const TensorDesc& desc,
+                 int64_t device, const void* data, size_t n);
+
+  // Reuse counters of the snapshot buffer pool (tests, metrics).
+  ShardBufferPool::Stats snapshot_pool_stats() const { return pool_->stats(); }
+
+ private:
+  using Key = std::pair<std::string, std::string>;  // (mesh, name)
+  struct Entry {
+    TensorDesc desc;
+    Shape local_shape;
+    std::map<int64_t, std::shared_ptr<ShardBuffer>> shards;  // by global device
+  };
+  // What the checks of Put / Map / Install establish.
+  struct Checked {
+    Shape local_shape;
+    size_t bytes = 0;
+  };
+  // A contiguous copy; a snapshot is a list of these, split across threads.
+  struct CopyRun {
+    const uint8_t* src;
+    uint8_t* dst;
+    size_t bytes;
+  };
+
+  Result<Checked> Check(const std::string& mesh, const std::string& name, const TensorDesc& desc,
+                        int64_t device) const;
+  // Put and Install: `mismatch` is the code for an existing, different description.
+  Status Write(const std::string& mesh, const std::string& name, const TensorDesc& desc,
+               int64_t device, const void* data, size_t n, Code mismatch);
+  // Status for a request whose description differs from the stored one.
+  static Status Mismatch(Code code, const Key& key, const TensorDesc& have,
+                         const TensorDesc& want);
+  std::string ShmFileName(const std::string& name, int64_t device);
+  void CopyParallel(const std::vector<CopyRun>& runs);
+
+  const MeshResolver resolver_;
+  const TensorStoreOptions options_;
+  const std::shared_ptr<ShardBufferPool> pool_;
+  std::unique_ptr<storage::ThreadPool> copy_pool_;  // copy_threads - 1 helpers, or null
+
+  mutable std::mutex mu_;
+  std::map<Key, Entry> tensors_;  // GUARDED_BY(mu_)
+  uint64_t next_file_ = 0;        // GUARDED_BY(mu_)
+
+  // Shared by readers of shard bytes (snapshots, Read), exclusive for writes
+  // into a shard that is already published (a mapping): reads never see them torn.
+  mutable std::shared_mutex bytes_mu_;
+};
+
+}  // namespace tessera::worker
