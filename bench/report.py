@@ -85,7 +85,8 @@ def machine_facts(out_dir):
     hyp = sh("lscpu | sed -n 's/^Hypervisor vendor: *//p'")
     return {
         "nproc": sh("nproc") or str(os.cpu_count()),
-        "cpu": cpu + (f", {tpc} thread per core" if tpc else "") + (f", {hyp} guest" if hyp else ""),
+        "cpu": (cpu + (f", {tpc} thread per core" if tpc else "")
+                + (f", {hyp} guest" if hyp else "")),
         "memory": mem,
         "kernel": platform.release(),
         "disk": disk,
@@ -134,7 +135,8 @@ def main():
 
     # --- ours ---
     config = next((r for r in ours if r.get("op") == "config"), {})
-    runs = [r for r in ours if "stat" not in r and r.get("op") in ("save", "read_cold", "read_warm")]
+    runs = [r for r in ours
+            if "stat" not in r and r.get("op") in ("save", "read_cold", "read_warm")]
     merges = [r for r in ours if r.get("op") == "index_merge"]
     configs = []
     for r in runs:
@@ -175,8 +177,8 @@ def main():
     w(f"- **Command** (from the repository root): `{a.command}`. It builds "
       "`tessera_bench_storage` (Release, `build-bench/`), then runs, in this order:")
     w("")
-    w("| step | command | wall time | exit status |")
-    w("|---|---|---:|---:|")
+    w("| step | command | wall time | exit status | 1-min load average before → after |")
+    w("|---|---|---:|---:|---|")
     step_cmd = {
         "build": "cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release && "
                  "cmake --build build-bench -j2 --target tessera_bench_storage",
@@ -188,7 +190,8 @@ def main():
     }
     for s in steps:
         w(f"| {s['step']} | `{step_cmd.get(s['step'], '?')}` | {s['wall_s']:.1f} s | "
-          f"{s.get('status', '?')} |")
+          f"{s.get('status', '?')} | {s.get('loadavg_before', '?')} → "
+          f"{s.get('loadavg_after', '?')} |")
     w("")
     if any(s.get("status") and s["step"].startswith("fio") for s in steps) and not sh(
             "command -v iperf3"):
@@ -313,8 +316,8 @@ def main():
     w("Logical bytes over the bytes of the shard file (header, chunk table and trailer "
       "included; index.sqlite not). Chunks that zstd cannot shrink by 1/64 are stored raw.")
     w("")
-    w("| data | logical bytes | zstd-1 stored bytes | ratio | `zstd -b1` on 64 MiB of the same kind "
-      "(BASELINE.md, not this run) |")
+    w("| data | logical bytes | zstd-1 stored bytes | ratio | `zstd -b1` on 64 MiB of the same "
+      "kind (BASELINE.md, not this run) |")
     w("|---|---:|---:|---:|---:|")
     for dtype in ("float32", "bfloat16"):
         key = next((k for k in configs if k[0] == dtype and k[1] == "zstd-1"), None)
@@ -426,6 +429,14 @@ def main():
             worst.append(f"{op} {best[0]:.2f}× ({best[1][0]} {best[1][1]}, threads={best[1][2]})")
     w("- **Our runs** (largest max / min of one configuration): " + (", ".join(worst) or "—") +
       ".")
+    busy = [s for s in steps if s["step"] != "build"
+            and max(s.get("loadavg_before", 0), s.get("loadavg_after", 0)) > 1.5]
+    if busy:
+        w("- **Other load during the measurements:** the 1-min load average exceeded 1.5 "
+          "around " + ", ".join(f"{s['step']} ({s.get('loadavg_before')} → "
+                                f"{s.get('loadavg_after')})" for s in busy) +
+          " (the benchmarks themselves use at most 2 threads for a few seconds at a time, so "
+          "a higher figure means other processes, e.g. builds, shared the 2 vCPUs).")
     w("- This is a 2-vCPU KVM guest whose disk, CPU and memory bandwidth move between runs "
       "(BASELINE.md: disk up to 3×, zstd about 1.4×). Only ratios within one session mean "
       "something; run `bash bench/run.sh` again before trusting a verdict near its threshold.")

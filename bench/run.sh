@@ -28,7 +28,8 @@ die() { echo "bench/run.sh: $*" >&2; exit 1; }
 
 # --- prerequisites: say what is missing and how to get it, install nothing ---
 for f in disk_fio.sh save_torch.py; do
-  [ -f "$peers/$f" ] || die "peer script $peers/$f is missing (expected the peers in ../shared/peers relative to the repo root $repo)"
+  [ -f "$peers/$f" ] ||
+    die "peer script $peers/$f is missing (the peers live in ../shared/peers next to $repo)"
 done
 missing=()
 for tool in cmake ninja g++ fio; do
@@ -36,10 +37,12 @@ for tool in cmake ninja g++ fio; do
 done
 [ -x "$py" ] || missing+=(python3)
 if [ ${#missing[@]} -gt 0 ]; then
-  die "missing: ${missing[*]}. On Debian 12: apt-get install -y cmake ninja-build build-essential fio iperf3 python3-torch python3-numpy"
+  die "missing: ${missing[*]}. On Debian 12: apt-get install -y cmake ninja-build" \
+      "build-essential fio iperf3 python3-torch python3-numpy"
 fi
 "$py" -c 'import torch, numpy' 2>/dev/null ||
-  die "$py cannot import torch and numpy. On Debian 12: apt-get install -y python3-torch python3-numpy"
+  die "$py cannot import torch and numpy." \
+      "On Debian 12: apt-get install -y python3-torch python3-numpy"
 # disk_fio.sh ends with loopback TCP figures (iperf3) that this comparison does not
 # use; without iperf3 that part fails after the fio and memcpy lines are out.
 if ! command -v iperf3 >/dev/null 2>&1; then
@@ -58,15 +61,19 @@ steps="$out/steps.jsonl"
 step() {
   local name=$1 file=$2; shift 2
   echo "== $name" >&2
-  local t0 t1 rc=0
+  local t0 t1 rc=0 load0 load1
+  # Load averages around the step: other processes on 2 vCPUs move every figure.
+  load0=$(cut -d' ' -f1 /proc/loadavg)
   t0=$(date +%s.%N)
   # Status kept by hand: set -e does not apply inside a function called from `||`.
   "$@" > "$file" || rc=$?
   t1=$(date +%s.%N)
+  load1=$(cut -d' ' -f1 /proc/loadavg)
   awk -v n="$name" -v s="$(date -u -d "@$t0" +%Y-%m-%dT%H:%M:%SZ)" -v t0="$t0" -v t1="$t1" \
-    -v f="$(basename "$file")" -v rc="$rc" \
+    -v f="$(basename "$file")" -v rc="$rc" -v l0="$load0" -v l1="$load1" \
     'BEGIN { printf "{\"step\": \"%s\", \"start_utc\": \"%s\", \"wall_s\": %.2f, " \
-      "\"output\": \"%s\", \"status\": %d}\n", n, s, t1 - t0, f, rc }' >> "$steps"
+      "\"output\": \"%s\", \"status\": %d, \"loadavg_before\": %s, " \
+      "\"loadavg_after\": %s}\n", n, s, t1 - t0, f, rc, l0, l1 }' >> "$steps"
   [ "$rc" -eq 0 ] || echo "bench/run.sh: step $name failed with status $rc" >&2
   return "$rc"
 }

@@ -4,7 +4,8 @@
 //
 //   save   SaveCheckpoint of the state of save_torch.py (64 tensors, 1.00 GiB of
 //          float32 at --scale 1) and of its bfloat16 truncation, zstd-1 and
-//          uncompressed, with 1 and 2 encode threads; the timed call covers
+//          uncompressed, with a ThreadPool of 1 and of 2 threads (they checksum and
+//          compress while the calling thread writes); the timed call covers
 //          chunking, encoding, writing, fsync, index merge and the atomic commit.
 //   read   every tensor back whole (PlanRead + ExecuteRead) into preallocated
 //          buffers, with a cold page cache and then a warm one; the bytes read

@@ -300,7 +300,8 @@ Status Service::RunSave(const std::string& job_id) {
     std::map<int64_t, Json> snap;
     for (int64_t r = 0; r < mesh.mesh.num_workers(); ++r) {
       snap[r] = {{"kind", "snapshot"}, {"mesh", MeshToJson(mesh.mesh)}, {"rank", r},
-                 {"step", step}, {"tensors", request.value("tensors", Json())}};
+                 {"step", step}, {"tensors", request.value("tensors", Json())},
+                 {"wait_for_trainer", request.value("wait_for_trainer", false)}};
     }
     ASSIGN_OR_RETURN(auto snapshots, RunTasks(lock, job_id, mesh.workers, snap, 0));
 

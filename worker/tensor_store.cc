@@ -107,7 +107,9 @@ void TensorStore::CopyParallel(const std::vector<CopyRun>& runs) {
   for (const auto& r : runs) total += r.bytes;
   const size_t threads = copy_pool_ ? static_cast<size_t>(copy_pool_->size()) + 1 : 1;
   if (threads == 1 || total < kParallelCopyMin) {
-    for (const auto& r : runs) std::memcpy(r.dst, r.src, r.bytes);
+    for (const auto& r : runs) {
+      if (r.bytes > 0) std::memcpy(r.dst, r.src, r.bytes);  // src may be null when empty
+    }
     return;
   }
   // Cut the runs into `threads` spans of equal bytes; big buffers are split.

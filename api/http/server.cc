@@ -51,8 +51,17 @@ Server::Server(std::shared_ptr<Router> router, ServerOptions options)
     res.set_content(r.body, "application/json");
   });
   // httplib's own rejections (oversized body, bad request line) get the JSON body too.
-  s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
+    if (res.status == 400 && (req.method == "POST" || req.method == "PUT") &&
+        !req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) {
+      res.set_content(ErrorBody(InvalidArgument(req.method + " needs a body with a Content-Length; "
+                                                "send an empty JSON object (curl -d '{}')",
+                                                {{"field", "body"}}))
+                          .dump(),
+                      "application/json");
+      return;
+    }
     Code code = res.status == 413   ? Code::kPayloadTooLarge
                 : res.status == 404 ? Code::kNotFound
                 : res.status < 500  ? Code::kInvalidArgument

@@ -1,0 +1,92 @@
+// The worker agent: registers with tesserad, heartbeats, long-polls tasks and
+// executes them with the storage engine against the local TensorStore:
+//   snapshot  copy this worker's shards (or take the trainer's /v1/save copy)
+//   write     its planned slices → shard-<rank>.tsr + fragment-<rank>.sqlite
+//   restore   read its devices' slices of a checkpoint (any mesh/layout)
+//   abort     drop the snapshot of a failed job
+// It survives tesserad restarts: on 404 it registers again under the same id.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "api/http/client.h"
+#include "api/http/router.h"
+#include "storage/env.h"
+#include "storage/thread_pool.h"
+#include "worker/mesh_placement.h"
+#include "worker/tensor_store.h"
+
+namespace tessera::worker {
+
+struct AgentOptions {
+  std::string server = "http://127.0.0.1:7070";
+  std::string token;
+  std::string name;  // stable id "w-<name>" when set
+  std::string host = "127.0.0.1";
+  int devices = 1;
+  int local_port = 0;
+  int data_port = 0;
+  int io_threads = 2;  // compression / decompression
+  int64_t trainer_wait_ms = 120 * 1000;  // a trainer-driven save waits this long for /v1/save
+};
+
+class Agent {
+ public:
+  Agent(AgentOptions options, storage::Env* env);
+  ~Agent();
+
+  // The store's view of meshes: fetched from tesserad, cached briefly.
+  MeshResolver Resolver();
+  // REQUIRES: called once before Start, with the store the local API serves.
+  void SetStore(TensorStore* store) { store_ = store; }
+  // REQUIRES: before Register.
+  void SetLocalPort(int port) { options_.local_port = port; }
+
+  // Registers (retrying until tesserad answers or `timeout_ms` passes).
+  Status Register(int64_t timeout_ms);
+  void Start();
+  void Stop();
+  const std::string& id() const { return id_; }
+
+  // Local API: /v1/save and /v1/checkpoints/latest.
+  void AddRoutes(http::Router* router);
+  Result<Json> SaveFromTrainer(const std::string& mesh, int64_t step, const Json& body,
+                               bool wait_committed);
+
+ private:
+  void HeartbeatLoop();
+  void TaskLoop();
+  void Execute(Json task);
+  Result<Json> DoSnapshot(const Json& task);
+  Result<Json> DoWrite(const Json& task);
+  Result<Json> DoRestore(const Json& task);
+  void Report(http::Client* client, const std::string& task, const std::string& state,
+              uint64_t done, uint64_t total, const Json& result, const Status& error);
+  Result<MeshPlacement> PlacementFromTask(const Json& task);
+
+  AgentOptions options_;
+  storage::Env* env_;
+  TensorStore* store_ = nullptr;
+  std::string id_;
+  int64_t heartbeat_ms_ = 500;
+  storage::ThreadPool io_pool_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::map<std::string, std::shared_ptr<const Snapshot>> snapshots_;  // GUARDED_BY(mu_) by job
+  // Taken by /v1/save before the job's snapshot task arrives, by (mesh, step).
+  std::map<std::pair<std::string, int64_t>, std::shared_ptr<const Snapshot>> trainer_snapshots_;
+  std::map<std::string, std::pair<int64_t, MeshPlacement>> mesh_cache_;  // GUARDED_BY(mu_)
+  std::vector<std::thread> threads_;                                    // GUARDED_BY(mu_)
+  std::thread heartbeat_, tasks_;
+};
+
+}  // namespace tessera::worker

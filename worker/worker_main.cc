@@ -1,0 +1,142 @@
+// tessera-worker: one per host. Serves the trainer's local API, holds its
+// tensors, and executes save / restore tasks from tesserad.
+#include <CLI/CLI.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+
+#include "api/http/server.h"
+#include "storage/env.h"
+#include "worker/agent.h"
+#include "worker/local_api.h"
+
+namespace {
+
+tessera::http::Server* g_server = nullptr;
+
+void OnSignal(int) {
+  if (g_server) g_server->Stop();
+}
+
+bool SplitHostPort(const std::string& s, std::string* host, int* port) {
+  size_t colon = s.rfind(':');
+  if (colon == std::string::npos) return false;
+  *host = s.substr(0, colon);
+  *port = std::atoi(s.c_str() + colon + 1);
+  return *port >= 0 && *port <= 65535;
+}
+
+// Binds the data-plane listener (collectives between workers) and returns its port.
+int BindDataPort(const std::string& host, int port, int* fd_out) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1 ||
+      ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 64) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  *fd_out = fd;
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tessera-worker: Tessera worker agent"};
+  std::string server = "http://127.0.0.1:7070", token, name, local = "127.0.0.1:0",
+              data = "127.0.0.1:0", shm_dir = "/dev/shm";
+  int devices = 1, io_threads = 2;
+  app.add_option("--server", server, "tesserad address");
+  app.add_option("--token", token, "bearer token (else TESSERA_TOKEN)");
+  app.add_option("--devices", devices, "devices this worker owns")->check(CLI::Range(1, 4096));
+  app.add_option("--local-listen", local, "local API host:port (loopback only)");
+  app.add_option("--data-listen", data, "data-plane host:port for collectives");
+  app.add_option("--name", name, "stable worker name (id w-<name>)");
+  app.add_option("--shm-dir", shm_dir, "where tensor mappings are created");
+  app.add_option("--io-threads", io_threads, "compression threads")->check(CLI::Range(1, 64));
+  app.set_version_flag("--version", TESSERA_VERSION);
+  CLI11_PARSE(app, argc, argv);
+  if (token.empty()) {
+    if (const char* env = std::getenv("TESSERA_TOKEN")) token = env;
+  }
+  std::string local_host, data_host;
+  int local_port = 0, data_port = 0;
+  if (!SplitHostPort(local, &local_host, &local_port) || !SplitHostPort(data, &data_host, &data_port)) {
+    std::fprintf(stderr, "error: --local-listen and --data-listen take host:port\n");
+    return 2;
+  }
+  if (local_host != "127.0.0.1" && local_host != "localhost") {
+    std::fprintf(stderr, "error: the local API binds loopback only (127.0.0.1)\n");
+    return 2;
+  }
+  int data_fd = -1;
+  int bound_data = BindDataPort(data_host, data_port, &data_fd);
+  if (bound_data < 0) {
+    std::fprintf(stderr, "error: cannot listen on %s for the data plane\n", data.c_str());
+    return 1;
+  }
+
+  tessera::worker::AgentOptions aopts;
+  aopts.server = server;
+  aopts.token = token;
+  aopts.name = name;
+  aopts.devices = devices;
+  aopts.data_port = bound_data;
+  aopts.io_threads = io_threads;
+  tessera::worker::Agent agent(aopts, tessera::storage::DefaultEnv());
+  tessera::worker::TensorStoreOptions sopts;
+  sopts.shm_dir = shm_dir;
+  tessera::worker::TensorStore store(agent.Resolver(), sopts);
+  agent.SetStore(&store);
+
+  auto router = std::make_shared<tessera::http::Router>();
+  tessera::worker::AddTensorRoutes(router.get(), &store);
+  agent.AddRoutes(router.get());
+  tessera::http::ServerOptions hopts;
+  hopts.host = "127.0.0.1";
+  hopts.port = local_port;
+  hopts.threads = 16;
+  hopts.max_body_bytes = size_t{64} << 30;  // tensor shards
+  hopts.read_timeout_s = 300;
+  hopts.write_timeout_s = 300;
+  tessera::http::Server http(router, hopts);
+  auto bound = http.Bind();
+  if (!bound.ok()) {
+    std::fprintf(stderr, "error: %s\n", bound.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("listening on http://127.0.0.1:%d\n", *bound);
+  std::printf("data plane on %s:%d\n", data_host.c_str(), bound_data);
+  std::fflush(stdout);
+  // Register with the real local port, now that it is known.
+  agent.SetLocalPort(*bound);
+  if (auto st = agent.Register(30000); !st.ok()) {
+    std::fprintf(stderr, "error: cannot register with %s: %s\n", server.c_str(),
+                 st.ToString().c_str());
+    return 1;
+  }
+  std::printf("registered as %s with %s\n", agent.id().c_str(), server.c_str());
+  std::fflush(stdout);
+  g_server = &http;
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGPIPE, SIG_IGN);
+  agent.Start();
+  http.Run();
+  g_server = nullptr;
+  agent.Stop();
+  ::close(data_fd);
+  return 0;
+}
