@@ -1,6 +1,5 @@
 #include "worker/local_api.h"
 
-#include <functional>
 #include <string>
 #include <utility>
 
@@ -14,14 +13,6 @@ namespace {
 
 using http::Request;
 using http::Response;
-
-// Handlers return a Response or a Status; errors become API.md's JSON error.
-http::Handler Wrap(std::function<Result<Response>(const Request&)> fn) {
-  return [fn = std::move(fn)](const Request& req) {
-    Result<Response> res = fn(req);
-    return res.ok() ? std::move(res).value() : Response::Error(res.status());
-  };
-}
 
 Result<std::string> RequiredQuery(const Request& req, const std::string& key) {
   std::optional<std::string> value = req.Query(key);
@@ -71,58 +62,70 @@ Json InfoToJson(const TensorInfo& info) {
           {"mapped", info.mapped}};
 }
 
+Result<Response> MapShard(TensorStore* store, const Request& req) {
+  ASSIGN_OR_RETURN(ShardQuery q, ShardFromQuery(req));
+  ASSIGN_OR_RETURN(TensorDesc desc, DescFromQuery(req));
+  ASSIGN_OR_RETURN(ShardMapping m, store->Map(q.mesh, req.Param("name"), desc, q.device));
+  return Response::Json(
+      200, {{"path", m.path}, {"bytes", m.bytes}, {"local_shape", ShapeToJson(m.local_shape)}});
+}
+
+Result<Response> PutShard(TensorStore* store, const Request& req) {
+  ASSIGN_OR_RETURN(ShardQuery q, ShardFromQuery(req));
+  ASSIGN_OR_RETURN(TensorDesc desc, DescFromQuery(req));
+  RETURN_IF_ERROR(store->Put(q.mesh, req.Param("name"), desc, q.device, req.body));
+  return Response::NoContent();
+}
+
+Result<Response> GetShard(TensorStore* store, const Request& req) {
+  ASSIGN_OR_RETURN(ShardQuery q, ShardFromQuery(req));
+  Response res;
+  res.content_type = "application/octet-stream";
+  ASSIGN_OR_RETURN(ShardRef ref, store->Read(q.mesh, req.Param("name"), q.device, &res.body));
+  res.headers = {{"X-Tessera-Dtype", std::string(DTypeName(ref.desc.dtype))},
+                 {"X-Tessera-Shape", ShapeToString(ref.desc.shape)},
+                 {"X-Tessera-Layout", ref.desc.layout.ToString()},
+                 {"X-Tessera-Local-Shape", ShapeToString(ref.local_shape)}};
+  return res;
+}
+
+Result<Response> ListTensors(TensorStore* store, const Request&) {
+  Json out = Json::array();
+  for (const TensorInfo& info : store->List()) out.push_back(InfoToJson(info));
+  return Response::Json(200, out);
+}
+
+Result<Response> DeleteTensor(TensorStore* store, const Request& req) {
+  ASSIGN_OR_RETURN(std::string mesh, RequiredQuery(req, "mesh"));
+  RETURN_IF_ERROR(store->Delete(mesh, req.Param("name")));
+  return Response::NoContent();
+}
+
+// A route without auth (loopback only) whose errors become API.md's JSON error.
+http::Route LocalRoute(std::string method, std::string pattern, TensorStore* store,
+                       Result<Response> (*handler)(TensorStore*, const Request&),
+                       std::string help) {
+  auto run = [store, handler](const Request& req) {
+    Result<Response> res = handler(store, req);
+    return res.ok() ? std::move(res).value() : Response::Error(res.status());
+  };
+  return {std::move(method), std::move(pattern), std::move(run), std::move(help), false};
+}
+
 }  // namespace
 
 void AddTensorRoutes(http::Router* router, TensorStore* store) {
   // Before the {name+} routes, so that ".../mapping" is never read as part of a name.
-  router->Add({"POST", "/v1/tensors/{name+}/mapping",
-               Wrap([store](const Request& req) -> Result<Response> {
-                 ASSIGN_OR_RETURN(ShardQuery q, ShardFromQuery(req));
-                 ASSIGN_OR_RETURN(TensorDesc desc, DescFromQuery(req));
-                 ASSIGN_OR_RETURN(ShardMapping m, store->Map(q.mesh, req.Param("name"), desc,
-                                                             q.device));
-                 return Response::Json(200, {{"path", m.path},
-                                             {"bytes", m.bytes},
-                                             {"local_shape", ShapeToJson(m.local_shape)}});
-               }),
-               "map a local shard from a 0600 file in /dev/shm: {path, bytes, local_shape}",
-               false});
-  router->Add({"PUT", "/v1/tensors/{name+}",
-               Wrap([store](const Request& req) -> Result<Response> {
-                 ASSIGN_OR_RETURN(ShardQuery q, ShardFromQuery(req));
-                 ASSIGN_OR_RETURN(TensorDesc desc, DescFromQuery(req));
-                 RETURN_IF_ERROR(store->Put(q.mesh, req.Param("name"), desc, q.device, req.body));
-                 return Response::NoContent();
-               }),
-               "store the raw bytes of a device's local shard", false});
-  router->Add({"GET", "/v1/tensors/{name+}",
-               Wrap([store](const Request& req) -> Result<Response> {
-                 ASSIGN_OR_RETURN(ShardQuery q, ShardFromQuery(req));
-                 Response res;
-                 res.content_type = "application/octet-stream";
-                 ASSIGN_OR_RETURN(ShardRef ref,
-                                  store->Read(q.mesh, req.Param("name"), q.device, &res.body));
-                 res.headers = {{"X-Tessera-Dtype", std::string(DTypeName(ref.desc.dtype))},
-                                {"X-Tessera-Shape", ShapeToString(ref.desc.shape)},
-                                {"X-Tessera-Layout", ref.desc.layout.ToString()},
-                                {"X-Tessera-Local-Shape", ShapeToString(ref.local_shape)}};
-                 return res;
-               }),
-               "the raw bytes of a device's local shard", false});
-  router->Add({"GET", "/v1/tensors",
-               [store](const Request&) {
-                 Json out = Json::array();
-                 for (const TensorInfo& info : store->List()) out.push_back(InfoToJson(info));
-                 return Response::Json(200, out);
-               },
-               "the tensors this worker holds", false});
-  router->Add({"DELETE", "/v1/tensors/{name+}",
-               Wrap([store](const Request& req) -> Result<Response> {
-                 ASSIGN_OR_RETURN(std::string mesh, RequiredQuery(req, "mesh"));
-                 RETURN_IF_ERROR(store->Delete(mesh, req.Param("name")));
-                 return Response::NoContent();
-               }),
-               "drop a tensor and its mappings", false});
+  router->Add(LocalRoute("POST", "/v1/tensors/{name+}/mapping", store, MapShard,
+                         "map a local shard from a 0600 file in /dev/shm: {path, bytes}"));
+  router->Add(LocalRoute("PUT", "/v1/tensors/{name+}", store, PutShard,
+                         "store the raw bytes of a device's local shard"));
+  router->Add(LocalRoute("GET", "/v1/tensors/{name+}", store, GetShard,
+                         "the raw bytes of a device's local shard"));
+  router->Add(
+      LocalRoute("GET", "/v1/tensors", store, ListTensors, "the tensors this worker holds"));
+  router->Add(LocalRoute("DELETE", "/v1/tensors/{name+}", store, DeleteTensor,
+                         "drop a tensor and its mappings"));
 }
 
 }  // namespace tessera::worker

@@ -9,10 +9,12 @@
 namespace tessera::worker {
 
 // Registers on `router`:
-//   POST   /v1/tensors/{name+}/mapping?mesh=&device=&dtype=&shape=&layout=  {"path","bytes",...}
-//   PUT    /v1/tensors/{name+}?mesh=&device=&dtype=&shape=&layout=  body: raw shard → 204
-//   GET    /v1/tensors/{name+}?mesh=&device=  raw shard + X-Tessera-{Dtype,Shape,Layout,Local-Shape}
-//   GET    /v1/tensors  [{name, mesh, dtype, shape, layout, devices, mapped}]
+//   POST   /v1/tensors/{name+}/mapping?mesh=&device=&dtype=&shape=&layout=
+//          → {"path", "bytes", "local_shape"}
+//   PUT    /v1/tensors/{name+}?mesh=&device=&dtype=&shape=&layout=  (raw shard) → 204
+//   GET    /v1/tensors/{name+}?mesh=&device=  → raw shard with headers X-Tessera-Dtype,
+//          X-Tessera-Shape (global), X-Tessera-Layout, X-Tessera-Local-Shape
+//   GET    /v1/tensors  → [{name, mesh, dtype, shape, layout, devices, mapped}]
 //   DELETE /v1/tensors/{name+}?mesh=  → 204
 // `shape` is the global shape ("8,4"; empty for a scalar), `layout` one entry per
 // dimension ("data,unsharded"). A missing or malformed parameter is 400 naming it.

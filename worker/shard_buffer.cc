@@ -48,8 +48,7 @@ Result<std::shared_ptr<ShardBuffer>> ShardBuffer::Heap(size_t bytes) {
 }
 
 Result<std::shared_ptr<ShardBuffer>> ShardBuffer::Shm(const std::string& dir,
-                                                      const std::string& file_name,
-                                                      size_t bytes) {
+                                                      const std::string& file_name, size_t bytes) {
   const std::string path = dir + "/" + file_name;
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return ErrnoStatus(errno, "create shared-memory file", path);

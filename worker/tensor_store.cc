@@ -69,10 +69,10 @@ Result<TensorStore::Checked> TensorStore::Check(const std::string& mesh, const s
   RETURN_IF_ERROR(ValidateName(mesh, "mesh"));
   ASSIGN_OR_RETURN(MeshPlacement placement, resolver_(mesh));
   if (!placement.Owns(device)) {
-    return InvalidArgument("device " + std::to_string(device) + " of mesh '" + mesh +
-                               "' is not on this worker, which owns devices " +
-                               ShapeToString(placement.devices),
-                           {{"field", "device"}, {"device", device}, {"devices", placement.devices}});
+    return InvalidArgument(
+        "device " + std::to_string(device) + " of mesh '" + mesh +
+            "' is not on this worker, which owns devices " + ShapeToString(placement.devices),
+        {{"field", "device"}, {"device", device}, {"devices", placement.devices}});
   }
   RETURN_IF_ERROR(CheckShapeSize(desc.shape, "shape"));
   RETURN_IF_ERROR(ValidateLayout(placement.mesh, desc.layout, desc.shape));
@@ -98,8 +98,8 @@ Status TensorStore::Mismatch(Code code, const Key& key, const TensorDesc& have,
 std::string TensorStore::ShmFileName(const std::string& name, int64_t device) {
   std::string safe = name.substr(0, kFileNameTensorChars);
   std::replace(safe.begin(), safe.end(), '/', '_');
-  return options_.shm_prefix + "-" + std::to_string(next_file_++) + "-d" +
-         std::to_string(device) + "-" + safe;
+  return options_.shm_prefix + "-" + std::to_string(next_file_++) + "-d" + std::to_string(device) +
+         "-" + safe;
 }
 
 void TensorStore::CopyParallel(const std::vector<CopyRun>& runs) {
@@ -119,8 +119,7 @@ void TensorStore::CopyParallel(const std::vector<CopyRun>& runs) {
   size_t filled = 0;
   for (const auto& r : runs) {
     for (size_t off = 0; off < r.bytes;) {
-      const size_t room =
-          span + 1 == threads ? std::numeric_limits<size_t>::max() : part - filled;
+      const size_t room = span + 1 == threads ? std::numeric_limits<size_t>::max() : part - filled;
       const size_t take = std::min(r.bytes - off, room);
       spans[span].push_back({r.src + off, r.dst + off, take});
       off += take;
@@ -142,9 +141,8 @@ void TensorStore::CopyParallel(const std::vector<CopyRun>& runs) {
   for (auto& f : done) f.get();
 }
 
-Status TensorStore::Write(const std::string& mesh, const std::string& name,
-                          const TensorDesc& desc, int64_t device, const void* data, size_t n,
-                          Code mismatch) {
+Status TensorStore::Write(const std::string& mesh, const std::string& name, const TensorDesc& desc,
+                          int64_t device, const void* data, size_t n, Code mismatch) {
   ASSIGN_OR_RETURN(Checked checked, Check(mesh, name, desc, device));
   if (n != checked.bytes) {
     return InvalidArgument("body has " + std::to_string(n) + " bytes but " + desc.ToString() +
@@ -256,8 +254,8 @@ Result<ShardRef> TensorStore::Get(const std::string& mesh, const std::string& na
   return ShardRef{it->second.desc, it->second.local_shape, shard->second};
 }
 
-Result<ShardRef> TensorStore::Read(const std::string& mesh, const std::string& name,
-                                   int64_t device, std::string* bytes) const {
+Result<ShardRef> TensorStore::Read(const std::string& mesh, const std::string& name, int64_t device,
+                                   std::string* bytes) const {
   ASSIGN_OR_RETURN(ShardRef ref, Get(mesh, name, device));
   std::shared_lock<std::shared_mutex> reading(bytes_mu_);
   bytes->assign(reinterpret_cast<const char*>(ref.buffer->data()), ref.buffer->size());

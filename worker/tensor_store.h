@@ -84,8 +84,8 @@ struct Snapshot {
   struct Tensor {
     std::string name;
     TensorDesc desc;
-    std::vector<Shard> shards;                // ascending device
-    std::vector<int64_t> absent_devices;      // local devices that had no shard
+    std::vector<Shard> shards;            // ascending device
+    std::vector<int64_t> absent_devices;  // local devices that had no shard
   };
 
   MeshPlacement placement;
@@ -117,8 +117,8 @@ class TensorStore {
   // Moves the shard of `device` into a /dev/shm file (same checks as Put) and
   // returns its path; the bytes already held are kept, a new shard is zeros.
   // Idempotent. The file goes away with the tensor (Delete, store destruction).
-  Result<ShardMapping> Map(const std::string& mesh, const std::string& name,
-                           const TensorDesc& desc, int64_t device);
+  Result<ShardMapping> Map(const std::string& mesh, const std::string& name, const TensorDesc& desc,
+                           int64_t device);
 
   // not_found naming the tensor or the device when absent.
   Result<ShardRef> Get(const std::string& mesh, const std::string& name, int64_t device) const;
@@ -175,8 +175,7 @@ class TensorStore {
   Status Write(const std::string& mesh, const std::string& name, const TensorDesc& desc,
                int64_t device, const void* data, size_t n, Code mismatch);
   // Status for a request whose description differs from the stored one.
-  static Status Mismatch(Code code, const Key& key, const TensorDesc& have,
-                         const TensorDesc& want);
+  static Status Mismatch(Code code, const Key& key, const TensorDesc& have, const TensorDesc& want);
   std::string ShmFileName(const std::string& name, int64_t device);
   void CopyParallel(const std::vector<CopyRun>& runs);
 

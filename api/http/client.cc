@@ -10,6 +10,7 @@ Client::Client(const std::string& base, std::string token, int timeout_s)
   client_->set_read_timeout(timeout_s, 0);
   client_->set_write_timeout(timeout_s, 0);
   client_->set_keep_alive(true);
+  client_->set_tcp_nodelay(true);
 }
 
 Client::~Client() = default;

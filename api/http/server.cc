@@ -28,6 +28,7 @@ Server::Server(std::shared_ptr<Router> router, ServerOptions options)
   s.set_read_timeout(options_.read_timeout_s, 0);
   s.set_write_timeout(options_.write_timeout_s, 0);
   s.set_keep_alive_max_count(1000);
+  s.set_tcp_nodelay(true);  // small responses must not wait for delayed ACKs
   auto handler = [this](const httplib::Request& req, httplib::Response& res) { Handle(&req, &res); };
   for (const char* pattern : {".*"}) {
     s.Get(pattern, handler);

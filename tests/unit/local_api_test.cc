@@ -1,5 +1,6 @@
 #include "worker/local_api.h"
 
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,8 +10,6 @@
 #include <memory>
 #include <sstream>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "api/http/client.h"
 #include "api/http/server.h"
@@ -160,8 +159,8 @@ TEST_F(LocalApiTest, MappingRoute) {
   EXPECT_EQ(Call("PUT", "/v1/tensors/x/mapping", Matrix(), Pattern(64, 0)).status, 204);
   EXPECT_EQ(Call("GET", "/v1/tensors/x/mapping", {{"mesh", "m"}, {"device", "2"}}).status, 200);
 
-  ExpectError(Call("POST", "/v1/tensors/opt/adam/m/mapping", {{"mesh", "m"}, {"device", "3"}}),
-              400, "invalid_argument", "dtype");
+  ExpectError(Call("POST", "/v1/tensors/opt/adam/m/mapping", {{"mesh", "m"}, {"device", "3"}}), 400,
+              "invalid_argument", "dtype");
   Query half = Matrix("3");
   half.find("dtype")->second = "float16";
   ExpectError(Call("POST", "/v1/tensors/opt/adam/m/mapping", half), 409, "conflict");
@@ -191,21 +190,17 @@ TEST_F(LocalApiTest, EveryParameterIsChecked) {
               "invalid_argument", "device");
   ExpectError(Call("DELETE", "/v1/tensors/w"), 400, "invalid_argument", "mesh");
 
-  ExpectError(Call("PUT", "/v1/tensors/w", Matrix(), bytes + "x"), 400, "invalid_argument",
-              "body");
-  ExpectError(Call("PUT", "/v1/tensors/w", Matrix("0"), bytes), 400, "invalid_argument",
-              "device");
+  ExpectError(Call("PUT", "/v1/tensors/w", Matrix(), bytes + "x"), 400, "invalid_argument", "body");
+  ExpectError(Call("PUT", "/v1/tensors/w", Matrix("0"), bytes), 400, "invalid_argument", "device");
   Query indivisible = Matrix();
   indivisible.find("shape")->second = "7,4";
-  ExpectError(Call("PUT", "/v1/tensors/w", indivisible, bytes), 400, "invalid_argument",
-              "layout");
+  ExpectError(Call("PUT", "/v1/tensors/w", indivisible, bytes), 400, "invalid_argument", "layout");
   ExpectError(Call("PUT", "/v1/tensors/a%20b", Matrix(), bytes), 400, "invalid_argument", "name");
   ExpectError(Call("PUT", "/v1/tensors/a/../b", Matrix(), bytes), 400, "invalid_argument", "name");
   Query other_mesh = Matrix();
   other_mesh.find("mesh")->second = "other";
   ExpectError(Call("PUT", "/v1/tensors/w", other_mesh, bytes), 404, "not_found");
-  ExpectError(Call("GET", "/v1/tensors/nope", {{"mesh", "m"}, {"device", "2"}}), 404,
-              "not_found");
+  ExpectError(Call("GET", "/v1/tensors/nope", {{"mesh", "m"}, {"device", "2"}}), 404, "not_found");
 
   ASSERT_EQ(Call("PUT", "/v1/tensors/w", Matrix(), bytes).status, 204);
   Query half = Matrix();

@@ -1,6 +1,7 @@
 #include "worker/tensor_store.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,8 +11,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace tessera::worker {
 namespace {
@@ -393,16 +392,15 @@ TEST(ShardBufferPool, EvictsOldestBeyondItsCap) {
 
 TEST_F(TensorStoreTest, InstallWritesIntoExistingShards) {
   const TensorDesc desc = kMatrix;
-  ASSERT_TRUE(store_.Install("m", "restored", desc, 2, Pattern(kMatrixBytes, 1).data(),
-                             kMatrixBytes)
-                  .ok());
+  ASSERT_TRUE(
+      store_.Install("m", "restored", desc, 2, Pattern(kMatrixBytes, 1).data(), kMatrixBytes).ok());
   EXPECT_EQ(Contents(*store_.Get("m", "restored", 2)->buffer), Pattern(kMatrixBytes, 1));
 
   auto mapping = store_.Map("m", "w", desc, 3);
   ASSERT_TRUE(mapping.ok());
   TrainerMapping trainer(mapping->path);
-  ASSERT_TRUE(store_.Install("m", "w", desc, 3, Pattern(kMatrixBytes, 2).data(), kMatrixBytes)
-                  .ok());
+  ASSERT_TRUE(
+      store_.Install("m", "w", desc, 3, Pattern(kMatrixBytes, 2).data(), kMatrixBytes).ok());
   EXPECT_EQ(trainer.contents(), Pattern(kMatrixBytes, 2));
   EXPECT_EQ(store_.Map("m", "w", desc, 3)->path, mapping->path);
 

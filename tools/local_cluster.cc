@@ -1,0 +1,206 @@
+#include "tools/local_cluster.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+namespace tessera::tools {
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void Reap(pid_t pid) {
+  if (pid <= 0) return;
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+}
+
+}  // namespace
+
+std::string SelfDir() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "." : p.parent_path().string();
+}
+
+Result<ChildProcess> Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                           const std::string& log, int64_t timeout_ms) {
+  ChildProcess child;
+  child.log = log;
+  const size_t start = std::filesystem::exists(log) ? std::filesystem::file_size(log) : 0;
+  pid_t pid = ::fork();
+  if (pid < 0) return Internal(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::close(fd);
+    }
+    int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, 0);
+    for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    std::fprintf(stderr, "exec %s: %s\n", args[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  child.pid = pid;
+  static const std::regex listening("listening on (http://[0-9.]+:[0-9]+)");
+  const int64_t deadline = NowMs() + timeout_ms;
+  while (NowMs() < deadline) {
+    std::string text = ReadFile(log).substr(start);
+    std::smatch m;
+    if (std::regex_search(text, m, listening)) {
+      child.url = m[1];
+      return child;
+    }
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      return Internal(argv[0] + " exited during start-up; its log " + log + " says: " +
+                      text.substr(0, 2000));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  Reap(pid);
+  return DeadlineExceeded(argv[0] + " did not print its address within " +
+                          std::to_string(timeout_ms) + " ms; see " + log);
+}
+
+Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(ClusterOptions options) {
+  std::unique_ptr<LocalCluster> c(new LocalCluster());
+  c->options_ = options;
+  if (options.dir.empty()) {
+    char tmpl[] = "/tmp/tessera-cluster-XXXXXX";
+    if (!::mkdtemp(tmpl)) return Internal("mkdtemp failed");
+    c->dir_ = tmpl;
+    c->own_dir_ = true;
+  } else {
+    c->dir_ = options.dir;
+    std::filesystem::create_directories(c->dir_);
+  }
+  if (c->options_.bin_dir.empty()) c->options_.bin_dir = SelfDir();
+  c->token_ = "tessera-local-" + std::to_string(::getpid()) + "-" + std::to_string(NowMs());
+  RETURN_IF_ERROR(c->StartServer(0));
+  for (int i = 0; i < options.workers; ++i) {
+    c->workers_.emplace_back();
+    RETURN_IF_ERROR(c->StartWorker(i));
+  }
+  RETURN_IF_ERROR(c->WaitAlive(options.workers, 20000));
+  return c;
+}
+
+LocalCluster::~LocalCluster() {
+  for (auto& w : workers_) Reap(w.pid);
+  Reap(server_.pid);
+  if (own_dir_) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+}
+
+Status LocalCluster::StartServer(int port) {
+  std::vector<std::string> argv = {
+      options_.bin_dir + "/tesserad", "--listen", "127.0.0.1:" + std::to_string(port),
+      "--data-dir", dir_ + "/data", "--token", token_,
+      "--heartbeat-ms", std::to_string(options_.heartbeat_ms),
+      "--lease-ms", std::to_string(options_.lease_ms)};
+  ASSIGN_OR_RETURN(server_, Spawn(argv, {}, dir_ + "/tesserad.log", 15000));
+  return Status::Ok();
+}
+
+Status LocalCluster::StartWorker(int i) {
+  std::vector<std::string> argv = {options_.bin_dir + "/tessera-worker",
+                                   "--server", server_.url,
+                                   "--token", token_,
+                                   "--name", "worker-" + std::to_string(i),
+                                   "--devices", std::to_string(options_.devices_per_worker)};
+  auto env = options_.worker_env.count(i) ? options_.worker_env.at(i) : std::vector<std::string>{};
+  ASSIGN_OR_RETURN(workers_[i],
+                   Spawn(argv, env, dir_ + "/worker-" + std::to_string(i) + ".log", 15000));
+  return Status::Ok();
+}
+
+Status LocalCluster::WaitAlive(int n, int64_t timeout_ms) {
+  const int64_t deadline = NowMs() + timeout_ms;
+  Status last;
+  while (NowMs() < deadline) {
+    auto r = Call("GET", "/api/v1/cluster");
+    if (r.ok() && (*r)["workers"].value("alive", 0) >= n) return Status::Ok();
+    if (!r.ok()) last = r.status();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return DeadlineExceeded("fewer than " + std::to_string(n) + " workers alive after " +
+                          std::to_string(timeout_ms) + " ms " + last.ToString());
+}
+
+Result<Json> LocalCluster::Call(const std::string& method, const std::string& path,
+                                const Json& body) {
+  http::Client client = Client();
+  return client.Call(method, path, body);
+}
+
+Result<Json> LocalCluster::PutMesh(const std::string& name, const Json& axes,
+                                   int devices_per_worker, int first_worker) {
+  int64_t devices = 1;
+  for (const auto& a : axes) devices *= a.value("size", 1);
+  Json workers = Json::array();
+  for (int64_t r = 0; r < devices / devices_per_worker; ++r) {
+    workers.push_back(worker_id(first_worker + static_cast<int>(r)));
+  }
+  return Call("PUT", "/api/v1/meshes/" + name,
+              {{"axes", axes}, {"devices_per_worker", devices_per_worker}, {"workers", workers}});
+}
+
+Result<Json> LocalCluster::WaitJob(const std::string& job, int64_t timeout_ms) {
+  const int64_t deadline = NowMs() + timeout_ms;
+  while (true) {
+    ASSIGN_OR_RETURN(Json j, Call("GET", "/api/v1/jobs/" + job + "?wait_ms=5000"));
+    const std::string state = j.value("state", "");
+    if (state == "succeeded" || state == "failed" || state == "cancelled") return j;
+    if (NowMs() > deadline) return DeadlineExceeded("job " + job + " still " + state);
+  }
+}
+
+void LocalCluster::KillWorker(int i) {
+  Reap(workers_.at(i).pid);
+  workers_.at(i).pid = -1;
+}
+
+void LocalCluster::KillServer() {
+  Reap(server_.pid);
+  server_.pid = -1;
+}
+
+Status LocalCluster::RestartServer() {
+  int port = std::atoi(server_.url.substr(server_.url.rfind(':') + 1).c_str());
+  // The old port may linger briefly in TIME_WAIT; retry.
+  Status st;
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    st = StartServer(port);
+    if (st.ok()) return st;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return st;
+}
+
+}  // namespace tessera::tools

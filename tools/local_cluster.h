@@ -1,0 +1,94 @@
+// A local cluster of real processes: one tesserad and N tessera-workers on
+// 127.0.0.1, each on a port of its own choosing (read from its first lines of
+// output). Used by `tessera demo`, the end-to-end tests and the benchmarks.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/http/client.h"
+#include "api/json_codec.h"
+#include "api/status.h"
+
+namespace tessera::tools {
+
+struct ClusterOptions {
+  std::string bin_dir;         // holds tesserad and tessera-worker
+  std::string dir;             // data dir, checkpoint root and logs; empty: a new temp dir
+  int workers = 4;
+  int devices_per_worker = 1;
+  int64_t heartbeat_ms = 200;
+  int64_t lease_ms = 1500;
+  // Extra environment for workers, by worker index (fault-injection hooks in tests).
+  std::map<int, std::vector<std::string>> worker_env;
+};
+
+struct ChildProcess {
+  pid_t pid = -1;
+  std::string log;  // stdout + stderr
+  std::string url;  // "http://127.0.0.1:PORT" from its "listening on" line
+};
+
+class LocalCluster {
+ public:
+  // Starts tesserad and the workers and waits until every worker is alive.
+  static Result<std::unique_ptr<LocalCluster>> Start(ClusterOptions options);
+  // Kills every process; removes the temp dir if it created one.
+  ~LocalCluster();
+
+  const std::string& url() const { return server_.url; }
+  const std::string& token() const { return token_; }
+  const std::string& dir() const { return dir_; }
+  std::string checkpoint_root() const { return dir_ + "/data/checkpoints"; }
+  int num_workers() const { return static_cast<int>(workers_.size()); }
+  // Worker i's id ("w-worker-<i>") and local API URL.
+  std::string worker_id(int i) const { return "w-worker-" + std::to_string(i); }
+  const std::string& worker_url(int i) const { return workers_.at(i).url; }
+  pid_t worker_pid(int i) const { return workers_.at(i).pid; }
+  pid_t server_pid() const { return server_.pid; }
+  const std::string& server_log() const { return server_.log; }
+  const std::string& worker_log(int i) const { return workers_.at(i).log; }
+
+  http::Client Client(int timeout_s = 60) const { return http::Client(url(), token_, timeout_s); }
+  // REST call to tesserad.
+  Result<Json> Call(const std::string& method, const std::string& path, const Json& body = nullptr);
+  // Registers a mesh whose ranks are workers first_worker, first_worker+1, ...
+  Result<Json> PutMesh(const std::string& name, const Json& axes, int devices_per_worker = 1,
+                       int first_worker = 0);
+  // Waits for a job to end; returns its final record.
+  Result<Json> WaitJob(const std::string& job, int64_t timeout_ms = 120000);
+
+  // kill -9.
+  void KillWorker(int i);
+  void KillServer();
+  // Starts tesserad again on the same port and data dir.
+  Status RestartServer();
+  // Waits until n workers are alive.
+  Status WaitAlive(int n, int64_t timeout_ms);
+
+ private:
+  LocalCluster() = default;
+  Status StartServer(int port);
+  Status StartWorker(int i);
+
+  ClusterOptions options_;
+  std::string dir_;
+  bool own_dir_ = false;
+  std::string token_;
+  ChildProcess server_;
+  std::vector<ChildProcess> workers_;
+};
+
+// Spawns `argv` with stdout+stderr appended to `log` and `env` added to the
+// environment, then waits up to `timeout_ms` for a "listening on http://..." line.
+Result<ChildProcess> Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                           const std::string& log, int64_t timeout_ms);
+
+// The directory holding the running executable.
+std::string SelfDir();
+
+}  // namespace tessera::tools
