@@ -176,6 +176,9 @@ void Agent::Execute(Json task) {
   }
   http::Client client(options_.server, options_.token, 30);
   Report(&client, tid, "running", 0, 0, nullptr, Status::Ok());
+  if (auto d = options_.task_delay_ms.find(kind); d != options_.task_delay_ms.end()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(d->second));
+  }
   Result<Json> r = InvalidArgument("unknown task kind '" + kind + "'");
   if (kind == "snapshot") r = DoSnapshot(task);
   if (kind == "write") r = DoWrite(task);

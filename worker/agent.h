@@ -35,6 +35,8 @@ struct AgentOptions {
   int data_port = 0;
   int io_threads = 2;  // compression / decompression
   int64_t trainer_wait_ms = 120 * 1000;  // a trainer-driven save waits this long for /v1/save
+  // Fault injection for tests: sleep this long before running a task of a kind.
+  std::map<std::string, int64_t> task_delay_ms;
 };
 
 class Agent {

@@ -9,9 +9,12 @@
 
 #include <csignal>
 #include <cstdio>
+#include <map>
+#include <memory>
 
 #include "api/http/server.h"
 #include "storage/env.h"
+#include "storage/fault_env.h"
 #include "worker/agent.h"
 #include "worker/local_api.h"
 
@@ -88,14 +91,36 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  // Fault injection (tests): TESSERA_FAULT_TASK_DELAY=kind:ms[,kind:ms] delays tasks;
+  // TESSERA_FAULT_DISK_FULL_AFTER=bytes makes writes fail with ENOSPC after that many bytes.
+  std::map<std::string, int64_t> delays;
+  if (const char* spec = std::getenv("TESSERA_FAULT_TASK_DELAY")) {
+    std::string s = spec;
+    for (size_t pos = 0; pos < s.size();) {
+      size_t comma = s.find(',', pos), colon = s.find(':', pos);
+      if (colon == std::string::npos || (comma != std::string::npos && colon > comma)) break;
+      delays[s.substr(pos, colon - pos)] = std::atoll(s.c_str() + colon + 1);
+      pos = comma == std::string::npos ? s.size() : comma + 1;
+    }
+  }
+  tessera::storage::Env* env = tessera::storage::DefaultEnv();
+  std::unique_ptr<tessera::storage::FaultEnv> fault_env;
+  if (const char* limit = std::getenv("TESSERA_FAULT_DISK_FULL_AFTER")) {
+    fault_env = std::make_unique<tessera::storage::FaultEnv>(env);
+    fault_env->FailAfterBytes(std::strtoull(limit, nullptr, 10));
+    env = fault_env.get();
+    std::fprintf(stderr, "fault injection: disk full after %s bytes\n", limit);
+  }
+
   tessera::worker::AgentOptions aopts;
+  aopts.task_delay_ms = delays;
   aopts.server = server;
   aopts.token = token;
   aopts.name = name;
   aopts.devices = devices;
   aopts.data_port = bound_data;
   aopts.io_threads = io_threads;
-  tessera::worker::Agent agent(aopts, tessera::storage::DefaultEnv());
+  tessera::worker::Agent agent(aopts, env);
   tessera::worker::TensorStoreOptions sopts;
   sopts.shm_dir = shm_dir;
   tessera::worker::TensorStore store(agent.Resolver(), sopts);

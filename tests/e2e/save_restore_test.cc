@@ -1,0 +1,260 @@
+// End to end over real processes on loopback: sharded save and restore,
+// resharding, trainer-driven saves with snapshot semantics, retention, cancel.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "cluster_fixture.h"
+#include "storage/checkpoint_dir.h"
+#include "storage/index.h"
+
+namespace tessera::e2e {
+namespace {
+
+const Mesh kMesh{"m", {{"data", 2}, {"model", 2}}, 1};
+
+std::vector<GlobalTensor> MixedTensors(uint64_t seed) {
+  auto L = [](std::vector<std::string> d) { return Layout{std::move(d)}; };
+  std::vector<GlobalTensor> out;
+  // Every dtype; sharded on both axes, partly sharded, replicated, scalar.
+  int i = 0;
+  for (DType d : AllDTypes()) {
+    Layout layout = i % 4 == 0   ? L({"data", "model"})
+                    : i % 4 == 1 ? L({"unsharded", "model"})
+                    : i % 4 == 2 ? L({"data", "unsharded"})
+                                 : L({"unsharded", "unsharded"});
+    out.push_back(MakeGlobal("t/" + std::string(DTypeName(d)), d, {16, 8}, layout, seed + i));
+    ++i;
+  }
+  out.push_back(MakeGlobal("scalar", DType::kInt64, {}, Layout{}, seed + 99));
+  return out;
+}
+
+TEST(SaveRestore, EveryDtypeAndLayoutRoundTripsAndReshards) {
+  auto c = StartCluster();
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->PutMesh("m", MeshToJson(kMesh)["axes"]).ok());
+  auto saved = MixedTensors(1);
+  for (const auto& t : saved) Push(*c, kMesh, t);
+  Json job = SaveAndWait(*c, "m", 5, {{"metadata", {{"lr", 0.5}}}});
+  EXPECT_EQ(job["phase"], "done");
+  EXPECT_EQ(job["progress"]["done_bytes"], job["progress"]["total_bytes"]);
+
+  // The checkpoint is listed, latest, and has every tensor.
+  auto latest = c->Call("GET", "/api/v1/meshes/m/checkpoints/latest");
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ((*latest)["step"], 5);
+  EXPECT_EQ((*latest)["state"], "committed");
+  EXPECT_EQ((*latest)["tensors"].size(), saved.size());
+  EXPECT_EQ((*latest)["metadata"]["lr"], 0.5);
+
+  // Replicated data is written once: one slice per distinct shard in the index.
+  auto index = storage::CheckpointIndex::Open(
+      storage::DefaultEnv(), storage::CheckpointDir(c->checkpoint_root(), "m", 5));
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  for (const auto& t : saved) {
+    const auto* e = index->Find(t.name);
+    ASSERT_NE(e, nullptr) << t.name;
+    EXPECT_EQ(e->slices.size(), DistinctSlices(kMesh, t.layout, t.shape).size()) << t.name;
+  }
+
+  // Trainers move on; restore brings step 5 back on the same mesh.
+  for (const auto& t : MixedTensors(2)) Push(*c, kMesh, t);
+  Json restored = RestoreAndWait(*c, "m", "5", Json::object());
+  ASSERT_EQ(restored["state"], "succeeded") << restored.dump();
+  for (const auto& t : saved) ExpectShards(*c, kMesh, t, t.layout);
+
+  // Resharding onto {data:4} and onto another layout gives the same global tensors.
+  const Mesh four{"four", {{"data", 4}}, 1};
+  ASSERT_TRUE(c->PutMesh("four", MeshToJson(four)["axes"]).ok());
+  Json layouts = {{"t/float32", {"unsharded", "data"}}, {"t/int8", {"data", "unsharded"}}};
+  restored = RestoreAndWait(*c, "m", "latest", {{"target_mesh", "four"}, {"layouts", layouts}});
+  ASSERT_EQ(restored["state"], "succeeded") << restored.dump();
+  for (const auto& tj : restored["result"]["layouts"]) {
+    auto it = std::find_if(saved.begin(), saved.end(), [&](auto& t) { return t.name == tj["name"]; });
+    ASSERT_NE(it, saved.end());
+    Layout layout = *LayoutFromJson(tj["layout"]);
+    if (it->name == "t/float32") {
+      EXPECT_EQ(layout, (Layout{{"unsharded", "data"}}));
+    }
+    ExpectShards(*c, four, *it, layout);
+  }
+}
+
+TEST(SaveRestore, SubsetInOrderWithDtypeAndShapeChecks) {
+  auto c = StartCluster();
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->PutMesh("m", MeshToJson(kMesh)["axes"]).ok());
+  auto saved = MixedTensors(3);
+  for (const auto& t : saved) Push(*c, kMesh, t);
+  SaveAndWait(*c, "m", 1);
+  Json r = RestoreAndWait(*c, "m", "1", {{"tensors", {"t/int32", "t/bool"}}});
+  ASSERT_EQ(r["state"], "succeeded");
+  EXPECT_EQ(r["result"]["tensors"], Json({"t/int32", "t/bool"}));  // the order given
+
+  r = RestoreAndWait(*c, "m", "1",
+                     {{"tensors", {{{"name", "t/int32"}, {"dtype", "int32"}, {"shape", {4, 4}}}}}});
+  ASSERT_EQ(r["state"], "failed");
+  EXPECT_EQ(r["error"]["code"], "invalid_argument");
+  EXPECT_EQ(r["error"]["details"]["tensor"], "t/int32");
+  const std::string msg = r["error"]["message"];
+  EXPECT_NE(msg.find("[16,8]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[4,4]"), std::string::npos) << msg;
+
+  r = RestoreAndWait(*c, "m", "1", {{"tensors", {{{"name", "t/int32"}, {"dtype", "float16"}}}}});
+  EXPECT_EQ(r["error"]["details"]["tensor"], "t/int32");
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("float16"), std::string::npos);
+
+  r = RestoreAndWait(*c, "m", "1", {{"tensors", {"nope"}}});
+  EXPECT_EQ(r["error"]["code"], "not_found");
+  EXPECT_EQ(r["error"]["details"]["tensor"], "nope");
+
+  // A tensor the workers hold with another shape: Install refuses, naming both.
+  auto other = MakeGlobal("t/int32", DType::kInt32, {32, 8}, Layout{{"data", "model"}}, 9);
+  Mesh m2{"m2", {{"data", 2}, {"model", 2}}, 1};
+  ASSERT_TRUE(c->PutMesh("m2", MeshToJson(m2)["axes"]).ok());
+  Push(*c, m2, other);
+  r = RestoreAndWait(*c, "m", "1", {{"target_mesh", "m2"}, {"tensors", {"t/int32"}}});
+  ASSERT_EQ(r["state"], "failed");
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("t/int32"), std::string::npos);
+}
+
+TEST(SaveRestore, ReshardingReadsOnlyOverlappingChunks) {
+  auto c = StartCluster();
+  ASSERT_TRUE(c);
+  const Mesh two{"two", {{"data", 2}}, 1};
+  ASSERT_TRUE(c->PutMesh("two", MeshToJson(two)["axes"]).ok());
+  // 32 MiB in two 16 MiB slices of four 4 MiB chunks each.
+  auto t = MakeGlobal("big", DType::kUInt8, {8192, 4096}, Layout{{"data", "unsharded"}}, 4);
+  Push(*c, two, t);
+  SaveAndWait(*c, "two", 1, {{"compression", "none"}});
+  const Mesh four{"four", {{"data", 4}}, 1};
+  ASSERT_TRUE(c->PutMesh("four", MeshToJson(four)["axes"]).ok());
+  Json r = RestoreAndWait(*c, "two", "1", {{"target_mesh", "four"}});
+  ASSERT_EQ(r["state"], "succeeded") << r.dump();
+  // Each of the four targets needs 8 MiB = exactly two chunks: 32 MiB read in all, not 64.
+  EXPECT_EQ(r["result"]["stored_bytes_read"], 32u << 20);
+  ExpectShards(*c, four, t, Layout{{"data", "unsharded"}});
+}
+
+TEST(SaveRestore, TrainerSaveReturnsAfterSnapshotAndKeepsOldValues) {
+  auto c = StartCluster();
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->PutMesh("m", MeshToJson(kMesh)["axes"]).ok());
+  auto before = MixedTensors(10);
+  for (const auto& t : before) Push(*c, kMesh, t);
+  // A mapped tensor: the trainer keeps its state in the worker's shm file.
+  auto mapped = MakeGlobal("mapped", DType::kFloat32, {64, 64}, Layout{{"data", "model"}}, 11);
+  std::vector<std::pair<void*, size_t>> maps;
+  for (int64_t d = 0; d < 4; ++d) {
+    http::Client local(c->worker_url(static_cast<int>(d)));
+    auto r = local.Call("POST", "/v1/tensors/mapped/mapping?mesh=m&device=" + std::to_string(d) +
+                                    "&dtype=float32&shape=64,64&layout=data,model",
+                        Json::object());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    int fd = ::open((*r)["path"].get<std::string>().c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    size_t n = (*r)["bytes"];
+    void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    ASSERT_NE(p, MAP_FAILED);
+    std::string shard = mapped.Slice(DeviceSlice(kMesh, mapped.layout, mapped.shape, d));
+    std::memcpy(p, shard.data(), n);
+    maps.push_back({p, n});
+  }
+  std::vector<std::thread> trainers;
+  std::vector<Json> answers(4);
+  for (int w = 0; w < 4; ++w) {
+    trainers.emplace_back([&, w] {
+      http::Client local(c->worker_url(w), "", 60);
+      auto r = local.Call("POST", "/v1/save?mesh=m&step=7", Json::object());
+      answers[w] = r.ok() ? *r : ErrorBody(r.status());
+    });
+  }
+  for (auto& t : trainers) t.join();
+  for (const auto& a : answers) ASSERT_TRUE(a.contains("job")) << a.dump();
+  EXPECT_EQ(answers[0]["job"], answers[3]["job"]);  // all trainers joined one save
+  // Overwrite everything right away, including the mapped memory.
+  for (const auto& t : MixedTensors(20)) Push(*c, kMesh, t);
+  for (auto& [p, n] : maps) std::memset(p, 0x7f, n);
+  Json job = Wait(*c, answers[0]["job"]);
+  ASSERT_EQ(job["state"], "succeeded") << job.dump();
+  Json r = RestoreAndWait(*c, "m", "7", Json::object());
+  ASSERT_EQ(r["state"], "succeeded") << r.dump();
+  for (const auto& t : before) ExpectShards(*c, kMesh, t, t.layout);
+  // Restore wrote into the mapping: the trainer sees the saved values in place.
+  for (int64_t d = 0; d < 4; ++d) {
+    std::string shard = mapped.Slice(DeviceSlice(kMesh, mapped.layout, mapped.shape, d));
+    EXPECT_EQ(std::memcmp(maps[d].first, shard.data(), shard.size()), 0) << "device " << d;
+    ::munmap(maps[d].first, maps[d].second);
+  }
+  // wait=committed answers after the commit.
+  std::vector<std::thread> waiters;
+  for (int w = 0; w < 4; ++w) {
+    waiters.emplace_back([&, w] {
+      http::Client local(c->worker_url(w), "", 60);
+      auto r = local.Call("POST", "/v1/save?mesh=m&step=8&wait=committed", Json::object());
+      answers[w] = r.ok() ? *r : ErrorBody(r.status());
+    });
+  }
+  for (auto& t : waiters) t.join();
+  EXPECT_EQ(answers[1]["checkpoint"]["state"], "committed") << answers[1].dump();
+  http::Client local(c->worker_url(2));
+  auto lat = local.Call("GET", "/v1/checkpoints/latest?mesh=m");
+  ASSERT_TRUE(lat.ok());
+  EXPECT_EQ((*lat)["step"], 8);
+}
+
+TEST(SaveRestore, RetentionKeepsLastAndEveryN) {
+  auto c = StartCluster();
+  ASSERT_TRUE(c);
+  const Mesh two{"two", {{"data", 2}}, 1};
+  ASSERT_TRUE(c->PutMesh("two", MeshToJson(two)["axes"]).ok());
+  Push(*c, two, MakeGlobal("w", DType::kFloat32, {8, 8}, Layout{{"data", "unsharded"}}, 1));
+  ASSERT_TRUE(c->Call("PUT", "/api/v1/meshes/two/retention",
+                      {{"keep_last", 2}, {"keep_every_n_steps", 100}}).ok());
+  for (int64_t step : {100, 110, 120, 130}) SaveAndWait(*c, "two", step);
+  auto list = c->Call("GET", "/api/v1/meshes/two/checkpoints");
+  ASSERT_TRUE(list.ok());
+  std::vector<int64_t> steps;
+  for (const auto& e : *list) steps.push_back(e["step"]);
+  EXPECT_EQ(steps, (std::vector<int64_t>{130, 120, 100}));  // newest first; 100 kept by every-n
+  EXPECT_EQ(*storage::ListSteps(storage::DefaultEnv(), c->checkpoint_root(), "two"),
+            (std::vector<int64_t>{100, 120, 130}));
+  // Saving a committed step again is a conflict.
+  auto again = c->Call("POST", "/api/v1/meshes/two/checkpoints", {{"step", 130}});
+  EXPECT_EQ(again.status().code(), Code::kConflict);
+  ASSERT_TRUE(c->Call("DELETE", "/api/v1/meshes/two/checkpoints/120").ok());
+  EXPECT_EQ(c->Call("GET", "/api/v1/meshes/two/checkpoints/120").status().code(), Code::kNotFound);
+}
+
+TEST(SaveRestore, CancelCleansUpLikeAFailure) {
+  tools::ClusterOptions opts;
+  opts.workers = 2;
+  opts.worker_env[1] = {"TESSERA_FAULT_TASK_DELAY=write:3000"};
+  auto c = StartCluster(opts);
+  ASSERT_TRUE(c);
+  const Mesh two{"two", {{"data", 2}}, 1};
+  ASSERT_TRUE(c->PutMesh("two", MeshToJson(two)["axes"]).ok());
+  Push(*c, two, MakeGlobal("w", DType::kFloat32, {8, 8}, Layout{{"data", "unsharded"}}, 1));
+  std::string job = StartSave(*c, "two", 1);
+  WaitPhase(*c, job, "write");
+  ASSERT_TRUE(c->Call("POST", "/api/v1/jobs/" + job + "/cancel", Json::object()).ok());
+  Json j = Wait(*c, job);
+  EXPECT_EQ(j["state"], "cancelled");
+  auto ck = c->Call("GET", "/api/v1/meshes/two/checkpoints/1");
+  ASSERT_TRUE(ck.ok());
+  EXPECT_EQ((*ck)["state"], "failed");
+  EXPECT_TRUE(storage::ListSteps(storage::DefaultEnv(), c->checkpoint_root(), "two")->empty());
+  std::error_code ec;
+  for (auto& e : std::filesystem::directory_iterator(c->checkpoint_root() + "/two", ec)) {
+    ADD_FAILURE() << "left behind: " << e.path();
+  }
+  // The step can be saved again afterwards.
+  SaveAndWait(*c, "two", 1);
+}
+
+}  // namespace
+}  // namespace tessera::e2e
