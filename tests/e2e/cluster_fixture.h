@@ -108,7 +108,11 @@ inline Json RestoreAndWait(LocalCluster& c, const std::string& mesh, const std::
 inline Json WaitPhase(LocalCluster& c, const std::string& job, const std::string& phase) {
   for (int i = 0; i < 400; ++i) {
     auto r = c.Call("GET", "/api/v1/jobs/" + job);
-    if (r.ok() && ((*r)["phase"] == phase || (*r)["state"] != "running")) return *r;
+    if (!r.ok()) continue;
+    const std::string state = (*r)["state"];
+    if ((*r)["phase"] == phase || state == "succeeded" || state == "failed" || state == "cancelled") {
+      return *r;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
   return Json();

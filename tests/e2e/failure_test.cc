@@ -1,0 +1,137 @@
+// Failures end to end: a worker killed in each save phase, tesserad killed
+// mid-save and restarted, a full disk. Each must fail the job naming the
+// culprit, leave no visible checkpoint for that step, and leave the earlier
+// checkpoint verifiable and restorable.
+#include <filesystem>
+
+#include "cluster_fixture.h"
+#include "storage/checkpoint_dir.h"
+
+namespace tessera::e2e {
+namespace {
+
+const Mesh kTwo{"two", {{"data", 2}}, 1};
+
+GlobalTensor Weights(uint64_t seed) {
+  return MakeGlobal("w", DType::kFloat32, {256, 64}, Layout{{"data", "unsharded"}}, seed);
+}
+
+void ExpectNoTrace(LocalCluster& c, const std::string& mesh, int64_t step) {
+  auto steps = storage::ListSteps(storage::DefaultEnv(), c.checkpoint_root(), mesh);
+  ASSERT_TRUE(steps.ok());
+  EXPECT_EQ(std::count(steps->begin(), steps->end(), step), 0) << "step " << step << " visible";
+  auto latest = c.Call("GET", "/api/v1/meshes/" + mesh + "/checkpoints/latest");
+  if (latest.ok()) {
+    EXPECT_NE((*latest)["step"], step);
+  }
+}
+
+// The earlier checkpoint verifies and restores onto the workers still alive.
+void ExpectEarlierIntact(LocalCluster& c, int64_t step, const GlobalTensor& t,
+                         const std::vector<int>& alive) {
+  auto v = c.Call("POST", "/api/v1/meshes/two/checkpoints/" + std::to_string(step) + "/verify",
+                  Json::object());
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(Wait(c, (*v)["job"])["state"], "succeeded");
+  const Mesh one{"one-" + std::to_string(alive[0]), {{"data", 1}}, 1};
+  ASSERT_TRUE(c.PutMesh(one.name, MeshToJson(one)["axes"], 1, alive[0]).ok());
+  Json r = RestoreAndWait(c, "two", std::to_string(step), {{"target_mesh", one.name}});
+  ASSERT_EQ(r["state"], "succeeded") << r.dump();
+  ExpectShards(c, one, t, Layout{{"data", "unsharded"}}, alive[0]);
+}
+
+class WorkerDeath : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(WorkerDeath, JobFailsWithinTheLeaseNamingTheWorker) {
+  const std::string phase = GetParam();
+  tools::ClusterOptions opts;
+  opts.workers = 2;
+  opts.worker_env[1] = {"TESSERA_FAULT_TASK_DELAY=" + phase + ":2500"};
+  auto c = StartCluster(opts);
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->PutMesh("two", MeshToJson(kTwo)["axes"]).ok());
+  auto t1 = Weights(1);
+  Push(*c, kTwo, t1);
+  SaveAndWait(*c, "two", 1);  // slow (the delay) but fine
+  Push(*c, kTwo, Weights(2));
+  std::string job = StartSave(*c, "two", 2);
+  Json at = WaitPhase(*c, job, phase);
+  ASSERT_EQ(at["phase"], phase);
+  auto killed = std::chrono::steady_clock::now();
+  c->KillWorker(1);
+  Json j = Wait(*c, job);
+  double waited = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_EQ(j["state"], "failed");
+  EXPECT_EQ(j["error"]["code"], "unavailable") << j.dump();
+  EXPECT_EQ(j["error"]["details"]["worker"], c->worker_id(1));
+  EXPECT_NE(j["error"]["message"].get<std::string>().find(c->worker_id(1)), std::string::npos);
+  EXPECT_LT(waited, 1500 + 1500) << "lease is 1500 ms";  // lease plus monitor slack
+  ExpectNoTrace(*c, "two", 2);
+  ExpectEarlierIntact(*c, 1, t1, {0});
+  auto ck = c->Call("GET", "/api/v1/meshes/two/checkpoints/2");
+  ASSERT_TRUE(ck.ok());
+  EXPECT_EQ((*ck)["state"], "failed");
+  // The worker shows as dead.
+  auto w = c->Call("GET", "/api/v1/workers/" + c->worker_id(1));
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ((*w)["state"], "dead");
+  // A new save on the dead worker's mesh is refused naming it.
+  auto again = c->Call("POST", "/api/v1/meshes/two/checkpoints", {{"step", 3}});
+  EXPECT_EQ(again.status().code(), Code::kUnavailable);
+  EXPECT_EQ(again.status().details()["worker"], c->worker_id(1));
+}
+
+INSTANTIATE_TEST_SUITE_P(Phases, WorkerDeath, ::testing::Values("snapshot", "write"));
+
+TEST(ServerDeath, KilledMidSaveThenRestarted) {
+  tools::ClusterOptions opts;
+  opts.workers = 2;
+  opts.worker_env[0] = {"TESSERA_FAULT_TASK_DELAY=write:1500"};
+  auto c = StartCluster(opts);
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->PutMesh("two", MeshToJson(kTwo)["axes"]).ok());
+  auto t1 = Weights(1);
+  Push(*c, kTwo, t1);
+  SaveAndWait(*c, "two", 1);
+  Push(*c, kTwo, Weights(2));
+  std::string job = StartSave(*c, "two", 2);
+  ASSERT_EQ(WaitPhase(*c, job, "write")["phase"], "write");
+  c->KillServer();
+  ASSERT_TRUE(c->RestartServer().ok()) << c->server_log();
+  // The catalog remembers; the interrupted job failed, nothing of it is visible.
+  Json j = Wait(*c, job);
+  EXPECT_EQ(j["state"], "failed");
+  EXPECT_NE(j["error"]["message"].get<std::string>().find("restarted"), std::string::npos);
+  ExpectNoTrace(*c, "two", 2);
+  // Workers keep heartbeating under the same ids and keep their tensors.
+  ASSERT_TRUE(c->WaitAlive(2, 10000).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1700));  // the stale write task ends
+  std::error_code ec;
+  for (auto& e : std::filesystem::directory_iterator(c->checkpoint_root() + "/two", ec)) {
+    EXPECT_EQ(e.path().filename().string().rfind(".staging", 0), std::string::npos)
+        << "left behind: " << e.path();
+  }
+  ExpectEarlierIntact(*c, 1, t1, {0});
+  SaveAndWait(*c, "two", 3);
+  auto list = c->Call("GET", "/api/v1/meshes/two/checkpoints");
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ((*list)[0]["step"], 3);
+}
+
+TEST(DiskFull, SaveFailsWithResourceExhaustedNamingTheWorker) {
+  tools::ClusterOptions opts;
+  opts.workers = 2;
+  opts.worker_env[1] = {"TESSERA_FAULT_DISK_FULL_AFTER=4096"};
+  auto c = StartCluster(opts);
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->PutMesh("two", MeshToJson(kTwo)["axes"]).ok());
+  Push(*c, kTwo, Weights(1));
+  Json j = Wait(*c, StartSave(*c, "two", 1));
+  EXPECT_EQ(j["state"], "failed");
+  EXPECT_EQ(j["error"]["code"], "resource_exhausted") << j.dump();
+  EXPECT_EQ(j["error"]["details"]["worker"], c->worker_id(1));
+  ExpectNoTrace(*c, "two", 1);
+}
+
+}  // namespace
+}  // namespace tessera::e2e
