@@ -87,7 +87,7 @@ Status TensorStore::Mismatch(Code code, const Key& key, const TensorDesc& have,
   std::string message = "tensor '" + key.second + "' of mesh '" + key.first + "' is " +
                         have.ToString() + ", not " + want.ToString();
   message += code == Code::kConflict ? "; DELETE it first to change it"
-                                     : "; the restore asks for a different dtype or shape";
+                                     : "; a restore writes into it only when all three match";
   return Status(code, std::move(message),
                 {{"tensor", key.second},
                  {"mesh", key.first},

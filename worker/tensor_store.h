@@ -138,6 +138,8 @@ class TensorStore {
   // the trainer's stall during a save: when it returns, the trainer may
   // overwrite its tensors without affecting the snapshot. Buffers come from a
   // pool, so repeated saves of the same tensors do not fault pages in again.
+  // Puts and Installs into mappings wait for the copy; the trainer must not write into its
+  // mappings until it returns (that is the stall /v1/save imposes).
   Result<std::shared_ptr<const Snapshot>> TakeSnapshot(
       const std::string& mesh, const std::optional<std::vector<std::string>>& names = {});
 
@@ -176,7 +178,9 @@ class TensorStore {
                int64_t device, const void* data, size_t n, Code mismatch);
   // Status for a request whose description differs from the stored one.
   static Status Mismatch(Code code, const Key& key, const TensorDesc& have, const TensorDesc& want);
+  // A fresh file name for a mapping. REQUIRES: mu_ held.
   std::string ShmFileName(const std::string& name, int64_t device);
+  // Copies every run, on copy_pool_ and the calling thread when it is worth it.
   void CopyParallel(const std::vector<CopyRun>& runs);
 
   const MeshResolver resolver_;

@@ -1,0 +1,237 @@
+// The REST contract end to end: auth, error bodies for bad input, mesh
+// registration rules, events (SSE), metrics, and a bounded random-request fuzz
+// after which the server is healthy and still saves.
+#include <httplib.h>
+
+#include <atomic>
+#include <random>
+#include <regex>
+
+#include "cluster_fixture.h"
+
+namespace tessera::e2e {
+namespace {
+
+struct Case {
+  std::string method, path, body;
+  int status;
+  std::string code;
+  std::string field;  // expected details.field, if any
+};
+
+class Api : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tools::ClusterOptions opts;
+    opts.workers = 2;
+    cluster_ = StartCluster(opts).release();
+    ASSERT_NE(cluster_, nullptr);
+    const Mesh two{"two", {{"data", 2}}, 1};
+    ASSERT_TRUE(cluster_->PutMesh("two", MeshToJson(two)["axes"]).ok());
+    Push(*cluster_, two, MakeGlobal("w", DType::kFloat32, {8, 8}, Layout{{"data", "unsharded"}}, 1));
+  }
+  static void TearDownTestSuite() { delete cluster_; }
+
+  http::RawResponse Send(const std::string& method, const std::string& path,
+                         const std::string& body = "", bool auth = true) {
+    http::Client client(cluster_->url(), auth ? cluster_->token() : "");
+    auto r = client.Send(method, path, body);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : http::RawResponse{};
+  }
+
+  static LocalCluster* cluster_;
+};
+LocalCluster* Api::cluster_ = nullptr;
+
+void ExpectError(const http::RawResponse& r, const Case& c) {
+  EXPECT_EQ(r.status, c.status) << c.method << " " << c.path << " " << c.body << " → " << r.body;
+  Json j = Json::parse(r.body, nullptr, false);
+  ASSERT_TRUE(j.is_object() && j.contains("error")) << c.path << ": " << r.body;
+  EXPECT_EQ(j["error"]["code"], c.code) << c.path << ": " << r.body;
+  EXPECT_FALSE(j["error"]["message"].get<std::string>().empty());
+  if (!c.field.empty()) {
+    EXPECT_EQ(j["error"]["details"]["field"], c.field) << c.path << ": " << r.body;
+  }
+}
+
+TEST_F(Api, EveryRouteNeedsTheToken) {
+  auto list = Send("GET", "/api/v1");
+  ASSERT_EQ(list.status, 200);
+  int checked = 0;
+  const Json routes = Json::parse(list.body)["routes"];
+  for (const auto& r : routes) {
+    std::string path = std::regex_replace(r["path"].get<std::string>(), std::regex("\\{[^}]+\\}"), "x");
+    if (path.rfind("/api/v1", 0) != 0) continue;
+    auto res = Send(r["method"], path, "{}", /*auth=*/false);
+    ExpectError(res, {r["method"], path, "", 401, "unauthenticated", "authorization"});
+    ++checked;
+  }
+  EXPECT_GT(checked, 20);
+  // Wrong token, and the open endpoints.
+  http::Client wrong(cluster_->url(), "nope");
+  EXPECT_EQ(wrong.Send("GET", "/api/v1/cluster")->status, 401);
+  EXPECT_EQ(Send("GET", "/healthz", "", false).status, 200);
+  EXPECT_EQ(Send("GET", "/metrics", "", false).status, 200);
+}
+
+TEST_F(Api, BadInputGetsTheRightError) {
+  const std::string big(3 << 20, 'x');
+  const std::vector<Case> cases = {
+      {"PUT", "/api/v1/meshes/a", "{\"axes\":", 400, "invalid_argument", "request body"},
+      {"PUT", "/api/v1/meshes/a", "[]", 400, "invalid_argument", "request body"},
+      {"PUT", "/api/v1/meshes/a", R"({"axes":5})", 400, "invalid_argument", "axes"},
+      {"PUT", "/api/v1/meshes/a", R"({"axes":[{"name":"d","size":0}]})", 400, "invalid_argument", "axes[0].size"},
+      {"PUT", "/api/v1/meshes/a", R"({"axes":[{"name":"d","size":2}],"devices_per_worker":"1"})", 400, "invalid_argument", "devices_per_worker"},
+      {"PUT", "/api/v1/meshes/a%2F..%2Fb", R"({"axes":[{"name":"d","size":1}]})", 400, "invalid_argument", "mesh"},
+      {"PUT", "/api/v1/meshes/a%20b", R"({"axes":[{"name":"d","size":1}]})", 400, "invalid_argument", "mesh"},
+      {"PUT", "/api/v1/meshes/" + std::string(201, 'n'), R"({"axes":[{"name":"d","size":1}]})", 400, "invalid_argument", "mesh"},
+      {"PUT", "/api/v1/meshes/big", R"({"axes":[{"name":"d","size":64}]})", 503, "unavailable", ""},
+      {"GET", "/api/v1/meshes/nope", "", 404, "not_found", ""},
+      {"POST", "/api/v1/meshes/nope/checkpoints", R"({"step":1})", 404, "not_found", ""},
+      {"POST", "/api/v1/meshes/two/checkpoints", R"({"step":"1"})", 400, "invalid_argument", "step"},
+      {"POST", "/api/v1/meshes/two/checkpoints", R"({})", 400, "invalid_argument", "step"},
+      {"POST", "/api/v1/meshes/two/checkpoints", R"({"step":-1})", 400, "invalid_argument", "step"},
+      {"POST", "/api/v1/meshes/two/checkpoints", R"({"step":1,"compression":"lz4"})", 400, "invalid_argument", "compression"},
+      {"POST", "/api/v1/meshes/two/checkpoints", R"({"step":1,"tensors":["../x"]})", 400, "invalid_argument", "tensors"},
+      {"POST", "/api/v1/meshes/two/checkpoints", R"({"step":1,"metadata":[1]})", 400, "invalid_argument", "metadata"},
+      {"GET", "/api/v1/meshes/two/checkpoints/999", "", 404, "not_found", ""},
+      {"GET", "/api/v1/meshes/two/checkpoints/abc", "", 400, "invalid_argument", "step"},
+      {"GET", "/api/v1/meshes/two/checkpoints/latest", "", 404, "not_found", ""},
+      {"POST", "/api/v1/meshes/two/checkpoints/999/restore", "{}", 404, "not_found", ""},
+      {"POST", "/api/v1/meshes/two/checkpoints/999/verify", "{}", 404, "not_found", ""},
+      {"DELETE", "/api/v1/meshes/two/checkpoints/999", "", 404, "not_found", ""},
+      {"PUT", "/api/v1/meshes/two/retention", R"({"keep_last":"a"})", 400, "invalid_argument", "keep_last"},
+      {"PUT", "/api/v1/meshes/two/retention", R"({"keep_last":-2})", 400, "invalid_argument", "keep_last"},
+      {"GET", "/api/v1/jobs/j-nope", "", 404, "not_found", ""},
+      {"GET", "/api/v1/jobs?limit=x", "", 400, "invalid_argument", "limit"},
+      {"GET", "/api/v1/jobs/j-nope?wait_ms=abc", "", 400, "invalid_argument", "wait_ms"},
+      {"POST", "/api/v1/jobs/j-nope/cancel", "{}", 404, "not_found", ""},
+      {"GET", "/api/v1/workers/w-nope", "", 404, "not_found", ""},
+      {"POST", "/api/v1/workers", R"({"local_port":"x"})", 400, "invalid_argument", "local_port"},
+      {"POST", "/api/v1/workers", R"({"local_port":70000})", 400, "invalid_argument", "local_port"},
+      {"GET", "/api/v1/no/such/thing", "", 404, "not_found", "path"},
+      {"DELETE", "/api/v1/cluster", "", 405, "invalid_argument", "method"},
+      {"POST", "/api/v1/meshes/two/checkpoints", big, 413, "payload_too_large", ""},
+  };
+  for (const auto& c : cases) ExpectError(Send(c.method, c.path, c.body), c);
+}
+
+TEST_F(Api, MeshRegistrationIsIdempotentAndChecked) {
+  const std::string body = R"({"axes":[{"name":"x","size":2}]})";
+  EXPECT_EQ(Send("PUT", "/api/v1/meshes/idem", body).status, 201);
+  EXPECT_EQ(Send("PUT", "/api/v1/meshes/idem", body).status, 200);
+  ExpectError(Send("PUT", "/api/v1/meshes/idem", R"({"axes":[{"name":"x","size":1}]})"),
+              {"PUT", "idem", "", 409, "conflict", ""});
+  // Wrong device count per worker names the worker.
+  auto r = Send("PUT", "/api/v1/meshes/dpw", R"({"axes":[{"name":"x","size":4}],"devices_per_worker":2})");
+  ExpectError(r, {"PUT", "dpw", "", 400, "invalid_argument", "devices_per_worker"});
+  EXPECT_NE(r.body.find("w-worker-"), std::string::npos) << r.body;
+  EXPECT_EQ(Send("DELETE", "/api/v1/meshes/idem").status, 204);
+  EXPECT_EQ(Send("DELETE", "/api/v1/meshes/idem").status, 404);
+}
+
+TEST_F(Api, EventsStreamJobProgressAndMetricsCount) {
+  std::atomic<bool> saw_done{false};
+  std::string received;
+  std::thread reader([&] {
+    httplib::Client cli(cluster_->url());
+    cli.set_read_timeout(20, 0);
+    cli.Get(("/api/v1/events?token=" + cluster_->token()).c_str(),
+            [&](const char* data, size_t n) {
+              received.append(data, n);
+              if (received.find("\"state\":\"succeeded\"") != std::string::npos &&
+                  received.find("event: job") != std::string::npos) {
+                saw_done = true;
+                return false;
+              }
+              return received.size() < (4 << 20);
+            });
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  SaveAndWait(*cluster_, "two", 42);
+  reader.join();
+  EXPECT_TRUE(saw_done) << received.substr(0, 2000);
+  EXPECT_NE(received.find("event: checkpoint"), std::string::npos);
+  auto m = Send("GET", "/metrics", "", false);
+  EXPECT_NE(m.body.find("tessera_jobs{state=\"succeeded\",kind=\"save\"} 1"), std::string::npos) << m.body;
+  EXPECT_NE(m.body.find("tessera_workers{state=\"alive\"} 2"), std::string::npos);
+  EXPECT_NE(m.body.find("tessera_save_duration_seconds_count 1"), std::string::npos);
+  EXPECT_NE(m.body.find("tessera_http_requests_total{route=\"/api/v1/meshes/{m+}/checkpoints\",method=\"POST\",code=\"202\"}"),
+            std::string::npos);
+  auto cluster = Json::parse(Send("GET", "/api/v1/cluster").body);
+  EXPECT_EQ(cluster["workers"]["alive"], 2);
+  EXPECT_EQ(cluster["checkpoints"], 1);
+  EXPECT_GT(cluster["storage_bytes"], 0);
+}
+
+TEST_F(Api, WorkerLocalApiErrors) {
+  http::Client local(cluster_->worker_url(0));
+  auto r = local.Send("PUT", "/v1/tensors/x?device=0&dtype=float32&shape=2&layout=unsharded", "12345678");
+  ExpectError(*r, {"PUT", "", "", 400, "invalid_argument", "mesh"});
+  r = local.Send("PUT", "/v1/tensors/x?mesh=two&device=0&dtype=float32&shape=2&layout=unsharded", "123");
+  ExpectError(*r, {"PUT", "", "", 400, "invalid_argument", "body"});
+  r = local.Send("PUT", "/v1/tensors/x?mesh=two&device=1&dtype=float32&shape=2&layout=unsharded", "12345678");
+  ExpectError(*r, {"PUT", "", "", 400, "invalid_argument", "device"});
+  r = local.Send("GET", "/v1/tensors/none?mesh=two&device=0");
+  ExpectError(*r, {"GET", "", "", 404, "not_found", ""});
+  r = local.Send("POST", "/v1/save?mesh=two&step=x", "{}");
+  ExpectError(*r, {"POST", "", "", 400, "invalid_argument", "step"});
+}
+
+// Random requests with a fixed seed: no 5xx, every error is API.md's JSON, and
+// the server is healthy and saves afterwards.
+TEST_F(Api, RandomRequestFuzzLeavesTheServerHealthy) {
+  std::mt19937_64 rng(1234);
+  const std::vector<std::string> methods = {"GET", "POST", "PUT", "DELETE"};
+  const std::vector<std::string> roots = {
+      "/api/v1/meshes/", "/api/v1/jobs/", "/api/v1/workers/", "/api/v1/meshes/two/checkpoints/",
+      "/api/v1/meshes/fz/retention", "/api/v1/kv/", "/api/v1/", "/", "/api/v1/meshes/two/"};
+  const std::vector<std::string> pieces = {"a", "..", "%2F", "%00", "latest", "-1", "99999999999999999999",
+                                           "restore", "verify", "cancel", "tasks", "heartbeat", "%", "é", "x y", ""};
+  auto random_json = [&](auto& self, int depth) -> Json {
+    switch (rng() % (depth > 2 ? 5 : 7)) {
+      case 0: return Json(static_cast<int64_t>(rng()) >> (rng() % 64));
+      case 1: return Json(std::string(rng() % 8, 'a' + rng() % 26));
+      case 2: return Json(rng() % 2 == 0);
+      case 3: return Json(nullptr);
+      case 4: return Json(1.5);
+      case 5: {
+        Json a = Json::array();
+        for (int i = 0, n = rng() % 4; i < n; ++i) a.push_back(self(self, depth + 1));
+        return a;
+      }
+      default: {
+        Json o = Json::object();
+        const char* keys[] = {"step", "axes", "name", "size", "tensors", "layouts", "target_mesh",
+                              "keep_last", "local_port", "devices", "state", "workers", "compression"};
+        for (int i = 0, n = rng() % 4; i < n; ++i) o[keys[rng() % std::size(keys)]] = self(self, depth + 1);
+        return o;
+      }
+    }
+  };
+  int server_errors = 0;
+  for (int i = 0; i < 400; ++i) {
+    std::string path = roots[rng() % roots.size()];
+    for (int k = 0, n = rng() % 3; k < n; ++k) path += (k ? "/" : "") + pieces[rng() % pieces.size()];
+    std::string body = rng() % 3 == 0 ? std::string(rng() % 64, static_cast<char>(rng()))
+                                      : random_json(random_json, 0).dump();
+    const std::string method = methods[rng() % methods.size()];
+    if (method == "DELETE" && path.find("two") != std::string::npos) continue;  // keep the fixture
+    auto r = Send(method, path, body);
+    if (r.status >= 500) {
+      ++server_errors;
+      ADD_FAILURE() << method << " " << path << " " << body << " → " << r.status << " " << r.body;
+    }
+    if (r.status >= 400) {
+      Json j = Json::parse(r.body, nullptr, false);
+      EXPECT_TRUE(j.is_object() && j.contains("error")) << method << " " << path << " → " << r.body;
+    }
+  }
+  EXPECT_EQ(server_errors, 0);
+  EXPECT_EQ(Send("GET", "/healthz", "", false).status, 200);
+  SaveAndWait(*cluster_, "two", 4242);
+}
+
+}  // namespace
+}  // namespace tessera::e2e
