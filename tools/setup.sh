@@ -18,7 +18,7 @@ case "${1:-}" in
 esac
 
 packages=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git curl jq
   libcpp-httplib-dev nlohmann-json3-dev libsqlite3-dev libzstd-dev libxxhash-dev
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
 )
