@@ -36,6 +36,16 @@ Status CheckName(const Request& req, const std::string& param, const std::string
 void Service::AddRoutes(http::Router* router) {
   auto add = [router](std::string method, std::string pattern, http::Handler h, std::string help,
                       bool auth = true) {
+    // A mesh named in the path obeys the name rules before any handler sees it.
+    const char* param = pattern.find("{m+}") != std::string::npos      ? "m"
+                        : pattern.find("{name+}") != std::string::npos ? "name"
+                                                                       : nullptr;
+    if (param) {
+      h = [h = std::move(h), param](const Request& req) {
+        Status st = CheckName(req, param, "mesh");
+        return st.ok() ? h(req) : Response::Error(st);
+      };
+    }
     router->Add({std::move(method), std::move(pattern), std::move(h), std::move(help), auth});
   };
   add("GET", "/healthz", [](const Request&) {
@@ -115,8 +125,6 @@ void Service::AddRoutes(http::Router* router) {
 
   // Checkpoints (before the plain mesh routes: mesh names may contain '/').
   add("POST", "/api/v1/meshes/{m+}/checkpoints", [this](const Request& req) {
-    Status n = CheckName(req, "m", "mesh");
-    if (!n.ok()) return Response::Error(n);
     return WithBody(req, [&](const Json& b) { return Reply(StartSave(req.Param("m"), b), 202); });
   }, "start a save {step, tensors?, compression?, level?, metadata?}");
   add("GET", "/api/v1/meshes/{m+}/checkpoints",

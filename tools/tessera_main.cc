@@ -1,7 +1,12 @@
 // tessera: command-line entry point (inspect, verify, demo).
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
+#include <cstdio>
+
 #include "tools/commands.h"
+#include "tools/local_cluster.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"tessera: sharded checkpoints for multi-host training"};
@@ -26,7 +31,23 @@ int main(int argc, char** argv) {
   demo->add_option("--dir", demo_dir, "Checkpoint root (default: a new temp dir)");
   demo->add_flag("--keep", keep, "Keep the checkpoint root afterwards");
 
+  // `tessera serve ...` and `tessera worker ...` run the sibling programs.
+  auto* serve = app.add_subcommand("serve", "Run tesserad (arguments are passed on)");
+  serve->prefix_command();
+  auto* worker = app.add_subcommand("worker", "Run tessera-worker (arguments are passed on)");
+  worker->prefix_command();
+
   CLI11_PARSE(app, argc, argv);
+  if (*serve || *worker) {
+    std::string program = tessera::tools::SelfDir() + (*serve ? "/tesserad" : "/tessera-worker");
+    std::vector<std::string> args = (*serve ? serve : worker)->remaining();
+    std::vector<char*> argv_out = {program.data()};
+    for (auto& a : args) argv_out.push_back(a.data());
+    argv_out.push_back(nullptr);
+    execv(program.c_str(), argv_out.data());
+    std::perror(program.c_str());
+    return 127;
+  }
   if (*inspect) return tessera::tools::RunInspect(dir, json);
   if (*verify) return tessera::tools::RunVerify(dir, json, threads);
   if (*demo) return tessera::tools::RunDemo(demo_dir, keep);
