@@ -41,10 +41,16 @@ Result<size_t> ShardWriter::Add(const void* data, size_t n) {
   size_t handle = slices_.size();
   slices_.emplace_back();
   const char* src = static_cast<const char*>(data);
+  bool compress = options_.compress;
+  if (compress && n > options_.chunk_size && options_.min_savings > 0) {
+    const size_t m = std::min<size_t>(n, options_.sample_bytes);
+    EncodedChunk sample = EncodeChunk(src, m, true, options_.level);
+    compress = sample.codec == Codec::kZstd &&
+               sample.bytes.size() <= static_cast<size_t>(m * (1 - options_.min_savings));
+  }
   for (uint64_t off = 0; off < n || (n == 0 && off == 0); off += options_.chunk_size) {
     size_t len = std::min<uint64_t>(options_.chunk_size, n - off);
     Pending p{handle, off, src + off, len, {}};
-    bool compress = options_.compress;
     int level = options_.level;
     if (options_.pool) {
       p.encoded = options_.pool->Submit(

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
 
 #include "checkpoint_fixture.h"
 #include "storage/checkpoint_dir.h"
@@ -76,6 +77,28 @@ TEST_P(ShardFileTest, RoundTripsChunksOfEverySlice) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Pool, ShardFileTest, ::testing::Values(0, 1));
+
+// Compression must pay for itself: float32 weights (~8% savings) are stored raw,
+// bfloat16 weights (~22%) are compressed, and min_savings = 0 compresses anything.
+TEST(ShardFile, SlicesAreCompressedOnlyWhenItPays) {
+  auto codecs = [](const std::string& data, double min_savings) {
+    MemEnv env;
+    ShardOptions opt;
+    opt.chunk_size = 64 << 10;
+    opt.min_savings = min_savings;
+    auto w = ShardWriter::Create(&env, "s.tsr", opt);
+    size_t h = *(*w)->Add(data.data(), data.size());
+    EXPECT_TRUE((*w)->Finish().ok());
+    std::set<Codec> seen;
+    for (const auto& c : (*w)->chunks(h)) seen.insert(c.loc.codec);
+    return seen;
+  };
+  const std::string f32 = SyntheticBytes(DType::kFloat32, 1 << 18, 1);
+  const std::string bf16 = SyntheticBytes(DType::kBFloat16, 1 << 19, 1);
+  EXPECT_EQ(codecs(f32, 0.10), std::set<Codec>{Codec::kRaw});
+  EXPECT_EQ(codecs(bf16, 0.10), std::set<Codec>{Codec::kZstd});
+  EXPECT_EQ(codecs(f32, 0.0), std::set<Codec>{Codec::kZstd});
+}
 
 TEST(ShardFile, HeaderChecksNameTheFile) {
   MemEnv env;
