@@ -161,7 +161,9 @@ void BenchSave64(tools::LocalCluster& c, int ranks) {
   uint64_t bytes = done["result"]["checkpoint"]["logical_bytes"];
   Emit({{"bench", "save64"}, {"ranks", ranks}, {"bytes", bytes}, {"time_s", secs},
         {"GBps", bytes / secs / 1e9}});
-  for (auto& a : agents) a->Stop();
+  std::vector<std::thread> stoppers;  // each Stop waits out a long-poll: stop them together
+  for (auto& a : agents) stoppers.emplace_back([&a] { a->Stop(); });
+  for (auto& t : stoppers) t.join();
   for (int r = 0; r < ranks; ++r) (void)c.Call("DELETE", "/api/v1/workers/" + agents[r]->id());
 }
 

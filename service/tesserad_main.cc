@@ -56,13 +56,13 @@ tessera::Result<std::string> LoadToken(const std::string& flag, const std::strin
 int main(int argc, char** argv) {
   CLI::App app{"tesserad: Tessera control plane"};
   std::string listen = "127.0.0.1:7070", data_dir = "tessera-data", root, token_flag;
-  int threads = 64;
+  int threads = 256;
   int64_t heartbeat_ms = 500, lease_ms = 3000;
   app.add_option("--listen", listen, "host:port to bind (port 0: any free port)");
   app.add_option("--data-dir", data_dir, "catalog, token");
   app.add_option("--checkpoint-root", root, "where checkpoints live (default <data-dir>/checkpoints)");
   app.add_option("--token", token_flag, "bearer token (else TESSERA_TOKEN, else <data-dir>/token)");
-  app.add_option("--threads", threads, "HTTP threads (long-polls and SSE hold one each)")
+  app.add_option("--threads", threads, "HTTP threads; each worker's task long-poll and each SSE client holds one, so keep it above the number of workers")
       ->check(CLI::Range(4, 4096));
   app.add_option("--heartbeat-ms", heartbeat_ms, "worker heartbeat interval")->check(CLI::Range(10, 60000));
   app.add_option("--lease-ms", lease_ms, "a worker silent this long is dead")->check(CLI::Range(50, 600000));

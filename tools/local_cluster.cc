@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,6 +49,7 @@ Result<ChildProcess> Spawn(const std::vector<std::string>& argv, const std::vect
   pid_t pid = ::fork();
   if (pid < 0) return Internal(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test or demo that started us
     int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       ::dup2(fd, 1);
@@ -110,7 +112,21 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(ClusterOptions options
 }
 
 LocalCluster::~LocalCluster() {
-  for (auto& w : workers_) Reap(w.pid);
+  // SIGTERM first so workers unlink their shared-memory mappings; then make sure.
+  for (auto& w : workers_) {
+    if (w.pid > 0) ::kill(w.pid, SIGTERM);
+  }
+  const int64_t deadline = NowMs() + 3000;
+  for (auto& w : workers_) {
+    while (w.pid > 0 && NowMs() < deadline) {
+      if (::waitpid(w.pid, nullptr, WNOHANG) == w.pid) {
+        w.pid = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    Reap(w.pid);
+  }
   Reap(server_.pid);
   if (own_dir_) {
     std::error_code ec;
@@ -123,7 +139,8 @@ Status LocalCluster::StartServer(int port) {
       options_.bin_dir + "/tesserad", "--listen", "127.0.0.1:" + std::to_string(port),
       "--data-dir", dir_ + "/data", "--token", token_,
       "--heartbeat-ms", std::to_string(options_.heartbeat_ms),
-      "--lease-ms", std::to_string(options_.lease_ms)};
+      "--lease-ms", std::to_string(options_.lease_ms),
+      "--threads", std::to_string(options_.server_threads)};
   ASSIGN_OR_RETURN(server_, Spawn(argv, {}, dir_ + "/tesserad.log", 15000));
   return Status::Ok();
 }

@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <vector>
 
 namespace tessera::worker {
@@ -145,6 +147,20 @@ void ShardBufferPool::Release(std::unique_ptr<ShardBuffer> buffer) {
 ShardBufferPool::Stats ShardBufferPool::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
+}
+
+int RemoveOrphanedShmFiles(const std::string& dir) {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("tessera-", 0) != 0) continue;
+    const long pid = std::strtol(name.c_str() + 8, nullptr, 10);
+    if (pid <= 0 || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)) {
+      if (std::filesystem::remove(e.path(), ec)) ++removed;
+    }
+  }
+  return removed;
 }
 
 }  // namespace tessera::worker

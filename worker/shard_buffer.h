@@ -87,4 +87,9 @@ class ShardBufferPool : public std::enable_shared_from_this<ShardBufferPool> {
   Stats stats_;                                   // GUARDED_BY(mu_)
 };
 
+// Removes "tessera-<pid>-*" files in `dir` whose process no longer exists:
+// mappings of workers that were killed before they could unlink them.
+// Returns how many were removed.
+int RemoveOrphanedShmFiles(const std::string& dir);
+
 }  // namespace tessera::worker

@@ -123,6 +123,9 @@ int main(int argc, char** argv) {
   tessera::worker::Agent agent(aopts, env);
   tessera::worker::TensorStoreOptions sopts;
   sopts.shm_dir = shm_dir;
+  if (int n = tessera::worker::RemoveOrphanedShmFiles(shm_dir); n > 0) {
+    std::fprintf(stderr, "removed %d mapping files left by workers that died\n", n);
+  }
   tessera::worker::TensorStore store(agent.Resolver(), sopts);
   agent.SetStore(&store);
 

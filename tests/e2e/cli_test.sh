@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The tessera CLI as a user runs it: demo, inspect (table and JSON), verify,
+# The tessera CLI as a user runs it: demo (a real local cluster), inspect (table and JSON), verify,
 # then verify and inspect of damaged checkpoints (exit codes and named culprits).
 set -euo pipefail
 bin=$1
@@ -8,10 +8,13 @@ trap 'rm -rf "$root"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 out=$("$bin" demo --dir "$root" --keep)
-echo "$out" | grep -q "every byte matches" || fail "demo did not read back: $out"
-ckpt="$root/demo/step-100"
+echo "$out" | grep -q "^demo OK" || fail "demo failed: $out"
+echo "$out" | grep -q "every shard equals the saved values" || fail "demo restore: $out"
+echo "$out" | grep -q "same global tensors" || fail "demo reshard: $out"
+ckpt="$root/data/checkpoints/demo/step-100"
 [ -f "$ckpt/index.sqlite" ] || fail "no index in $ckpt"
-ls "$root/demo" | grep -q staging && fail "staging dir left behind"
+ls -a "$root/data/checkpoints/demo" | grep -q staging && fail "staging dir left behind"
+pgrep -f "data-dir $root/data" && fail "demo left processes running"
 
 "$bin" inspect "$ckpt" | grep -q "dense/kernel .*bfloat16" || fail "inspect table lacks dense/kernel"
 "$bin" inspect --json "$ckpt" | grep -q '"name": "optimizer/step"' || fail "inspect --json"

@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <fstream>
+#include <filesystem>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -466,6 +468,20 @@ TEST_F(TensorStoreTest, ConcurrentPutMapSnapshotList) {
   });
   for (auto& th : threads) th.join();
   EXPECT_FALSE(failed);
+}
+
+TEST(ShmFiles, OrphansOfDeadProcessesAreRemoved) {
+  const std::string dir = ::testing::TempDir() + "/shm-sweep-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string dead = dir + "/tessera-999999999-0-d0-w";  // no such pid
+  const std::string alive = dir + "/tessera-" + std::to_string(::getpid()) + "-0-d0-w";
+  const std::string other = dir + "/someone-else";
+  for (const auto& f : {dead, alive, other}) std::ofstream(f) << "x";
+  EXPECT_EQ(RemoveOrphanedShmFiles(dir), 1);
+  EXPECT_FALSE(std::filesystem::exists(dead));
+  EXPECT_TRUE(std::filesystem::exists(alive));
+  EXPECT_TRUE(std::filesystem::exists(other));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
