@@ -253,6 +253,22 @@ def main():
             w(f"| read {mode} {codec} vs torch.load {mode} | {gb(o)} | {gb(peer)} | "
               f"{ratio_text(r)} | ≥ {VS_TORCH}× | {verdict(r, VS_TORCH)} |")
     w("")
+    zc = pick("save", ("float32", "zstd-1", HEADLINE_THREADS), "chunks_zstd")
+    rc = pick("save", ("float32", "zstd-1", HEADLINE_THREADS), "chunks_raw")
+    if zc and rc and rc[0] > zc[0]:
+        w(f"**Note:** in the float32 \"zstd-1\" saves the writer stored {rc[0]} of "
+          f"{zc[0] + rc[0]} chunks raw (its sampling found zstd saves < 10 % on float32 "
+          "weights; see Compression ratio), so those rows mostly measure raw I/O; the "
+          "bfloat16 rows below are the ones that exercise zstd.")
+        w("")
+    if t_cold and t_warm and t_warm < t_cold:
+        w(f"**Caution:** torch.load warm ({runs_text(torch_values('torch.load_warm'))} GB/s) ran "
+          f"slower than torch.load cold ({runs_text(torch_values('torch.load_cold'))} GB/s) in "
+          "this session. Each torch.load allocates fresh tensors, so it likely paid the page "
+          "faults of fresh memory again (slow on this VM, see Noise). The "
+          "\"read warm vs torch.load warm\" ratios rest on that figure; compare with "
+          "BASELINE.md's 1.5–9 GB/s before leaning on them.")
+        w("")
     w("Reading the verdicts: \"cold\" drops the guest's page cache only (fdatasync + "
       "posix_fadvise DONTNEED on every file, as save_torch.py does); the host very likely "
       "still caches the virtual disk, so cold reads (ours and torch's) can beat fio's O_DIRECT "
@@ -316,18 +332,31 @@ def main():
     w("Logical bytes over the bytes of the shard file (header, chunk table and trailer "
       "included; index.sqlite not). Chunks that zstd cannot shrink by 1/64 are stored raw.")
     w("")
-    w("| data | logical bytes | zstd-1 stored bytes | ratio | `zstd -b1` on 64 MiB of the same "
-      "kind (BASELINE.md, not this run) |")
-    w("|---|---:|---:|---:|---:|")
+    w("| data | logical bytes | zstd-1 stored bytes | ratio | chunks stored zstd / raw | "
+      "`zstd -b1` on 64 MiB of the same kind (BASELINE.md, not this run) |")
+    w("|---|---:|---:|---:|---:|---:|")
+    raw_notes = []
     for dtype in ("float32", "bfloat16"):
         key = next((k for k in configs if k[0] == dtype and k[1] == "zstd-1"), None)
         if key is None:
             continue
         stored = pick("save", key, "stored_bytes")[0]
         logical = next(r["bytes"] for r in runs if r["dtype"] == dtype)
+        zc = pick("save", key, "chunks_zstd")
+        rc = pick("save", key, "chunks_raw")
+        chunks = f"{zc[0]} / {rc[0]}" if zc and rc else "—"
         w(f"| {dtype} N(0, 0.02){' truncated' if dtype == 'bfloat16' else ''} | {logical:,} | "
-          f"{stored:,} | {logical / stored:.3f} | {ZSTD_CLI_RATIO[dtype]} |")
+          f"{stored:,} | {logical / stored:.3f} | {chunks} | {ZSTD_CLI_RATIO[dtype]} |")
+        if zc and rc and rc[0] > zc[0]:
+            raw_notes.append(dtype)
     w("")
+    for dtype in raw_notes:
+        w(f"With codec zstd-1, most {dtype} chunks were stored raw: the shard writer samples "
+          "each slice larger than one chunk and stores it raw when zstd would save less than "
+          "ShardOptions::min_savings (10 %) of the sample. The one-chunk tensors are still "
+          f"compressed. So the {dtype} \"zstd-1\" figures above mostly measure raw writes "
+          "and reads, by the engine's own choice.")
+        w("")
 
     # --- index merge ---
     w("## Index merge")
@@ -435,8 +464,9 @@ def main():
         w("- **Other load during the measurements:** the 1-min load average exceeded 1.5 "
           "around " + ", ".join(f"{s['step']} ({s.get('loadavg_before')} → "
                                 f"{s.get('loadavg_after')})" for s in busy) +
-          " (the benchmarks themselves use at most 2 threads for a few seconds at a time, so "
-          "a higher figure means other processes, e.g. builds, shared the 2 vCPUs).")
+          ". The steps raise it themselves (fio's tasks in I/O wait count, save_torch.py runs "
+          "4 DCP ranks, ours 2–3 threads), so this is only a hint; a load that is already high "
+          "before a step means other processes shared the 2 vCPUs.")
     w("- This is a 2-vCPU KVM guest whose disk, CPU and memory bandwidth move between runs "
       "(BASELINE.md: disk up to 3×, zstd about 1.4×). Only ratios within one session mean "
       "something; run `bash bench/run.sh` again before trusting a verdict near its threshold.")
@@ -449,29 +479,36 @@ def main():
     # --- where the time goes ---
     w("## Where the time goes (this run)")
     w("")
-    for codec in ("zstd-1", "none"):
-        key = ("float32", codec, HEADLINE_THREADS)
-        t, d, s = (med(pick("save", key, f)) for f in ("time_s", "data_s", "sync_commit_s"))
-        if t:
-            w(f"- save float32 {codec}, {HEADLINE_THREADS} threads: {t:.2f} s = {d:.2f} s to hand "
-              f"every chunk to write(2) ({config.get('bytes_float32', 0) / d / 1e9:.2f} GB/s) + "
-              f"{s:.2f} s of fsync, index and commit, one after the other.")
-    for codec in ("zstd-1", "none"):
-        key = ("float32", codec, HEADLINE_THREADS)
-        c, wm = med(pick("read_cold", key)), med(pick("read_warm", key))
-        if c and wm:
-            w(f"- read float32 {codec}, {HEADLINE_THREADS} threads: cold {c:.2f} GB/s, warm "
-              f"{wm:.2f} GB/s" + (" — about the same, so decoding, not the disk, sets the pace."
-                                  if wm < 1.3 * c else "."))
+    w("Medians of each part, so the parts need not add up exactly.")
     w("")
-    w("Profiling notes (perf record, perf stat and strace -T on 2026-11-22, outside run.sh; "
-      "see the developer's report for details): in a zstd save about a third of the CPU went "
-      "to `EncodeChunk` allocating and zero-filling a fresh ZSTD_compressBound-sized "
-      "`std::string` per 4 MiB chunk (memset + page faults on a pool thread's malloc arena); "
-      "with malloc told not to return memory (GLIBC_TUNABLES mmap/trim thresholds) page faults "
-      "fell by ~80 000 per save and the zstd-1 save went from ~0.55 to ~0.9 GB/s. The shard's "
-      "fsync is 0.5 s of every 1 GiB save and starts only after the last write; the index "
-      "merge and commit add ~20 ms. Reads with zstd spend ~75 % of their CPU in zstd's "
+    for dtype in ("float32", "bfloat16"):
+        for codec in ("zstd-1", "none"):
+            key = (dtype, codec, HEADLINE_THREADS)
+            t, d, s = (med(pick("save", key, f)) for f in ("time_s", "data_s", "sync_commit_s"))
+            if t and d:
+                nbytes = config.get(f"bytes_{dtype}", 0)
+                w(f"- save {dtype} {codec}, {HEADLINE_THREADS} threads: {t:.2f} s = {d:.2f} s to "
+                  f"hand every chunk to write(2) ({nbytes / d / 1e9:.2f} GB/s) + {s:.2f} s of "
+                  "fsync, index and commit, one after the other.")
+    for dtype in ("float32", "bfloat16"):
+        for codec in ("zstd-1", "none"):
+            key = (dtype, codec, HEADLINE_THREADS)
+            c, wm = med(pick("read_cold", key)), med(pick("read_warm", key))
+            if c and wm:
+                w(f"- read {dtype} {codec}, {HEADLINE_THREADS} threads: cold {c:.2f} GB/s, warm "
+                  f"{wm:.2f} GB/s" + (" — about the same, so decoding, not the disk, sets the "
+                                      "pace." if wm < 1.3 * c else "."))
+    w("")
+    w("Profiling notes (perf record, perf stat and strace -T on 2026-11-22, outside run.sh, "
+      "so not re-measured by it): in a zstd save about a third of the CPU went to "
+      "`EncodeChunk` allocating and zero-filling a fresh ZSTD_compressBound-sized "
+      "`std::string` per 4 MiB chunk (memset, and page faults because the pool threads' malloc "
+      "arenas hand the memory back between chunks). With malloc told to keep its memory "
+      "(GLIBC_TUNABLES mmap/trim thresholds, a test only) the bfloat16 zstd-1 save, 2 threads, "
+      "went from 0.44–0.54 to 0.64–0.90 GB/s and page faults fell by ~45 000 per save; float32 "
+      "before the min_savings sampling showed the same (~0.55 → ~0.9 GB/s). The shard's fsync "
+      "is 0.5–0.7 s of every 1 GiB save and starts only after the last write; fragment, merge "
+      "and commit add ~20 ms. Reads of zstd chunks spend ~75 % of their CPU in zstd's "
       "decoder.")
     w("")
 

@@ -30,6 +30,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -214,6 +215,19 @@ Result<SaveRun> TimedSave(Env* env, const State& state, bool compress, ThreadPoo
   run.data_seconds = std::chrono::duration<double>(last_chunk - t0).count();
   run.stored_bytes = summary->stored_bytes;
   return run;
+}
+
+// How many chunks the writer stored compressed and raw: it may store a slice raw
+// when a sample shows zstd does not pay, so "zstd-1" alone does not say what was done.
+Result<std::pair<int64_t, int64_t>> CountChunkCodecs(Env* env, const std::string& dir) {
+  ASSIGN_OR_RETURN(auto index, storage::CheckpointIndex::Open(env, dir));
+  int64_t zstd = 0, raw = 0;
+  for (const auto& t : index.tensors()) {
+    for (const auto& s : t.slices) {
+      for (const auto& c : s.chunks) (c.loc.codec == storage::Codec::kZstd ? zstd : raw) += 1;
+    }
+  }
+  return std::make_pair(zstd, raw);
 }
 
 struct ReadRun {
@@ -415,6 +429,7 @@ Status Run(const Options& opt, const std::string& tmp, Reporter* out) {
           ThreadPool pool(threads);
           ASSIGN_OR_RETURN(SaveRun save, TimedSave(env, *state, compress, &pool, root));
           record("save", *state, codec, threads, save.seconds, save.stored_bytes);
+          ASSIGN_OR_RETURN(auto codecs, CountChunkCodecs(env, save.dir));
           Line line = SaveReadFields("save", *state, codec, threads);
           line.update({{"run", run},
                        {"stored_bytes", save.stored_bytes},
@@ -423,6 +438,8 @@ Status Run(const Options& opt, const std::string& tmp, Reporter* out) {
                        {"time_s", Round(save.seconds, 6)},
                        {"data_s", Round(save.data_seconds, 6)},
                        {"sync_commit_s", Round(save.seconds - save.data_seconds, 6)},
+                       {"chunks_zstd", codecs.first},
+                       {"chunks_raw", codecs.second},
                        {"GBps", Round(state->bytes / save.seconds / 1e9, 4)}});
           out->Emit(line);
 

@@ -88,6 +88,15 @@ Layout AdaptLayout(const Layout& saved, const Shape& shape, const Mesh& mesh) {
 
 // ---------------------------------------------------------------- helpers
 
+JobRecord& Service::BeginJob(const std::string& job_id) {
+  JobRecord& job = jobs_.at(job_id);
+  job.state = "running";
+  job.started_ms = NowMs();
+  PersistJob(job);
+  PublishJob(job);
+  return job;
+}
+
 void Service::SetPhase(const std::string& job_id, const std::string& phase) {
   JobRecord& job = jobs_.at(job_id);
   job.phase = phase;
@@ -277,9 +286,7 @@ Result<Json> Service::StartSave(const std::string& mesh, const Json& body) {
 
 Status Service::RunSave(const std::string& job_id) {
   std::unique_lock<std::mutex> lock(mu_);
-  JobRecord& job0 = jobs_.at(job_id);
-  job0.state = "running";
-  job0.started_ms = NowMs();
+  JobRecord& job0 = BeginJob(job_id);
   const std::string mesh_name = job0.mesh;
   const int64_t step = job0.step;
   const Json request = job0.request;
@@ -587,9 +594,7 @@ Result<Json> Service::StartRestore(const std::string& mesh, const std::string& s
 
 Status Service::RunRestore(const std::string& job_id) {
   std::unique_lock<std::mutex> lock(mu_);
-  JobRecord& job0 = jobs_.at(job_id);
-  job0.state = "running";
-  job0.started_ms = NowMs();
+  JobRecord& job0 = BeginJob(job_id);
   const Json request = job0.request;
   const std::string dir =
       storage::CheckpointDir(options_.checkpoint_root, job0.mesh, job0.step);
@@ -699,9 +704,7 @@ Result<Json> Service::StartVerify(const std::string& mesh, const std::string& st
 
 Status Service::RunVerify(const std::string& job_id) {
   std::unique_lock<std::mutex> lock(mu_);
-  JobRecord& job = jobs_.at(job_id);
-  job.state = "running";
-  job.started_ms = NowMs();
+  JobRecord& job = BeginJob(job_id);
   SetPhase(job_id, "verify");
   const std::string dir = storage::CheckpointDir(options_.checkpoint_root, job.mesh, job.step);
   lock.unlock();

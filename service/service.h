@@ -114,6 +114,7 @@ class Service {
                                            const std::vector<std::string>& workers,
                                            const std::map<int64_t, Json>& payloads,
                                            uint64_t total_bytes);
+  JobRecord& BeginJob(const std::string& job_id);  // REQUIRES: mu_; marks it running
   void SetPhase(const std::string& job_id, const std::string& phase);  // REQUIRES: mu_
   void FinishJob(const std::string& job_id, const Status& status, Json result);  // REQUIRES: mu_
   Status ApplyRetention(const std::string& mesh);  // REQUIRES: not mu_

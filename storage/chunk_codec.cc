@@ -38,18 +38,20 @@ Result<Codec> ParseCodec(std::string_view name) {
 
 uint64_t Checksum(const void* data, size_t n) { return XXH64(data, n, 0); }
 
-EncodedChunk EncodeChunk(const void* data, size_t n, bool compress, int level) {
-  EncodedChunk out;
-  out.raw_length = n;
-  out.checksum = Checksum(data, n);
-  if (!compress || n == 0) return out;
-  std::string buf(ZSTD_compressBound(n), '\0');
-  size_t len = ZSTD_compressCCtx(ThreadCCtx(), buf.data(), buf.size(), data, n, level);
-  if (ZSTD_isError(len) || len >= n - n / 64) return out;  // does not pay: store raw
-  buf.resize(len);
-  out.codec = Codec::kZstd;
-  out.bytes = std::move(buf);
-  return out;
+size_t MaxEncodedSize(size_t n) { return ZSTD_compressBound(n); }
+
+EncodedChunk EncodeChunk(const void* data, size_t n, bool compress, int level, char* out,
+                         size_t out_capacity) {
+  EncodedChunk e;
+  e.length = n;
+  e.raw_length = n;
+  e.checksum = Checksum(data, n);
+  if (!compress || n == 0 || out == nullptr) return e;
+  size_t len = ZSTD_compressCCtx(ThreadCCtx(), out, out_capacity, data, n, level);
+  if (ZSTD_isError(len) || len >= n - n / 64) return e;  // does not pay: store raw
+  e.codec = Codec::kZstd;
+  e.length = len;
+  return e;
 }
 
 Status DecodeChunk(Codec codec, std::string_view stored, uint64_t raw_length, uint64_t checksum,

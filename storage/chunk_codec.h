@@ -19,15 +19,21 @@ Result<Codec> ParseCodec(std::string_view name);
 uint64_t Checksum(const void* data, size_t n);
 
 struct EncodedChunk {
-  Codec codec = Codec::kRaw;
-  std::string bytes;      // empty when codec == kRaw: the caller writes the source directly
+  Codec codec = Codec::kRaw;  // kRaw: the stored bytes are the source itself
+  uint64_t length = 0;        // stored bytes (in `out` for kZstd)
   uint64_t raw_length = 0;
-  uint64_t checksum = 0;  // of the raw bytes
+  uint64_t checksum = 0;      // of the raw bytes
 };
 
-// Compresses `data` with zstd at `level` (when `compress`) and keeps the result
-// only if it saves at least 1/64 of the bytes; always checksums.
-EncodedChunk EncodeChunk(const void* data, size_t n, bool compress, int level);
+// Capacity EncodeChunk needs in `out` for n raw bytes.
+size_t MaxEncodedSize(size_t n);
+
+// Compresses `data` with zstd at `level` into `out` (when `compress`) and keeps
+// the result only if it saves at least 1/64 of the bytes; always checksums.
+// `out` is caller-owned and reused across chunks: no allocation per chunk.
+// REQUIRES: out_capacity >= MaxEncodedSize(n) when compress.
+EncodedChunk EncodeChunk(const void* data, size_t n, bool compress, int level, char* out,
+                         size_t out_capacity);
 
 // Decodes `stored` into `out` (exactly raw_length bytes) and verifies the checksum.
 // Errors are data_loss; the caller adds which tensor/file/offset.

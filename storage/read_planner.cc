@@ -79,12 +79,26 @@ Status ExecuteRead(const ReadPlan& plan, ShardCache* shards, void* out, size_t o
   auto one = [&](const ChunkRead& r) -> Status {
     ASSIGN_OR_RETURN(const ShardReader* shard, shards->Get(r.source->file));
     const uint64_t c0 = r.chunk.raw_offset, c1 = c0 + r.chunk.loc.raw_length;
+    // When the whole chunk lands in one contiguous run of the target (reading
+    // a slice as saved), decode it straight there: no second copy.
+    int64_t direct = -1;
+    int runs = 0;
+    ForEachRun(r.source->slice, plan.target, esize, [&](uint64_t src, uint64_t d, uint64_t len) {
+      if (src + len <= c0 || src >= c1) return;
+      ++runs;
+      if (src <= c0 && src + len >= c1) direct = static_cast<int64_t>(d + (c0 - src));
+    });
+    auto failed = [&](const Status& st) {
+      return st.WithContext("tensor '" + meta.name + "'").WithDetail("tensor", meta.name);
+    };
+    if (runs == 1 && direct >= 0) {
+      Status st = shard->ReadChunk(r.chunk.loc, dst + direct);
+      return st.ok() ? st : failed(st);
+    }
     thread_local std::string buf;
     buf.resize(r.chunk.loc.raw_length);
     Status st = shard->ReadChunk(r.chunk.loc, buf.data());
-    if (!st.ok()) {
-      return st.WithContext("tensor '" + meta.name + "'").WithDetail("tensor", meta.name);
-    }
+    if (!st.ok()) return failed(st);
     ForEachRun(r.source->slice, plan.target, esize, [&](uint64_t src, uint64_t d, uint64_t len) {
       uint64_t lo = std::max(src, c0), hi = std::min(src + len, c1);
       if (lo < hi) std::memcpy(dst + d + (lo - src), buf.data() + (lo - c0), hi - lo);

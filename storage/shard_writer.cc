@@ -21,6 +21,13 @@ ShardWriter::ShardWriter(std::unique_ptr<WritableFile> file, std::string path,
     : file_(std::move(file)), path_(std::move(path)), options_(std::move(options)) {
   // Enough chunks in flight to keep every pool thread busy while one is written.
   max_inflight_ = options_.pool ? 2 * options_.pool->size() + 1 : 1;
+  if (options_.compress) {
+    // Not zero-filled: pages are touched once per writer, not once per chunk.
+    buffer_capacity_ = MaxEncodedSize(std::max<size_t>(options_.chunk_size, options_.sample_bytes));
+    for (size_t i = 0; i < max_inflight_ + 2; ++i) {
+      buffers_.emplace_back(new char[buffer_capacity_]);
+    }
+  }
 }
 
 ShardWriter::~ShardWriter() {
@@ -44,20 +51,28 @@ Result<size_t> ShardWriter::Add(const void* data, size_t n) {
   bool compress = options_.compress;
   if (compress && n > options_.chunk_size && options_.min_savings > 0) {
     const size_t m = std::min<size_t>(n, options_.sample_bytes);
-    EncodedChunk sample = EncodeChunk(src, m, true, options_.level);
+    // The sample uses the buffer the next chunk will take, before it is queued.
+    EncodedChunk sample = EncodeChunk(src, m, true, options_.level,
+                                      buffers_[next_buffer_ % buffers_.size()].get(),
+                                      buffer_capacity_);
     compress = sample.codec == Codec::kZstd &&
-               sample.bytes.size() <= static_cast<size_t>(m * (1 - options_.min_savings));
+               sample.length <= static_cast<size_t>(m * (1 - options_.min_savings));
   }
   for (uint64_t off = 0; off < n || (n == 0 && off == 0); off += options_.chunk_size) {
     size_t len = std::min<uint64_t>(options_.chunk_size, n - off);
-    Pending p{handle, off, src + off, len, {}};
-    int level = options_.level;
+    // At most max_inflight_ + 1 chunks are pending, so the round-robin never
+    // hands out a buffer that is still being filled or written.
+    char* out = buffers_.empty() ? nullptr : buffers_[next_buffer_++ % buffers_.size()].get();
+    Pending p{handle, off, src + off, len, out, {}};
+    const int level = options_.level;
+    const size_t cap = buffer_capacity_;
     if (options_.pool) {
-      p.encoded = options_.pool->Submit(
-          [s = p.src, len, compress, level] { return EncodeChunk(s, len, compress, level); });
+      p.encoded = options_.pool->Submit([s = p.src, len, compress, level, out, cap] {
+        return EncodeChunk(s, len, compress, level, out, cap);
+      });
     } else {
       std::promise<EncodedChunk> done;
-      done.set_value(EncodeChunk(p.src, len, compress, level));
+      done.set_value(EncodeChunk(p.src, len, compress, level, out, cap));
       p.encoded = done.get_future();
     }
     pending_.push_back(std::move(p));
@@ -74,8 +89,8 @@ Status ShardWriter::WriteFront() {
   Pending p = std::move(pending_.front());
   pending_.pop_front();
   EncodedChunk e = p.encoded.get();
-  const char* bytes = e.codec == Codec::kRaw ? p.src : e.bytes.data();
-  size_t len = e.codec == Codec::kRaw ? p.n : e.bytes.size();
+  const char* bytes = e.codec == Codec::kRaw ? p.src : p.out;
+  const size_t len = e.length;
   RETURN_IF_ERROR(file_->Append(bytes, len));
   ChunkLocation loc{offset_, len, e.raw_length, e.checksum, e.codec};
   offset_ += len;

@@ -64,6 +64,7 @@ class ShardWriter {
     uint64_t raw_offset;
     const char* src;
     size_t n;
+    char* out;  // one of buffers_, holding the compressed bytes
     std::future<EncodedChunk> encoded;
   };
 
@@ -76,6 +77,10 @@ class ShardWriter {
   ShardOptions options_;
   size_t max_inflight_;
   std::deque<Pending> pending_;
+  // Compression output, reused round-robin: one per chunk that can be in flight.
+  std::vector<std::unique_ptr<char[]>> buffers_;
+  size_t buffer_capacity_ = 0;
+  uint64_t next_buffer_ = 0;
   std::vector<std::vector<SliceChunk>> slices_;
   std::vector<ChunkLocation> table_;
   uint64_t offset_ = 0;
