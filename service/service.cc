@@ -118,17 +118,14 @@ void Service::Start() {
 }
 
 void Service::Stop() {
-  std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_ && !monitor_.joinable() && threads_.empty()) return;
     stopping_ = true;
-    threads.swap(threads_);
   }
   cv_.notify_all();
   events_.Shutdown();
   if (monitor_.joinable()) monitor_.join();
-  for (auto& t : threads) t.join();
+  job_threads_.JoinAll();
 }
 
 void Service::MonitorLoop() {
@@ -519,7 +516,7 @@ JobRecord* Service::NewJob(const std::string& kind, const std::string& mesh, int
 }
 
 void Service::Launch(const std::string& job_id, Status (Service::*run)(const std::string&)) {
-  threads_.emplace_back([this, job_id, run] {
+  job_threads_.Spawn([this, job_id, run] {
     Status st = (this->*run)(job_id);
     (void)st;  // the job record carries the outcome
   });

@@ -24,6 +24,7 @@
 #include "service/metrics.h"
 #include "service/model.h"
 #include "storage/env.h"
+#include "storage/thread_pool.h"
 
 namespace tessera::service {
 
@@ -135,7 +136,7 @@ class Service {
   std::map<std::string, JobRecord> jobs_;              // GUARDED_BY(mu_)
   std::vector<std::string> job_order_;                 // GUARDED_BY(mu_) creation order
   std::map<std::string, RetentionPolicy> retention_;   // GUARDED_BY(mu_)
-  std::vector<std::thread> threads_;                   // GUARDED_BY(mu_)
+  storage::ThreadSet job_threads_;
   std::thread monitor_;
 };
 

@@ -38,4 +38,36 @@ void ThreadPool::Loop() {
   }
 }
 
+void ThreadSet::Spawn(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = threads_.begin(); it != threads_.end();) {
+    if (it->done->load()) {
+      it->thread.join();  // already finished: returns at once
+      it = threads_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  threads_.push_back({std::thread([fn = std::move(fn), done] {
+                        fn();
+                        done->store(true);
+                      }),
+                      done});
+}
+
+void ThreadSet::JoinAll() {
+  std::list<Entry> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    all.swap(threads_);
+  }
+  for (auto& e : all) e.thread.join();
+}
+
+size_t ThreadSet::size() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return threads_.size();
+}
+
 }  // namespace tessera::storage

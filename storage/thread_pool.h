@@ -2,10 +2,13 @@
 // the calling thread can keep the disk busy at the same time.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <future>
+#include <list>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -41,6 +44,30 @@ class ThreadPool {
   std::deque<std::function<void()>> queue_;  // GUARDED_BY(mu_)
   bool stop_ = false;                        // GUARDED_BY(mu_)
   std::vector<std::thread> threads_;
+};
+
+// Threads for long-running work started on demand (jobs, worker tasks).
+// Finished threads are joined at the next Spawn, so a long-lived process does
+// not accumulate them; JoinAll waits for the rest. Thread-safe.
+class ThreadSet {
+ public:
+  ThreadSet() = default;
+  ~ThreadSet() { JoinAll(); }
+  ThreadSet(const ThreadSet&) = delete;
+  ThreadSet& operator=(const ThreadSet&) = delete;
+
+  void Spawn(std::function<void()> fn);
+  void JoinAll();
+  // Threads not yet joined (running, or finished since the last Spawn).
+  size_t size();
+
+ private:
+  struct Entry {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::mutex mu_;
+  std::list<Entry> threads_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace tessera::storage

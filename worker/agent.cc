@@ -104,16 +104,14 @@ void Agent::Start() {
 }
 
 void Agent::Stop() {
-  std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
-    threads.swap(threads_);
   }
   cv_.notify_all();
   if (heartbeat_.joinable()) heartbeat_.join();
   if (tasks_.joinable()) tasks_.join();
-  for (auto& t : threads) t.join();
+  task_threads_.JoinAll();
 }
 
 void Agent::HeartbeatLoop() {
@@ -147,8 +145,7 @@ void Agent::TaskLoop() {
       continue;
     }
     for (auto& task : r->value("tasks", Json::array())) {
-      std::lock_guard<std::mutex> lock(mu_);
-      threads_.emplace_back([this, task] { Execute(task); });
+      task_threads_.Spawn([this, task] { Execute(task); });
     }
   }
 }

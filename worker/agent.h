@@ -87,7 +87,7 @@ class Agent {
   // Taken by /v1/save before the job's snapshot task arrives, by (mesh, step).
   std::map<std::pair<std::string, int64_t>, std::shared_ptr<const Snapshot>> trainer_snapshots_;
   std::map<std::string, std::pair<int64_t, MeshPlacement>> mesh_cache_;  // GUARDED_BY(mu_)
-  std::vector<std::thread> threads_;                                    // GUARDED_BY(mu_)
+  storage::ThreadSet task_threads_;
   std::thread heartbeat_, tasks_;
 };
 

@@ -1,7 +1,10 @@
 // Shard files, the index, read planning, save planning and the commit protocol.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <random>
+#include <thread>
 #include <set>
 
 #include "checkpoint_fixture.h"
@@ -114,6 +117,19 @@ TEST(ShardFile, HeaderChecksNameTheFile) {
   r = ShardReader::Open(&env, "v9.tsr");
   EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
   EXPECT_NE(r.status().message().find("version 9"), std::string::npos);
+}
+
+TEST(ThreadSet, FinishedThreadsAreReapedAndAllJoined) {
+  ThreadSet set;
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 200; ++i) {
+    set.Spawn([&ran] { ran++; });
+    if (i % 20 == 19) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_LT(set.size(), 200u);  // earlier, finished threads were joined along the way
+  set.JoinAll();
+  EXPECT_EQ(ran.load(), 200);
+  EXPECT_EQ(set.size(), 0u);
 }
 
 TEST(SavePlan, ReplicatedSlicesWrittenOnceAndBalanced) {

@@ -1,0 +1,87 @@
+#include "worker/collectives/mailbox.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+namespace tessera::collectives {
+
+Mailbox::Mailbox(int self, int size) : self_(self), queues_(size), gone_(size) {}
+
+void Mailbox::Deliver(int peer, Buffer message) {
+  {
+    std::lock_guard lock(mu_);
+    queues_[peer].push_back(std::move(message));
+  }
+  cv_.notify_all();
+}
+
+void Mailbox::MarkPeerGone(int peer, Status why) {
+  {
+    std::lock_guard lock(mu_);
+    if (gone_[peer].ok()) gone_[peer] = std::move(why);
+  }
+  cv_.notify_all();
+}
+
+bool Mailbox::PeerGone(int peer) const {
+  std::lock_guard lock(mu_);
+  return !gone_[peer].ok();
+}
+
+void Mailbox::Poison(Status why) {
+  {
+    std::lock_guard lock(mu_);
+    if (poison_.ok()) poison_ = std::move(why);
+  }
+  cv_.notify_all();
+}
+
+Status Mailbox::status() const {
+  std::lock_guard lock(mu_);
+  return poison_;
+}
+
+Status Mailbox::SendStatus(int peer) const {
+  std::lock_guard lock(mu_);
+  if (!poison_.ok()) return poison_;
+  return gone_[peer];
+}
+
+Status Mailbox::Take(int peer, Buffer* out, Deadline deadline) {
+  std::unique_lock lock(mu_);
+  auto& queue = queues_[peer];
+  while (queue.empty()) {
+    if (!poison_.ok()) return poison_;
+    if (!gone_[peer].ok()) {
+      poison_ = gone_[peer];  // sticky: the group cannot finish without this peer
+      cv_.notify_all();
+      return poison_;
+    }
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && queue.empty()) {
+      return DeadlineExceeded("timed out waiting for a message from rank " + std::to_string(peer),
+                              {{"peer_rank", peer}, {"rank", self_}});
+    }
+  }
+  if (out->capacity() > 0 && spares_.size() < kMaxSpares) spares_.push_back(std::move(*out));
+  *out = std::move(queue.front());
+  queue.pop_front();
+  return Status::Ok();
+}
+
+Buffer Mailbox::Allocate(size_t size) {
+  Buffer buffer;
+  {
+    std::lock_guard lock(mu_);
+    auto it = std::find_if(spares_.begin(), spares_.end(),
+                           [&](const Buffer& b) { return b.capacity() >= size; });
+    if (it != spares_.end()) {
+      buffer = std::move(*it);
+      spares_.erase(it);
+    }
+  }
+  buffer.Reset(size);
+  return buffer;
+}
+
+}  // namespace tessera::collectives

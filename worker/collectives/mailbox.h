@@ -1,0 +1,54 @@
+// The receiving side of one rank, shared by both transports: a FIFO of whole
+// messages per peer, which peers are gone, and the transport's sticky error.
+// Internal to the collectives library. Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <vector>
+
+#include "api/status.h"
+#include "worker/collectives/buffer.h"
+#include "worker/collectives/transport.h"
+
+namespace tessera::collectives {
+
+class Mailbox {
+ public:
+  Mailbox(int self, int size);
+
+  // Queues a message from `peer` and wakes the receiver.
+  void Deliver(int peer, Buffer message);
+  // `peer` will send nothing more; `why` (naming it) is what Take and SendStatus
+  // report for it once its queue is empty. The first reason wins.
+  void MarkPeerGone(int peer, Status why);
+  bool PeerGone(int peer) const;
+  // The sticky error; the first one wins. Wakes every waiter.
+  void Poison(Status why);
+  Status status() const;
+  // OK if a message may be sent to `peer`: not poisoned and the peer not gone.
+  Status SendStatus(int peer) const;
+
+  // The next message from `peer` into *out; the old storage of *out is kept for
+  // Allocate. Queued messages come out even after an error. An empty queue of a
+  // gone peer poisons the mailbox with the peer's reason; a deadline leaves it as is.
+  Status Take(int peer, Buffer* out, Deadline deadline);
+
+  // A buffer of `size` bytes, reusing recycled storage when one is large enough.
+  Buffer Allocate(size_t size);
+
+ private:
+  // Keeps a few spare buffers; enough for the messages one collective has in flight.
+  static constexpr size_t kMaxSpares = 8;
+
+  const int self_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::deque<Buffer>> queues_;  // GUARDED_BY(mu_), by peer
+  std::vector<Status> gone_;                // GUARDED_BY(mu_), by peer
+  Status poison_;                           // GUARDED_BY(mu_)
+  std::vector<Buffer> spares_;              // GUARDED_BY(mu_)
+};
+
+}  // namespace tessera::collectives
