@@ -281,7 +281,8 @@ int main(int argc, char** argv) {
             {"stall_ms_median", Median(stall) * 1e3},
             {"snapshot_ms_max", *std::max_element(snap.begin(), snap.end())},
             {"stored_bytes", ck["stored_bytes"]},
-            {"ratio", ck["logical_bytes"].get<double>() / ck["stored_bytes"].get<double>()}});
+            {"ratio", ck["logical_bytes"].get<double>() / ck["stored_bytes"].get<double>()},
+            {"phases_ms", done["timings_ms"]}});
     }
   }
 

@@ -8,6 +8,8 @@
 #      shared/peers/disk_fio.sh      fio write/read, memcpy, loopback (pass 1)
 #      shared/peers/save_torch.py    torch.save/torch.load and DCP of the same 1 GiB state
 #      tessera_bench_storage         our save/read/index merge
+#      tessera_bench_cluster         tesserad + 4 workers: stall, save, restore, reshard,
+#                                    500-worker heartbeats, a save across 64 ranks
 #      shared/peers/disk_fio.sh      again (pass 2), so the disk's drift is visible
 #    every JSON line goes to bench/out/*.jsonl;
 # 3. bench/report.py turns them into bench/RESULTS.md.
@@ -81,7 +83,7 @@ step() {
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 step build "$out/build.log" bash -c \
   'cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release &&
-   cmake --build build-bench -j2 --target tessera_bench_storage' ||
+   cmake --build build-bench -j2 --target tessera_bench_storage tessera_bench_cluster tesserad tessera-worker' ||
   { tail -n 40 "$out/build.log" >&2; die "build failed (full log: $out/build.log)"; }
 bench_bin=build-bench/bin/tessera_bench_storage
 [ -x "$bench_bin" ] || die "build did not produce $bench_bin (see $out/build.log)"
@@ -106,6 +108,9 @@ fio_step fio_pass1
 step torch "$out/torch.jsonl" "$py" "$peers/save_torch.py" --dir "$tmp"
 step tessera "$out/tessera.jsonl" "$bench_bin" --dir "$tmp" --json --scale "$scale" \
   --repeat "$repeat"
+# The cluster: tesserad + 4 workers checkpointing ~1 GiB held in shared-memory mappings.
+step cluster "$out/cluster.jsonl" build-bench/bin/tessera_bench_cluster --dir "$tmp" \
+  --scale "$scale" --repeat 3
 fio_step fio_pass2
 finished=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 

@@ -97,8 +97,18 @@ JobRecord& Service::BeginJob(const std::string& job_id) {
   return job;
 }
 
+// Closes the current phase's timing.
+void ClosePhase(JobRecord* job) {
+  const int64_t now = NowMs();
+  if (!job->phase.empty() && job->phase_started_ms) {
+    job->timings[job->phase] = job->timings.value(job->phase, int64_t{0}) + now - job->phase_started_ms;
+  }
+  job->phase_started_ms = now;
+}
+
 void Service::SetPhase(const std::string& job_id, const std::string& phase) {
   JobRecord& job = jobs_.at(job_id);
+  ClosePhase(&job);
   job.phase = phase;
   PersistJob(job);
   PublishJob(job);
@@ -107,6 +117,7 @@ void Service::SetPhase(const std::string& job_id, const std::string& phase) {
 
 void Service::FinishJob(const std::string& job_id, const Status& status, Json result) {
   JobRecord& job = jobs_.at(job_id);
+  ClosePhase(&job);
   job.ended_ms = NowMs();
   job.result = std::move(result);
   if (status.ok()) {

@@ -121,6 +121,7 @@ Json JobRecord::ToJson() const {
           {"created_at", created_ms},
           {"started_at", started_ms},
           {"ended_at", ended_ms ? Json(ended_ms) : Json()},
+          {"timings_ms", timings},
           {"result", result}};
 }
 
@@ -139,6 +140,7 @@ JobRecord JobRecord::FromJson(const Json& j) {
   }
   r.error = j.value("error", Json());
   r.result = j.value("result", Json());
+  r.timings = j.value("timings_ms", Json::object());
   r.created_ms = j.value("created_at", int64_t{0});
   r.started_ms = j.value("started_at", int64_t{0});
   r.ended_ms = j.contains("ended_at") && j["ended_at"].is_number() ? j["ended_at"].get<int64_t>() : 0;

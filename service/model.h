@@ -85,6 +85,8 @@ struct JobRecord {
   int64_t started_ms = 0;
   int64_t ended_ms = 0;
   bool cancel_requested = false;
+  Json timings = Json::object();  // phase → ms spent in it
+  int64_t phase_started_ms = 0;
 
   bool finished() const { return state == "succeeded" || state == "failed" || state == "cancelled"; }
   Json ToJson() const;

@@ -1,5 +1,6 @@
 #include "storage/chunk_codec.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -41,14 +42,15 @@ uint64_t Checksum(const void* data, size_t n) { return XXH64(data, n, 0); }
 size_t MaxEncodedSize(size_t n) { return ZSTD_compressBound(n); }
 
 EncodedChunk EncodeChunk(const void* data, size_t n, bool compress, int level, char* out,
-                         size_t out_capacity) {
+                         size_t out_capacity, double min_savings) {
   EncodedChunk e;
   e.length = n;
   e.raw_length = n;
   e.checksum = Checksum(data, n);
   if (!compress || n == 0 || out == nullptr) return e;
   size_t len = ZSTD_compressCCtx(ThreadCCtx(), out, out_capacity, data, n, level);
-  if (ZSTD_isError(len) || len >= n - n / 64) return e;  // does not pay: store raw
+  const size_t worth = std::min<size_t>(n - n / 64, static_cast<size_t>(n * (1 - min_savings)));
+  if (ZSTD_isError(len) || len > worth) return e;  // does not pay: store raw
   e.codec = Codec::kZstd;
   e.length = len;
   return e;

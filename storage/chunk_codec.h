@@ -29,11 +29,12 @@ struct EncodedChunk {
 size_t MaxEncodedSize(size_t n);
 
 // Compresses `data` with zstd at `level` into `out` (when `compress`) and keeps
-// the result only if it saves at least 1/64 of the bytes; always checksums.
+// the result only if it saves at least `min_savings` of the bytes (and at least
+// 1/64); always checksums.
 // `out` is caller-owned and reused across chunks: no allocation per chunk.
 // REQUIRES: out_capacity >= MaxEncodedSize(n) when compress.
 EncodedChunk EncodeChunk(const void* data, size_t n, bool compress, int level, char* out,
-                         size_t out_capacity);
+                         size_t out_capacity, double min_savings = 0);
 
 // Decodes `stored` into `out` (exactly raw_length bytes) and verifies the checksum.
 // Errors are data_loss; the caller adds which tensor/file/offset.

@@ -49,7 +49,7 @@ Result<size_t> ShardWriter::Add(const void* data, size_t n) {
   slices_.emplace_back();
   const char* src = static_cast<const char*>(data);
   bool compress = options_.compress;
-  if (compress && n > options_.chunk_size && options_.min_savings > 0) {
+  if (compress && n > options_.sample_bytes && options_.min_savings > 0) {
     const size_t m = std::min<size_t>(n, options_.sample_bytes);
     // The sample uses the buffer the next chunk will take, before it is queued.
     EncodedChunk sample = EncodeChunk(src, m, true, options_.level,
@@ -66,13 +66,14 @@ Result<size_t> ShardWriter::Add(const void* data, size_t n) {
     Pending p{handle, off, src + off, len, out, {}};
     const int level = options_.level;
     const size_t cap = buffer_capacity_;
+    const double min_savings = options_.min_savings;
     if (options_.pool) {
-      p.encoded = options_.pool->Submit([s = p.src, len, compress, level, out, cap] {
-        return EncodeChunk(s, len, compress, level, out, cap);
+      p.encoded = options_.pool->Submit([s = p.src, len, compress, level, out, cap, min_savings] {
+        return EncodeChunk(s, len, compress, level, out, cap, min_savings);
       });
     } else {
       std::promise<EncodedChunk> done;
-      done.set_value(EncodeChunk(p.src, len, compress, level, out, cap));
+      done.set_value(EncodeChunk(p.src, len, compress, level, out, cap, min_savings));
       p.encoded = done.get_future();
     }
     pending_.push_back(std::move(p));

@@ -22,10 +22,11 @@ struct ShardOptions {
   bool compress = true;                     // zstd, or raw for everything
   int level = 1;                            // zstd level
   ThreadPool* pool = nullptr;               // null: encode on the calling thread
-  // A slice larger than one chunk is first sampled (its first sample_bytes):
-  // unless zstd saves at least min_savings of them, the whole slice is stored
-  // raw. Float32 weights save ~8% at the cost of both cores — slower than the
-  // disk — while bfloat16 saves ~22%.
+  // Compression must save at least min_savings of a chunk's bytes, else the
+  // chunk is stored raw; a slice larger than sample_bytes is first sampled, and
+  // if the sample does not pay the whole slice is stored raw without trying.
+  // Float32 weights save ~8% at the cost of both cores — slower than the disk —
+  // while bfloat16 saves ~22%.
   double min_savings = 0.10;
   size_t sample_bytes = 256 << 10;
   // Called after each chunk is written with the raw bytes written so far.

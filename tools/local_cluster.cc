@@ -150,7 +150,8 @@ Status LocalCluster::StartWorker(int i) {
                                    "--server", server_.url,
                                    "--token", token_,
                                    "--name", "worker-" + std::to_string(i),
-                                   "--devices", std::to_string(options_.devices_per_worker)};
+                                   "--devices", std::to_string(options_.devices_per_worker),
+                                   "--copy-threads", std::to_string(options_.copy_threads)};
   auto env = options_.worker_env.count(i) ? options_.worker_env.at(i) : std::vector<std::string>{};
   ASSIGN_OR_RETURN(workers_[i],
                    Spawn(argv, env, dir_ + "/worker-" + std::to_string(i) + ".log", 15000));

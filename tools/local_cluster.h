@@ -24,6 +24,7 @@ struct ClusterOptions {
   int64_t heartbeat_ms = 200;
   int64_t lease_ms = 1500;
   int server_threads = 256;  // above the number of workers: each holds a long-poll
+  int copy_threads = 1;      // per worker; several workers share this machine's cores
   // Extra environment for workers, by worker index (fault-injection hooks in tests).
   std::map<int, std::vector<std::string>> worker_env;
 };

@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   CLI::App app{"tessera-worker: Tessera worker agent"};
   std::string server = "http://127.0.0.1:7070", token, name, local = "127.0.0.1:0",
               data = "127.0.0.1:0", shm_dir = "/dev/shm";
-  int devices = 1, io_threads = 2;
+  int devices = 1, io_threads = 2, copy_threads = 2;
   app.add_option("--server", server, "tesserad address");
   app.add_option("--token", token, "bearer token (else TESSERA_TOKEN)");
   app.add_option("--devices", devices, "devices this worker owns")->check(CLI::Range(1, 4096));
@@ -69,6 +69,10 @@ int main(int argc, char** argv) {
   app.add_option("--name", name, "stable worker name (id w-<name>)");
   app.add_option("--shm-dir", shm_dir, "where tensor mappings are created");
   app.add_option("--io-threads", io_threads, "compression threads")->check(CLI::Range(1, 64));
+  app.add_option("--copy-threads", copy_threads,
+                 "threads copying a snapshot (the trainer's stall); with several workers on "
+                 "one host, cores / workers")
+      ->check(CLI::Range(1, 64));
   app.set_version_flag("--version", TESSERA_VERSION);
   CLI11_PARSE(app, argc, argv);
   if (token.empty()) {
@@ -123,6 +127,7 @@ int main(int argc, char** argv) {
   tessera::worker::Agent agent(aopts, env);
   tessera::worker::TensorStoreOptions sopts;
   sopts.shm_dir = shm_dir;
+  sopts.copy_threads = copy_threads;
   if (int n = tessera::worker::RemoveOrphanedShmFiles(shm_dir); n > 0) {
     std::fprintf(stderr, "removed %d mapping files left by workers that died\n", n);
   }

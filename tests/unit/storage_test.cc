@@ -103,6 +103,9 @@ TEST(ShardFile, SlicesAreCompressedOnlyWhenItPays) {
   EXPECT_EQ(codecs(f32, 0.10), std::set<Codec>{Codec::kRaw});
   EXPECT_EQ(codecs(bf16, 0.10), std::set<Codec>{Codec::kZstd});
   EXPECT_EQ(codecs(f32, 0.0), std::set<Codec>{Codec::kZstd});
+  // A slice of one chunk, below the sample size, obeys the same rule.
+  EXPECT_EQ(codecs(f32.substr(0, 32 << 10), 0.10), std::set<Codec>{Codec::kRaw});
+  EXPECT_EQ(codecs(bf16.substr(0, 32 << 10), 0.10), std::set<Codec>{Codec::kZstd});
 }
 
 TEST(ShardFile, HeaderChecksNameTheFile) {

@@ -1,6 +1,5 @@
 #include "worker/collectives/tcp_transport.h"
 
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -31,6 +30,8 @@ constexpr uint64_t kMaxFrameBytes = uint64_t{1} << 40;
 constexpr size_t kMaxGroupIdBytes = 4096;
 constexpr std::chrono::milliseconds kRetryDelay{20};
 constexpr std::chrono::milliseconds kAbortSendTimeout{1000};
+// How long Close waits for a sender it woke to let go of a connection.
+constexpr std::chrono::milliseconds kGoodbyeLockTimeout{200};
 
 std::string ErrnoText(int err) { return std::strerror(err); }
 
@@ -96,14 +97,6 @@ Result<addrinfo*> Resolve(const std::string& host, const std::string& port, bool
     return InvalidArgument("cannot resolve '" + host + ":" + port + "': " + ::gai_strerror(rc));
   }
   return info;
-}
-
-Status SetNonBlocking(int fd) {
-  int flags = ::fcntl(fd, F_GETFL, 0);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
-    return Internal("fcntl(O_NONBLOCK): " + ErrnoText(errno));
-  }
-  return Status::Ok();
 }
 
 void SetNoDelay(int fd) {
@@ -515,7 +508,8 @@ Status TcpTransport::Recv(int peer, Buffer* message, Deadline deadline) {
 void TcpTransport::Abort(const Status& reason) {
   mailbox_.Poison(reason);
   if (IsRelayedAbort(reason) || closed_.load() || abort_sent_.exchange(true)) return;
-  const std::string body = ErrorBody(reason).dump();
+  const std::string body =
+      ErrorBody(reason).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   const ConstBytes part(reinterpret_cast<const uint8_t*>(body.data()), body.size());
   const Deadline deadline = Clock::now() + kAbortSendTimeout;
   for (int p = 0; p < size(); ++p) {
@@ -529,11 +523,11 @@ void TcpTransport::Close() {
   mailbox_.Poison(Unavailable("the transport of rank " + std::to_string(rank_) + " is closed"));
   const uint64_t one = 1;
   (void)!::write(stop_fd_, &one, sizeof(one));  // wakes the receiver and blocked senders
-  const Deadline now = Clock::now();
+  // Best effort and never blocking (stop_fd_ is readable now): a peer that does
+  // not read sees EOF without a goodbye, i.e. this rank as lost.
+  const Deadline deadline = Clock::now() + kGoodbyeLockTimeout;
   for (int p = 0; p < size(); ++p) {
-    if (p == rank_ || peers_[p]->fd < 0) continue;
-    // Best effort: a peer that does not read gets EOF without goodbye, i.e. "lost".
-    (void)SendFrame(p, FrameKind::kGoodbye, {}, now);
+    if (p != rank_ && peers_[p]->fd >= 0) (void)SendFrame(p, FrameKind::kGoodbye, {}, deadline);
   }
   if (receiver_.joinable()) receiver_.join();
   for (auto& peer : peers_) {

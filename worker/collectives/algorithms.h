@@ -1,0 +1,56 @@
+// Internal to the collectives library: the data movement of each algorithm, run
+// after the call's Exchange. Every function REQUIRES that all ranks pass the same
+// sizes, op and dtype (the Exchange checked that) and keeps results bit-identical
+// across ranks: each output element is combined in one fixed order, the same
+// on every rank, then copied.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "api/dtype.h"
+#include "worker/collectives/call.h"
+#include "worker/collectives/reduce.h"
+
+namespace tessera::collectives {
+
+// A run of elements [offset, offset + count).
+struct Range {
+  size_t offset = 0;
+  size_t count = 0;
+};
+
+// `count` elements cut into `parts` contiguous ranges; the first count % parts
+// ranges are one element longer.
+std::vector<Range> SplitEven(size_t count, int parts);
+
+// out = inputs[0] ⊕ inputs[1] ⊕ ... in rank order, over `count` elements starting
+// `offset` elements into each input. `out` may be one of the inputs.
+void ReduceInRankOrder(ReduceOp op, DType dtype, std::span<const ConstBytes> inputs, size_t offset,
+                       size_t count, uint8_t* out);
+
+// All-reduce by recursive doubling: log2(p) rounds of whole-buffer exchanges,
+// where p is the largest power of two ≤ n. The first 2(n-p) ranks pair up first
+// (odd folds in its even neighbour) and get the result back at the end. Partners
+// always combine lower rank ⊕ higher rank, so both hold the same bits.
+Status RecursiveDoublingAllReduce(Call& call, ReduceOp op, DType dtype, uint8_t* data,
+                                  size_t count);
+
+// Ring reduce-scatter over `blocks` (one per rank): afterwards block r of rank r
+// holds the reduction of every rank's block r. Each step sends one block to the
+// right neighbour and reduces one from the left, chunk by chunk.
+Status RingReduceScatter(Call& call, ReduceOp op, DType dtype, uint8_t* data,
+                         std::span<const Range> blocks, size_t chunk_elems);
+
+// Ring all-gather: block r of rank r (elements of `elem_size` bytes) ends up on
+// every rank.
+Status RingAllGather(Call& call, size_t elem_size, uint8_t* data, std::span<const Range> blocks,
+                     size_t chunk_elems);
+
+// Broadcast from `root` along the chain root → root+1 → ... (mod n), pipelined in
+// chunks so that every link is busy at once.
+Status ChainBroadcast(Call& call, int root, uint8_t* data, size_t bytes, size_t chunk_bytes);
+
+}  // namespace tessera::collectives

@@ -1,0 +1,98 @@
+// Internal to the collectives library: one collective in flight.
+//
+// A public op opens a Session (which serializes it with other ops on the group and
+// fixes its deadline) and begins one Call per collective step. Every Call opens
+// with Exchange: each rank sends every peer a header (sequence number, fingerprint
+// of the signature, description, algorithm plan) plus an optional payload, and
+// checks the headers it receives. That one all-to-all round gives
+//   - mismatch detection before any data is interpreted, on every rank, with
+//     both ranks' calls named;
+//   - the exact list of ranks that did not arrive, when it times out;
+//   - a one-round path for small inputs (the payload is the data).
+// Any communication failure after Begin aborts the group (Transport::Abort) and
+// returns the error prefixed with the call's description.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "worker/collectives/group.h"
+#include "worker/collectives/options.h"
+#include "worker/collectives/transport.h"
+
+namespace tessera::collectives {
+
+// What a rank calls: e.g. {"all_reduce", "float32[8], sum"}. Everything that must
+// agree across ranks goes into `args`; the fingerprint hashes it with the group id.
+struct Signature {
+  std::string op;
+  std::string args;
+  std::string Describe() const { return op + "(" + args + ")"; }
+};
+
+// The algorithm a rank will run; must be equal on every rank (checked).
+struct Plan {
+  Algorithm algorithm = Algorithm::kAuto;
+  uint64_t chunk_bytes = 0;
+};
+
+class Call;
+
+class Session {
+ public:
+  // Blocks until no other collective runs on `group`; `timeout` bounds
+  // everything begun in this session.
+  Session(Group& group, std::chrono::milliseconds timeout);
+
+  // The next call: fails at once if the group is poisoned.
+  Result<Call> Begin(Signature signature);
+  Group& group() { return group_; }
+
+ private:
+  Group& group_;
+  std::unique_lock<std::mutex> lock_;
+  const std::chrono::milliseconds timeout_;
+  const Deadline deadline_;
+};
+
+class Call {
+ public:
+  Call(Call&&) = default;
+
+  int rank() const { return transport_->rank(); }
+  int size() const { return transport_->size(); }
+  const std::string& description() const { return description_; }
+
+  // Sends this rank's header and `payload` to every peer and checks theirs.
+  // Returns every rank's payload by rank (this rank's is `payload` itself), valid
+  // until the next Exchange on this call. Payloads are 8-byte aligned.
+  // Errors: conflict naming every mismatching rank and its call; deadline_exceeded
+  // with details.missing_ranks; the transport's error naming a gone peer.
+  Result<std::vector<ConstBytes>> Exchange(const Plan& plan, ConstBytes payload = {});
+
+  Status Send(int peer, std::span<const ConstBytes> parts);
+  Status Send(int peer, ConstBytes bytes) {
+    return Send(peer, std::span<const ConstBytes>(&bytes, 1));
+  }
+  // The next message from `peer`, which must be exactly `expected_bytes` long.
+  Status Recv(int peer, Buffer* message, size_t expected_bytes);
+
+  // Prefixes `status` with this call, aborts the group with it and returns it.
+  Status Fail(const Status& status);
+
+ private:
+  friend class Session;
+  Call(Transport& transport, const std::string& group_id, Signature signature, uint64_t seq,
+       std::chrono::milliseconds timeout, Deadline deadline);
+
+  Transport* transport_;
+  std::string group_id_;
+  std::string description_;
+  uint64_t fingerprint_;
+  uint64_t seq_;
+  std::chrono::milliseconds timeout_;
+  Deadline deadline_;
+  std::vector<Buffer> received_;  // the last Exchange's headers, by rank
+};
+
+}  // namespace tessera::collectives

@@ -1,0 +1,41 @@
+// Options shared by every collective (Gloo style: one options struct per call).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace tessera::collectives {
+
+// How data moves. Every rank of a call must resolve to the same algorithm and
+// chunk size (checked in the opening exchange: a mismatch is an error, not a hang).
+enum class Algorithm : uint32_t {
+  kAuto = 0,  // by size, with the thresholds below
+  // The data rides in the opening header exchange: one round, every rank sends
+  // its input to every other rank and reduces all of them in rank order.
+  kDirect = 1,
+  // All-reduce only: log2(n) rounds of whole-buffer exchanges (other ops use kRing).
+  kRecursiveDoubling = 2,
+  // Ring reduce-scatter / all-gather, or a chain for broadcast: 2(n-1) steps of
+  // 1/n of the data, pipelined in chunks. Bandwidth-optimal.
+  kRing = 3,
+};
+std::string_view AlgorithmName(Algorithm algorithm);
+
+struct Options {
+  // Bounds the whole call. A timeout names the ranks that did not arrive
+  // (details.missing_ranks) and poisons the group, as does any failure after the
+  // call began talking to its peers.
+  std::chrono::milliseconds timeout{30000};
+  Algorithm algorithm = Algorithm::kAuto;
+  // kAuto: inputs up to this size (per rank) are sent directly (kDirect).
+  size_t direct_max_bytes = size_t{16} << 10;
+  // kAuto, all-reduce: recursive doubling below this size, the ring at or above.
+  size_t ring_min_bytes = size_t{256} << 10;
+  // Ring and chain steps move at most this many bytes per message, so that a
+  // rank reduces one chunk while the next is on the wire.
+  size_t chunk_bytes = size_t{1} << 20;
+};
+
+}  // namespace tessera::collectives
