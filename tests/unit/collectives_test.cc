@@ -21,6 +21,13 @@ namespace tessera::collectives {
 namespace {
 
 using namespace std::chrono_literals;
+
+// details[key] of `status`, or null: const operator[] must not see a missing key.
+nlohmann::json Detail(const Status& status, const std::string& key) {
+  const auto& d = status.details();
+  return d.is_object() && d.contains(key) ? d.at(key) : nlohmann::json();
+}
+
 using Groups = std::vector<std::unique_ptr<Group>>;
 
 enum class Kind { kInProcess, kTcp };
@@ -308,15 +315,15 @@ TEST_P(CollectivesTest, CheckInfNanReportsNonFiniteResults) {
   t[1].values<float>()[2] = std::nanf("");
   for (const Status& st : OnAllRanks(n, [&](int r) { return AllReduce(*groups[r], t[r], o); })) {
     EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
-    EXPECT_EQ(st.details()["nan_count"], 1);
-    EXPECT_EQ(st.details()["first_index"], 2);
+    EXPECT_EQ(Detail(st, "nan_count"), 1);
+    EXPECT_EQ(Detail(st, "first_index"), 2);
   }
   // float16 overflows to infinity when rounded back: 3 · 30000 > 65504.
   std::vector<Tensor> h(n, Tensor::Zeros(DType::kFloat16, {2}));
   for (auto& x : h) x.values<uint16_t>()[1] = FloatToHalf(30000);
   for (const Status& st : OnAllRanks(n, [&](int r) { return AllReduce(*groups[r], h[r], o); })) {
     EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
-    EXPECT_EQ(st.details()["inf_count"], 1);
+    EXPECT_EQ(Detail(st, "inf_count"), 1);
   }
   o.check_inf_nan = false;  // without the check, the same inputs pass
   ExpectAllOk(OnAllRanks(n, [&](int r) { return AllReduce(*groups[r], t[r], o); }), "no check");
@@ -443,8 +450,8 @@ TEST_P(CollectivesTest, BarrierCountsDevicesAndRejectsTheWrongMeshSize) {
       EXPECT_NE(st.message().find("wrong mesh size"), std::string::npos) << st.message();
       EXPECT_NE(st.message().find(std::to_string(n) + " devices"), std::string::npos);
       EXPECT_NE(st.message().find("has " + std::to_string(n + 1)), std::string::npos);
-      EXPECT_EQ(st.details()["expected"], n + 1);
-      EXPECT_EQ(st.details()["actual"], n);
+      EXPECT_EQ(Detail(st, "expected"), n + 1);
+      EXPECT_EQ(Detail(st, "actual"), n);
     }
     // The collective itself completed on every rank: the group is still usable.
     ExpectAllOk(OnAllRanks(n, [&](int r) { return Barrier(*groups[r]); }), "after");
@@ -482,7 +489,7 @@ TEST_P(CollectivesTest, AssertEqualNamesTheRanksThatDiffer) {
   for (const Status& st : statuses) {
     EXPECT_EQ(st.code(), Code::kConflict);
     EXPECT_EQ(st.message().rfind("weights differ", 0), 0u) << st.message();
-    EXPECT_EQ(st.details()["differing_ranks"], (std::vector<int>{1, 3})) << st.message();
+    EXPECT_EQ(Detail(st, "differing_ranks"), (std::vector<int>{1, 3})) << st.message();
     EXPECT_NE(st.message().find("float32[5,3]"), std::string::npos) << st.message();
   }
 }
@@ -641,7 +648,9 @@ TEST_P(CollectivesTest, MismatchedOpsFailOnEveryRankNamingBothCalls) {
   });
   const std::string reduce = "all_reduce(float32[8], sum)";
   const std::string gather = "all_gather(float32[8], stacked)";
-  EXPECT_NE(statuses[0].message().find("rank 1 called " + gather + " while rank 0 called " + reduce),
+  // Rank 0 may be aborted by the first rank that saw the mismatch before the
+  // other's header reaches it, so it names one or both of them.
+  EXPECT_NE(statuses[0].message().find(" called " + gather + " while rank 0 called " + reduce),
             std::string::npos)
       << statuses[0].message();
   for (int r : {1, 2}) {
@@ -651,7 +660,10 @@ TEST_P(CollectivesTest, MismatchedOpsFailOnEveryRankNamingBothCalls) {
         << statuses[r].message();
   }
   for (const Status& st : statuses) EXPECT_EQ(st.code(), Code::kConflict) << st.ToString();
-  EXPECT_EQ(statuses[0].details()["mismatched_ranks"], (std::vector<int>{1, 2}));
+  const auto mismatched = Detail(statuses[0], "mismatched_ranks");
+  EXPECT_TRUE(mismatched == std::vector<int>({1, 2}) || mismatched == std::vector<int>({1}) ||
+              mismatched == std::vector<int>({2}))
+      << mismatched;
   EXPECT_NE(statuses[0].message().find("group 'mesh-a'"), std::string::npos);
 
   // Sticky: the next call fails at once with the original error.
@@ -703,7 +715,7 @@ TEST_P(CollectivesTest, TimeoutNamesTheMissingRanks) {
   EXPECT_LT(Clock::now() - start, 5s);
   for (const Status& st : statuses) {
     EXPECT_EQ(st.code(), Code::kDeadlineExceeded) << st.ToString();
-    EXPECT_EQ(st.details()["missing_ranks"], (std::vector<int>{2, 3})) << st.ToString();
+    EXPECT_EQ(Detail(st, "missing_ranks"), (std::vector<int>{2, 3})) << st.ToString();
     EXPECT_NE(st.message().find("ranks [2, 3] did not arrive"), std::string::npos) << st.message();
   }
   // The late ranks were told: they fail fast instead of waiting for their own timeout.

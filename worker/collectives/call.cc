@@ -90,14 +90,21 @@ Status Call::Fail(const Status& status) {
   return annotated;
 }
 
+Status Call::TransportFailure(const Status& status) {
+  // A peer's abort may have landed while this rank waited: the first error is
+  // the cause, this rank's timeout only a consequence.
+  Status first = transport_->status();
+  return Fail(first.ok() ? status : first);
+}
+
 Status Call::Send(int peer, std::span<const ConstBytes> parts) {
   Status st = transport_->Send(peer, parts, deadline_);
-  return st.ok() ? st : Fail(st);
+  return st.ok() ? st : TransportFailure(st);
 }
 
 Status Call::Recv(int peer, Buffer* message, size_t expected_bytes) {
   Status st = transport_->Recv(peer, message, deadline_);
-  if (!st.ok()) return Fail(st);
+  if (!st.ok()) return TransportFailure(st);
   if (message->size() != expected_bytes) {
     return Fail(Internal("protocol error: expected a message of " + std::to_string(expected_bytes) +
                              " bytes from rank " + std::to_string(peer) + ", got " +
@@ -124,31 +131,31 @@ Result<std::vector<ConstBytes>> Call::Exchange(const Plan& plan, ConstBytes payl
   const ConstBytes parts[] = {header, payload};
   for (int i = 1; i < n; ++i) RETURN_IF_ERROR(Send((me + i) % n, parts));
 
-  // Wait for every peer until the deadline; past it, only look at what already
-  // arrived, so the error lists every missing rank rather than the first.
+  // Wait for every peer until the deadline. Past it, or past an error, only
+  // collect what already arrived: the error then lists every missing rank, and a
+  // mismatch among the headers at hand, the root cause, is reported first.
   received_.resize(n);
+  std::vector<bool> arrived(n, false);
   std::vector<int> missing;
+  Status failure;
   for (int i = 1; i < n; ++i) {
     const int peer = (me - i + n) % n;
-    Status st = transport_->Recv(peer, &received_[peer], missing.empty() ? deadline_ : Deadline());
-    if (st.code() == Code::kDeadlineExceeded && transport_->status().ok()) {
+    const Deadline wait = missing.empty() && failure.ok() ? deadline_ : Deadline();
+    Status st = transport_->Recv(peer, &received_[peer], wait);
+    if (st.ok()) {
+      arrived[peer] = true;
+    } else if (st.code() == Code::kDeadlineExceeded && transport_->status().ok()) {
       missing.push_back(peer);
-    } else if (!st.ok()) {
-      return Fail(st);
+    } else if (failure.ok()) {
+      failure = st;
     }
-  }
-  if (!missing.empty()) {
-    std::sort(missing.begin(), missing.end());
-    return Fail(DeadlineExceeded("timed out after " + std::to_string(timeout_.count()) +
-                                     " ms: ranks " + RankList(missing) + " did not arrive",
-                                 {{"missing_ranks", missing}}));
   }
 
   std::vector<ConstBytes> payloads(n);
   std::vector<int> mismatched;
   std::string conflicts;
   for (int peer = 0; peer < n; ++peer) {
-    if (peer == me) continue;
+    if (!arrived[peer]) continue;
     const Buffer& message = received_[peer];
     HeaderFields theirs{};
     if (message.size() >= kHeaderBytes) std::memcpy(&theirs, message.data(), kHeaderBytes);
@@ -185,6 +192,13 @@ Result<std::vector<ConstBytes>> Call::Exchange(const Plan& plan, ConstBytes payl
   }
   if (!mismatched.empty()) {
     return Fail(Conflict(conflicts, {{"mismatched_ranks", mismatched}}));
+  }
+  if (!failure.ok()) return TransportFailure(failure);
+  if (!missing.empty()) {
+    std::sort(missing.begin(), missing.end());
+    return Fail(DeadlineExceeded("timed out after " + std::to_string(timeout_.count()) +
+                                     " ms: ranks " + RankList(missing) + " did not arrive",
+                                 {{"missing_ranks", missing}}));
   }
   payloads[me] = payload;
   return payloads;

@@ -84,6 +84,8 @@ class Call {
   friend class Session;
   Call(Transport& transport, const std::string& group_id, Signature signature, uint64_t seq,
        std::chrono::milliseconds timeout, Deadline deadline);
+  // Fail for an error of the transport: reports the error that poisoned it, if any.
+  Status TransportFailure(const Status& status);
 
   Transport* transport_;
   std::string group_id_;

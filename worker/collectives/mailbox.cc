@@ -52,16 +52,19 @@ Status Mailbox::Take(int peer, Buffer* out, Deadline deadline) {
   std::unique_lock lock(mu_);
   auto& queue = queues_[peer];
   while (queue.empty()) {
+    // Checked before the deadline: an error that came in while waiting explains
+    // the wait better than "timed out".
     if (!poison_.ok()) return poison_;
     if (!gone_[peer].ok()) {
       poison_ = gone_[peer];  // sticky: the group cannot finish without this peer
       cv_.notify_all();
       return poison_;
     }
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && queue.empty()) {
+    if (Clock::now() >= deadline) {
       return DeadlineExceeded("timed out waiting for a message from rank " + std::to_string(peer),
                               {{"peer_rank", peer}, {"rank", self_}});
     }
+    cv_.wait_until(lock, deadline);
   }
   if (out->capacity() > 0 && spares_.size() < kMaxSpares) spares_.push_back(std::move(*out));
   *out = std::move(queue.front());

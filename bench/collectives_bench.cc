@@ -1,0 +1,290 @@
+// Collectives benchmark, comparable with shared/peers/allreduce_torch_gloo.py and
+// allreduce_mpi.c: the same sweep, the same method and the same JSON fields.
+//
+// N ranks are processes (fork) with their own TcpTransport on 127.0.0.1, like the
+// peers' ranks; --transport inproc runs them as threads over InProcessTransport to
+// show the engine without the network. Method (shared/peers/README.md): 2 warmup
+// ops, a barrier, then clamp(64 MiB / bytes, 5, 200) ops back to back; each
+// iteration's time is the max over ranks and the median is reported;
+// algbw = bytes / time, busbw per NCCL-tests. Every iteration's result is
+// verified (outside the timed region); a wrong result fails the run.
+//
+//   tessera_bench_collectives [--ranks 4] [--transport tcp|inproc] [--max-bytes N]
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "worker/collectives/collectives.h"
+#include "worker/collectives/in_process_transport.h"
+#include "worker/collectives/local_mesh.h"
+#include "worker/collectives/tcp_transport.h"
+
+namespace tessera::collectives {
+namespace {
+
+constexpr size_t kSweepBytes = size_t{64} << 20;  // the peers' MAX_BYTES
+
+struct Config {
+  int ranks = 4;
+  std::string transport = "tcp";
+  size_t max_bytes = kSweepBytes;
+  Options options;  // algorithm, thresholds, chunk size
+};
+
+int IterationsFor(size_t bytes) {
+  return static_cast<int>(std::clamp<size_t>(kSweepBytes / std::max<size_t>(bytes, 1), 5, 200));
+}
+
+double Round(double v, int digits) {
+  const double scale = std::pow(10.0, digits);
+  return std::round(v * scale) / scale;
+}
+
+// statistics.median: the mean of the two middle values for an even count.
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+class Bench {
+ public:
+  Bench(Group& group, const Config& config) : group_(group), config_(config) {}
+
+  Status Run() {
+    const int n = group_.size();
+    for (size_t bytes = 4; bytes <= config_.max_bytes; bytes *= 4) {
+      RETURN_IF_ERROR(AllReduceSize(bytes));
+    }
+    for (size_t per_rank : {size_t{1} << 20, size_t{16} << 20}) {
+      if (per_rank > config_.max_bytes) break;
+      RETURN_IF_ERROR(AllGatherSize(per_rank));
+      RETURN_IF_ERROR(BroadcastSize(per_rank));
+    }
+    BarrierOptions barrier;
+    static_cast<Options&>(barrier) = config_.options;
+    ASSIGN_OR_RETURN(double t, Measure(500, 20, nullptr, [&] { return Barrier(group_, barrier); },
+                                       nullptr));
+    if (group_.rank() == 0) {
+      Print({{"bench", Name()}, {"op", "barrier"}, {"ranks", n}, {"time_us", Round(t * 1e6, 1)},
+             {"iters", 500}, {"transport", config_.transport}});
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::string Name() const { return "tessera_" + config_.transport; }
+
+  static void Print(const nlohmann::ordered_json& line) { std::cout << line.dump() << std::endl; }
+
+  void Emit(const std::string& op, size_t bytes, double t, int iters, double bus_factor) const {
+    if (group_.rank() != 0) return;
+    const double algbw = static_cast<double>(bytes) / t / 1e9;
+    Print({{"bench", Name()}, {"op", op}, {"ranks", group_.size()}, {"bytes", bytes},
+           {"time_us", Round(t * 1e6, 1)}, {"algbw_GBps", Round(algbw, 4)},
+           {"busbw_GBps", Round(algbw * bus_factor, 4)}, {"iters", iters},
+           {"transport", config_.transport},
+           {"algorithm", std::string(AlgorithmName(config_.options.algorithm))}});
+  }
+
+  // Median over `iters` of the slowest rank's time for `op`; `prepare` and
+  // `verify` run around each op, untimed.
+  Result<double> Measure(int iters, int warmup, const std::function<void()>& prepare,
+                         const std::function<Status()>& op,
+                         const std::function<Status()>& verify) {
+    Tensor times = Tensor::Zeros(DType::kFloat64, {iters});
+    for (int i = 0; i < warmup + iters; ++i) {
+      if (i == warmup) RETURN_IF_ERROR(Barrier(group_));
+      if (prepare) prepare();
+      const auto start = std::chrono::steady_clock::now();
+      RETURN_IF_ERROR(op());
+      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+      if (i >= warmup) times.values<double>()[i - warmup] = took.count();
+      if (verify) RETURN_IF_ERROR(verify());
+    }
+    AllReduceOptions max;
+    max.op = ReduceOp::kMax;
+    RETURN_IF_ERROR(AllReduce(group_, times, max));
+    auto v = times.values<double>();
+    return Median({v.begin(), v.end()});
+  }
+
+  static Status ExpectAll(std::span<const float> values, float want, const std::string& what) {
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (values[i] != want) {
+        return DataLoss(what + ": element " + std::to_string(i) + " is " +
+                        std::to_string(values[i]) + ", expected " + std::to_string(want));
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status AllReduceSize(size_t bytes) {
+    const int n = group_.size();
+    Tensor x = Tensor::Zeros(DType::kFloat32, {static_cast<int64_t>(bytes / 4)});
+    AllReduceOptions o;
+    static_cast<Options&>(o) = config_.options;
+    const int iters = IterationsFor(bytes);
+    ASSIGN_OR_RETURN(
+        double t,
+        Measure(
+            iters, 2, [&] { std::fill(x.values<float>().begin(), x.values<float>().end(), 1.0f); },
+            [&] { return AllReduce(group_, x, o); },
+            [&] { return ExpectAll(x.values<float>(), static_cast<float>(n), "all_reduce"); }));
+    Emit("all_reduce", bytes, t, iters, 2.0 * (n - 1) / n);
+    return Status::Ok();
+  }
+
+  Status AllGatherSize(size_t per_rank) {
+    const int n = group_.size();
+    Tensor x = Tensor::Zeros(DType::kFloat32, {static_cast<int64_t>(per_rank / 4)});
+    std::fill(x.values<float>().begin(), x.values<float>().end(), group_.rank() + 1.0f);
+    Tensor out;
+    AllGatherOptions o;
+    static_cast<Options&>(o) = config_.options;
+    o.tiled = true;
+    const int iters = IterationsFor(per_rank * n);
+    auto verify = [&]() -> Status {
+      auto all = out.values<float>();
+      if (all.size() != per_rank / 4 * n) return DataLoss("all_gather: wrong output size");
+      for (int r = 0; r < n; ++r) {
+        RETURN_IF_ERROR(ExpectAll(all.subspan(r * per_rank / 4, per_rank / 4), r + 1.0f,
+                                  "all_gather block " + std::to_string(r)));
+      }
+      return Status::Ok();
+    };
+    ASSIGN_OR_RETURN(
+        double t,
+        Measure(
+            iters, 2, [&] { std::fill(out.data.begin(), out.data.end(), 0); },
+            [&] { return AllGatherInto(group_, x, out, o); }, verify));
+    Emit("all_gather", per_rank * n, t, iters, (n - 1.0) / n);
+    return Status::Ok();
+  }
+
+  Status BroadcastSize(size_t bytes) {
+    const bool root = group_.rank() == 0;
+    Tensor x = Tensor::Zeros(DType::kFloat32, {static_cast<int64_t>(bytes / 4)});
+    constexpr float kPattern = 7.0f;
+    if (root) std::fill(x.values<float>().begin(), x.values<float>().end(), kPattern);
+    BroadcastOptions o;
+    static_cast<Options&>(o) = config_.options;
+    const int iters = IterationsFor(bytes);
+    ASSIGN_OR_RETURN(
+        double t,
+        Measure(
+            iters, 2,
+            [&] {
+              if (!root) std::fill(x.data.begin(), x.data.end(), 0);
+            },
+            [&] { return Broadcast(group_, x, o); },
+            [&] { return ExpectAll(x.values<float>(), kPattern, "broadcast"); }));
+    Emit("broadcast", bytes, t, iters, 1.0);
+    return Status::Ok();
+  }
+
+  Group& group_;
+  const Config& config_;
+};
+
+int RunRank(std::unique_ptr<Transport> transport, const Config& config) {
+  Group group(std::move(transport), "bench");
+  Status st = Bench(group, config).Run();
+  if (!st.ok()) {
+    std::cerr << "rank " << group.rank() << ": " << st.ToString() << std::endl;
+    return 1;
+  }
+  return 0;
+}
+
+int RunProcesses(const Config& config) {
+  std::vector<std::unique_ptr<TcpListener>> listeners;
+  std::vector<std::string> addresses;
+  for (int r = 0; r < config.ranks; ++r) {
+    auto listener = TcpListener::Bind("127.0.0.1", 0);
+    if (!listener.ok()) {
+      std::cerr << listener.status().ToString() << std::endl;
+      return 1;
+    }
+    addresses.push_back((*listener)->address());
+    listeners.push_back(std::move(listener).value());
+  }
+  std::cout.flush();
+  std::vector<pid_t> children;
+  for (int r = 0; r < config.ranks; ++r) {
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      std::perror("fork");
+      return 1;
+    }
+    if (pid == 0) {
+      for (int other = 0; other < config.ranks; ++other) {
+        if (other != r) listeners[other].reset();
+      }
+      auto transport = TcpTransport::Connect(std::move(listeners[r]), addresses,
+                                             {.rank = r, .size = config.ranks,
+                                              .group_id = "bench", .connect_timeout = std::chrono::seconds(30)});
+      int rc = 1;
+      if (transport.ok()) {
+        rc = RunRank(std::move(transport).value(), config);
+      } else {
+        std::cerr << "rank " << r << ": " << transport.status().ToString() << std::endl;
+      }
+      std::cout.flush();
+      ::_exit(rc);
+    }
+    children.push_back(pid);
+  }
+  listeners.clear();
+  int rc = 0;
+  for (pid_t pid : children) {
+    int wstatus = 0;
+    ::waitpid(pid, &wstatus, 0);
+    if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) rc = 1;
+  }
+  return rc;
+}
+
+int RunThreads(const Config& config) {
+  auto transports = InProcessTransport::CreateGroup(config.ranks);
+  std::vector<int> rcs(config.ranks);
+  RunRanks(config.ranks, [&](int r) { rcs[r] = RunRank(std::move(transports[r]), config); });
+  return *std::max_element(rcs.begin(), rcs.end());
+}
+
+}  // namespace
+}  // namespace tessera::collectives
+
+int main(int argc, char** argv) {
+  using tessera::collectives::Algorithm;
+  tessera::collectives::Config config;
+  CLI::App app{"Tessera collectives benchmark (JSON lines, as shared/peers/allreduce_torch_gloo.py)"};
+  app.add_option("--ranks", config.ranks, "ranks (processes for tcp, threads for inproc)")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--transport", config.transport)->check(CLI::IsMember({"tcp", "inproc"}));
+  app.add_option("--max-bytes", config.max_bytes, "largest all_reduce size (64 MiB like the peers)");
+  std::string algorithm = "auto";
+  app.add_option("--algorithm", algorithm)
+      ->check(CLI::IsMember({"auto", "direct", "recursive_doubling", "ring"}));
+  app.add_option("--chunk-bytes", config.options.chunk_bytes);
+  app.add_option("--direct-max-bytes", config.options.direct_max_bytes);
+  app.add_option("--ring-min-bytes", config.options.ring_min_bytes);
+  CLI11_PARSE(app, argc, argv);
+  for (Algorithm a : {Algorithm::kAuto, Algorithm::kDirect, Algorithm::kRecursiveDoubling,
+                      Algorithm::kRing}) {
+    if (tessera::collectives::AlgorithmName(a) == algorithm) config.options.algorithm = a;
+  }
+  config.options.timeout = std::chrono::seconds(120);
+  return config.transport == "tcp" ? tessera::collectives::RunProcesses(config)
+                                   : tessera::collectives::RunThreads(config);
+}
