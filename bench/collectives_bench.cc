@@ -73,11 +73,16 @@ class Bench {
     }
     BarrierOptions barrier;
     static_cast<Options&>(barrier) = config_.options;
-    ASSIGN_OR_RETURN(double t, Measure(500, 20, nullptr, [&] { return Barrier(group_, barrier); },
-                                       nullptr));
+    ASSIGN_OR_RETURN(double t,
+                     Measure(
+                         500, 20, nullptr, [&] { return Barrier(group_, barrier); }, nullptr));
     if (group_.rank() == 0) {
-      Print({{"bench", Name()}, {"op", "barrier"}, {"ranks", n}, {"time_us", Round(t * 1e6, 1)},
-             {"iters", 500}, {"transport", config_.transport}});
+      Print({{"bench", Name()},
+             {"op", "barrier"},
+             {"ranks", n},
+             {"time_us", Round(t * 1e6, 1)},
+             {"iters", 500},
+             {"transport", config_.transport}});
     }
     return Status::Ok();
   }
@@ -90,9 +95,14 @@ class Bench {
   void Emit(const std::string& op, size_t bytes, double t, int iters, double bus_factor) const {
     if (group_.rank() != 0) return;
     const double algbw = static_cast<double>(bytes) / t / 1e9;
-    Print({{"bench", Name()}, {"op", op}, {"ranks", group_.size()}, {"bytes", bytes},
-           {"time_us", Round(t * 1e6, 1)}, {"algbw_GBps", Round(algbw, 4)},
-           {"busbw_GBps", Round(algbw * bus_factor, 4)}, {"iters", iters},
+    Print({{"bench", Name()},
+           {"op", op},
+           {"ranks", group_.size()},
+           {"bytes", bytes},
+           {"time_us", Round(t * 1e6, 1)},
+           {"algbw_GBps", Round(algbw, 4)},
+           {"busbw_GBps", Round(algbw * bus_factor, 4)},
+           {"iters", iters},
            {"transport", config_.transport},
            {"algorithm", std::string(AlgorithmName(config_.options.algorithm))}});
   }
@@ -100,8 +110,7 @@ class Bench {
   // Median over `iters` of the slowest rank's time for `op`; `prepare` and
   // `verify` run around each op, untimed.
   Result<double> Measure(int iters, int warmup, const std::function<void()>& prepare,
-                         const std::function<Status()>& op,
-                         const std::function<Status()>& verify) {
+                         const std::function<Status()>& op, const std::function<Status()>& verify) {
     Tensor times = Tensor::Zeros(DType::kFloat64, {iters});
     for (int i = 0; i < warmup + iters; ++i) {
       if (i == warmup) RETURN_IF_ERROR(Barrier(group_));
@@ -163,11 +172,10 @@ class Bench {
       }
       return Status::Ok();
     };
-    ASSIGN_OR_RETURN(
-        double t,
-        Measure(
-            iters, 2, [&] { std::fill(out.data.begin(), out.data.end(), 0); },
-            [&] { return AllGatherInto(group_, x, out, o); }, verify));
+    ASSIGN_OR_RETURN(double t,
+                     Measure(
+                         iters, 2, [&] { std::fill(out.data.begin(), out.data.end(), 0); },
+                         [&] { return AllGatherInto(group_, x, out, o); }, verify));
     Emit("all_gather", per_rank * n, t, iters, (n - 1.0) / n);
     return Status::Ok();
   }
@@ -180,15 +188,14 @@ class Bench {
     BroadcastOptions o;
     static_cast<Options&>(o) = config_.options;
     const int iters = IterationsFor(bytes);
-    ASSIGN_OR_RETURN(
-        double t,
-        Measure(
-            iters, 2,
-            [&] {
-              if (!root) std::fill(x.data.begin(), x.data.end(), 0);
-            },
-            [&] { return Broadcast(group_, x, o); },
-            [&] { return ExpectAll(x.values<float>(), kPattern, "broadcast"); }));
+    ASSIGN_OR_RETURN(double t,
+                     Measure(
+                         iters, 2,
+                         [&] {
+                           if (!root) std::fill(x.data.begin(), x.data.end(), 0);
+                         },
+                         [&] { return Broadcast(group_, x, o); },
+                         [&] { return ExpectAll(x.values<float>(), kPattern, "broadcast"); }));
     Emit("broadcast", bytes, t, iters, 1.0);
     return Status::Ok();
   }
@@ -232,8 +239,10 @@ int RunProcesses(const Config& config) {
         if (other != r) listeners[other].reset();
       }
       auto transport = TcpTransport::Connect(std::move(listeners[r]), addresses,
-                                             {.rank = r, .size = config.ranks,
-                                              .group_id = "bench", .connect_timeout = std::chrono::seconds(30)});
+                                             {.rank = r,
+                                              .size = config.ranks,
+                                              .group_id = "bench",
+                                              .connect_timeout = std::chrono::seconds(30)});
       int rc = 1;
       if (transport.ok()) {
         rc = RunRank(std::move(transport).value(), config);
@@ -268,11 +277,13 @@ int RunThreads(const Config& config) {
 int main(int argc, char** argv) {
   using tessera::collectives::Algorithm;
   tessera::collectives::Config config;
-  CLI::App app{"Tessera collectives benchmark (JSON lines, as shared/peers/allreduce_torch_gloo.py)"};
+  CLI::App app{
+      "Tessera collectives benchmark (JSON lines, as shared/peers/allreduce_torch_gloo.py)"};
   app.add_option("--ranks", config.ranks, "ranks (processes for tcp, threads for inproc)")
       ->check(CLI::Range(1, 64));
   app.add_option("--transport", config.transport)->check(CLI::IsMember({"tcp", "inproc"}));
-  app.add_option("--max-bytes", config.max_bytes, "largest all_reduce size (64 MiB like the peers)");
+  app.add_option("--max-bytes", config.max_bytes,
+                 "largest all_reduce size (64 MiB like the peers)");
   std::string algorithm = "auto";
   app.add_option("--algorithm", algorithm)
       ->check(CLI::IsMember({"auto", "direct", "recursive_doubling", "ring"}));
@@ -280,8 +291,8 @@ int main(int argc, char** argv) {
   app.add_option("--direct-max-bytes", config.options.direct_max_bytes);
   app.add_option("--ring-min-bytes", config.options.ring_min_bytes);
   CLI11_PARSE(app, argc, argv);
-  for (Algorithm a : {Algorithm::kAuto, Algorithm::kDirect, Algorithm::kRecursiveDoubling,
-                      Algorithm::kRing}) {
+  for (Algorithm a :
+       {Algorithm::kAuto, Algorithm::kDirect, Algorithm::kRecursiveDoubling, Algorithm::kRing}) {
     if (tessera::collectives::AlgorithmName(a) == algorithm) config.options.algorithm = a;
   }
   config.options.timeout = std::chrono::seconds(120);

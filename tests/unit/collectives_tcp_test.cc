@@ -25,7 +25,6 @@ nlohmann::json Detail(const Status& status, const std::string& key) {
   return d.is_object() && d.contains(key) ? d.at(key) : nlohmann::json();
 }
 
-
 struct Listeners {
   std::vector<std::unique_ptr<TcpListener>> listeners;
   std::vector<std::string> addresses;
@@ -64,9 +63,9 @@ TEST(TcpTransport, RefusesAPeerWithAnotherWorldSizeOnBothSides) {
   RunRanks(2, [&](int r) {
     std::vector<std::string> addresses = l.addresses;
     if (r == 1) addresses.push_back("127.0.0.1:1");  // rank 1 believes in 3 ranks
-    auto t = TcpTransport::Connect(std::move(l.listeners[r]), addresses,
-                                   {.rank = r, .size = r == 0 ? 2 : 3, .group_id = "g",
-                                    .connect_timeout = 5s});
+    auto t = TcpTransport::Connect(
+        std::move(l.listeners[r]), addresses,
+        {.rank = r, .size = r == 0 ? 2 : 3, .group_id = "g", .connect_timeout = 5s});
     st[r] = t.status();
   });
   for (const Status& s : st) {
@@ -81,9 +80,9 @@ TEST(TcpTransport, RefusesAPeerOfAnotherGroup) {
   Listeners l = BindLoopback(2);
   std::vector<Status> st(2);
   RunRanks(2, [&](int r) {
-    auto t = TcpTransport::Connect(std::move(l.listeners[r]), l.addresses,
-                                   {.rank = r, .size = 2, .group_id = r == 0 ? "mesh-a" : "mesh-b",
-                                    .connect_timeout = 5s});
+    auto t = TcpTransport::Connect(
+        std::move(l.listeners[r]), l.addresses,
+        {.rank = r, .size = 2, .group_id = r == 0 ? "mesh-a" : "mesh-b", .connect_timeout = 5s});
     st[r] = t.status();
   });
   for (const Status& s : st) {
@@ -97,9 +96,9 @@ TEST(TcpTransport, ConnectTimesOutNamingTheRanksThatNeverCame) {
   Listeners l = BindLoopback(4);
   std::vector<Status> st(2);
   RunRanks(2, [&](int r) {  // ranks 2 and 3 never start
-    auto t = TcpTransport::Connect(std::move(l.listeners[r]), l.addresses,
-                                   {.rank = r, .size = 4, .group_id = "g",
-                                    .connect_timeout = 300ms});
+    auto t =
+        TcpTransport::Connect(std::move(l.listeners[r]), l.addresses,
+                              {.rank = r, .size = 4, .group_id = "g", .connect_timeout = 300ms});
     st[r] = t.status();
   });
   for (const Status& s : st) {

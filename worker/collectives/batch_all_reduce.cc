@@ -48,10 +48,9 @@ Status BatchAllReduce(Group& group, std::span<Tensor> tensors, const BatchAllRed
         ToAccum(dtype, t.data.data(), t.num_elements(), fused.data() + at);
         at += t.num_elements() * es;
       }
-      ASSIGN_OR_RETURN(Call call,
-                       session.Begin({"batch_all_reduce", std::string(DTypeName(dtype)) + "{" +
-                                                              shapes + "}, " +
-                                                              std::string(ReduceOpName(o.op))}));
+      ASSIGN_OR_RETURN(Call call, session.Begin({"batch_all_reduce",
+                                                 std::string(DTypeName(dtype)) + "{" + shapes +
+                                                     "}, " + std::string(ReduceOpName(o.op))}));
       RETURN_IF_ERROR(AllReduceAccum(call, o.op, accum_dtype, fused.data(), count, o));
       for (size_t i = begin, at = 0; i < end; ++i) {
         Tensor& t = tensors[pack[i]];

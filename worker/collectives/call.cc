@@ -29,12 +29,6 @@ static_assert(sizeof(HeaderFields) == kHeaderBytes);
 
 size_t PadTo8(size_t n) { return (n + 7) & ~size_t{7}; }
 
-std::string RankList(const std::vector<int>& ranks) {
-  std::string out = "[";
-  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
-  return out + "]";
-}
-
 std::string PlanText(uint32_t algorithm, uint64_t chunk_bytes) {
   std::string text(AlgorithmName(static_cast<Algorithm>(algorithm)));
   if (chunk_bytes > 0) text += " in " + std::to_string(chunk_bytes) + "-byte chunks";
@@ -80,12 +74,12 @@ Call::Call(Transport& transport, const std::string& group_id, Signature signatur
       deadline_(deadline) {}
 
 Status Call::Fail(const Status& status) {
-  Status annotated = status
-                         .WithContext(description_ + " (collective #" + std::to_string(seq_) +
-                                      " of group '" + group_id_ + "', rank " +
-                                      std::to_string(rank()) + ")")
-                         .WithDetail("op", description_)
-                         .WithDetail("seq", seq_);
+  Status annotated =
+      status
+          .WithContext(description_ + " (collective #" + std::to_string(seq_) + " of group '" +
+                       group_id_ + "', rank " + std::to_string(rank()) + ")")
+          .WithDetail("op", description_)
+          .WithDetail("seq", seq_);
   transport_->Abort(annotated);
   return annotated;
 }
@@ -128,16 +122,18 @@ Result<std::vector<ConstBytes>> Call::Exchange(const Plan& plan, ConstBytes payl
   std::memcpy(header.data(), &fields, kHeaderBytes);
   CopyBytes(header.data() + kHeaderBytes, shown.data(), shown.size());
 
+  // Send to every peer, then wait for every peer until the deadline. Past it, or
+  // past an error, only collect what already arrived: the error then lists every
+  // missing rank, and a mismatch among the headers at hand (the root cause,
+  // when a peer that saw it first aborted the group) is reported first.
+  Status failure;
   const ConstBytes parts[] = {header, payload};
-  for (int i = 1; i < n; ++i) RETURN_IF_ERROR(Send((me + i) % n, parts));
-
-  // Wait for every peer until the deadline. Past it, or past an error, only
-  // collect what already arrived: the error then lists every missing rank, and a
-  // mismatch among the headers at hand, the root cause, is reported first.
+  for (int i = 1; i < n && failure.ok(); ++i) {
+    failure = transport_->Send((me + i) % n, parts, deadline_);
+  }
   received_.resize(n);
   std::vector<bool> arrived(n, false);
   std::vector<int> missing;
-  Status failure;
   for (int i = 1; i < n; ++i) {
     const int peer = (me - i + n) % n;
     const Deadline wait = missing.empty() && failure.ok() ? deadline_ : Deadline();
@@ -162,9 +158,9 @@ Result<std::vector<ConstBytes>> Call::Exchange(const Plan& plan, ConstBytes payl
     const size_t desc_end = kHeaderBytes + PadTo8(theirs.description_bytes);
     if (message.size() < kHeaderBytes || theirs.magic != kHeaderMagic ||
         theirs.rank != static_cast<uint32_t>(peer) || desc_end > message.size()) {
-      return Fail(Internal("protocol error: malformed collective header from rank " +
-                               std::to_string(peer),
-                           {{"peer_rank", peer}}));
+      return Fail(
+          Internal("protocol error: malformed collective header from rank " + std::to_string(peer),
+                   {{"peer_rank", peer}}));
     }
     const std::string their_desc(reinterpret_cast<const char*>(message.data()) + kHeaderBytes,
                                  theirs.description_bytes);

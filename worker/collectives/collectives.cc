@@ -27,12 +27,6 @@ void AppendI64(std::vector<uint8_t>& out, int64_t v) {
   out.insert(out.end(), p, p + sizeof(v));
 }
 
-std::string RankList(const std::vector<int>& ranks) {
-  std::string out = "[";
-  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
-  return out + "]";
-}
-
 size_t ChunkElems(const Options& o, size_t elem_size) {
   return std::max<size_t>(1, o.chunk_bytes / elem_size);
 }
@@ -90,12 +84,11 @@ Status FinishReduce(ReduceOp op, DType dtype, uint8_t* accum, size_t count, int6
   if (!check_inf_nan) return Status::Ok();
   const NonFinite found = CountNonFinite(dtype, out, count);
   if (!found.any()) return Status::Ok();
-  return InvalidArgument(what + ": the result has " + std::to_string(found.nan) + " NaN and " +
-                             std::to_string(found.inf) + " infinite values (first at element " +
-                             std::to_string(found.first_index) + ")",
-                         {{"nan_count", found.nan},
-                          {"inf_count", found.inf},
-                          {"first_index", found.first_index}});
+  return InvalidArgument(
+      what + ": the result has " + std::to_string(found.nan) + " NaN and " +
+          std::to_string(found.inf) + " infinite values (first at element " +
+          std::to_string(found.first_index) + ")",
+      {{"nan_count", found.nan}, {"inf_count", found.inf}, {"first_index", found.first_index}});
 }
 
 Status AllReduce(Group& group, Tensor& tensor, const AllReduceOptions& o) {
@@ -111,9 +104,9 @@ Status AllReduce(Group& group, Tensor& tensor, const AllReduceOptions& o) {
     accum = converted.data();
   }
   Session session(group, o.timeout);
-  ASSIGN_OR_RETURN(Call call, session.Begin({"all_reduce", DescribeType(tensor.dtype, tensor.shape) +
-                                                               ", " +
-                                                               std::string(ReduceOpName(o.op))}));
+  ASSIGN_OR_RETURN(Call call,
+                   session.Begin({"all_reduce", DescribeType(tensor.dtype, tensor.shape) + ", " +
+                                                    std::string(ReduceOpName(o.op))}));
   RETURN_IF_ERROR(AllReduceAccum(call, o.op, accum_dtype, accum, count, o));
   return FinishReduce(o.op, tensor.dtype, accum, count, group.size(), o.check_inf_nan,
                       tensor.data.data(), call.description());
@@ -152,7 +145,8 @@ Status GatherTensor(Session& session, const Tensor& input, Tensor& output, bool 
       return call.Fail(Internal("protocol error: rank " + std::to_string(r) + " sent " +
                                 std::to_string(rows[r]) + " rows"));
     }
-    const size_t expected = 2 * kSlot + (their_inline ? static_cast<size_t>(rows[r]) * row_bytes : 0);
+    const size_t expected =
+        2 * kSlot + (their_inline ? static_cast<size_t>(rows[r]) * row_bytes : 0);
     RETURN_IF_ERROR(CheckPayload(call, r, payloads[r], expected));
     all_inlined = all_inlined && their_inline;
     total_rows += rows[r];
@@ -165,7 +159,8 @@ Status GatherTensor(Session& session, const Tensor& input, Tensor& output, bool 
     output.data.resize(static_cast<size_t>(total_rows) * row_bytes);
     size_t at = 0;
     for (int r = 0; r < n; ++r) {
-      CopyBytes(output.data.data() + at, payloads[r].data() + 2 * kSlot, payloads[r].size() - 2 * kSlot);
+      CopyBytes(output.data.data() + at, payloads[r].data() + 2 * kSlot,
+                payloads[r].size() - 2 * kSlot);
       at += payloads[r].size() - 2 * kSlot;
     }
     return Status::Ok();
@@ -189,8 +184,7 @@ Status GatherTensor(Session& session, const Tensor& input, Tensor& output, bool 
   return Status::Ok();
 }
 
-Status AllGatherInto(Group& group, const Tensor& input, Tensor& output,
-                     const AllGatherOptions& o) {
+Status AllGatherInto(Group& group, const Tensor& input, Tensor& output, const AllGatherOptions& o) {
   RETURN_IF_ERROR(input.Validate("all_gather input"));
   if (&input == &output) return InvalidArgument("all_gather: output must not be the input");
   Session session(group, o.timeout);
@@ -209,7 +203,8 @@ Result<Tensor> ReduceScatter(Group& group, const Tensor& input, const ReduceScat
   const int n = group.size(), me = group.rank();
   if (input.shape.empty() || input.shape[0] % n != 0) {
     return InvalidArgument("reduce_scatter needs a first dimension divisible by the group size " +
-                               std::to_string(n) + ", got " + DescribeType(input.dtype, input.shape),
+                               std::to_string(n) + ", got " +
+                               DescribeType(input.dtype, input.shape),
                            {{"field", "shape"}});
   }
   const DType accum_dtype = AccumDType(input.dtype);
@@ -231,8 +226,8 @@ Result<Tensor> ReduceScatter(Group& group, const Tensor& input, const ReduceScat
                       work.data() + mine.offset * es);
   } else {
     RETURN_IF_ERROR(call.Exchange({Algorithm::kRing, o.chunk_bytes}).status());
-    RETURN_IF_ERROR(RingReduceScatter(call, o.op, accum_dtype, work.data(), blocks,
-                                      ChunkElems(o, es)));
+    RETURN_IF_ERROR(
+        RingReduceScatter(call, o.op, accum_dtype, work.data(), blocks, ChunkElems(o, es)));
   }
   Shape shape = input.shape;
   shape[0] /= n;
@@ -245,8 +240,8 @@ Result<Tensor> ReduceScatter(Group& group, const Tensor& input, const ReduceScat
 Status Broadcast(Group& group, Tensor& tensor, const BroadcastOptions& o) {
   const int n = group.size(), me = group.rank();
   if (o.root < 0 || o.root >= n) {
-    return InvalidArgument("broadcast root " + std::to_string(o.root) + " is not a rank of a group of " +
-                               std::to_string(n),
+    return InvalidArgument("broadcast root " + std::to_string(o.root) +
+                               " is not a rank of a group of " + std::to_string(n),
                            {{"field", "root"}});
   }
   if (me == o.root) {
@@ -295,8 +290,7 @@ Status Barrier(Group& group, const BarrierOptions& o) {
   return Status::Ok();
 }
 
-Status AssertEqual(Group& group, const Tensor& value, std::string_view message,
-                   const Options& o) {
+Status AssertEqual(Group& group, const Tensor& value, std::string_view message, const Options& o) {
   RETURN_IF_ERROR(value.Validate("assert_equal value"));
   const int n = group.size();
   // Digest: [dtype][rank of shape][dims...][128-bit hash of the bytes].
@@ -309,6 +303,20 @@ Status AssertEqual(Group& group, const Tensor& value, std::string_view message,
   Session session(group, o.timeout);
   ASSIGN_OR_RETURN(Call call, session.Begin({"assert_equal", ""}));
   ASSIGN_OR_RETURN(auto digests, call.Exchange(FlagPlan(o), digest));
+  std::vector<std::string> types(n);  // "float32[3,5]" per rank, for the message
+  for (int r = 0; r < n; ++r) {
+    const ConstBytes d = digests[r];
+    const int64_t dims = d.size() >= 2 * kSlot ? ReadI64(d.data() + kSlot) : -1;
+    const int64_t dtype = d.size() >= kSlot ? ReadI64(d.data()) : -1;
+    if (dims < 0 || dims > static_cast<int64_t>(kMaxRank) || dtype < 0 ||
+        dtype >= static_cast<int64_t>(AllDTypes().size())) {
+      return CheckPayload(call, r, d, 0);  // malformed: a protocol error
+    }
+    RETURN_IF_ERROR(CheckPayload(call, r, d, (4 + static_cast<size_t>(dims)) * kSlot));
+    Shape shape(static_cast<size_t>(dims));
+    for (size_t i = 0; i < shape.size(); ++i) shape[i] = ReadI64(d.data() + (2 + i) * kSlot);
+    types[r] = DescribeType(static_cast<DType>(dtype), shape);
+  }
   auto same = [&](int a, int b) {
     return std::equal(digests[a].begin(), digests[a].end(), digests[b].begin(), digests[b].end());
   };
@@ -327,14 +335,8 @@ Status AssertEqual(Group& group, const Tensor& value, std::string_view message,
   std::string described;
   for (const auto& c : classes) {
     if (c.front() != 0) differing.insert(differing.end(), c.begin(), c.end());
-    const uint8_t* d = digests[c.front()].data();
-    const int64_t rank_of_shape = ReadI64(d + kSlot);
-    Shape shape;
-    for (int64_t i = 0; i < rank_of_shape && (2 + i) * kSlot < digests[c.front()].size(); ++i) {
-      shape.push_back(ReadI64(d + (2 + i) * kSlot));
-    }
     described += (described.empty() ? "" : ", ") + std::string("ranks ") + RankList(c) + ": " +
-                 DescribeType(static_cast<DType>(ReadI64(d)), shape);
+                 types[c.front()];
   }
   std::sort(differing.begin(), differing.end());
   return Conflict(std::string(message) + ": ranks " + RankList(differing) +

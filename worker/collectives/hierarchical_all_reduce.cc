@@ -32,11 +32,11 @@ Status HierarchicalAllReduce(Group& group, std::span<Tensor> local, const AllRed
   }
 
   Session session(group, o.timeout);
-  ASSIGN_OR_RETURN(Call call, session.Begin({"hierarchical_all_reduce",
-                                             DescribeType(first.dtype, first.shape) + ", " +
-                                                 std::string(ReduceOpName(o.op)) +
-                                                 ", local_devices=" +
-                                                 std::to_string(local.size())}));
+  ASSIGN_OR_RETURN(Call call,
+                   session.Begin({"hierarchical_all_reduce",
+                                  DescribeType(first.dtype, first.shape) + ", " +
+                                      std::string(ReduceOpName(o.op)) +
+                                      ", local_devices=" + std::to_string(local.size())}));
   RETURN_IF_ERROR(AllReduceAccum(call, o.op, accum_dtype, accum.data(), count, o));
   const int64_t devices = group.size() * static_cast<int64_t>(local.size());
   Status st = FinishReduce(o.op, first.dtype, accum.data(), count, devices, o.check_inf_nan,

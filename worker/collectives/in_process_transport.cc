@@ -24,16 +24,8 @@ InProcessTransport::~InProcessTransport() { Close(); }
 
 int InProcessTransport::size() const { return static_cast<int>(hub_->mailboxes.size()); }
 
-Status InProcessTransport::CheckPeer(int peer) const {
-  if (peer < 0 || peer >= size() || peer == rank_) {
-    return InvalidArgument("rank " + std::to_string(rank_) + ": no peer rank " +
-                           std::to_string(peer) + " in a group of " + std::to_string(size()));
-  }
-  return Status::Ok();
-}
-
 Status InProcessTransport::Send(int peer, std::span<const ConstBytes> parts, Deadline) {
-  RETURN_IF_ERROR(CheckPeer(peer));
+  RETURN_IF_ERROR(CheckPeerRank(rank_, size(), peer));
   Mailbox& own = *hub_->mailboxes[rank_];
   if (Status st = own.SendStatus(peer); !st.ok()) {
     own.Poison(st);
@@ -53,7 +45,7 @@ Status InProcessTransport::Send(int peer, std::span<const ConstBytes> parts, Dea
 }
 
 Status InProcessTransport::Recv(int peer, Buffer* message, Deadline deadline) {
-  RETURN_IF_ERROR(CheckPeer(peer));
+  RETURN_IF_ERROR(CheckPeerRank(rank_, size(), peer));
   return hub_->mailboxes[rank_]->Take(peer, message, deadline);
 }
 

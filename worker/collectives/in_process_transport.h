@@ -31,7 +31,6 @@ class InProcessTransport final : public Transport {
  private:
   struct Hub;
   InProcessTransport(std::shared_ptr<Hub> hub, int rank);
-  Status CheckPeer(int peer) const;
 
   std::shared_ptr<Hub> hub_;
   const int rank_;

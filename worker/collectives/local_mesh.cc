@@ -18,9 +18,9 @@ Result<std::vector<std::unique_ptr<Transport>>> ConnectLoopbackMesh(
   std::vector<std::unique_ptr<Transport>> mesh(size);
   std::vector<Status> errors(size);
   RunRanks(size, [&](int r) {
-    auto joined = TcpTransport::Connect(std::move(listeners[r]), addresses,
-                                        {.rank = r, .size = size, .group_id = group_id,
-                                         .connect_timeout = timeout});
+    auto joined = TcpTransport::Connect(
+        std::move(listeners[r]), addresses,
+        {.rank = r, .size = size, .group_id = group_id, .connect_timeout = timeout});
     if (joined.ok()) {
       mesh[r] = std::move(joined).value();
     } else {

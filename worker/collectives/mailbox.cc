@@ -1,6 +1,5 @@
 #include "worker/collectives/mailbox.h"
 
-#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -66,7 +65,9 @@ Status Mailbox::Take(int peer, Buffer* out, Deadline deadline) {
     }
     cv_.wait_until(lock, deadline);
   }
-  if (out->capacity() > 0 && spares_.size() < kMaxSpares) spares_.push_back(std::move(*out));
+  if (out->capacity() >= kMinSpareBytes && spares_.size() < kMaxSpares) {
+    spares_.push_back(std::move(*out));
+  }
   *out = std::move(queue.front());
   queue.pop_front();
   return Status::Ok();
@@ -74,13 +75,18 @@ Status Mailbox::Take(int peer, Buffer* out, Deadline deadline) {
 
 Buffer Mailbox::Allocate(size_t size) {
   Buffer buffer;
-  {
+  if (size >= kMinSpareBytes) {
+    // Best fit, so that headers do not take the buffers that chunks need.
     std::lock_guard lock(mu_);
-    auto it = std::find_if(spares_.begin(), spares_.end(),
-                           [&](const Buffer& b) { return b.capacity() >= size; });
-    if (it != spares_.end()) {
-      buffer = std::move(*it);
-      spares_.erase(it);
+    auto best = spares_.end();
+    for (auto it = spares_.begin(); it != spares_.end(); ++it) {
+      if (it->capacity() >= size && (best == spares_.end() || it->capacity() < best->capacity())) {
+        best = it;
+      }
+    }
+    if (best != spares_.end()) {
+      buffer = std::move(*best);
+      spares_.erase(best);
     }
   }
   buffer.Reset(size);

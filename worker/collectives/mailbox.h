@@ -39,8 +39,10 @@ class Mailbox {
   Buffer Allocate(size_t size);
 
  private:
-  // Keeps a few spare buffers; enough for the messages one collective has in flight.
+  // Keeps a few spare buffers; enough for the messages one collective has in
+  // flight. Below kMinSpareBytes malloc is cheap and recycling is not worth it.
   static constexpr size_t kMaxSpares = 8;
+  static constexpr size_t kMinSpareBytes = 64 << 10;
 
   const int self_;
   mutable std::mutex mu_;

@@ -32,10 +32,10 @@ struct Options {
   // kAuto: inputs up to this size (per rank) are sent directly (kDirect).
   size_t direct_max_bytes = size_t{16} << 10;
   // kAuto, all-reduce: recursive doubling below this size, the ring at or above.
-  size_t ring_min_bytes = size_t{256} << 10;
+  size_t ring_min_bytes = size_t{1} << 20;
   // Ring and chain steps move at most this many bytes per message, so that a
   // rank reduces one chunk while the next is on the wire.
-  size_t chunk_bytes = size_t{1} << 20;
+  size_t chunk_bytes = size_t{256} << 10;
 };
 
 }  // namespace tessera::collectives

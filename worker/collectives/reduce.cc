@@ -70,11 +70,13 @@ void ReduceTyped(ReduceOp op, const uint8_t* a, const uint8_t* b, uint8_t* out, 
     switch (op) {
       case ReduceOp::kSum:
       case ReduceOp::kMean:
-        return Apply<T>(a, b, out, count,
-                        [](T x, T y) { return static_cast<T>(static_cast<W>(x) + static_cast<W>(y)); });
+        return Apply<T>(a, b, out, count, [](T x, T y) {
+          return static_cast<T>(static_cast<W>(x) + static_cast<W>(y));
+        });
       case ReduceOp::kProd:
-        return Apply<T>(a, b, out, count,
-                        [](T x, T y) { return static_cast<T>(static_cast<W>(x) * static_cast<W>(y)); });
+        return Apply<T>(a, b, out, count, [](T x, T y) {
+          return static_cast<T>(static_cast<W>(x) * static_cast<W>(y));
+        });
       case ReduceOp::kMin:
         return Apply<T>(a, b, out, count, [](T x, T y) { return y < x ? y : x; });
       case ReduceOp::kMax:

@@ -28,8 +28,9 @@ Status ValidateSlices(const IndexedSlices& s) {
   }
   for (size_t i = 0; i < s.indices.size(); ++i) {
     if (s.indices[i] < 0 || s.indices[i] >= s.dense_shape[0]) {
-      return InvalidArgument("indices[" + std::to_string(i) + "] = " + std::to_string(s.indices[i]) +
-                                 " is outside [0, " + std::to_string(s.dense_shape[0]) + ")",
+      return InvalidArgument("indices[" + std::to_string(i) +
+                                 "] = " + std::to_string(s.indices[i]) + " is outside [0, " +
+                                 std::to_string(s.dense_shape[0]) + ")",
                              {{"field", "indices"}});
     }
   }
@@ -40,8 +41,8 @@ Status ValidateSlices(const IndexedSlices& s) {
 std::vector<uint8_t> DenseAccum(const IndexedSlices& s) {
   const DType accum_dtype = AccumDType(s.values.dtype);
   const size_t es = DTypeSize(accum_dtype);
-  const size_t row = static_cast<size_t>(NumElements(Shape(s.dense_shape.begin() + 1,
-                                                           s.dense_shape.end())));
+  const size_t row =
+      static_cast<size_t>(NumElements(Shape(s.dense_shape.begin() + 1, s.dense_shape.end())));
   std::vector<uint8_t> dense(static_cast<size_t>(NumElements(s.dense_shape)) * es, 0);
   std::vector<uint8_t> values(static_cast<size_t>(s.values.num_elements()) * es);
   ToAccum(s.values.dtype, s.values.data.data(), s.values.num_elements(), values.data());
@@ -72,9 +73,8 @@ Result<IndexedSlices> SparseAllReduce(Group& group, const IndexedSlices& slices,
     // Step 1: everyone's row count (the exchange is all that is needed).
     ASSIGN_OR_RETURN(
         Call call,
-        session.Begin({"sparse_all_reduce",
-                       DescribeType(slices.values.dtype, slices.dense_shape) + ", path=" +
-                           kPathNames[static_cast<int>(o.path)]}));
+        session.Begin({"sparse_all_reduce", DescribeType(slices.values.dtype, slices.dense_shape) +
+                                                ", path=" + kPathNames[static_cast<int>(o.path)]}));
     const int64_t rows = slices.values.shape[0];
     ASSIGN_OR_RETURN(auto counts, call.Exchange({Algorithm::kDirect, 0},
                                                 ConstBytes(reinterpret_cast<const uint8_t*>(&rows),
@@ -90,14 +90,14 @@ Result<IndexedSlices> SparseAllReduce(Group& group, const IndexedSlices& slices,
     if (gather) {
       IndexedSlices result;
       result.dense_shape = slices.dense_shape;
-      RETURN_IF_ERROR(GatherTensor(session, slices.values, result.values, true, o,
-                                   "sparse_all_reduce.values"));
+      RETURN_IF_ERROR(
+          GatherTensor(session, slices.values, result.values, true, o, "sparse_all_reduce.values"));
       Tensor indices{DType::kInt64, {rows}, {}};
       indices.data.resize(slices.indices.size() * sizeof(int64_t));
       CopyBytes(indices.data.data(), slices.indices.data(), indices.data.size());
       Tensor all_indices;
-      RETURN_IF_ERROR(GatherTensor(session, indices, all_indices, true, o,
-                                   "sparse_all_reduce.indices"));
+      RETURN_IF_ERROR(
+          GatherTensor(session, indices, all_indices, true, o, "sparse_all_reduce.indices"));
       auto gathered = all_indices.values<int64_t>();
       result.indices.assign(gathered.begin(), gathered.end());
       return result;

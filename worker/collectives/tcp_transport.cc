@@ -73,12 +73,6 @@ uint32_t GetU32(const uint8_t* p) {
   return v;
 }
 
-std::string RankList(const std::vector<int>& ranks) {
-  std::string out = "[";
-  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
-  return out + "]";
-}
-
 // "host:port" or "[v6]:port" → (host, port).
 Result<std::pair<std::string, std::string>> SplitAddress(const std::string& address) {
   size_t colon = address.rfind(':');
@@ -197,8 +191,7 @@ std::string Describe(const std::string& group_id, int rank) {
 }
 
 // Connects to rank `peer` at `address` and has the hello accepted.
-Result<Fd> ConnectTo(int peer, const std::string& address, const TcpOptions& o,
-                     Deadline deadline) {
+Result<Fd> ConnectTo(int peer, const std::string& address, const TcpOptions& o, Deadline deadline) {
   const std::string self = Describe(o.group_id, o.rank);
   ASSIGN_OR_RETURN(auto host_port, SplitAddress(address));
   ASSIGN_OR_RETURN(addrinfo * info, Resolve(host_port.first, host_port.second, false));
@@ -206,8 +199,8 @@ Result<Fd> ConnectTo(int peer, const std::string& address, const TcpOptions& o,
   std::string last_error = "no address";
   while (true) {
     for (addrinfo* ai = info; ai != nullptr; ai = ai->ai_next) {
-      Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                     ai->ai_protocol));
+      Fd fd(
+          ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
       if (fd.get() < 0) {
         last_error = "socket: " + ErrnoText(errno);
         continue;
@@ -262,8 +255,8 @@ Result<std::pair<int, Fd>> AcceptOne(int listen_fd, const TcpOptions& o, Deadlin
   if (!WaitFor(listen_fd, POLLIN, deadline)) {
     std::vector<int> missing(waiting.begin(), waiting.end());
     return DeadlineExceeded(self + ": timed out after " +
-                                std::to_string(o.connect_timeout.count()) + " ms waiting for ranks " +
-                                RankList(missing) + " to connect",
+                                std::to_string(o.connect_timeout.count()) +
+                                " ms waiting for ranks " + RankList(missing) + " to connect",
                             {{"missing_ranks", missing}});
   }
   Fd fd(::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
@@ -271,8 +264,8 @@ Result<std::pair<int, Fd>> AcceptOne(int listen_fd, const TcpOptions& o, Deadlin
   SetNoDelay(fd.get());
   const std::string what = "reading a hello";
   uint8_t head[24];
-  if (!ReadFull(fd.get(), head, sizeof(head), deadline, what).ok() ||
-      GetU32(head) != kHelloMagic || GetU32(head + 4) != kProtocolVersion) {
+  if (!ReadFull(fd.get(), head, sizeof(head), deadline, what).ok() || GetU32(head) != kHelloMagic ||
+      GetU32(head + 4) != kProtocolVersion) {
     return std::make_pair(-1, Fd());
   }
   Hello h{GetU32(head + 8), GetU32(head + 12), GetU32(head + 16), ""};
@@ -337,9 +330,9 @@ Result<std::unique_ptr<TcpListener>> TcpListener::Bind(const std::string& host, 
     sockaddr_storage bound{};
     socklen_t len = sizeof(bound);
     ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len);
-    int bound_port = ntohs(bound.ss_family == AF_INET6
-                               ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                               : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    int bound_port =
+        ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                          : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
     std::string shown = host.find(':') != std::string::npos ? "[" + host + "]" : host;
     return std::unique_ptr<TcpListener>(
         new TcpListener(fd.Release(), shown + ":" + std::to_string(bound_port), bound_port));
@@ -418,10 +411,7 @@ TcpTransport::TcpTransport(int rank, std::string group_id, std::vector<std::uniq
 TcpTransport::~TcpTransport() { Close(); }
 
 Status TcpTransport::Send(int peer, std::span<const ConstBytes> parts, Deadline deadline) {
-  if (peer < 0 || peer >= size() || peer == rank_) {
-    return InvalidArgument("rank " + std::to_string(rank_) + ": no peer rank " +
-                           std::to_string(peer) + " in a group of " + std::to_string(size()));
-  }
+  RETURN_IF_ERROR(CheckPeerRank(rank_, size(), peer));
   if (Status st = mailbox_.SendStatus(peer); !st.ok()) {
     mailbox_.Poison(st);
     return st;
@@ -510,10 +500,7 @@ Status TcpTransport::SendFrame(int peer_rank, FrameKind kind, std::span<const Co
 }
 
 Status TcpTransport::Recv(int peer, Buffer* message, Deadline deadline) {
-  if (peer < 0 || peer >= size() || peer == rank_) {
-    return InvalidArgument("rank " + std::to_string(rank_) + ": no peer rank " +
-                           std::to_string(peer) + " in a group of " + std::to_string(size()));
-  }
+  RETURN_IF_ERROR(CheckPeerRank(rank_, size(), peer));
   return mailbox_.Take(peer, message, deadline);
 }
 
@@ -576,10 +563,10 @@ void TcpTransport::ReceiveLoop() {
 }
 
 void TcpTransport::PeerLost(int peer_rank, const std::string& why) {
-  mailbox_.MarkPeerGone(peer_rank, Unavailable("connection to rank " + std::to_string(peer_rank) +
-                                                   " (" + peers_[peer_rank]->address +
-                                                   ") lost: " + why,
-                                               {{"peer_rank", peer_rank}}));
+  mailbox_.MarkPeerGone(peer_rank,
+                        Unavailable("connection to rank " + std::to_string(peer_rank) + " (" +
+                                        peers_[peer_rank]->address + ") lost: " + why,
+                                    {{"peer_rank", peer_rank}}));
 }
 
 bool TcpTransport::ReadFrom(int peer_rank) {
@@ -649,10 +636,9 @@ bool TcpTransport::FinishFrame(int peer_rank) {
       return true;
     case FrameKind::kGoodbye:
       peer.said_goodbye = true;
-      mailbox_.MarkPeerGone(peer_rank,
-                            Unavailable("rank " + std::to_string(peer_rank) +
-                                            " closed its transport",
-                                        {{"peer_rank", peer_rank}}));
+      mailbox_.MarkPeerGone(
+          peer_rank, Unavailable("rank " + std::to_string(peer_rank) + " closed its transport",
+                                 {{"peer_rank", peer_rank}}));
       return true;
     case FrameKind::kAbort: {
       auto body = nlohmann::json::parse(peer.payload.data(),

@@ -14,13 +14,26 @@ int PollTimeoutMs(Deadline deadline) {
 }
 
 Status AbortedBy(int rank, const Status& reason) {
-  Status st(reason.code(), "rank " + std::to_string(rank) + " aborted the group: " + reason.message(),
+  Status st(reason.code(),
+            "rank " + std::to_string(rank) + " aborted the group: " + reason.message(),
             reason.details());
   return st.WithDetail("aborted_by", rank);
 }
 
 bool IsRelayedAbort(const Status& status) {
   return status.details().is_object() && status.details().contains("aborted_by");
+}
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::string out = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out + "]";
+}
+
+Status CheckPeerRank(int self, int size, int peer) {
+  if (peer >= 0 && peer < size && peer != self) return Status::Ok();
+  return InvalidArgument("rank " + std::to_string(self) + ": no peer rank " +
+                         std::to_string(peer) + " in a group of " + std::to_string(size));
 }
 
 }  // namespace tessera::collectives

@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstdint>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "api/status.h"
 #include "worker/collectives/buffer.h"
@@ -30,6 +32,11 @@ Status AbortedBy(int rank, const Status& reason);
 // True for a status made by AbortedBy: it need not be relayed further, since
 // every peer heard from the aborting rank directly (the mesh is full).
 bool IsRelayedAbort(const Status& status);
+
+// "[1, 3]": how messages list ranks.
+std::string RankList(const std::vector<int>& ranks);
+// invalid_argument unless `peer` is a rank of a group of `size` other than `self`.
+Status CheckPeerRank(int self, int size, int peer);
 
 class Transport {
  public:
