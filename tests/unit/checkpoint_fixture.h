@@ -7,6 +7,7 @@
 
 #include "api/mesh.h"
 #include "storage/local_checkpoint.h"
+#include "storage/mem_env.h"
 #include "storage/slice_copy.h"
 #include "storage/synthetic.h"
 
@@ -71,5 +72,20 @@ inline storage::SaveRequest MakeRequest(const std::string& root, const Mesh& mes
   req.options = options;
   return req;
 }
+
+// A committed checkpoint (step 1) of MixedTensors over Mesh22 in an in-memory Env.
+// `dir` is empty if the save failed (the failure is reported).
+struct MixedCheckpoint {
+  storage::MemEnv env;
+  Mesh mesh = Mesh22();
+  std::vector<SyntheticTensor> tensors = MixedTensors(mesh);
+  std::string dir;
+
+  MixedCheckpoint() {
+    auto saved = storage::SaveCheckpoint(&env, MakeRequest("root", mesh, 1, tensors));
+    EXPECT_TRUE(saved.ok()) << saved.status().ToString();
+    if (saved.ok()) dir = saved->dir;
+  }
+};
 
 }  // namespace tessera::testing

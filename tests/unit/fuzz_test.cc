@@ -17,6 +17,7 @@ namespace {
 
 using testing::MakeRequest;
 using testing::Mesh22;
+using testing::MixedCheckpoint;
 using testing::MixedTensors;
 
 // TESSERA_FUZZ_SCALE multiplies the iteration counts (the `slow` ctest tier uses 20).
@@ -84,30 +85,28 @@ TEST(Fuzz, MutatedShardFiles) {
 }
 
 TEST(Fuzz, MutatedIndexBytes) {
-  MemEnv env;
-  Mesh m = Mesh22();
-  auto tensors = MixedTensors(m);
-  auto saved = SaveCheckpoint(&env, MakeRequest("root", m, 1, tensors));
-  ASSERT_TRUE(saved.ok());
-  const std::string path = JoinPath(saved->dir, kIndexFile);
+  MixedCheckpoint ck;
+  ASSERT_FALSE(ck.dir.empty());
+  MemEnv& env = ck.env;
+  const auto& tensors = ck.tensors;
+  const std::string path = JoinPath(ck.dir, kIndexFile);
   const std::string orig = *ReadWholeFile(&env, path);
   std::mt19937_64 rng(7);
   for (int iter = 0; iter < Iterations(3000); ++iter) {
     ASSERT_TRUE(WriteFileDurably(&env, path, Mutate(orig, rng)).ok());
-    auto index = CheckpointIndex::Open(&env, saved->dir);
+    auto index = CheckpointIndex::Open(&env, ck.dir);
     ASSERT_TRUE(kCleanCodes.count(index.status().code())) << index.status().ToString();
-    if (index.ok()) ReadAll(&env, saved->dir, tensors, "index iter " + std::to_string(iter) + ": ");
+    if (index.ok()) ReadAll(&env, ck.dir, tensors, "index iter " + std::to_string(iter) + ": ");
   }
 }
 
 // Semantically wrong rows in an otherwise valid SQLite index.
 TEST(Fuzz, MutatedIndexRows) {
-  MemEnv env;
-  Mesh m = Mesh22();
-  auto tensors = MixedTensors(m);
-  auto saved = SaveCheckpoint(&env, MakeRequest("root", m, 1, tensors));
-  ASSERT_TRUE(saved.ok());
-  const std::string path = JoinPath(saved->dir, kIndexFile);
+  MixedCheckpoint ck;
+  ASSERT_FALSE(ck.dir.empty());
+  MemEnv& env = ck.env;
+  const auto& tensors = ck.tensors;
+  const std::string path = JoinPath(ck.dir, kIndexFile);
   const std::string orig = *ReadWholeFile(&env, path);
   const char* columns[] = {"chunks.raw_offset", "chunks.offset", "chunks.length",
                            "chunks.raw_length", "chunks.codec", "chunks.checksum",
@@ -126,9 +125,9 @@ TEST(Fuzz, MutatedIndexRows) {
                       " WHERE rowid = (SELECT rowid FROM " + table + " ORDER BY random() LIMIT 1)";
     (void)db->Exec(sql);  // constraint violations simply leave the row alone
     ASSERT_TRUE(WriteFileDurably(&env, path, *db->Serialize()).ok());
-    auto index = CheckpointIndex::Open(&env, saved->dir);
+    auto index = CheckpointIndex::Open(&env, ck.dir);
     ASSERT_TRUE(kCleanCodes.count(index.status().code())) << sql << index.status().ToString();
-    if (index.ok()) ReadAll(&env, saved->dir, tensors, sql + ": ");
+    if (index.ok()) ReadAll(&env, ck.dir, tensors, sql + ": ");
   }
 }
 

@@ -24,6 +24,7 @@ using testing::Expected;
 using testing::MakeRequest;
 using testing::MakeTensor;
 using testing::Mesh22;
+using testing::MixedCheckpoint;
 using testing::MixedTensors;
 
 TEST(ChunkCodec, CompressesWhenItPaysAndStoresRawOtherwise) {
@@ -304,12 +305,10 @@ TEST(Index, MergeRejectsUncoveredTensor) {
 }
 
 TEST(Index, MissingGarbageAndWrongVersionAreClearErrors) {
-  MemEnv env;
-  Mesh m = Mesh22();
-  auto tensors = MixedTensors(m);
-  auto saved = SaveCheckpoint(&env, MakeRequest("root", m, 1, tensors));
-  ASSERT_TRUE(saved.ok());
-  const std::string index_path = JoinPath(saved->dir, kIndexFile);
+  MixedCheckpoint ck;
+  ASSERT_FALSE(ck.dir.empty());
+  MemEnv& env = ck.env;
+  const std::string index_path = JoinPath(ck.dir, kIndexFile);
   auto image = ReadWholeFile(&env, index_path);
   ASSERT_TRUE(image.ok());
 
@@ -317,13 +316,13 @@ TEST(Index, MissingGarbageAndWrongVersionAreClearErrors) {
   auto db = SqliteDb::FromImage(*image, "x");
   ASSERT_TRUE(db->Exec("UPDATE meta SET value = '99' WHERE key = 'format_version'").ok());
   ASSERT_TRUE(WriteFileDurably(&env, index_path, *db->Serialize()).ok());
-  auto idx = CheckpointIndex::Open(&env, saved->dir);
+  auto idx = CheckpointIndex::Open(&env, ck.dir);
   EXPECT_EQ(idx.status().code(), Code::kInvalidArgument);
   EXPECT_NE(idx.status().message().find("version 99"), std::string::npos);
 
   // Garbage.
   ASSERT_TRUE(WriteFileDurably(&env, index_path, std::string(4096, 'g')).ok());
-  idx = CheckpointIndex::Open(&env, saved->dir);
+  idx = CheckpointIndex::Open(&env, ck.dir);
   EXPECT_EQ(idx.status().code(), Code::kDataLoss);
   EXPECT_NE(idx.status().message().find("index.sqlite"), std::string::npos);
 
@@ -331,11 +330,11 @@ TEST(Index, MissingGarbageAndWrongVersionAreClearErrors) {
   auto other = SqliteDb::OpenMemory();
   ASSERT_TRUE(other->Exec("CREATE TABLE x(y)").ok());
   ASSERT_TRUE(WriteFileDurably(&env, index_path, *other->Serialize()).ok());
-  EXPECT_EQ(CheckpointIndex::Open(&env, saved->dir).status().code(), Code::kDataLoss);
+  EXPECT_EQ(CheckpointIndex::Open(&env, ck.dir).status().code(), Code::kDataLoss);
 
   // Missing.
   ASSERT_TRUE(env.DeleteFile(index_path).ok());
-  EXPECT_EQ(CheckpointIndex::Open(&env, saved->dir).status().code(), Code::kNotFound);
+  EXPECT_EQ(CheckpointIndex::Open(&env, ck.dir).status().code(), Code::kNotFound);
 }
 
 TEST(CheckpointDir, CommitListDeleteAndGc) {
@@ -367,54 +366,51 @@ TEST(CheckpointDir, CommitListDeleteAndGc) {
 }
 
 TEST(Verify, EveryFlippedChunkIsReportedWithTensorFileAndOffset) {
-  MemEnv env;
-  Mesh m = Mesh22();
-  auto tensors = MixedTensors(m);
-  auto saved = SaveCheckpoint(&env, MakeRequest("root", m, 1, tensors));
-  ASSERT_TRUE(saved.ok());
-  auto index = CheckpointIndex::Open(&env, saved->dir);
+  MixedCheckpoint ck;
+  ASSERT_FALSE(ck.dir.empty());
+  MemEnv& env = ck.env;
+  const auto& tensors = ck.tensors;
+  auto index = CheckpointIndex::Open(&env, ck.dir);
   for (const auto& t : index->tensors()) {
     for (const auto& s : t.slices) {
       for (const auto& c : s.chunks) {
-        const std::string path = JoinPath(saved->dir, s.file);
+        const std::string path = JoinPath(ck.dir, s.file);
         std::string orig = *ReadWholeFile(&env, path);
         std::string bad = orig;
         bad[c.loc.offset + c.loc.length / 2] ^= 0x10;
         ASSERT_TRUE(WriteFileDurably(&env, path, bad).ok());
-        auto report = VerifyCheckpoint(&env, saved->dir);
+        auto report = VerifyCheckpoint(&env, ck.dir);
         ASSERT_TRUE(report.ok());
         ASSERT_EQ(report->bad_chunks.size(), 1u) << t.meta.name;
         EXPECT_EQ(report->bad_chunks[0].tensor, t.meta.name);
         EXPECT_EQ(report->bad_chunks[0].file, s.file);
         EXPECT_EQ(report->bad_chunks[0].offset, c.loc.offset);
         // Reading the tensor fails the same way: data_loss naming the tensor.
-        auto read = ReadSlice(&env, saved->dir, t.meta.name, FullSlice(t.meta.shape));
+        auto read = ReadSlice(&env, ck.dir, t.meta.name, FullSlice(t.meta.shape));
         EXPECT_EQ(read.status().code(), Code::kDataLoss);
         EXPECT_EQ(read.status().details()["tensor"], t.meta.name);
         ASSERT_TRUE(WriteFileDurably(&env, path, orig).ok());
       }
     }
   }
-  EXPECT_TRUE(VerifyCheckpoint(&env, saved->dir)->ok());
+  EXPECT_TRUE(VerifyCheckpoint(&env, ck.dir)->ok());
 }
 
 TEST(Verify, TruncatedAndMissingShardsAreProblems) {
-  MemEnv env;
-  Mesh m = Mesh22();
-  auto tensors = MixedTensors(m);
-  auto saved = SaveCheckpoint(&env, MakeRequest("root", m, 1, tensors));
-  ASSERT_TRUE(saved.ok());
-  const std::string shard0 = JoinPath(saved->dir, "shard-0.tsr");
+  MixedCheckpoint ck;
+  ASSERT_FALSE(ck.dir.empty());
+  MemEnv& env = ck.env;
+  const std::string shard0 = JoinPath(ck.dir, "shard-0.tsr");
   std::string orig = *ReadWholeFile(&env, shard0);
   ASSERT_TRUE(WriteFileDurably(&env, shard0, orig.substr(0, orig.size() / 2)).ok());
-  auto report = VerifyCheckpoint(&env, saved->dir);
+  auto report = VerifyCheckpoint(&env, ck.dir);
   ASSERT_TRUE(report.ok());
   EXPECT_FALSE(report->ok());
   EXPECT_FALSE(report->problems.empty());
   EXPECT_FALSE(report->bad_chunks.empty());
   for (const auto& b : report->bad_chunks) EXPECT_EQ(b.file, "shard-0.tsr");
   ASSERT_TRUE(env.DeleteFile(shard0).ok());
-  report = VerifyCheckpoint(&env, saved->dir);
+  report = VerifyCheckpoint(&env, ck.dir);
   ASSERT_TRUE(report.ok());
   EXPECT_NE(report->problems[0].find("missing"), std::string::npos);
 }
