@@ -369,7 +369,6 @@ TEST(Verify, EveryFlippedChunkIsReportedWithTensorFileAndOffset) {
   MixedCheckpoint ck;
   ASSERT_FALSE(ck.dir.empty());
   MemEnv& env = ck.env;
-  const auto& tensors = ck.tensors;
   auto index = CheckpointIndex::Open(&env, ck.dir);
   for (const auto& t : index->tensors()) {
     for (const auto& s : t.slices) {
