@@ -231,7 +231,7 @@ TEST_P(CollectivesTest, AllReduceMatchesReferenceOnEveryDtypeOpAndAlgorithm) {
   for (int n = 1; n <= 5; ++n) {
     Groups groups = Make(n);
     ASSERT_EQ(groups.size(), static_cast<size_t>(n));
-    for (int iter = 0; iter < 14; ++iter) {
+    for (int iter = 0; iter < 30; ++iter) {
       const DType dtype = Pick(rng, AllDTypes());
       ReduceOp op = Pick(rng, kOps);
       if (dtype == DType::kBool && op == ReduceOp::kMean) op = ReduceOp::kMax;
@@ -362,7 +362,7 @@ TEST_P(CollectivesTest, AllGatherStackedAndTiledWithUnevenFirstDimensions) {
   std::mt19937 rng(11);
   for (int n = 1; n <= 5; ++n) {
     Groups groups = Make(n);
-    for (int iter = 0; iter < 10; ++iter) {
+    for (int iter = 0; iter < 16; ++iter) {
       const DType dtype = Pick(rng, AllDTypes());
       AllGatherOptions o;
       static_cast<Options&>(o) = RandomOptions(rng);
@@ -401,7 +401,7 @@ TEST_P(CollectivesTest, ReduceScatterMatchesReference) {
   std::mt19937 rng(5);
   for (int n = 1; n <= 5; ++n) {
     Groups groups = Make(n);
-    for (int iter = 0; iter < 6; ++iter) {
+    for (int iter = 0; iter < 10; ++iter) {
       const DType dtype = Pick(rng, AllDTypes());
       ReduceOp op = Pick(rng, kOps);
       if (dtype == DType::kBool && op == ReduceOp::kMean) op = ReduceOp::kSum;

@@ -107,7 +107,6 @@ Status RecursiveDoublingAllReduce(Call& call, ReduceOp op, DType dtype, uint8_t*
   return Status::Ok();
 }
 
-
 Status RingReduceScatter(Call& call, ReduceOp op, DType dtype, uint8_t* data,
                          std::span<const Range> blocks, size_t chunk_elems) {
   const int n = call.size(), me = call.rank();

@@ -32,8 +32,8 @@ std::string RankList(const std::vector<int>& ranks) {
 
 Status CheckPeerRank(int self, int size, int peer) {
   if (peer >= 0 && peer < size && peer != self) return Status::Ok();
-  return InvalidArgument("rank " + std::to_string(self) + ": no peer rank " +
-                         std::to_string(peer) + " in a group of " + std::to_string(size));
+  return InvalidArgument("rank " + std::to_string(self) + ": no peer rank " + std::to_string(peer) +
+                         " in a group of " + std::to_string(size));
 }
 
 }  // namespace tessera::collectives
