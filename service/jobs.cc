@@ -143,7 +143,7 @@ Result<std::map<int64_t, Json>> Service::RunTasks(std::unique_lock<std::mutex>& 
                                                   const std::string& job_id,
                                                   const std::vector<std::string>& workers,
                                                   const std::map<int64_t, Json>& payloads,
-                                                  uint64_t total_bytes) {
+                                                  uint64_t total_bytes, int64_t timeout_ms) {
   {
     JobRecord& job = jobs_.at(job_id);
     job.tasks.clear();
@@ -171,7 +171,8 @@ Result<std::map<int64_t, Json>> Service::RunTasks(std::unique_lock<std::mutex>& 
   }
   cv_.notify_all();
   const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.job_timeout_ms);
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(timeout_ms >= 0 ? timeout_ms : options_.job_timeout_ms);
   while (true) {
     if (stopping_) return Unavailable("tesserad is shutting down");
     JobRecord& job = jobs_.at(job_id);

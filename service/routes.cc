@@ -147,6 +147,9 @@ void Service::AddRoutes(http::Router* router) {
   add("PUT", "/api/v1/meshes/{m+}/retention", [this](const Request& req) {
     return WithBody(req, [&](const Json& b) { return Reply(PutRetention(req.Param("m"), b)); });
   }, "retention {keep_last?, keep_every_n_steps?}");
+  add("POST", "/api/v1/meshes/{m+}/collectives", [this](const Request& req) {
+    return WithBody(req, [&](const Json& b) { return Reply(StartCollective(req.Param("m"), b), 202); });
+  }, "collective job {op, tensor, output, reduce?, axes?, tiled?, root?, message?, timeout_ms?}");
 
   // Meshes.
   add("GET", "/api/v1/meshes", [this](const Request&) { return Response::Json(200, ListMeshes()); },

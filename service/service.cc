@@ -373,7 +373,12 @@ Result<std::pair<int, Json>> Service::PutMesh(const std::string& name, const Jso
       wanted->push_back(w.get<std::string>());
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(std::optional<bool> self_test, OptionalBool(body, "self_test"));
+  ASSIGN_OR_RETURN(std::optional<int64_t> self_test_ms, OptionalInt(body, "self_test_timeout_ms"));
+  if (self_test_ms && (*self_test_ms < 1 || *self_test_ms > 600000)) {
+    return InvalidArgument("self_test_timeout_ms must be 1..600000", {{"field", "self_test_timeout_ms"}});
+  }
+  std::unique_lock<std::mutex> lock(mu_);
   auto existing = meshes_.find(name);
   if (existing != meshes_.end()) {
     const MeshRecord& m = existing->second;
@@ -428,8 +433,26 @@ Result<std::pair<int, Json>> Service::PutMesh(const std::string& name, const Jso
   MeshRecord rec{mesh, chosen, NowMs()};
   meshes_[name] = rec;
   PersistMesh(rec);
-  events_.Publish("mesh", rec.ToJson());
-  return std::make_pair(201, rec.ToJson());
+  Json out = rec.ToJson();
+  if (self_test.value_or(true)) {
+    // Seed 000: the workers merge the device table over the new mesh; a worker
+    // that is missing or disagrees is named and the mesh is not registered.
+    JobRecord* job = NewJob("mesh_init", name, -1, {{"timeout_ms", self_test_ms.value_or(10000)}});
+    const std::string job_id = job->id;
+    lock.unlock();
+    Status st = RunMeshInit(job_id);
+    lock.lock();
+    if (!st.ok()) {
+      meshes_.erase(name);
+      (void)catalog_->Delete("meshes", name);
+      return st.WithContext("mesh " + name + " failed its self-test (job " + job_id +
+                            "), so it is not registered")
+          .WithDetail("job", job_id);
+    }
+    out["self_test"] = {{"job", job_id}, {"ms", jobs_.at(job_id).ended_ms - jobs_.at(job_id).started_ms}};
+  }
+  events_.Publish("mesh", out);
+  return std::make_pair(201, out);
 }
 
 Json Service::ListMeshes() {

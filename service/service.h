@@ -77,6 +77,8 @@ class Service {
   Result<Json> StartRestore(const std::string& mesh, const std::string& step, const Json& body);
   Result<Json> StartVerify(const std::string& mesh, const std::string& step);
   Result<Json> PutRetention(const std::string& mesh, const Json& body);
+  // POST /api/v1/meshes/{m}/collectives: a job running `op` on every worker.
+  Result<Json> StartCollective(const std::string& mesh, const Json& body);
   Json ListJobs(const std::string& state, const std::string& kind, const std::string& mesh,
                 int64_t limit);
   Result<Json> GetJob(const std::string& id, int64_t wait_ms);
@@ -107,14 +109,23 @@ class Service {
   Status RunSave(const std::string& job_id);
   Status RunRestore(const std::string& job_id);
   Status RunVerify(const std::string& job_id);
+  Status RunCollective(const std::string& job_id);
+  // The registration self-test of a mesh (run synchronously by PutMesh).
+  Status RunMeshInit(const std::string& job_id);
+  Result<std::map<int64_t, Json>> RunCollectiveTasks(std::unique_lock<std::mutex>& lock,
+                                                     const std::string& job_id,
+                                                     const MeshRecord& mesh,
+                                                     const std::string& kind, const Json& request,
+                                                     int64_t timeout_ms);
   // Queues one task per (rank, payload) for the job's mesh workers and waits
-  // until all succeed, one fails, a worker dies, the job is cancelled or times out.
+  // until all succeed, one fails, a worker dies, the job is cancelled or times out
+  // (after timeout_ms, or options_.job_timeout_ms when negative).
   // REQUIRES: lock holds mu_. Results by rank.
   Result<std::map<int64_t, Json>> RunTasks(std::unique_lock<std::mutex>& lock,
                                            const std::string& job_id,
                                            const std::vector<std::string>& workers,
                                            const std::map<int64_t, Json>& payloads,
-                                           uint64_t total_bytes);
+                                           uint64_t total_bytes, int64_t timeout_ms = -1);
   JobRecord& BeginJob(const std::string& job_id);  // REQUIRES: mu_; marks it running
   void SetPhase(const std::string& job_id, const std::string& phase);  // REQUIRES: mu_
   void FinishJob(const std::string& job_id, const Status& status, Json result);  // REQUIRES: mu_

@@ -64,6 +64,7 @@ MeshResolver Agent::Resolver() {
       return Conflict("this worker (" + id_ + ") is not part of mesh " + mesh, {{"mesh", mesh}});
     }
     p.rank = it - workers.begin();
+    p.workers = workers;
     for (int64_t i = 0; i < m.devices_per_worker; ++i) {
       p.devices.push_back(p.rank * m.devices_per_worker + i);
     }
@@ -180,6 +181,8 @@ void Agent::Execute(Json task) {
   if (kind == "snapshot") r = DoSnapshot(task);
   if (kind == "write") r = DoWrite(task);
   if (kind == "restore") r = DoRestore(task);
+  if (kind == "collective") r = DoCollective(task);
+  if (kind == "mesh_init") r = DoMeshInit(task);
   if (!r.ok()) {
     std::fprintf(stderr, "worker %s: %s task of job %s failed: %s\n", id_.c_str(), kind.c_str(),
                  job.c_str(), r.status().ToString().c_str());
@@ -196,6 +199,9 @@ Result<MeshPlacement> Agent::PlacementFromTask(const Json& task) {
   MeshPlacement p;
   p.mesh = mesh;
   p.rank = task.value("rank", int64_t{0});
+  if (task.contains("workers") && task["workers"].is_array()) {
+    for (const auto& w : task["workers"]) p.workers.push_back(w.get<std::string>());
+  }
   for (int64_t i = 0; i < mesh.devices_per_worker; ++i) {
     p.devices.push_back(p.rank * mesh.devices_per_worker + i);
   }
@@ -445,6 +451,21 @@ void Agent::AddRoutes(http::Router* router) {
     auto r = client.Call("GET", "/api/v1/meshes/" + http::PercentEncode(*mesh) + "/checkpoints/latest");
     return r.ok() ? http::Response::Json(200, *r) : http::Response::Error(r.status());
   }, "the newest committed checkpoint of a mesh", false});
+  router->Add({"GET", "/v1/preemption", [this](const http::Request& req) {
+    auto mesh = req.Query("mesh");
+    if (!mesh) return http::Response::Error(InvalidArgument("missing query parameter 'mesh'", {{"field", "mesh"}}));
+    Status n = ValidateName(*mesh, "mesh");
+    if (!n.ok()) return http::Response::Error(n);
+    if (!req.Query("step")) {
+      return http::Response::Error(InvalidArgument("missing query parameter 'step'", {{"field", "step"}}));
+    }
+    auto step = http::QueryInt(req, "step", -1);
+    if (!step.ok()) return http::Response::Error(step.status());
+    auto timeout = http::QueryInt(req, "timeout_ms", 60000);
+    if (!timeout.ok()) return http::Response::Error(timeout.status());
+    auto r = PreemptionSyncPoint(*mesh, *step, *timeout);
+    return r.ok() ? http::Response::Json(200, *r) : http::Response::Error(r.status());
+  }, "reached_preemption_sync_point(step): {sync, sync_step}", false});
   router->Add({"GET", "/healthz", [this](const http::Request&) {
     return http::Response::Json(200, {{"status", "ok"}, {"worker", id_}});
   }, "liveness", false});

@@ -4,6 +4,8 @@
 //   write     its planned slices → shard-<rank>.tsr + fragment-<rank>.sqlite
 //   restore   read its devices' slices of a checkpoint (any mesh/layout)
 //   abort     drop the snapshot of a failed job
+//   collective  run a REST collectives job's op on tensors of the store
+//   mesh_init   the self-test of a newly registered mesh (device-table merge)
 // It survives tesserad restarts: on 404 it registers again under the same id.
 #pragma once
 
@@ -20,6 +22,7 @@
 #include "api/http/router.h"
 #include "storage/env.h"
 #include "storage/thread_pool.h"
+#include "worker/mesh_collectives.h"
 #include "worker/mesh_placement.h"
 #include "worker/tensor_store.h"
 
@@ -46,8 +49,12 @@ class Agent {
 
   // The store's view of meshes: fetched from tesserad, cached briefly.
   MeshResolver Resolver();
+  // The data-port addresses of a mesh's workers, from tesserad (for MeshCollectives).
+  PeerAddresses DataAddresses();
   // REQUIRES: called once before Start, with the store the local API serves.
   void SetStore(TensorStore* store) { store_ = store; }
+  // REQUIRES: called once before Start.
+  void SetCollectives(MeshCollectives* collectives) { collectives_ = collectives; }
   // REQUIRES: before Register.
   void SetLocalPort(int port) { options_.local_port = port; }
 
@@ -57,7 +64,7 @@ class Agent {
   void Stop();
   const std::string& id() const { return id_; }
 
-  // Local API: /v1/save and /v1/checkpoints/latest.
+  // Local API: /v1/save, /v1/checkpoints/latest and /v1/preemption.
   void AddRoutes(http::Router* router);
   Result<Json> SaveFromTrainer(const std::string& mesh, int64_t step, const Json& body,
                                bool wait_committed);
@@ -69,6 +76,10 @@ class Agent {
   Result<Json> DoSnapshot(const Json& task);
   Result<Json> DoWrite(const Json& task);
   Result<Json> DoRestore(const Json& task);
+  Result<Json> DoCollective(const Json& task);
+  Result<Json> DoMeshInit(const Json& task);
+  // reached_preemption_sync_point: asks tesserad (which decides the sync step).
+  Result<Json> PreemptionSyncPoint(const std::string& mesh, int64_t step, int64_t timeout_ms);
   void Report(http::Client* client, const std::string& task, const std::string& state,
               uint64_t done, uint64_t total, const Json& result, const Status& error);
   Result<MeshPlacement> PlacementFromTask(const Json& task);
@@ -76,6 +87,7 @@ class Agent {
   AgentOptions options_;
   storage::Env* env_;
   TensorStore* store_ = nullptr;
+  MeshCollectives* collectives_ = nullptr;
   std::string id_;
   int64_t heartbeat_ms_ = 500;
   storage::ThreadPool io_pool_;

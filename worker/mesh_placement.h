@@ -15,6 +15,7 @@ struct MeshPlacement {
   Mesh mesh;
   int64_t rank = 0;
   std::vector<int64_t> devices;  // ascending
+  std::vector<std::string> workers;  // the mesh's worker ids by rank (may be empty in tests)
 
   bool Owns(int64_t device) const {
     return device >= rank * mesh.devices_per_worker &&

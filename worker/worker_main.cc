@@ -2,11 +2,6 @@
 // tensors, and executes save / restore tasks from tesserad.
 #include <CLI/CLI.hpp>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <csignal>
 #include <cstdio>
 #include <map>
@@ -16,7 +11,10 @@
 #include "storage/env.h"
 #include "storage/fault_env.h"
 #include "worker/agent.h"
+#include "worker/collective_api.h"
+#include "worker/collectives/tcp_transport.h"
 #include "worker/local_api.h"
+#include "worker/mesh_collectives.h"
 
 namespace {
 
@@ -34,38 +32,21 @@ bool SplitHostPort(const std::string& s, std::string* host, int* port) {
   return *port >= 0 && *port <= 65535;
 }
 
-// Binds the data-plane listener (collectives between workers) and returns its port.
-int BindDataPort(const std::string& host, int port, int* fd_out) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1 ||
-      ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 64) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  *fd_out = fd;
-  return ntohs(addr.sin_port);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"tessera-worker: Tessera worker agent"};
   std::string server = "http://127.0.0.1:7070", token, name, local = "127.0.0.1:0",
-              data = "127.0.0.1:0", shm_dir = "/dev/shm";
+              data = "127.0.0.1:0", shm_dir = "/dev/shm", advertise;
   int devices = 1, io_threads = 2, copy_threads = 2;
   app.add_option("--server", server, "tesserad address");
   app.add_option("--token", token, "bearer token (else TESSERA_TOKEN)");
   app.add_option("--devices", devices, "devices this worker owns")->check(CLI::Range(1, 4096));
   app.add_option("--local-listen", local, "local API host:port (loopback only)");
   app.add_option("--data-listen", data, "data-plane host:port for collectives");
+  app.add_option("--host", advertise,
+                 "address other workers reach this one at (default: the --data-listen host, "
+                 "or 127.0.0.1 when that is 0.0.0.0)");
   app.add_option("--name", name, "stable worker name (id w-<name>)");
   app.add_option("--shm-dir", shm_dir, "where tensor mappings are created");
   app.add_option("--io-threads", io_threads, "compression threads")->check(CLI::Range(1, 64));
@@ -88,12 +69,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: the local API binds loopback only (127.0.0.1)\n");
     return 2;
   }
-  int data_fd = -1;
-  int bound_data = BindDataPort(data_host, data_port, &data_fd);
-  if (bound_data < 0) {
-    std::fprintf(stderr, "error: cannot listen on %s for the data plane\n", data.c_str());
+  // The data port: every collectives group this worker joins is reached through it.
+  auto listener = tessera::collectives::TcpListener::Bind(data_host, data_port);
+  if (!listener.ok()) {
+    std::fprintf(stderr, "error: data plane: %s\n", listener.status().ToString().c_str());
     return 1;
   }
+  const int bound_data = (*listener)->port();
+  auto acceptor = tessera::collectives::TcpAcceptor::Start(std::move(listener).value());
+  if (!acceptor.ok()) {
+    std::fprintf(stderr, "error: data plane: %s\n", acceptor.status().ToString().c_str());
+    return 1;
+  }
+  if (advertise.empty()) advertise = data_host == "0.0.0.0" ? "127.0.0.1" : data_host;
 
   // Fault injection (tests): TESSERA_FAULT_TASK_DELAY=kind:ms[,kind:ms] delays tasks;
   // TESSERA_FAULT_DISK_FULL_AFTER=bytes makes writes fail with ENOSPC after that many bytes.
@@ -123,6 +111,7 @@ int main(int argc, char** argv) {
   aopts.name = name;
   aopts.devices = devices;
   aopts.data_port = bound_data;
+  aopts.host = advertise;
   aopts.io_threads = io_threads;
   tessera::worker::Agent agent(aopts, env);
   tessera::worker::TensorStoreOptions sopts;
@@ -133,10 +122,13 @@ int main(int argc, char** argv) {
   }
   tessera::worker::TensorStore store(agent.Resolver(), sopts);
   agent.SetStore(&store);
+  tessera::worker::MeshCollectives collectives(acceptor->get(), agent.DataAddresses());
+  agent.SetCollectives(&collectives);
 
   auto router = std::make_shared<tessera::http::Router>();
   tessera::worker::AddTensorRoutes(router.get(), &store);
   agent.AddRoutes(router.get());
+  tessera::worker::AddCollectiveRoutes(router.get(), agent.Resolver(), &collectives);
   tessera::http::ServerOptions hopts;
   hopts.host = "127.0.0.1";
   hopts.port = local_port;
@@ -170,6 +162,5 @@ int main(int argc, char** argv) {
   http.Run();
   g_server = nullptr;
   agent.Stop();
-  ::close(data_fd);
   return 0;
 }

@@ -631,7 +631,7 @@ TEST_P(CollectivesTest, HierarchicalAllReduceEqualsFlat) {
       for (ReduceOp op : kOps) {
         const DType dtype = Pick<DType>(rng, {DType::kFloat32, DType::kBFloat16, DType::kInt16});
         const Shape shape = RandomShape(rng, 2, 8);
-        AllReduceOptions o;
+        HierarchicalAllReduceOptions o;
         o.op = op;
         std::vector<Tensor> per_device;
         for (int d = 0; d < workers * devices; ++d) {

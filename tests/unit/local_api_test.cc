@@ -23,7 +23,7 @@ using http::Response;
 // This worker is rank 1 of {data:2, model:2} with two devices each: it owns 2 and 3.
 Result<MeshPlacement> Resolve(const std::string& mesh) {
   if (mesh != "m") return NotFound("unknown mesh '" + mesh + "'", {{"mesh", mesh}});
-  return MeshPlacement{Mesh{"m", {{"data", 2}, {"model", 2}}, 2}, 1, {2, 3}};
+  return MeshPlacement{Mesh{"m", {{"data", 2}, {"model", 2}}, 2}, 1, {2, 3}, {}};
 }
 
 std::string Pattern(size_t n, int seed) {

@@ -22,7 +22,7 @@ const Mesh kMesh{"m", {{"data", 2}, {"model", 2}}, 2};
 
 Result<MeshPlacement> Resolve(const std::string& mesh) {
   if (mesh != "m") return NotFound("unknown mesh '" + mesh + "'", {{"mesh", mesh}});
-  return MeshPlacement{kMesh, 1, {2, 3}};
+  return MeshPlacement{kMesh, 1, {2, 3}, {}};
 }
 
 // Distinct bytes per (seed, position), so swapped or stale shards show.

@@ -8,7 +8,8 @@
 
 namespace tessera::collectives {
 
-Status HierarchicalAllReduce(Group& group, std::span<Tensor> local, const AllReduceOptions& o) {
+Status HierarchicalAllReduce(Group& group, std::span<Tensor> local,
+                             const HierarchicalAllReduceOptions& o) {
   if (local.empty()) {
     return InvalidArgument("hierarchical_all_reduce needs at least one local tensor");
   }
@@ -36,9 +37,13 @@ Status HierarchicalAllReduce(Group& group, std::span<Tensor> local, const AllRed
                    session.Begin({"hierarchical_all_reduce",
                                   DescribeType(first.dtype, first.shape) + ", " +
                                       std::string(ReduceOpName(o.op)) +
-                                      ", local_devices=" + std::to_string(local.size())}));
+                                      (o.total_devices < 0
+                                           ? ", local_devices=" + std::to_string(local.size())
+                                           : ", devices=" + std::to_string(o.total_devices))}));
   RETURN_IF_ERROR(AllReduceAccum(call, o.op, accum_dtype, accum.data(), count, o));
-  const int64_t devices = group.size() * static_cast<int64_t>(local.size());
+  const int64_t devices = o.total_devices >= 0
+                              ? o.total_devices
+                              : group.size() * static_cast<int64_t>(local.size());
   Status st = FinishReduce(o.op, first.dtype, accum.data(), count, devices, o.check_inf_nan,
                            local[0].data.data(), call.description());
   for (size_t i = 1; i < local.size(); ++i) local[i].data = local[0].data;

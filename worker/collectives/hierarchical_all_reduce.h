@@ -10,12 +10,19 @@
 
 namespace tessera::collectives {
 
+struct HierarchicalAllReduceOptions : AllReduceOptions {
+  // The number of devices over all workers, when workers hold different numbers
+  // of them (a subgroup of a mesh cutting through a worker's devices). -1: every
+  // worker holds local.size() devices, which is then part of the fingerprint.
+  int64_t total_devices = -1;
+};
+
 // `local` holds this worker's device tensors in device order (equal dtypes and
-// shapes, at least one). Every worker must have the same number of devices (it
-// is part of the fingerprint, so a different count is an error naming both).
+// shapes, at least one). Unless options.total_devices is set, every worker must
+// have the same number of devices (a different count is an error naming both).
 // The result equals an all-reduce over every device of every worker (flat); mean
-// divides by size() · local.size(). In place.
+// divides by the number of devices. In place.
 Status HierarchicalAllReduce(Group& group, std::span<Tensor> local,
-                             const AllReduceOptions& options = {});
+                             const HierarchicalAllReduceOptions& options = {});
 
 }  // namespace tessera::collectives

@@ -12,7 +12,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <new>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -73,8 +75,10 @@ uint32_t GetU32(const uint8_t* p) {
   return v;
 }
 
-// "host:port" or "[v6]:port" → (host, port).
-Result<std::pair<std::string, std::string>> SplitAddress(const std::string& address) {
+// "host:port" or "[v6]:port" → (host, port). A "name@" prefix (who listens
+// there, for messages) is skipped.
+Result<std::pair<std::string, std::string>> SplitAddress(const std::string& named_address) {
+  const std::string address = named_address.substr(named_address.find('@') + 1);
   size_t colon = address.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
     return InvalidArgument("bad address '" + address + "' (expected host:port)");
@@ -247,34 +251,28 @@ Result<Fd> ConnectTo(int peer, const std::string& address, const TcpOptions& o, 
   }
 }
 
-// Accepts one connection from a higher rank. Returns (-1, empty) for a connection
-// that is not a Tessera peer (ignored); an error for a peer that does not match.
-Result<std::pair<int, Fd>> AcceptOne(int listen_fd, const TcpOptions& o, Deadline deadline,
-                                     const std::set<int>& waiting) {
-  const std::string self = Describe(o.group_id, o.rank);
-  if (!WaitFor(listen_fd, POLLIN, deadline)) {
-    std::vector<int> missing(waiting.begin(), waiting.end());
-    return DeadlineExceeded(self + ": timed out after " +
-                                std::to_string(o.connect_timeout.count()) +
-                                " ms waiting for ranks " + RankList(missing) + " to connect",
-                            {{"missing_ranks", missing}});
-  }
-  Fd fd(::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-  if (fd.get() < 0) return std::make_pair(-1, Fd());  // e.g. the client gave up already
-  SetNoDelay(fd.get());
+// Reads the hello of a freshly accepted connection; nullopt for a connection that
+// is not a Tessera peer (to be dropped).
+std::optional<Hello> ReadHello(int fd, Deadline deadline) {
   const std::string what = "reading a hello";
   uint8_t head[24];
-  if (!ReadFull(fd.get(), head, sizeof(head), deadline, what).ok() || GetU32(head) != kHelloMagic ||
+  if (!ReadFull(fd, head, sizeof(head), deadline, what).ok() || GetU32(head) != kHelloMagic ||
       GetU32(head + 4) != kProtocolVersion) {
-    return std::make_pair(-1, Fd());
+    return std::nullopt;
   }
   Hello h{GetU32(head + 8), GetU32(head + 12), GetU32(head + 16), ""};
   uint32_t id_len = GetU32(head + 20);
-  if (id_len > kMaxGroupIdBytes) return std::make_pair(-1, Fd());
+  if (id_len > kMaxGroupIdBytes) return std::nullopt;
   h.group_id.resize(id_len);
-  if (!ReadFull(fd.get(), h.group_id.data(), id_len, deadline, what).ok()) {
-    return std::make_pair(-1, Fd());
-  }
+  if (!ReadFull(fd, h.group_id.data(), id_len, deadline, what).ok()) return std::nullopt;
+  return h;
+}
+
+// Checks a hello against this rank's options and answers it. Returns the peer's
+// rank once accepted; an error for a peer that does not match.
+Result<int> AnswerHello(int fd, const Hello& h, const TcpOptions& o, Deadline deadline,
+                        const std::set<int>& waiting) {
+  const std::string self = Describe(o.group_id, o.rank);
   const int from = static_cast<int>(h.from_rank);
   std::string reason;
   if (h.group_id != o.group_id) {
@@ -290,14 +288,43 @@ Result<std::pair<int, Fd>> AcceptOne(int listen_fd, const TcpOptions& o, Deadlin
              (from > o.rank && from < o.size ? " is already connected" : " is not expected here");
   }
   std::string reply = EncodeReply(reason.empty(), reason);
-  Status sent = WriteFull(fd.get(), reply.data(), reply.size(), deadline, "answering a hello");
+  Status sent = WriteFull(fd, reply.data(), reply.size(), deadline, "answering a hello");
   if (!reason.empty()) {
     return InvalidArgument(self + ": refused a connection from rank " + std::to_string(from) +
                                " of group '" + h.group_id + "': " + reason,
                            {{"peer_rank", from}});
   }
   RETURN_IF_ERROR(sent);
+  return from;
+}
+
+Status WaitingTimeout(const TcpOptions& o, const std::set<int>& waiting) {
+  std::vector<int> missing(waiting.begin(), waiting.end());
+  return DeadlineExceeded(Describe(o.group_id, o.rank) + ": timed out after " +
+                              std::to_string(o.connect_timeout.count()) +
+                              " ms waiting for ranks " + RankList(missing) + " to connect",
+                          {{"missing_ranks", missing}});
+}
+
+// Accepts one connection from a higher rank. Returns (-1, empty) for a connection
+// that is not a Tessera peer (ignored); an error for a peer that does not match.
+Result<std::pair<int, Fd>> AcceptOne(int listen_fd, const TcpOptions& o, Deadline deadline,
+                                     const std::set<int>& waiting) {
+  if (!WaitFor(listen_fd, POLLIN, deadline)) return WaitingTimeout(o, waiting);
+  Fd fd(::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+  if (fd.get() < 0) return std::make_pair(-1, Fd());  // e.g. the client gave up already
+  SetNoDelay(fd.get());
+  std::optional<Hello> h = ReadHello(fd.get(), deadline);
+  if (!h) return std::make_pair(-1, Fd());
+  ASSIGN_OR_RETURN(int from, AnswerHello(fd.get(), *h, o, deadline, waiting));
   return std::make_pair(from, std::move(fd));
+}
+
+// True while the peer has neither closed nor sent anything past its hello.
+bool StillWaiting(int fd) {
+  uint8_t byte;
+  ssize_t r = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
 }  // namespace
@@ -360,9 +387,37 @@ struct TcpTransport::Peer {
   bool said_goodbye = false;
 };
 
+struct TcpAcceptor::Pending {
+  Hello hello;
+  Fd fd;
+  Clock::time_point arrived;
+};
+
 Result<std::unique_ptr<TcpTransport>> TcpTransport::Connect(
     std::unique_ptr<TcpListener> listener, const std::vector<std::string>& addresses,
     const TcpOptions& o) {
+  if (listener == nullptr) return InvalidArgument("TcpTransport::Connect needs a listener");
+  return Join(addresses, o, [&](Deadline deadline, const std::set<int>& waiting) {
+    return AcceptOne(listener->fd_, o, deadline, waiting);
+  });
+}
+
+Result<std::unique_ptr<TcpTransport>> TcpTransport::Connect(
+    TcpAcceptor& acceptor, const std::vector<std::string>& addresses, const TcpOptions& o) {
+  return Join(addresses, o,
+              [&](Deadline deadline, const std::set<int>& waiting) -> Result<std::pair<int, Fd>> {
+                std::unique_ptr<TcpAcceptor::Pending> incoming =
+                    acceptor.Take(o.group_id, deadline);
+                if (!incoming) return WaitingTimeout(o, waiting);
+                ASSIGN_OR_RETURN(int from, AnswerHello(incoming->fd.get(), incoming->hello, o,
+                                                       deadline, waiting));
+                return std::make_pair(from, std::move(incoming->fd));
+              });
+}
+
+template <typename AcceptFn>
+Result<std::unique_ptr<TcpTransport>> TcpTransport::Join(const std::vector<std::string>& addresses,
+                                                         const TcpOptions& o, AcceptFn accept) {
   if (o.size < 1 || o.rank < 0 || o.rank >= o.size) {
     return InvalidArgument("rank " + std::to_string(o.rank) + " is not in a group of size " +
                            std::to_string(o.size));
@@ -371,7 +426,6 @@ Result<std::unique_ptr<TcpTransport>> TcpTransport::Connect(
     return InvalidArgument(std::to_string(addresses.size()) + " addresses for a group of size " +
                            std::to_string(o.size));
   }
-  if (listener == nullptr) return InvalidArgument("TcpTransport::Connect needs a listener");
   if (o.group_id.size() > kMaxGroupIdBytes) return InvalidArgument("group id too long");
   const Deadline deadline = Clock::now() + o.connect_timeout;
 
@@ -382,12 +436,11 @@ Result<std::unique_ptr<TcpTransport>> TcpTransport::Connect(
   std::set<int> waiting;
   for (int j = o.rank + 1; j < o.size; ++j) waiting.insert(j);
   while (!waiting.empty()) {
-    ASSIGN_OR_RETURN(auto accepted, AcceptOne(listener->fd_, o, deadline, waiting));
+    ASSIGN_OR_RETURN(auto accepted, accept(deadline, waiting));
     if (accepted.first < 0) continue;
     waiting.erase(accepted.first);
     fds[accepted.first] = std::move(accepted.second);
   }
-  listener.reset();
 
   std::vector<std::unique_ptr<Peer>> peers;
   for (int j = 0; j < o.size; ++j) {
@@ -397,6 +450,77 @@ Result<std::unique_ptr<TcpTransport>> TcpTransport::Connect(
     peers.push_back(std::move(peer));
   }
   return std::unique_ptr<TcpTransport>(new TcpTransport(o.rank, o.group_id, std::move(peers)));
+}
+
+// ---- TcpAcceptor ----
+
+Result<std::unique_ptr<TcpAcceptor>> TcpAcceptor::Start(std::unique_ptr<TcpListener> listener) {
+  if (listener == nullptr) return InvalidArgument("TcpAcceptor::Start needs a listener");
+  int stop_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (stop_fd < 0) return Unavailable("eventfd: " + ErrnoText(errno));
+  return std::unique_ptr<TcpAcceptor>(new TcpAcceptor(std::move(listener), stop_fd));
+}
+
+TcpAcceptor::TcpAcceptor(std::unique_ptr<TcpListener> listener, int stop_fd)
+    : listener_(std::move(listener)), stop_fd_(stop_fd) {
+  thread_ = std::thread([this] { AcceptLoop(); });
+}
+
+TcpAcceptor::~TcpAcceptor() {
+  uint64_t one = 1;
+  (void)!::write(stop_fd_, &one, sizeof(one));
+  thread_.join();
+  ::close(stop_fd_);
+}
+
+void TcpAcceptor::AcceptLoop() {
+  while (true) {
+    pollfd fds[2] = {{listener_->fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+    int rc = ::poll(fds, 2, 1000);
+    if (rc < 0 && errno != EINTR) return;
+    if (fds[1].revents != 0) return;
+    {
+      // Connections nobody took (their group never formed here) expire.
+      std::lock_guard<std::mutex> lock(mu_);
+      const auto now = Clock::now();
+      for (auto it = pending_.begin(); it != pending_.end();) {
+        it = now - it->second->arrived > kPendingLifetime ? pending_.erase(it) : std::next(it);
+      }
+    }
+    if (rc <= 0 || (fds[0].revents & POLLIN) == 0) continue;
+    Fd fd(::accept4(listener_->fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (fd.get() < 0) continue;
+    SetNoDelay(fd.get());
+    // A hello is a few bytes sent right after connecting; a client that is slower
+    // than this is not a peer.
+    std::optional<Hello> hello = ReadHello(fd.get(), Clock::now() + kHelloTimeout);
+    if (!hello) continue;
+    auto pending = std::make_unique<Pending>();
+    pending->hello = std::move(*hello);
+    pending->fd = std::move(fd);
+    pending->arrived = Clock::now();
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.emplace(pending->hello.group_id, std::move(pending));
+    cv_.notify_all();
+  }
+}
+
+std::unique_ptr<TcpAcceptor::Pending> TcpAcceptor::Take(const std::string& group_id,
+                                                          Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    for (auto it = pending_.find(group_id); it != pending_.end() && it->first == group_id;) {
+      std::unique_ptr<Pending> p = std::move(it->second);
+      it = pending_.erase(it);
+      // A peer that gave up (an earlier attempt to form the group) has closed.
+      if (!StillWaiting(p->fd.get())) continue;
+      return p;
+    }
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      auto it = pending_.find(group_id);
+      if (it == pending_.end()) return nullptr;
+    }
+  }
 }
 
 TcpTransport::TcpTransport(int rank, std::string group_id, std::vector<std::unique_ptr<Peer>> peers)

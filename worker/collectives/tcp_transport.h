@@ -20,6 +20,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -42,6 +44,8 @@ struct TcpOptions {
   std::chrono::milliseconds connect_timeout{30000};
 };
 
+class TcpAcceptor;
+
 class TcpListener {
  public:
   // Binds `host`:`port` and listens; port 0 asks the OS for a free port.
@@ -56,22 +60,63 @@ class TcpListener {
 
  private:
   friend class TcpTransport;
+  friend class TcpAcceptor;
   TcpListener(int fd, std::string address, int port);
   int fd_;
   std::string address_;
   int port_;
 };
 
+// A process's data port, shared by every group it joins: accepts connections,
+// reads their hellos and hands each to the Connect of the group it names, so
+// one well-known port serves any number of groups (one per mesh, per axis...).
+// A connection whose group never forms here is dropped after kPendingLifetime.
+class TcpAcceptor {
+ public:
+  static Result<std::unique_ptr<TcpAcceptor>> Start(std::unique_ptr<TcpListener> listener);
+  ~TcpAcceptor();
+  TcpAcceptor(const TcpAcceptor&) = delete;
+  TcpAcceptor& operator=(const TcpAcceptor&) = delete;
+
+  const std::string& address() const { return listener_->address(); }
+  int port() const { return listener_->port(); }
+
+  static constexpr std::chrono::seconds kPendingLifetime{60};
+  static constexpr std::chrono::seconds kHelloTimeout{2};
+
+ private:
+  friend class TcpTransport;
+  struct Pending;
+  TcpAcceptor(std::unique_ptr<TcpListener> listener, int stop_fd);
+  void AcceptLoop();
+  // The oldest live connection for `group_id`, waiting until `deadline`; null on timeout.
+  std::unique_ptr<Pending> Take(const std::string& group_id,
+                                std::chrono::steady_clock::time_point deadline);
+
+  std::unique_ptr<TcpListener> listener_;
+  int stop_fd_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::multimap<std::string, std::unique_ptr<Pending>> pending_;  // GUARDED_BY(mu_) by group
+  std::thread thread_;
+};
+
 class TcpTransport final : public Transport {
  public:
   // Joins the mesh as options.rank; addresses[j] is rank j's listener address
-  // (this rank's own entry is not used). The listener is closed once every
+  // (this rank's own entry is not used), optionally prefixed "name@" to name the
+  // peer in messages ("w-b@10.0.0.2:7071"). The listener is closed once every
   // higher rank has connected.
   // Errors: invalid_argument for bad options or a peer that does not match
   // (group id, world size, ranks), naming both sides' values; deadline_exceeded
   // naming the ranks that could not be reached or never connected
   // (details.missing_ranks); unavailable for other connection failures.
   static Result<std::unique_ptr<TcpTransport>> Connect(std::unique_ptr<TcpListener> listener,
+                                                       const std::vector<std::string>& addresses,
+                                                       const TcpOptions& options);
+  // The same, with higher ranks reaching this one through a shared acceptor
+  // (the process's data port); addresses[j] is rank j's acceptor address.
+  static Result<std::unique_ptr<TcpTransport>> Connect(TcpAcceptor& acceptor,
                                                        const std::vector<std::string>& addresses,
                                                        const TcpOptions& options);
   ~TcpTransport() override;
@@ -90,6 +135,9 @@ class TcpTransport final : public Transport {
   enum class FrameKind : uint32_t { kData = 1, kGoodbye = 2, kAbort = 3 };
 
   TcpTransport(int rank, std::string group_id, std::vector<std::unique_ptr<Peer>> peers);
+  template <typename AcceptFn>
+  static Result<std::unique_ptr<TcpTransport>> Join(const std::vector<std::string>& addresses,
+                                                    const TcpOptions& options, AcceptFn accept);
   Status SendFrame(int peer, FrameKind kind, std::span<const ConstBytes> parts, Deadline deadline);
   void ReceiveLoop();
   // Reads what `peer` has sent so far; false once its connection is finished.

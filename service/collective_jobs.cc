@@ -1,0 +1,158 @@
+// Collectives driven by tesserad: REST collectives jobs on tensors the workers
+// hold (API.md "Collectives driven over REST") and the self-test every new mesh
+// runs at registration (seed 000: the cluster checks itself at init).
+#include <set>
+
+#include "api/names.h"
+#include "service/service.h"
+
+namespace tessera::service {
+namespace {
+
+constexpr const char* kRestOps[] = {"all_reduce", "broadcast",    "all_gather",
+                                    "reduce_scatter", "assert_equal", "barrier"};
+constexpr const char* kReduceOps[] = {"sum", "prod", "min", "max", "mean"};
+
+template <size_t N>
+bool OneOf(const std::string& v, const char* const (&set)[N]) {
+  for (const char* s : set) {
+    if (v == s) return true;
+  }
+  return false;
+}
+
+// What can be checked without the tensors (which only the workers hold).
+Status CheckCollectiveBody(const Mesh& mesh, const Json& body) {
+  RETURN_IF_ERROR(RequireObject(body));
+  ASSIGN_OR_RETURN(std::string op, RequiredString(body, "op"));
+  if (!OneOf(op, kRestOps)) {
+    return InvalidArgument("op must be one of all_reduce, all_gather, reduce_scatter, broadcast, "
+                           "barrier, assert_equal; not '" + op + "'",
+                           {{"field", "op"}});
+  }
+  if (op != "barrier") {
+    ASSIGN_OR_RETURN(std::string tensor, RequiredString(body, "tensor"));
+    RETURN_IF_ERROR(ValidateName(tensor, "tensor"));
+  }
+  if (op != "barrier" && op != "assert_equal") {
+    ASSIGN_OR_RETURN(std::string output, RequiredString(body, "output"));
+    RETURN_IF_ERROR(ValidateName(output, "output"));
+    if (output == body.value("tensor", "")) {
+      return InvalidArgument("output must differ from tensor", {{"field", "output"}});
+    }
+  }
+  if (body.contains("axes")) {
+    if (!body["axes"].is_array()) {
+      return InvalidArgument("field 'axes' must be a list of mesh axis names", {{"field", "axes"}});
+    }
+    for (const Json& a : body["axes"]) {
+      if (!a.is_string() || mesh.AxisIndex(a.get<std::string>()) < 0) {
+        return InvalidArgument("axes: " + a.dump() + " is not an axis of mesh " + mesh.ToString(),
+                               {{"field", "axes"}});
+      }
+    }
+  }
+  ASSIGN_OR_RETURN(auto reduce, OptionalString(body, "reduce"));
+  if (reduce && !OneOf(*reduce, kReduceOps)) {
+    return InvalidArgument("reduce must be one of sum, prod, min, max, mean", {{"field", "reduce"}});
+  }
+  RETURN_IF_ERROR(OptionalBool(body, "tiled").status());
+  ASSIGN_OR_RETURN(auto root, OptionalInt(body, "root"));
+  if (root && (*root < 0 || *root >= mesh.num_devices())) {
+    return InvalidArgument("root must be a position 0.." + std::to_string(mesh.num_devices() - 1),
+                           {{"field", "root"}});
+  }
+  ASSIGN_OR_RETURN(auto timeout, OptionalInt(body, "timeout_ms"));
+  if (timeout && (*timeout < 1 || *timeout > 3600 * 1000)) {
+    return InvalidArgument("timeout_ms must be 1..3600000", {{"field", "timeout_ms"}});
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Json> Service::StartCollective(const std::string& mesh, const Json& body) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto m = meshes_.find(mesh);
+  if (m == meshes_.end()) return NotFound("no mesh " + mesh, {{"mesh", mesh}});
+  RETURN_IF_ERROR(CheckCollectiveBody(m->second.mesh, body));
+  JobRecord* job = NewJob("collective", mesh, -1, body);
+  Launch(job->id, &Service::RunCollective);
+  return Json{{"job", job->id}};
+}
+
+// One task per worker of the mesh, each running `request` as its rank.
+Result<std::map<int64_t, Json>> Service::RunCollectiveTasks(std::unique_lock<std::mutex>& lock,
+                                                            const std::string& job_id,
+                                                            const MeshRecord& mesh,
+                                                            const std::string& kind,
+                                                            const Json& request,
+                                                            int64_t timeout_ms) {
+  std::map<int64_t, Json> tasks;
+  for (int64_t r = 0; r < mesh.mesh.num_workers(); ++r) {
+    tasks[r] = {{"kind", kind},
+                {"mesh", MeshToJson(mesh.mesh)},
+                {"rank", r},
+                {"workers", mesh.workers},
+                {"request", request},
+                {"timeout_ms", timeout_ms}};
+  }
+  // The workers' own timeout fires first and names the ranks that did not join;
+  // this one only covers a worker that never picks its task up.
+  return RunTasks(lock, job_id, mesh.workers, tasks, 0, timeout_ms + 5000);
+}
+
+Status Service::RunCollective(const std::string& job_id) {
+  std::unique_lock<std::mutex> lock(mu_);
+  JobRecord& job = BeginJob(job_id);
+  const Json request = job.request;
+  Json result;
+  Status st = [&]() -> Status {
+    auto m = meshes_.find(job.mesh);
+    if (m == meshes_.end()) return NotFound("mesh " + job.mesh + " was deleted", {{"mesh", job.mesh}});
+    const MeshRecord mesh = m->second;
+    SetPhase(job_id, request.value("op", "collective"));
+    ASSIGN_OR_RETURN(auto results,
+                     RunCollectiveTasks(lock, job_id, mesh, "collective", request,
+                                        request.value("timeout_ms", int64_t{30000})));
+    result = results.at(0);
+    result.erase("bytes");
+    uint64_t bytes = 0;
+    for (const auto& [rank, r] : results) bytes += r.value("bytes", uint64_t{0});
+    result["output_bytes"] = bytes;
+    return Status::Ok();
+  }();
+  FinishJob(job_id, st, result);
+  return st;
+}
+
+Status Service::RunMeshInit(const std::string& job_id) {
+  std::unique_lock<std::mutex> lock(mu_);
+  JobRecord& job = BeginJob(job_id);
+  const int64_t timeout_ms = job.request.value("timeout_ms", int64_t{10000});
+  Json result;
+  Status st = [&]() -> Status {
+    auto m = meshes_.find(job.mesh);
+    if (m == meshes_.end()) return NotFound("mesh " + job.mesh + " was deleted", {{"mesh", job.mesh}});
+    const MeshRecord mesh = m->second;
+    SetPhase(job_id, "self_test");
+    ASSIGN_OR_RETURN(auto results, RunCollectiveTasks(lock, job_id, mesh, "mesh_init", Json::object(),
+                                                      timeout_ms));
+    // The merged table must be the same on every worker.
+    const std::string digest = results.at(0).value("digest", "");
+    for (const auto& [rank, r] : results) {
+      if (r.value("digest", "") != digest) {
+        const std::string& w = mesh.workers.at(rank);
+        return Internal("self-test: worker " + w + " (rank " + std::to_string(rank) +
+                            ") merged a different device table than rank 0",
+                        {{"worker", w}, {"rank", rank}});
+      }
+    }
+    result = {{"digest", digest}, {"devices", results.at(0).value("devices", Json::array())}};
+    return Status::Ok();
+  }();
+  FinishJob(job_id, st, result);
+  return st;
+}
+
+}  // namespace tessera::service

@@ -1,0 +1,407 @@
+// Collectives and coordination through real processes: tesserad + 4 workers on
+// loopback, mesh {data:2, model:2}, driven through the workers' local API (SPMD
+// calls from 4 threads, one per "trainer") and through REST collectives jobs.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstring>
+#include <functional>
+#include <random>
+#include <thread>
+
+#include "cluster_fixture.h"
+
+namespace tessera::e2e {
+namespace {
+
+const Mesh kMesh{"m", {{"data", 2}, {"model", 2}}, 1};
+
+std::string Floats(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+std::vector<float> ToFloats(const std::string& s) {
+  std::vector<float> v(s.size() / sizeof(float));
+  std::memcpy(v.data(), s.data(), v.size() * sizeof(float));
+  return v;
+}
+
+std::string Header(const http::RawResponse& r, const std::string& name) {
+  for (const auto& [k, v] : r.headers) {
+    if (strcasecmp(k.c_str(), name.c_str()) == 0) return v;
+  }
+  return "";
+}
+
+struct Answer {
+  int status = 0;
+  std::string body;
+  std::string shape;
+  Json error;  // the error object of a non-2xx answer
+};
+
+// Runs fn(rank) on one thread per rank and collects the answers.
+std::vector<Answer> OnWorkers(int n, const std::function<Answer(int)>& fn) {
+  std::vector<Answer> out(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { out[r] = fn(r); });
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+class CollectivesE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    cluster_ = StartCluster().release();
+    ASSERT_NE(cluster_, nullptr);
+    auto m = cluster_->PutMesh("m", Json::parse(R"([{"name":"data","size":2},{"name":"model","size":2}])"));
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    // Registration ran the self-test: the merged device table, same on every worker.
+    ASSERT_TRUE((*m).contains("self_test")) << m->dump();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+
+  // POST /v1/collectives/{op} on worker `rank` of mesh m.
+  static Answer Collective(int rank, const std::string& op, const std::string& query,
+                           const std::string& body) {
+    http::Client local(cluster_->worker_url(rank), "", 60);
+    auto r = local.Send("POST", "/v1/collectives/" + op + "?mesh=m&" + query, body,
+                        "application/octet-stream");
+    Answer a;
+    if (!r.ok()) {
+      a.error = {{"message", r.status().ToString()}};
+      return a;
+    }
+    a.status = r->status;
+    a.body = r->body;
+    a.shape = Header(*r, "X-Tessera-Shape");
+    if (a.status >= 300) a.error = Json::parse(a.body, nullptr, false).value("error", Json());
+    return a;
+  }
+
+  static LocalCluster* cluster_;
+};
+LocalCluster* CollectivesE2E::cluster_ = nullptr;
+
+TEST_F(CollectivesE2E, AllReduceAlongDataMatchesReference) {
+  // Device d = (data d/2, model d%2); along data the groups are {0,2} and {1,3}.
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> small(-50, 50);
+  std::vector<std::vector<float>> in(4, std::vector<float>(6));
+  for (auto& v : in) {
+    for (float& x : v) x = static_cast<float>(small(rng));
+  }
+  for (const char* reduce : {"sum", "max", "mean"}) {
+    auto answers = OnWorkers(4, [&](int r) {
+      return Collective(r, "all_reduce", std::string("axes=data&dtype=float32&shape=2,3&reduce=") + reduce,
+                        Floats(in[r]));
+    });
+    for (int r = 0; r < 4; ++r) {
+      ASSERT_EQ(answers[r].status, 200) << reduce << " rank " << r << ": " << answers[r].body;
+      EXPECT_EQ(answers[r].shape, "2,3");
+      const int peer = r ^ 2;  // the other device of the data group
+      std::vector<float> want(6);
+      for (int i = 0; i < 6; ++i) {
+        float a = in[r][i], b = in[peer][i];
+        want[i] = std::string(reduce) == "sum" ? a + b : std::string(reduce) == "max" ? std::max(a, b)
+                                                                                     : (a + b) / 2;
+      }
+      EXPECT_EQ(ToFloats(answers[r].body), want) << reduce << " rank " << r;
+    }
+  }
+}
+
+TEST_F(CollectivesE2E, AllGatherAlongModelTiledAndStacked) {
+  // Along model the groups are {0,1} and {2,3}.
+  auto tiled = OnWorkers(4, [&](int r) {
+    return Collective(r, "all_gather", "axes=model&dtype=float32&shape=2&tiled=true",
+                      Floats({float(r), float(10 * r)}));
+  });
+  auto stacked = OnWorkers(4, [&](int r) {
+    return Collective(r, "all_gather", "axes=model&dtype=float32&shape=2",
+                      Floats({float(r), float(10 * r)}));
+  });
+  for (int r = 0; r < 4; ++r) {
+    const int first = r & ~1;
+    std::vector<float> want = {float(first), float(10 * first), float(first + 1),
+                               float(10 * (first + 1))};
+    ASSERT_EQ(tiled[r].status, 200) << tiled[r].body;
+    EXPECT_EQ(tiled[r].shape, "4");
+    EXPECT_EQ(ToFloats(tiled[r].body), want);
+    ASSERT_EQ(stacked[r].status, 200) << stacked[r].body;
+    EXPECT_EQ(stacked[r].shape, "2,2");
+    EXPECT_EQ(ToFloats(stacked[r].body), want);
+  }
+}
+
+TEST_F(CollectivesE2E, ReduceScatterAndBroadcastOverTheWholeMesh) {
+  auto rs = OnWorkers(4, [&](int r) {
+    std::vector<float> v(8);
+    for (int i = 0; i < 8; ++i) v[i] = float(i * (r + 1));
+    return Collective(r, "reduce_scatter", "dtype=float32&shape=8", Floats(v));
+  });
+  auto bc = OnWorkers(4, [&](int r) {
+    return Collective(r, "broadcast", "dtype=float32&shape=2&root=2", Floats({float(r), 7.f}));
+  });
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(rs[r].status, 200) << rs[r].body;
+    // Sum over ranks of i·(r+1) = 10·i; device r keeps rows [2r, 2r+2).
+    EXPECT_EQ(ToFloats(rs[r].body), (std::vector<float>{10.f * 2 * r, 10.f * (2 * r + 1)}));
+    ASSERT_EQ(bc[r].status, 200) << bc[r].body;
+    EXPECT_EQ(ToFloats(bc[r].body), (std::vector<float>{2.f, 7.f}));
+  }
+}
+
+TEST_F(CollectivesE2E, MultihostUtils) {
+  // broadcast_one_to_all: rank 0 is the source by default; others contribute zeros.
+  auto b = OnWorkers(4, [&](int r) {
+    return Collective(r, "broadcast_one_to_all", "dtype=float32&shape=3",
+                      Floats({float(r + 1), 2.f, 3.f}));
+  });
+  // With an explicit source.
+  auto b2 = OnWorkers(4, [&](int r) {
+    return Collective(r, "broadcast_one_to_all",
+                      std::string("dtype=float32&shape=1&is_source=") + (r == 3 ? "true" : "false"),
+                      Floats({float(r + 1)}));
+  });
+  // process_allgather: stacked adds a leading axis of size 4; tiled concatenates;
+  // scalars are always stacked.
+  auto stacked = OnWorkers(4, [&](int r) {
+    return Collective(r, "process_allgather", "dtype=float32&shape=2", Floats({float(r), 1.f}));
+  });
+  auto tiled = OnWorkers(4, [&](int r) {
+    return Collective(r, "process_allgather", "dtype=float32&shape=2&tiled=true",
+                      Floats({float(r), 1.f}));
+  });
+  auto scalar = OnWorkers(4, [&](int r) {
+    return Collective(r, "process_allgather", "dtype=float32&shape=&tiled=true", Floats({float(r)}));
+  });
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(b[r].status, 200) << b[r].body;
+    EXPECT_EQ(ToFloats(b[r].body), (std::vector<float>{1.f, 2.f, 3.f}));
+    ASSERT_EQ(b2[r].status, 200) << b2[r].body;
+    EXPECT_EQ(ToFloats(b2[r].body), (std::vector<float>{4.f}));
+    ASSERT_EQ(stacked[r].status, 200) << stacked[r].body;
+    EXPECT_EQ(stacked[r].shape, "4,2");
+    EXPECT_EQ(ToFloats(stacked[r].body), (std::vector<float>{0, 1, 1, 1, 2, 1, 3, 1}));
+    ASSERT_EQ(tiled[r].status, 200) << tiled[r].body;
+    EXPECT_EQ(tiled[r].shape, "8");
+    ASSERT_EQ(scalar[r].status, 200) << scalar[r].body;
+    EXPECT_EQ(scalar[r].shape, "4");
+    EXPECT_EQ(ToFloats(scalar[r].body), (std::vector<float>{0, 1, 2, 3}));
+  }
+}
+
+TEST_F(CollectivesE2E, AssertEqualNamesTheDifferingWorker) {
+  auto ok = OnWorkers(4, [&](int r) {
+    return Collective(r, "assert_equal", "dtype=float32&shape=1&message=weights", Floats({1.f}));
+  });
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(ok[r].status, 200) << ok[r].body;
+  auto bad = OnWorkers(4, [&](int r) {
+    return Collective(r, "assert_equal", "dtype=float32&shape=1&message=weights",
+                      Floats({r == 2 ? 5.f : 1.f}));
+  });
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(bad[r].status, 409) << bad[r].body;
+    const std::string msg = bad[r].error.value("message", "");
+    EXPECT_NE(msg.find("weights"), std::string::npos) << msg;
+    EXPECT_EQ(bad[r].error["details"]["differing_workers"], Json::array({"w-worker-2"}))
+        << bad[r].error.dump();
+  }
+}
+
+TEST_F(CollectivesE2E, BarrierNameHashAndMeshSize) {
+  auto barrier = [&](int r, const std::string& name, const std::string& extra = "") {
+    http::Client local(cluster_->worker_url(r), "", 60);
+    auto res = local.Send("POST", "/v1/barriers/" + name + "?mesh=m&timeout_ms=10000" + extra, "{}");
+    Answer a;
+    if (res.ok()) {
+      a.status = res->status;
+      a.body = res->body;
+      a.error = Json::parse(a.body, nullptr, false).value("error", Json());
+    }
+    return a;
+  };
+  auto ok = OnWorkers(4, [&](int r) { return barrier(r, "epoch-1"); });
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(ok[r].status, 200) << ok[r].body;
+
+  // sync_global_devices with mixed names fails everywhere, naming both.
+  auto mixed = OnWorkers(4, [&](int r) { return barrier(r, r == 1 ? "epoch-X" : "epoch-2"); });
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(mixed[r].status, 409) << mixed[r].body;
+    const std::string msg = mixed[r].error.value("message", "");
+    EXPECT_NE(msg.find("epoch-X"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("epoch-2"), std::string::npos) << msg;
+  }
+
+  // A worker that brings another number of devices: the all-reduce of ones does
+  // not add up to the mesh size.
+  auto wrong = OnWorkers(4, [&](int r) { return barrier(r, "epoch-3", r == 0 ? "&local_devices=2" : ""); });
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(wrong[r].status, 409) << wrong[r].body;
+    EXPECT_NE(wrong[r].error.value("message", "").find("wrong mesh size"), std::string::npos)
+        << wrong[r].body;
+    EXPECT_EQ(wrong[r].error["details"]["expected"], 4);
+    EXPECT_EQ(wrong[r].error["details"]["actual"], 5);
+  }
+
+  // The group recovers: the next barrier passes.
+  auto again = OnWorkers(4, [&](int r) { return barrier(r, "epoch-4"); });
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(again[r].status, 200) << again[r].body;
+}
+
+TEST_F(CollectivesE2E, MismatchedOpsAreNamedAndTheGroupRecovers) {
+  auto mixed = OnWorkers(4, [&](int r) {
+    return r == 3 ? Collective(r, "all_gather", "dtype=float32&shape=2", Floats({1, 2}))
+                  : Collective(r, "all_reduce", "dtype=float32&shape=2", Floats({1, 2}));
+  });
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(mixed[r].status, 409) << mixed[r].body;
+    const std::string msg = mixed[r].error.value("message", "");
+    EXPECT_NE(msg.find("all_gather"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("all_reduce"), std::string::npos) << msg;
+  }
+  auto after = OnWorkers(4, [&](int r) {
+    return Collective(r, "all_reduce", "dtype=int32&shape=1", std::string("\x01\0\0\0", 4));
+  });
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(after[r].status, 200) << after[r].body;
+    EXPECT_EQ(after[r].body, std::string("\x04\0\0\0", 4));
+  }
+}
+
+TEST_F(CollectivesE2E, MissingWorkerTimesOutNamingIt) {
+  auto answers = OnWorkers(3, [&](int r) {
+    return Collective(r, "all_reduce", "dtype=float32&shape=1&timeout_ms=1500", Floats({1.f}));
+  });
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(answers[r].status, 504) << answers[r].body;
+    EXPECT_EQ(answers[r].error["details"]["missing_workers"], Json::array({"w-worker-3"}))
+        << answers[r].error.dump();
+  }
+  // Worker 3 catches up later with the same call; it finds nobody and times out too,
+  // then everyone is in step again.
+  auto late = Collective(3, "all_reduce", "dtype=float32&shape=1&timeout_ms=1500", Floats({1.f}));
+  EXPECT_EQ(late.status, 504) << late.body;
+  auto after = OnWorkers(4, [&](int r) {
+    return Collective(r, "all_reduce", "dtype=float32&shape=1", Floats({1.f}));
+  });
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(after[r].status, 200) << after[r].body;
+    EXPECT_EQ(ToFloats(after[r].body), std::vector<float>{4.f});
+  }
+}
+
+TEST_F(CollectivesE2E, RestCollectiveJobs) {
+  // x: [4,2] float32 sharded on data; g: replicated, a different value on each device.
+  GlobalTensor x = MakeGlobal("x", DType::kFloat32, {4, 2}, Layout{{"data", "unsharded"}}, 11);
+  Push(*cluster_, kMesh, x);
+  for (int d = 0; d < 4; ++d) {
+    http::Client local(cluster_->worker_url(d));
+    auto r = local.Send("PUT", "/v1/tensors/g?mesh=m&device=" + std::to_string(d) +
+                                   "&dtype=float32&shape=2&layout=unsharded",
+                        Floats({float(d), 1.f}), "application/octet-stream");
+    ASSERT_TRUE(r.ok() && r->status == 204);
+  }
+  auto run = [&](const Json& body) {
+    auto r = cluster_->Call("POST", "/api/v1/meshes/m/collectives", body);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? Wait(*cluster_, r->value("job", "")) : Json();
+  };
+  // all_gather along data unshards x's first dimension: every device holds all of x.
+  Json j = run({{"op", "all_gather"}, {"tensor", "x"}, {"output", "x_full"}, {"axes", {"data"}},
+                {"tiled", true}});
+  ASSERT_EQ(j.value("state", ""), "succeeded") << j.dump();
+  EXPECT_EQ(j["result"]["layout"], Json::array({"unsharded", "unsharded"}));
+  GlobalTensor full = x;
+  full.name = "x_full";
+  ExpectShards(*cluster_, kMesh, full, Layout{{"unsharded", "unsharded"}});
+
+  // all_reduce mean of g along data: devices {0,2} → (0+2)/2, {1,3} → (1+3)/2.
+  j = run({{"op", "all_reduce"}, {"tensor", "g"}, {"output", "g_mean"}, {"axes", {"data"}},
+           {"reduce", "mean"}});
+  ASSERT_EQ(j.value("state", ""), "succeeded") << j.dump();
+  for (int d = 0; d < 4; ++d) {
+    http::Client local(cluster_->worker_url(d));
+    auto r = local.Send("GET", "/v1/tensors/g_mean?mesh=m&device=" + std::to_string(d));
+    ASSERT_TRUE(r.ok() && r->status == 200);
+    EXPECT_EQ(ToFloats(r->body), (std::vector<float>{d % 2 == 0 ? 1.f : 2.f, 1.f})) << d;
+  }
+
+  // reduce_scatter of x_full along data: the sum over the 2 devices, sharded on data.
+  j = run({{"op", "reduce_scatter"}, {"tensor", "x_full"}, {"output", "x_rs"}, {"axes", {"data"}}});
+  ASSERT_EQ(j.value("state", ""), "succeeded") << j.dump();
+  EXPECT_EQ(j["result"]["layout"], Json::array({"data", "unsharded"}));
+  for (int d = 0; d < 4; ++d) {
+    http::Client local(cluster_->worker_url(d));
+    auto r = local.Send("GET", "/v1/tensors/x_rs?mesh=m&device=" + std::to_string(d));
+    ASSERT_TRUE(r.ok() && r->status == 200);
+    std::vector<float> want = ToFloats(x.Slice(DeviceSlice(kMesh, x.layout, x.shape, d)));
+    for (float& v : want) v *= 2;
+    EXPECT_EQ(ToFloats(r->body), want) << d;
+  }
+
+  // assert_equal fails naming the workers whose g differs; barrier passes.
+  j = run({{"op", "assert_equal"}, {"tensor", "g"}, {"message", "g must be replicated"}});
+  EXPECT_EQ(j.value("state", ""), "failed") << j.dump();
+  EXPECT_NE(j["error"].value("message", "").find("g must be replicated"), std::string::npos)
+      << j.dump();
+  j = run({{"op", "barrier"}});
+  EXPECT_EQ(j.value("state", ""), "succeeded") << j.dump();
+
+  // Bad requests are refused before any worker is involved.
+  for (const Json& body : {Json{{"op", "all_scatter"}, {"tensor", "x"}, {"output", "y"}},
+                           Json{{"op", "all_reduce"}, {"tensor", "x"}},
+                           Json{{"op", "all_reduce"}, {"tensor", "x"}, {"output", "y"}, {"axes", {"pipe"}}},
+                           Json{{"op", "all_reduce"}, {"tensor", "x"}, {"output", "y"}, {"reduce", "avg"}}}) {
+    auto r = cluster_->Call("POST", "/api/v1/meshes/m/collectives", body);
+    ASSERT_FALSE(r.ok()) << body.dump();
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << r.status().ToString();
+  }
+  // A tensor that is not there: the job fails naming it.
+  j = run({{"op", "all_reduce"}, {"tensor", "nope"}, {"output", "y"}, {"timeout_ms", 2000}});
+  EXPECT_EQ(j.value("state", ""), "failed");
+  EXPECT_NE(j["error"].value("message", "").find("nope"), std::string::npos) << j.dump();
+}
+
+// Last in the suite: it kills a worker.
+TEST_F(CollectivesE2E, ZKilledPeerMidCollectiveIsNamed) {
+  // Three workers enter an all-reduce that worker 3 never joins; then it dies.
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    cluster_->KillWorker(3);
+  });
+  auto answers = OnWorkers(3, [&](int r) {
+    return Collective(r, "all_reduce", "dtype=float32&shape=1&timeout_ms=20000", Floats({1.f}));
+  });
+  killer.join();
+  for (int r = 0; r < 3; ++r) {
+    // Not a timeout: the lost connection ends the call at once, naming the worker.
+    EXPECT_EQ(answers[r].status, 503) << answers[r].body;
+    EXPECT_NE(answers[r].error.dump().find("w-worker-3"), std::string::npos)
+        << answers[r].error.dump();
+  }
+}
+
+TEST(MeshSelfTest, AWorkerThatDoesNotJoinIsNamed) {
+  tools::ClusterOptions opts;
+  opts.workers = 2;
+  opts.worker_env[1] = {"TESSERA_FAULT_TASK_DELAY=mesh_init:4000"};
+  auto c = StartCluster(opts);
+  ASSERT_NE(c, nullptr);
+  auto r = c->Call("PUT", "/api/v1/meshes/pair",
+                   {{"axes", {{{"name", "data"}, {"size", 2}}}},
+                    {"workers", {"w-worker-0", "w-worker-1"}},
+                    {"self_test_timeout_ms", 1500}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kDeadlineExceeded) << r.status().ToString();
+  EXPECT_NE(r.status().ToString().find("w-worker-1"), std::string::npos) << r.status().ToString();
+  // Not registered.
+  EXPECT_FALSE(c->Call("GET", "/api/v1/meshes/pair").ok());
+}
+
+}  // namespace
+}  // namespace tessera::e2e

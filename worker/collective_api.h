@@ -1,0 +1,25 @@
+// The collectives routes of a worker's local API (API.md): SPMD calls a trainer
+// makes on every worker of a mesh at once.
+//   POST /v1/collectives/{op}?mesh=&axes=&dtype=&shape=&reduce=&tiled=&root=&...
+//        body = this worker's local-device inputs of `shape`, concatenated in
+//        device order (process-level ops broadcast_one_to_all / process_allgather:
+//        one value); answers the outputs the same way, with headers
+//        X-Tessera-Dtype, X-Tessera-Shape (one output's) and X-Tessera-Outputs.
+//   POST /v1/barriers/{name+}?mesh=&timeout_ms=  sync_global_devices(name)
+#pragma once
+
+#include "api/http/router.h"
+#include "worker/mesh_collectives.h"
+#include "worker/mesh_placement.h"
+
+namespace tessera::worker {
+
+void AddCollectiveRoutes(http::Router* router, MeshResolver resolver,
+                         MeshCollectives* collectives);
+
+// Splits `bytes` into `count` tensors of dtype × shape; invalid_argument naming
+// the expected size otherwise.
+Result<std::vector<collectives::Tensor>> SplitInputs(std::string_view bytes, size_t count,
+                                                     DType dtype, const Shape& shape);
+
+}  // namespace tessera::worker

@@ -1,0 +1,147 @@
+#include "worker/collective_request.h"
+
+#include <charconv>
+#include <utility>
+
+namespace tessera::worker {
+namespace {
+
+struct OpName {
+  CollectiveOp op;
+  std::string_view name;
+};
+constexpr OpName kOps[] = {
+    {CollectiveOp::kAllReduce, "all_reduce"},
+    {CollectiveOp::kAllGather, "all_gather"},
+    {CollectiveOp::kReduceScatter, "reduce_scatter"},
+    {CollectiveOp::kBroadcast, "broadcast"},
+    {CollectiveOp::kAssertEqual, "assert_equal"},
+    {CollectiveOp::kBarrier, "barrier"},
+    {CollectiveOp::kBroadcastOneToAll, "broadcast_one_to_all"},
+    {CollectiveOp::kProcessAllGather, "process_allgather"},
+};
+
+Result<bool> ParseBool(const std::string& text, const std::string& field) {
+  if (text == "true" || text == "1") return true;
+  if (text == "false" || text == "0") return false;
+  return InvalidArgument(field + " must be true or false, not '" + text + "'", {{"field", field}});
+}
+
+Result<int64_t> ParseInt(const std::string& text, const std::string& field) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    return InvalidArgument(field + " must be an integer, not '" + text + "'", {{"field", field}});
+  }
+  return v;
+}
+
+std::vector<std::string> SplitCommas(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size() && !text.empty()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    if (comma > start) out.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string_view CollectiveOpName(CollectiveOp op) {
+  for (const OpName& o : kOps) {
+    if (o.op == op) return o.name;
+  }
+  return "?";
+}
+
+Result<CollectiveOp> ParseCollectiveOp(std::string_view name) {
+  std::vector<std::string> names;
+  for (const OpName& o : kOps) {
+    if (o.name == name) return o.op;
+    names.emplace_back(o.name);
+  }
+  return InvalidArgument("unknown collective '" + std::string(name) + "'",
+                         {{"field", "op"}, {"allowed", names}});
+}
+
+Result<collectives::ReduceOp> ParseReduceOp(std::string_view name) {
+  using collectives::ReduceOp;
+  for (ReduceOp op :
+       {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kMean}) {
+    if (collectives::ReduceOpName(op) == name) return op;
+  }
+  return InvalidArgument("reduce must be one of sum, prod, min, max, mean, not '" +
+                             std::string(name) + "'",
+                         {{"field", "reduce"}});
+}
+
+Result<CollectiveRequest> ParseCollectiveRequest(std::string_view op, const ParamGetter& get) {
+  CollectiveRequest r;
+  ASSIGN_OR_RETURN(r.op, ParseCollectiveOp(op));
+  if (auto v = get("mesh")) r.mesh = *v;
+  if (auto v = get("axes")) r.axes = SplitCommas(*v);
+  if (r.takes_input()) {
+    auto dtype = get("dtype");
+    if (!dtype) return InvalidArgument("missing parameter 'dtype'", {{"field", "dtype"}});
+    ASSIGN_OR_RETURN(r.dtype, ParseDType(*dtype, "dtype"));
+    auto shape = get("shape");
+    if (!shape) return InvalidArgument("missing parameter 'shape'", {{"field", "shape"}});
+    ASSIGN_OR_RETURN(r.shape, ParseShape(*shape, "shape"));
+  }
+  if (auto v = get("reduce")) {
+    ASSIGN_OR_RETURN(r.reduce, ParseReduceOp(*v));
+  }
+  if (auto v = get("tiled")) {
+    ASSIGN_OR_RETURN(r.tiled, ParseBool(*v, "tiled"));
+  }
+  if (auto v = get("root")) {
+    ASSIGN_OR_RETURN(r.root, ParseInt(*v, "root"));
+  }
+  if (auto v = get("is_source")) {
+    ASSIGN_OR_RETURN(r.is_source, ParseBool(*v, "is_source"));
+  }
+  if (auto v = get("check_inf_nan")) {
+    ASSIGN_OR_RETURN(r.check_inf_nan, ParseBool(*v, "check_inf_nan"));
+  }
+  if (auto v = get("message")) r.message = *v;
+  if (auto v = get("local_devices")) {
+    ASSIGN_OR_RETURN(r.local_devices, ParseInt(*v, "local_devices"));
+    if (r.local_devices < 0) {
+      return InvalidArgument("local_devices must be ≥ 0", {{"field", "local_devices"}});
+    }
+  }
+  if (auto v = get("name")) r.name = *v;
+  if (auto v = get("timeout_ms")) {
+    ASSIGN_OR_RETURN(r.timeout_ms, ParseInt(*v, "timeout_ms"));
+    if (r.timeout_ms < 1 || r.timeout_ms > 3600 * 1000) {
+      return InvalidArgument("timeout_ms must be 1..3600000", {{"field", "timeout_ms"}});
+    }
+  }
+  if (r.root < 0) return InvalidArgument("root must be ≥ 0", {{"field", "root"}});
+  if (r.op == CollectiveOp::kAllReduce || r.op == CollectiveOp::kReduceScatter) {
+    RETURN_IF_ERROR(collectives::CheckReducible(r.dtype, r.reduce));
+  }
+  return r;
+}
+
+ParamGetter JsonParams(const Json& object) {
+  return [object](const std::string& key) -> std::optional<std::string> {
+    auto it = object.find(key);
+    if (it == object.end() || it->is_null()) return std::nullopt;
+    if (it->is_string()) return it->get<std::string>();
+    if (it->is_array()) {
+      std::string joined;
+      for (const Json& e : *it) {
+        if (!joined.empty()) joined += ',';
+        joined += e.is_string() ? e.get<std::string>() : e.dump();
+      }
+      return joined;
+    }
+    return it->dump();
+  };
+}
+
+}  // namespace tessera::worker

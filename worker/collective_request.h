@@ -1,0 +1,73 @@
+// One collective as a worker is asked to run it: by a trainer through the local
+// API (POST /v1/collectives/{op}?mesh=&axes=&dtype=&shape=&...) or by tesserad in
+// a REST collectives job (the same parameters in JSON).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "api/dtype.h"
+#include "api/json_codec.h"
+#include "api/shape.h"
+#include "api/status.h"
+#include "worker/collectives/reduce.h"
+
+namespace tessera::worker {
+
+enum class CollectiveOp {
+  // Device-level, within each group of devices along `axes` (all axes if empty).
+  // Every local device contributes one input of `shape` and gets one output.
+  kAllReduce,      // reduce=sum|prod|min|max|mean, check_inf_nan
+  kAllGather,      // tiled: concatenate along axis 0; else stack on a new axis
+  kReduceScatter,  // reduce; device at group position p gets rows [p·d/n, (p+1)·d/n)
+  kBroadcast,      // root: position within the group whose input everyone gets
+  kAssertEqual,    // message; every device of the group must hold equal values
+  kBarrier,        // the whole mesh: all-reduce of ones checked against its size
+  // Process-level (jax.experimental.multihost_utils): one value per worker.
+  kBroadcastOneToAll,  // is_source (default: the worker of rank 0)
+  kProcessAllGather,   // tiled
+};
+
+struct CollectiveRequest {
+  CollectiveOp op = CollectiveOp::kAllReduce;
+  std::string mesh;
+  std::vector<std::string> axes;  // as asked; empty = every axis
+  DType dtype = DType::kFloat32;
+  Shape shape;  // one device's (or, process-level, one worker's) input
+  collectives::ReduceOp reduce = collectives::ReduceOp::kSum;
+  bool tiled = false;
+  int64_t root = 0;
+  std::optional<bool> is_source;
+  bool check_inf_nan = false;
+  std::string message;  // assert_equal
+  std::string name;     // barrier: every participant must pass the same
+  int64_t local_devices = -1;  // barrier: devices this worker brings; -1 = the mesh's
+  int64_t timeout_ms = 30000;
+
+  bool process_level() const {
+    return op == CollectiveOp::kBroadcastOneToAll || op == CollectiveOp::kProcessAllGather;
+  }
+  // Ops without an input tensor.
+  bool takes_input() const { return op != CollectiveOp::kBarrier; }
+};
+
+// "all_reduce", ... (the {op} of the routes).
+std::string_view CollectiveOpName(CollectiveOp op);
+Result<CollectiveOp> ParseCollectiveOp(std::string_view name);
+Result<collectives::ReduceOp> ParseReduceOp(std::string_view name);
+
+// Reads a request from named string parameters (query parameters, or JSON values
+// rendered as strings: axes "data,model", booleans "true"/"false"). `get` returns
+// nullopt for an absent parameter. `dtype` and `shape` are required when the op
+// takes an input; errors are invalid_argument naming the field.
+using ParamGetter = std::function<std::optional<std::string>(const std::string& key)>;
+Result<CollectiveRequest> ParseCollectiveRequest(std::string_view op, const ParamGetter& get);
+
+// A ParamGetter over a JSON object (strings as they are, numbers and booleans
+// printed, arrays of strings joined with commas).
+ParamGetter JsonParams(const Json& object);
+
+}  // namespace tessera::worker

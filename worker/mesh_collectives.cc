@@ -1,0 +1,340 @@
+#include "worker/mesh_collectives.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+#include "worker/collectives/collectives.h"
+#include "worker/collectives/hash.h"
+#include "worker/collectives/hierarchical_all_reduce.h"
+#include "worker/collectives/subset_transport.h"
+#include "worker/device_groups.h"
+
+namespace tessera::worker {
+
+using collectives::Group;
+using collectives::Tensor;
+
+struct MeshCollectives::MeshState {
+  std::mutex mu;  // one collective of this mesh at a time
+  std::string group_id;
+  std::unique_ptr<Group> group;
+  std::map<std::vector<int64_t>, std::unique_ptr<Group>> subgroups;  // by member ranks
+};
+
+namespace {
+
+// Names the mesh's definition and membership, so that workers disagreeing about
+// either never join one group.
+std::string GroupId(const MeshPlacement& p) {
+  std::string def = p.mesh.ToString() + "/" + std::to_string(p.mesh.devices_per_worker);
+  for (const std::string& w : p.workers) def += "/" + w;
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx",
+                static_cast<unsigned long long>(collectives::HashString(def)));
+  return "mesh/" + p.mesh.name + "#" + hex;
+}
+
+std::string Join(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const std::string& s : parts) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
+
+// The inputs of local devices `first`.. `first + count` concatenated into one
+// tensor with a leading dimension: [count·d0, ...] when `merge_first`, else
+// [count, ...].
+Tensor Concat(const std::vector<Tensor>& inputs, size_t first, size_t count, bool merge_first) {
+  Tensor t;
+  t.dtype = inputs[first].dtype;
+  t.shape = inputs[first].shape;
+  if (merge_first) {
+    t.shape[0] *= static_cast<int64_t>(count);
+  } else {
+    t.shape.insert(t.shape.begin(), static_cast<int64_t>(count));
+  }
+  for (size_t i = first; i < first + count; ++i) {
+    t.data.insert(t.data.end(), inputs[i].data.begin(), inputs[i].data.end());
+  }
+  return t;
+}
+
+// Rows [row, row + rows) of `t` along axis 0.
+Tensor Rows(const Tensor& t, int64_t row, int64_t rows) {
+  Tensor out;
+  out.dtype = t.dtype;
+  out.shape = t.shape;
+  out.shape[0] = rows;
+  const size_t row_bytes = t.num_bytes() / static_cast<size_t>(t.shape[0]);
+  out.data.assign(t.data.begin() + static_cast<ptrdiff_t>(row * row_bytes),
+                  t.data.begin() + static_cast<ptrdiff_t>((row + rows) * row_bytes));
+  return out;
+}
+
+}  // namespace
+
+MeshCollectives::MeshCollectives(collectives::TcpAcceptor* acceptor, PeerAddresses addresses)
+    : acceptor_(acceptor), addresses_(std::move(addresses)) {}
+
+MeshCollectives::~MeshCollectives() = default;
+
+std::string MeshCollectives::WorkerName(const MeshPlacement& p, int64_t rank) {
+  if (rank >= 0 && rank < static_cast<int64_t>(p.workers.size())) return p.workers[rank];
+  return "rank " + std::to_string(rank);
+}
+
+std::shared_ptr<MeshCollectives::MeshState> MeshCollectives::StateFor(const std::string& mesh) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& state = meshes_[mesh];
+  if (!state) state = std::make_shared<MeshState>();
+  return state;
+}
+
+Result<Group*> MeshCollectives::MeshGroup(MeshState& state, const MeshPlacement& p,
+                                          std::chrono::milliseconds timeout) {
+  const std::string id = GroupId(p);
+  if (state.group && state.group_id == id && state.group->status().ok()) return state.group.get();
+  state.subgroups.clear();
+  state.group.reset();  // says goodbye to the peers of a stale or poisoned group
+  ASSIGN_OR_RETURN(std::vector<std::string> addresses, addresses_(p));
+  collectives::TcpOptions o;
+  o.rank = static_cast<int>(p.rank);
+  o.size = static_cast<int>(addresses.size());
+  o.group_id = id;
+  o.connect_timeout = timeout;
+  ASSIGN_OR_RETURN(auto transport, collectives::TcpTransport::Connect(*acceptor_, addresses, o));
+  state.group = std::make_unique<Group>(std::move(transport), id);
+  state.group_id = id;
+  return state.group.get();
+}
+
+Result<Group*> MeshCollectives::Subgroup(MeshState& state, const std::vector<int64_t>& ranks) {
+  if (static_cast<int>(ranks.size()) == state.group->size()) return state.group.get();
+  auto& sub = state.subgroups[ranks];
+  if (!sub) {
+    std::vector<int> members(ranks.begin(), ranks.end());
+    std::string id = state.group_id + "[";
+    for (int64_t r : ranks) id += (id.back() == '[' ? "" : ",") + std::to_string(r);
+    ASSIGN_OR_RETURN(auto view,
+                     collectives::SubsetTransport::Create(&state.group->transport(), members));
+    sub = std::make_unique<Group>(std::move(view), id + "]");
+  }
+  return sub.get();
+}
+
+Result<CollectiveResult> MeshCollectives::Run(const MeshPlacement& p, const CollectiveRequest& r,
+                                              std::vector<Tensor> inputs) {
+  const std::string op(CollectiveOpName(r.op));
+  const size_t expected = !r.takes_input() ? 0 : r.process_level() ? 1 : p.devices.size();
+  if (inputs.size() != expected) {
+    return InvalidArgument(op + " takes " + std::to_string(expected) + " input(s) on this worker, " +
+                           "got " + std::to_string(inputs.size()));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    RETURN_IF_ERROR(inputs[i].Validate("input " + std::to_string(i)));
+  }
+  std::shared_ptr<MeshState> state = StateFor(p.mesh.name);
+  std::lock_guard<std::mutex> lock(state->mu);
+  const std::string context = op + " on mesh '" + p.mesh.name + "'";
+  std::vector<int64_t> all_ranks(static_cast<size_t>(p.mesh.num_workers()));
+  for (size_t i = 0; i < all_ranks.size(); ++i) all_ranks[i] = static_cast<int64_t>(i);
+  auto group = MeshGroup(*state, p, std::chrono::milliseconds(r.timeout_ms));
+  if (!group.ok()) return NameWorkers(group.status(), p, all_ranks, context + ": joining the mesh");
+
+  if (!r.process_level() && r.op != CollectiveOp::kBarrier) {
+    return RunDeviceOp(*state, p, r, inputs);
+  }
+  Result<CollectiveResult> out = RunProcessOp(**group, p, r, inputs);
+  if (!out.ok()) return NameWorkers(out.status(), p, all_ranks, context);
+  return out;
+}
+
+Result<CollectiveResult> MeshCollectives::RunProcessOp(Group& group, const MeshPlacement& p,
+                                                       const CollectiveRequest& r,
+                                                       std::vector<Tensor>& inputs) {
+  CollectiveResult out;
+  const std::chrono::milliseconds timeout(r.timeout_ms);
+  switch (r.op) {
+    case CollectiveOp::kBarrier: {
+      collectives::BarrierOptions o;
+      o.timeout = timeout;
+      o.name = r.name;
+      o.local_devices = r.local_devices >= 0 ? r.local_devices : p.mesh.devices_per_worker;
+      o.mesh_size = p.mesh.num_devices();
+      RETURN_IF_ERROR(collectives::Barrier(group, o));
+      return out;
+    }
+    case CollectiveOp::kBroadcastOneToAll: {
+      // multihost_utils: non-sources contribute zeros to a sum (bool: an or).
+      Tensor x = std::move(inputs[0]);
+      if (!r.is_source.value_or(p.rank == 0)) std::fill(x.data.begin(), x.data.end(), 0);
+      collectives::AllReduceOptions o;
+      o.timeout = timeout;
+      o.op = x.dtype == DType::kBool ? collectives::ReduceOp::kMax : collectives::ReduceOp::kSum;
+      RETURN_IF_ERROR(collectives::AllReduce(group, x, o));
+      out.outputs.push_back(std::move(x));
+      return out;
+    }
+    case CollectiveOp::kProcessAllGather: {
+      collectives::AllGatherOptions o;
+      o.timeout = timeout;
+      o.tiled = r.tiled;
+      ASSIGN_OR_RETURN(Tensor gathered, collectives::AllGather(group, inputs[0], o));
+      out.outputs.push_back(std::move(gathered));
+      return out;
+    }
+    default:
+      return Internal("not a process-level collective");
+  }
+}
+
+Result<CollectiveResult> MeshCollectives::RunDeviceOp(MeshState& state, const MeshPlacement& p,
+                                                      const CollectiveRequest& r,
+                                                      std::vector<Tensor>& inputs) {
+  const Mesh& mesh = p.mesh;
+  ASSIGN_OR_RETURN(std::vector<std::string> axes, NormalizeAxes(mesh, r.axes));
+  const std::string op(CollectiveOpName(r.op));
+  const std::chrono::milliseconds timeout(r.timeout_ms);
+  CollectiveResult out;
+  const bool has_outputs = r.op != CollectiveOp::kAssertEqual;
+  if (has_outputs) out.outputs.resize(inputs.size());
+  const int64_t base = p.rank * mesh.devices_per_worker;
+
+  for (const DeviceGroup& g : DeviceGroups(mesh, axes)) {
+    const int64_t count = g.CountOn(mesh, p.rank);
+    if (count == 0) continue;
+    const int64_t n = static_cast<int64_t>(g.devices.size());
+    const int64_t position = g.FirstPositionOn(mesh, p.rank);
+    const size_t first = static_cast<size_t>(g.devices[position] - base);
+    const std::string context = op + " on mesh '" + mesh.name + "' along [" + Join(axes) +
+                                "], devices " + std::to_string(g.devices.front()) + ".." +
+                                std::to_string(g.devices.back());
+    // Argument errors come before any communication (the group stays usable).
+    if (r.op == CollectiveOp::kReduceScatter && (r.shape.empty() || r.shape[0] % n != 0)) {
+      return InvalidArgument(context + ": the first dimension of " +
+                                 collectives::DescribeType(r.dtype, r.shape) +
+                                 " is not divisible by the group size " + std::to_string(n),
+                             {{"field", "shape"}, {"group_size", n}});
+    }
+    if (r.op == CollectiveOp::kBroadcast && r.root >= n) {
+      return InvalidArgument(context + ": root " + std::to_string(r.root) +
+                                 " is not a position in a group of " + std::to_string(n),
+                             {{"field", "root"}, {"group_size", n}});
+    }
+    ASSIGN_OR_RETURN(Group * sub, Subgroup(state, g.workers));
+    std::vector<Tensor> local(inputs.begin() + static_cast<ptrdiff_t>(first),
+                              inputs.begin() + static_cast<ptrdiff_t>(first + count));
+    std::vector<Tensor> results;
+    Status st;
+    switch (r.op) {
+      case CollectiveOp::kAllReduce: {
+        collectives::HierarchicalAllReduceOptions o;
+        o.timeout = timeout;
+        o.op = r.reduce;
+        o.check_inf_nan = r.check_inf_nan;
+        o.total_devices = n;
+        st = collectives::HierarchicalAllReduce(*sub, local, o);
+        results = std::move(local);
+        break;
+      }
+      case CollectiveOp::kAllGather: {
+        collectives::AllGatherOptions o;
+        o.timeout = timeout;
+        o.tiled = true;  // each worker's share is a run of devices: concatenate the runs
+        const bool merge = r.tiled && !r.shape.empty();
+        auto gathered = collectives::AllGather(*sub, Concat(local, 0, local.size(), merge), o);
+        st = gathered.status();
+        if (st.ok()) results.assign(local.size(), *gathered);
+        break;
+      }
+      case CollectiveOp::kReduceScatter: {
+        const int64_t rows = r.shape[0] / n;
+        if (static_cast<int64_t>(g.workers.size()) == n) {  // one device per worker
+          collectives::ReduceScatterOptions o;
+          o.timeout = timeout;
+          o.op = r.reduce;
+          auto part = collectives::ReduceScatter(*sub, local[0], o);
+          st = part.status();
+          if (st.ok()) results.push_back(*std::move(part));
+        } else {  // reduce everything, keep each device's rows
+          collectives::HierarchicalAllReduceOptions o;
+          o.timeout = timeout;
+          o.op = r.reduce;
+          o.total_devices = n;
+          st = collectives::HierarchicalAllReduce(*sub, local, o);
+          for (int64_t i = 0; st.ok() && i < count; ++i) {
+            results.push_back(Rows(local[0], (position + i) * rows, rows));
+          }
+        }
+        break;
+      }
+      case CollectiveOp::kBroadcast: {
+        const int64_t root_rank = mesh.WorkerOfDevice(g.devices[r.root]);
+        collectives::BroadcastOptions o;
+        o.timeout = timeout;
+        o.root = static_cast<int>(std::find(g.workers.begin(), g.workers.end(), root_rank) -
+                                  g.workers.begin());
+        Tensor value = root_rank == p.rank ? local[r.root - position] : local[0];
+        st = collectives::Broadcast(*sub, value, o);
+        if (st.ok()) results.assign(local.size(), value);
+        break;
+      }
+      case CollectiveOp::kAssertEqual: {
+        std::vector<int64_t> differing;
+        for (int64_t i = 1; i < count; ++i) {
+          if (local[i].data != local[0].data) differing.push_back(g.devices[position + i]);
+        }
+        if (!differing.empty()) {
+          return Conflict(context + ": " + (r.message.empty() ? "values differ" : r.message) +
+                              ": devices " + Json(differing).dump() + " of " +
+                              WorkerName(p, p.rank) + " differ from device " +
+                              std::to_string(g.devices[position]),
+                          {{"differing_devices", differing}, {"worker", WorkerName(p, p.rank)}});
+        }
+        collectives::Options o;
+        o.timeout = timeout;
+        st = collectives::AssertEqual(*sub, local[0], r.message, o);
+        break;
+      }
+      default:
+        return Internal("not a device-level collective");
+    }
+    if (!st.ok()) return NameWorkers(st, p, g.workers, context);
+    for (size_t i = 0; i < results.size(); ++i) out.outputs[first + i] = std::move(results[i]);
+  }
+  return out;
+}
+
+Status NameWorkers(const Status& status, const MeshPlacement& p, const std::vector<int64_t>& ranks,
+                   const std::string& context) {
+  auto worker_of = [&](const Json& rank) -> Json {
+    if (!rank.is_number_integer()) return nullptr;
+    int64_t r = rank.get<int64_t>();
+    if (r < 0 || r >= static_cast<int64_t>(ranks.size())) return nullptr;
+    return MeshCollectives::WorkerName(p, ranks[r]);
+  };
+  Json details = status.details().is_object() ? status.details() : Json::object();
+  for (const char* key : {"missing_ranks", "differing_ranks"}) {
+    if (!details.contains(key) || !details[key].is_array()) continue;
+    Json workers = Json::array();
+    for (const Json& r : details[key]) workers.push_back(worker_of(r));
+    details[std::string(key).replace(std::strlen(key) - 5, 5, "workers")] = workers;
+  }
+  for (const char* key : {"peer_rank", "aborted_by"}) {
+    if (details.contains(key)) {
+      details[std::string(key) == "peer_rank" ? "peer_worker" : "aborted_by_worker"] =
+          worker_of(details[key]);
+    }
+  }
+  std::string legend;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    legend += (i == 0 ? "" : ", ") + std::to_string(i) + "=" + MeshCollectives::WorkerName(p, ranks[i]);
+  }
+  details["mesh"] = p.mesh.name;
+  return Status(status.code(),
+                context + ": " + status.message() + " [group ranks: " + legend + "]",
+                std::move(details));
+}
+
+}  // namespace tessera::worker

@@ -1,0 +1,87 @@
+// A worker's collectives runtime: runs CollectiveRequests against the meshes it
+// belongs to, over TCP between the mesh's workers.
+//
+// Each mesh gets one full TCP mesh between its workers (rank = the worker's rank
+// in the mesh), joined through every worker's data port (a TcpAcceptor) at the
+// addresses tesserad lists. Subgroups along mesh axes are views of it
+// (SubsetTransport), so collectives of one mesh run one at a time on a worker;
+// every worker walks its device groups in the same order, so that cannot
+// deadlock. A failure poisons the mesh's transport on every worker; the next
+// collective on the mesh joins a fresh one (the group recovers for the next call).
+//
+// Device-level ops with several local devices reduce or concatenate locally
+// first and send one message per worker (hierarchical). Errors name workers:
+// "rank 2" of a group becomes "rank 2 (w-b)", and details gain missing_workers,
+// differing_workers, peer_worker, aborted_by_worker.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "api/status.h"
+#include "worker/collective_request.h"
+#include "worker/collectives/group.h"
+#include "worker/collectives/tcp_transport.h"
+#include "worker/collectives/tensor.h"
+#include "worker/mesh_placement.h"
+
+namespace tessera::worker {
+
+// The data-port addresses ("host:port") of a mesh's workers, by rank.
+using PeerAddresses = std::function<Result<std::vector<std::string>>(const MeshPlacement&)>;
+
+struct CollectiveResult {
+  // Device-level ops: one output per local device, in device order; process-level
+  // ops: one; barrier and assert_equal: none.
+  std::vector<collectives::Tensor> outputs;
+};
+
+class MeshCollectives {
+ public:
+  // `acceptor` (this worker's data port) must outlive this object.
+  MeshCollectives(collectives::TcpAcceptor* acceptor, PeerAddresses addresses);
+  ~MeshCollectives();
+  MeshCollectives(const MeshCollectives&) = delete;
+  MeshCollectives& operator=(const MeshCollectives&) = delete;
+
+  // Runs `request` as this worker (rank p.rank of p.mesh). `inputs`: one tensor
+  // of request.dtype × request.shape per local device, in device order (process-
+  // level ops: exactly one; barrier: none). SPMD: every worker of the mesh must
+  // make the same call (those outside a device group simply take no part in it).
+  Result<CollectiveResult> Run(const MeshPlacement& p, const CollectiveRequest& request,
+                               std::vector<collectives::Tensor> inputs);
+
+  // The worker ids (or "rank N" when unknown) of `p`'s mesh, for messages.
+  static std::string WorkerName(const MeshPlacement& p, int64_t rank);
+
+ private:
+  struct MeshState;
+  std::shared_ptr<MeshState> StateFor(const std::string& mesh);
+  // The mesh-wide group of `p`, joined (again) if absent, poisoned or stale.
+  Result<collectives::Group*> MeshGroup(MeshState& state, const MeshPlacement& p,
+                                        std::chrono::milliseconds timeout);
+  // The group of the workers `ranks` (mesh ranks, ascending) within the mesh group.
+  Result<collectives::Group*> Subgroup(MeshState& state, const std::vector<int64_t>& ranks);
+  Result<CollectiveResult> RunDeviceOp(MeshState& state, const MeshPlacement& p,
+                                       const CollectiveRequest& r,
+                                       std::vector<collectives::Tensor>& inputs);
+  Result<CollectiveResult> RunProcessOp(collectives::Group& group, const MeshPlacement& p,
+                                        const CollectiveRequest& r,
+                                        std::vector<collectives::Tensor>& inputs);
+
+  collectives::TcpAcceptor* acceptor_;
+  PeerAddresses addresses_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<MeshState>> meshes_;  // GUARDED_BY(mu_)
+};
+
+// Rewrites an engine error of a group whose rank i is mesh rank ranks[i] so that
+// it names workers (see above) and says which collective failed.
+Status NameWorkers(const Status& status, const MeshPlacement& p,
+                   const std::vector<int64_t>& ranks, const std::string& context);
+
+}  // namespace tessera::worker
