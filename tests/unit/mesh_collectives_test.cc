@@ -1,0 +1,367 @@
+// The worker's collectives runtime with several "workers" in one process, each
+// with its own data port (a TcpAcceptor) and MeshCollectives, over real TCP:
+// every op along every subset of axes, on meshes whose workers hold several
+// devices (so groups cut through workers unevenly), against a naive reference.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "worker/collective_request.h"
+#include "worker/collectives/collectives.h"
+#include "worker/collectives/subset_transport.h"
+#include "worker/collectives/in_process_transport.h"
+#include "worker/collectives/tcp_transport.h"
+#include "worker/device_groups.h"
+#include "worker/mesh_collectives.h"
+
+namespace tessera {
+// Test names show the mesh, not its bytes.
+void PrintTo(const Mesh& mesh, std::ostream* os) {
+  *os << mesh.ToString() << " x" << mesh.devices_per_worker;
+}
+}  // namespace tessera
+
+namespace tessera::worker {
+namespace {
+
+using collectives::Tensor;
+
+TEST(DeviceGroups, PartitionAlongAxes) {
+  const Mesh mesh{"m", {{"data", 2}, {"model", 3}}, 2};  // 6 devices, 3 workers
+  auto along_model = DeviceGroups(mesh, {"model"});
+  ASSERT_EQ(along_model.size(), 2u);
+  EXPECT_EQ(along_model[0].devices, (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(along_model[0].workers, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(along_model[0].CountOn(mesh, 0), 2);
+  EXPECT_EQ(along_model[0].CountOn(mesh, 1), 1);
+  EXPECT_EQ(along_model[1].devices, (std::vector<int64_t>{3, 4, 5}));
+  EXPECT_EQ(along_model[1].workers, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(along_model[1].FirstPositionOn(mesh, 2), 1);
+  auto along_data = DeviceGroups(mesh, {"data"});
+  ASSERT_EQ(along_data.size(), 3u);
+  EXPECT_EQ(along_data[1].devices, (std::vector<int64_t>{1, 4}));
+  auto all = DeviceGroups(mesh, {"data", "model"});
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].workers, (std::vector<int64_t>{0, 1, 2}));
+}
+
+TEST(DeviceGroups, AxesAreCheckedAndOrdered) {
+  const Mesh mesh{"m", {{"data", 2}, {"model", 2}}, 1};
+  EXPECT_EQ(*NormalizeAxes(mesh, {"model", "data"}), (std::vector<std::string>{"data", "model"}));
+  EXPECT_EQ(*NormalizeAxes(mesh, {}), (std::vector<std::string>{"data", "model"}));
+  auto bad = NormalizeAxes(mesh, {"pipe"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("pipe"), std::string::npos);
+  EXPECT_FALSE(NormalizeAxes(mesh, {"data", "data"}).ok());
+}
+
+TEST(CollectiveRequest, ParsesAndNamesBadFields) {
+  auto params = [](std::map<std::string, std::string> m) {
+    return [m](const std::string& k) -> std::optional<std::string> {
+      auto it = m.find(k);
+      return it == m.end() ? std::nullopt : std::optional<std::string>(it->second);
+    };
+  };
+  auto r = ParseCollectiveRequest(
+      "all_reduce", params({{"dtype", "bfloat16"}, {"shape", "4,2"}, {"axes", "data,model"},
+                            {"reduce", "mean"}, {"timeout_ms", "500"}}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->dtype, DType::kBFloat16);
+  EXPECT_EQ(r->shape, (Shape{4, 2}));
+  EXPECT_EQ(r->axes, (std::vector<std::string>{"data", "model"}));
+  EXPECT_EQ(r->reduce, collectives::ReduceOp::kMean);
+  EXPECT_EQ(r->timeout_ms, 500);
+  struct Bad {
+    std::string op;
+    std::map<std::string, std::string> params;
+    std::string field;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"all_scatter", {{"dtype", "float32"}, {"shape", "1"}}, "op"},
+           {"all_reduce", {{"shape", "1"}}, "dtype"},
+           {"all_reduce", {{"dtype", "float32"}}, "shape"},
+           {"all_reduce", {{"dtype", "float32"}, {"shape", "1"}, {"reduce", "avg"}}, "reduce"},
+           {"all_gather", {{"dtype", "float32"}, {"shape", "1"}, {"tiled", "yes"}}, "tiled"},
+           {"broadcast", {{"dtype", "float32"}, {"shape", "1"}, {"root", "-1"}}, "root"},
+           {"broadcast", {{"dtype", "float32"}, {"shape", "1"}, {"root", "x"}}, "root"},
+           {"barrier", {{"timeout_ms", "0"}}, "timeout_ms"},
+       }) {
+    auto res = ParseCollectiveRequest(b.op, params(b.params));
+    ASSERT_FALSE(res.ok()) << b.op << " " << b.field;
+    EXPECT_EQ(res.status().code(), Code::kInvalidArgument);
+    EXPECT_EQ(res.status().details().value("field", ""), b.field) << res.status().ToString();
+  }
+  // Booleans and products that cannot be reduced.
+  EXPECT_FALSE(
+      ParseCollectiveRequest("all_reduce", params({{"dtype", "bool"}, {"shape", "1"}, {"reduce", "mean"}}))
+          .ok());
+  // JSON parameters: lists join with commas, numbers and booleans print.
+  auto j = ParseCollectiveRequest(
+      "all_gather", JsonParams({{"dtype", "int8"}, {"shape", {3}}, {"axes", {"x"}}, {"tiled", true}}));
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_TRUE(j->tiled);
+  EXPECT_EQ(j->shape, Shape{3});
+}
+
+TEST(SubsetTransport, RoutesToParentRanksAndSharesErrors) {
+  auto group = collectives::InProcessTransport::CreateGroup(4);
+  auto a = collectives::SubsetTransport::Create(group[1].get(), {1, 3});
+  auto b = collectives::SubsetTransport::Create(group[3].get(), {1, 3});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ((*a)->rank(), 0);
+  EXPECT_EQ((*b)->rank(), 1);
+  const uint8_t msg[] = {7, 8};
+  auto deadline = collectives::Clock::now() + std::chrono::seconds(5);
+  ASSERT_TRUE((*a)->Send(1, collectives::ConstBytes(msg, 2), deadline).ok());
+  collectives::Buffer got;
+  ASSERT_TRUE((*b)->Recv(0, &got, deadline).ok());
+  EXPECT_EQ(got.size(), 2u);
+  EXPECT_FALSE((*a)->Send(2, collectives::ConstBytes(msg, 2), deadline).ok());  // no rank 2
+  EXPECT_FALSE(collectives::SubsetTransport::Create(group[0].get(), {1, 3}).ok());  // not a member
+  EXPECT_FALSE(collectives::SubsetTransport::Create(group[1].get(), {1, 1}).ok());
+  (*a)->Abort(Internal("boom"));
+  EXPECT_FALSE(group[1]->status().ok());  // the parent is poisoned too
+}
+
+// Several groups through one acceptor per process, formed in any order.
+TEST(TcpAcceptor, ServesManyGroupsOnOnePort) {
+  constexpr int kRanks = 3;
+  std::vector<std::unique_ptr<collectives::TcpAcceptor>> acceptors;
+  std::vector<std::string> addresses;
+  for (int r = 0; r < kRanks; ++r) {
+    auto l = collectives::TcpListener::Bind("127.0.0.1", 0);
+    ASSERT_TRUE(l.ok());
+    auto a = collectives::TcpAcceptor::Start(std::move(*l));
+    ASSERT_TRUE(a.ok());
+    addresses.push_back("rank" + std::to_string(r) + "@" + (*a)->address());
+    acceptors.push_back(std::move(*a));
+  }
+  std::vector<std::thread> threads;
+  std::vector<Status> results(kRanks * 2);
+  for (int r = 0; r < kRanks; ++r) {
+    for (int g = 0; g < 2; ++g) {
+      threads.emplace_back([&, r, g] {
+        // Ranks join the second group in the opposite order.
+        if (g == 1) std::this_thread::sleep_for(std::chrono::milliseconds(30 * (kRanks - r)));
+        collectives::TcpOptions o;
+        o.rank = r;
+        o.size = kRanks;
+        o.group_id = "group-" + std::to_string(g);
+        o.connect_timeout = std::chrono::seconds(10);
+        auto t = collectives::TcpTransport::Connect(*acceptors[r], addresses, o);
+        if (!t.ok()) {
+          results[r * 2 + g] = t.status();
+          return;
+        }
+        collectives::Group group(std::move(*t), o.group_id);
+        Tensor x = Tensor::Zeros(DType::kInt32, {1});
+        x.values<int32_t>()[0] = r + 1 + 100 * g;
+        results[r * 2 + g] = collectives::AllReduce(group, x);
+        if (results[r * 2 + g].ok() && x.values<int32_t>()[0] != 6 + 300 * g) {
+          results[r * 2 + g] = Internal("wrong sum");
+        }
+      });
+    }
+  }
+  for (auto& t : threads) t.join();
+  for (const Status& st : results) EXPECT_TRUE(st.ok()) << st.ToString();
+
+  // A group that never forms names the ranks that did not connect.
+  collectives::TcpOptions o;
+  o.rank = 0;
+  o.size = 2;
+  o.group_id = "lonely";
+  o.connect_timeout = std::chrono::milliseconds(300);
+  auto lonely = collectives::TcpTransport::Connect(*acceptors[0], {addresses[0], addresses[1]}, o);
+  ASSERT_FALSE(lonely.ok());
+  EXPECT_EQ(lonely.status().code(), Code::kDeadlineExceeded);
+  EXPECT_EQ(lonely.status().details()["missing_ranks"], Json::array({1}));
+}
+
+// ---- MeshCollectives against a reference ----
+
+struct Workers {
+  std::vector<std::unique_ptr<collectives::TcpAcceptor>> acceptors;
+  std::vector<std::string> addresses;
+  std::vector<std::unique_ptr<MeshCollectives>> runtimes;
+  std::vector<MeshPlacement> placements;
+
+  explicit Workers(const Mesh& mesh) {
+    const int n = static_cast<int>(mesh.num_workers());
+    std::vector<std::string> ids;
+    for (int r = 0; r < n; ++r) {
+      auto listener = collectives::TcpListener::Bind("127.0.0.1", 0);
+      auto a = collectives::TcpAcceptor::Start(std::move(listener).value());
+      addresses.push_back((*a)->address());
+      acceptors.push_back(std::move(*a));
+      ids.push_back("w-" + std::to_string(r));
+    }
+    for (int r = 0; r < n; ++r) {
+      runtimes.push_back(std::make_unique<MeshCollectives>(
+          acceptors[r].get(), [this](const MeshPlacement&) { return addresses; }));
+      MeshPlacement p{mesh, r, {}, ids};
+      for (int64_t i = 0; i < mesh.devices_per_worker; ++i) {
+        p.devices.push_back(r * mesh.devices_per_worker + i);
+      }
+      placements.push_back(p);
+    }
+  }
+
+  // Runs `r` on every worker with per-device inputs `in` (by global device).
+  std::vector<Result<CollectiveResult>> Run(const CollectiveRequest& r, const std::vector<Tensor>& in) {
+    std::vector<Result<CollectiveResult>> out(runtimes.size(), Internal("not run"));
+    std::vector<std::thread> threads;
+    for (size_t w = 0; w < runtimes.size(); ++w) {
+      threads.emplace_back([&, w] {
+        std::vector<Tensor> mine;
+        for (int64_t d : placements[w].devices) {
+          if (!in.empty()) mine.push_back(in[d]);
+        }
+        out[w] = runtimes[w]->Run(placements[w], r, std::move(mine));
+      });
+    }
+    for (auto& t : threads) t.join();
+    return out;
+  }
+};
+
+std::vector<std::vector<std::string>> AxisSubsets(const Mesh& mesh) {
+  std::vector<std::vector<std::string>> out;
+  for (size_t mask = 1; mask < (size_t{1} << mesh.axes.size()); ++mask) {
+    std::vector<std::string> axes;
+    for (size_t i = 0; i < mesh.axes.size(); ++i) {
+      if (mask & (size_t{1} << i)) axes.push_back(mesh.axes[i].name);
+    }
+    out.push_back(axes);
+  }
+  return out;
+}
+
+class MeshCollectivesTest : public ::testing::TestWithParam<Mesh> {};
+
+TEST_P(MeshCollectivesTest, EveryOpAlongEveryAxisSetMatchesTheReference) {
+  const Mesh mesh = GetParam();
+  Workers workers(mesh);
+  std::mt19937 rng(static_cast<uint32_t>(mesh.num_devices()));
+  const int64_t n_dev = mesh.num_devices();
+  for (const auto& axes : AxisSubsets(mesh)) {
+    const auto groups = DeviceGroups(mesh, axes);
+    const int64_t group_size = static_cast<int64_t>(groups[0].devices.size());
+    const Shape shape{group_size * 2, 3};
+    std::vector<Tensor> in;
+    for (int64_t d = 0; d < n_dev; ++d) {
+      Tensor t = Tensor::Zeros(DType::kInt32, shape);
+      for (int32_t& v : t.values<int32_t>()) v = static_cast<int32_t>(rng() % 1000) - 500;
+      in.push_back(t);
+    }
+    auto group_of = [&](int64_t d) -> const DeviceGroup& {
+      for (const auto& g : groups) {
+        if (std::count(g.devices.begin(), g.devices.end(), d)) return g;
+      }
+      throw std::logic_error("no group");
+    };
+    auto sum_of = [&](const DeviceGroup& g) {
+      Tensor s = Tensor::Zeros(DType::kInt32, shape);
+      for (int64_t d : g.devices) {
+        for (size_t i = 0; i < s.values<int32_t>().size(); ++i) {
+          s.values<int32_t>()[i] += in[d].values<int32_t>()[i];
+        }
+      }
+      return s;
+    };
+    for (CollectiveOp op : {CollectiveOp::kAllReduce, CollectiveOp::kAllGather,
+                            CollectiveOp::kReduceScatter, CollectiveOp::kBroadcast}) {
+      for (bool tiled : {false, true}) {
+        if (op != CollectiveOp::kAllGather && tiled) continue;
+        CollectiveRequest r;
+        r.op = op;
+        r.mesh = mesh.name;
+        r.axes = axes;
+        r.dtype = DType::kInt32;
+        r.shape = shape;
+        r.tiled = tiled;
+        r.root = group_size - 1;
+        r.timeout_ms = 10000;
+        auto results = workers.Run(r, in);
+        for (size_t w = 0; w < results.size(); ++w) {
+          const std::string what = std::string(CollectiveOpName(op)) + " tiled=" +
+                                   std::to_string(tiled) + " mesh " + mesh.ToString() + " dpw " +
+                                   std::to_string(mesh.devices_per_worker) + " along " +
+                                   Json(axes).dump() + " worker " + std::to_string(w);
+          ASSERT_TRUE(results[w].ok()) << what << ": " << results[w].status().ToString();
+          const auto& p = workers.placements[w];
+          ASSERT_EQ(results[w]->outputs.size(), p.devices.size()) << what;
+          for (size_t i = 0; i < p.devices.size(); ++i) {
+            const int64_t d = p.devices[i];
+            const DeviceGroup& g = group_of(d);
+            const int64_t pos = std::find(g.devices.begin(), g.devices.end(), d) - g.devices.begin();
+            Tensor want;
+            if (op == CollectiveOp::kAllReduce) {
+              want = sum_of(g);
+            } else if (op == CollectiveOp::kReduceScatter) {
+              Tensor s = sum_of(g);
+              const int64_t rows = shape[0] / group_size;
+              want = Tensor::Zeros(DType::kInt32, {rows, 3});
+              std::copy_n(s.data.begin() + pos * rows * 3 * 4, rows * 3 * 4, want.data.begin());
+            } else if (op == CollectiveOp::kBroadcast) {
+              want = in[g.devices[r.root]];
+            } else {
+              want.dtype = DType::kInt32;
+              want.shape = tiled ? Shape{shape[0] * group_size, 3} : Shape{group_size, shape[0], 3};
+              for (int64_t gd : g.devices) {
+                want.data.insert(want.data.end(), in[gd].data.begin(), in[gd].data.end());
+              }
+            }
+            EXPECT_EQ(results[w]->outputs[i], want) << what << " device " << d;
+          }
+        }
+      }
+    }
+  }
+  // Barrier and a process-level op on the same mesh connections.
+  CollectiveRequest barrier;
+  barrier.op = CollectiveOp::kBarrier;
+  barrier.name = "b";
+  for (auto& res : workers.Run(barrier, {})) EXPECT_TRUE(res.ok()) << res.status().ToString();
+}
+
+INSTANTIATE_TEST_SUITE_P(Meshes, MeshCollectivesTest,
+                         ::testing::Values(Mesh{"flat", {{"x", 4}}, 1},
+                                           Mesh{"grid", {{"data", 2}, {"model", 2}}, 2},
+                                           Mesh{"uneven", {{"data", 2}, {"model", 3}}, 2},
+                                           Mesh{"cube", {{"a", 2}, {"b", 2}, {"c", 2}}, 2},
+                                           Mesh{"single", {{"x", 4}}, 4}),
+                         [](const ::testing::TestParamInfo<Mesh>& info) { return info.param.name; });
+
+TEST(MeshCollectives, ErrorsNameWorkersAndTheMeshRecovers) {
+  const Mesh mesh{"m", {{"x", 3}}, 1};
+  Workers workers(mesh);
+  CollectiveRequest r;
+  r.op = CollectiveOp::kAllReduce;
+  r.mesh = "m";
+  r.dtype = DType::kFloat32;
+  r.shape = {1};
+  r.timeout_ms = 500;
+  std::vector<Tensor> in(3, Tensor::Zeros(DType::kFloat32, {1}));
+  // Worker 2 does not come: the others time out naming it.
+  std::vector<Result<CollectiveResult>> out(2, Internal(""));
+  std::thread t0([&] { out[0] = workers.runtimes[0]->Run(workers.placements[0], r, {in[0]}); });
+  std::thread t1([&] { out[1] = workers.runtimes[1]->Run(workers.placements[1], r, {in[1]}); });
+  t0.join();
+  t1.join();
+  for (const auto& res : out) {
+    ASSERT_FALSE(res.ok());
+    EXPECT_EQ(res.status().code(), Code::kDeadlineExceeded) << res.status().ToString();
+    EXPECT_EQ(res.status().details()["missing_workers"], Json::array({"w-2"})) << res.status().ToString();
+  }
+  // The next call (by everyone) rebuilds the connections and succeeds.
+  r.timeout_ms = 10000;
+  for (auto& res : workers.Run(r, in)) EXPECT_TRUE(res.ok()) << res.status().ToString();
+  // A wrong number of inputs is refused before any communication.
+  auto wrong = workers.runtimes[0]->Run(workers.placements[0], r, {});
+  EXPECT_EQ(wrong.status().code(), Code::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tessera::worker
