@@ -99,7 +99,22 @@ Result<std::map<int64_t, Json>> Service::RunCollectiveTasks(std::unique_lock<std
   }
   // The workers' own timeout fires first and names the ranks that did not join;
   // this one only covers a worker that never picks its task up.
-  return RunTasks(lock, job_id, mesh.workers, tasks, 0, timeout_ms + 5000);
+  auto results = RunTasks(lock, job_id, mesh.workers, tasks, 0, timeout_ms + 5000);
+  if (!results.ok()) {
+    // Workers still inside the collective stop now, with the reason.
+    for (const auto& wid : mesh.workers) {
+      auto w = workers_.find(wid);
+      if (w != workers_.end() && w->second.state != "dead") {
+        w->second.tasks.push_back({{"id", NewId("t")},
+                                   {"job", job_id},
+                                   {"kind", "abort"},
+                                   {"mesh_name", mesh.mesh.name},
+                                   {"error", ErrorBody(results.status())["error"]}});
+      }
+    }
+    cv_.notify_all();
+  }
+  return results;
 }
 
 Status Service::RunCollective(const std::string& job_id) {

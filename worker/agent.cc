@@ -168,6 +168,13 @@ void Agent::Execute(Json task) {
   const std::string kind = task.value("kind", ""), tid = task.value("id", "");
   const std::string job = task.value("job", "");
   if (kind == "abort") {
+    if (collectives_ != nullptr && task.contains("mesh_name")) {
+      const Json e = task.value("error", Json::object());
+      collectives_->Abort(task.value("mesh_name", ""), job,
+                          Status(CodeFromName(e.value("code", "internal")),
+                                 "job " + job + " failed: " + e.value("message", ""),
+                                 e.value("details", Json::object())));
+    }
     std::lock_guard<std::mutex> lock(mu_);
     snapshots_.erase(job);
     return;

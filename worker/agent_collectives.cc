@@ -80,6 +80,7 @@ Result<Json> Agent::DoCollective(const Json& task) {
                      return JsonParams(params)(key);
                    }));
   r.mesh = p.mesh.name;
+  r.job = task.value("job", "");
   const std::string tensor = params.value("tensor", ""), output = params.value("output", "");
   std::vector<collectives::Tensor> inputs;
   TensorDesc desc;
@@ -138,6 +139,7 @@ Result<Json> Agent::DoMeshInit(const Json& task) {
   r.dtype = DType::kInt64;
   r.shape = {n, 3};
   r.timeout_ms = task.value("timeout_ms", int64_t{10000});
+  r.job = task.value("job", "");
   std::vector<collectives::Tensor> inputs;
   for (int64_t device : p.devices) {
     collectives::Tensor t = collectives::Tensor::Zeros(DType::kInt64, r.shape);

@@ -46,6 +46,7 @@ struct CollectiveRequest {
   std::string name;     // barrier: every participant must pass the same
   int64_t local_devices = -1;  // barrier: devices this worker brings; -1 = the mesh's
   int64_t timeout_ms = 30000;
+  std::string job;  // the tesserad job running it, if any (for MeshCollectives::Abort)
 
   bool process_level() const {
     return op == CollectiveOp::kBroadcastOneToAll || op == CollectiveOp::kProcessAllGather;

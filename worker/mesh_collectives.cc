@@ -21,6 +21,10 @@ struct MeshCollectives::MeshState {
   std::string group_id;
   std::unique_ptr<Group> group;
   std::map<std::vector<int64_t>, std::unique_ptr<Group>> subgroups;  // by member ranks
+  // For Abort, which must not wait for mu: the running call's job and transport.
+  std::mutex abort_mu;
+  std::string running_job;                      // GUARDED_BY(abort_mu)
+  collectives::Transport* transport = nullptr;  // GUARDED_BY(abort_mu)
 };
 
 namespace {
@@ -79,6 +83,20 @@ MeshCollectives::MeshCollectives(collectives::TcpAcceptor* acceptor, PeerAddress
 
 MeshCollectives::~MeshCollectives() = default;
 
+void MeshCollectives::Abort(const std::string& mesh, const std::string& job, const Status& reason) {
+  std::shared_ptr<MeshState> state;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = meshes_.find(mesh);
+    if (it == meshes_.end()) return;
+    state = it->second;
+  }
+  std::lock_guard<std::mutex> lock(state->abort_mu);
+  if (!job.empty() && state->running_job == job && state->transport != nullptr) {
+    state->transport->Abort(reason);
+  }
+}
+
 std::string MeshCollectives::WorkerName(const MeshPlacement& p, int64_t rank) {
   if (rank >= 0 && rank < static_cast<int64_t>(p.workers.size())) return p.workers[rank];
   return "rank " + std::to_string(rank);
@@ -96,6 +114,10 @@ Result<Group*> MeshCollectives::MeshGroup(MeshState& state, const MeshPlacement&
   const std::string id = GroupId(p);
   if (state.group && state.group_id == id && state.group->status().ok()) return state.group.get();
   state.subgroups.clear();
+  {
+    std::lock_guard<std::mutex> lock(state.abort_mu);
+    state.transport = nullptr;
+  }
   state.group.reset();  // says goodbye to the peers of a stale or poisoned group
   ASSIGN_OR_RETURN(std::vector<std::string> addresses, addresses_(p));
   collectives::TcpOptions o;
@@ -106,6 +128,8 @@ Result<Group*> MeshCollectives::MeshGroup(MeshState& state, const MeshPlacement&
   ASSIGN_OR_RETURN(auto transport, collectives::TcpTransport::Connect(*acceptor_, addresses, o));
   state.group = std::make_unique<Group>(std::move(transport), id);
   state.group_id = id;
+  std::lock_guard<std::mutex> lock(state.abort_mu);
+  state.transport = &state.group->transport();
   return state.group.get();
 }
 
@@ -136,6 +160,17 @@ Result<CollectiveResult> MeshCollectives::Run(const MeshPlacement& p, const Coll
   }
   std::shared_ptr<MeshState> state = StateFor(p.mesh.name);
   std::lock_guard<std::mutex> lock(state->mu);
+  struct Running {  // marks the call abortable for its job
+    MeshState& s;
+    Running(MeshState& state, const std::string& job) : s(state) {
+      std::lock_guard<std::mutex> l(s.abort_mu);
+      s.running_job = job;
+    }
+    ~Running() {
+      std::lock_guard<std::mutex> l(s.abort_mu);
+      s.running_job.clear();
+    }
+  } running(*state, r.job);
   const std::string context = op + " on mesh '" + p.mesh.name + "'";
   std::vector<int64_t> all_ranks(static_cast<size_t>(p.mesh.num_workers()));
   for (size_t i = 0; i < all_ranks.size(); ++i) all_ranks[i] = static_cast<int64_t>(i);

@@ -55,6 +55,12 @@ class MeshCollectives {
   Result<CollectiveResult> Run(const MeshPlacement& p, const CollectiveRequest& request,
                                std::vector<collectives::Tensor> inputs);
 
+  // Ends the collective of job `job` running on `mesh`, if any, with `reason` on
+  // every worker of the mesh (it poisons the mesh's connections, which the next
+  // call rebuilds). For a tesserad job that failed elsewhere: the workers still
+  // inside it need not wait for their timeout.
+  void Abort(const std::string& mesh, const std::string& job, const Status& reason);
+
   // The worker ids (or "rank N" when unknown) of `p`'s mesh, for messages.
   static std::string WorkerName(const MeshPlacement& p, int64_t rank);
 

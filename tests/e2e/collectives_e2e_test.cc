@@ -361,6 +361,22 @@ TEST_F(CollectivesE2E, RestCollectiveJobs) {
     ASSERT_FALSE(r.ok()) << body.dump();
     EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << r.status().ToString();
   }
+  // A tensor only three workers hold: worker 3 fails at once, the job fails naming
+  // it, and the others, already inside the all-reduce, are aborted instead of
+  // waiting out their 20 s: a barrier with a 5 s budget right after succeeds.
+  for (int d = 0; d < 3; ++d) {
+    http::Client local(cluster_->worker_url(d));
+    auto r = local.Send("PUT", "/v1/tensors/partial?mesh=m&device=" + std::to_string(d) +
+                                   "&dtype=float32&shape=1&layout=unsharded",
+                        Floats({1.f}), "application/octet-stream");
+    ASSERT_TRUE(r.ok() && r->status == 204);
+  }
+  j = run({{"op", "all_reduce"}, {"tensor", "partial"}, {"output", "p"}, {"timeout_ms", 20000}});
+  EXPECT_EQ(j.value("state", ""), "failed") << j.dump();
+  EXPECT_NE(j["error"].value("message", "").find("w-worker-3"), std::string::npos) << j.dump();
+  j = run({{"op", "barrier"}, {"timeout_ms", 5000}});
+  EXPECT_EQ(j.value("state", ""), "succeeded") << j.dump();
+
   // A tensor that is not there: the job fails naming it.
   j = run({{"op", "all_reduce"}, {"tensor", "nope"}, {"output", "y"}, {"timeout_ms", 2000}});
   EXPECT_EQ(j.value("state", ""), "failed");
