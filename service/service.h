@@ -20,6 +20,7 @@
 #include "api/json_codec.h"
 #include "api/status.h"
 #include "service/catalog.h"
+#include "service/coordination.h"
 #include "service/events.h"
 #include "service/metrics.h"
 #include "service/model.h"
@@ -82,6 +83,14 @@ class Service {
   Result<Json> GetJob(const std::string& id, int64_t wait_ms);
   Result<Json> CancelJob(const std::string& id);
 
+  // Coordination: barriers and KV go straight to coordination(); preemption is
+  // per mesh, so these check the mesh (not_found) and pass its workers along.
+  Coordination* coordination() { return coordination_.get(); }
+  Result<Json> NoticePreemption(const std::string& mesh, const Json& body);
+  Result<Json> GetPreemption(const std::string& mesh);
+  Status ClearPreemption(const std::string& mesh);
+  Result<Json> SyncPreemption(const std::string& mesh, const Json& body);
+
   Json Cluster();
   std::string RenderMetrics();
 
@@ -125,6 +134,7 @@ class Service {
   std::unique_ptr<Catalog> catalog_;
   EventBus events_;
   Metrics metrics_;
+  std::unique_ptr<Coordination> coordination_;  // its own locks; never waits under mu_
 
   std::mutex mu_;
   std::condition_variable cv_;
