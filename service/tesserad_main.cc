@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", data_dir, "catalog, token");
   app.add_option("--checkpoint-root", root, "where checkpoints live (default <data-dir>/checkpoints)");
   app.add_option("--token", token_flag, "bearer token (else TESSERA_TOKEN, else <data-dir>/token)");
-  app.add_option("--threads", threads, "HTTP threads; each worker's task long-poll and each SSE client holds one, so keep it above the number of workers")
+  app.add_option("--threads", threads, "HTTP threads; each worker's task long-poll, each SSE client and each waiting barrier, KV or sync call holds one, so keep it above the number of workers plus waiting ranks")
       ->check(CLI::Range(4, 4096));
   app.add_option("--heartbeat-ms", heartbeat_ms, "worker heartbeat interval")->check(CLI::Range(10, 60000));
   app.add_option("--lease-ms", lease_ms, "a worker silent this long is dead")->check(CLI::Range(50, 600000));
