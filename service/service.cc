@@ -471,22 +471,26 @@ Status Service::DeleteMesh(const std::string& name) {
 
 // ---------------------------------------------------------------- preemption
 
+Status Service::CheckMesh(const std::string& name) const {
+  return meshes_.count(name) ? Status::Ok() : NotFound("no mesh " + name, {{"mesh", name}});
+}
+
 // The notice and its clearing run under mu_ so they cannot race a DeleteMesh.
 Result<Json> Service::NoticePreemption(const std::string& mesh, const Json& body) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!meshes_.count(mesh)) return NotFound("no mesh " + mesh, {{"mesh", mesh}});
+  RETURN_IF_ERROR(CheckMesh(mesh));
   return coordination_->NoticePreemption(mesh, body);
 }
 
 Result<Json> Service::GetPreemption(const std::string& mesh) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!meshes_.count(mesh)) return NotFound("no mesh " + mesh, {{"mesh", mesh}});
+  RETURN_IF_ERROR(CheckMesh(mesh));
   return coordination_->PreemptionState(mesh);
 }
 
 Status Service::ClearPreemption(const std::string& mesh) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!meshes_.count(mesh)) return NotFound("no mesh " + mesh, {{"mesh", mesh}});
+  RETURN_IF_ERROR(CheckMesh(mesh));
   return coordination_->ClearPreemption(mesh);
 }
 
@@ -494,9 +498,8 @@ Result<Json> Service::SyncPreemption(const std::string& mesh, const Json& body) 
   std::vector<std::string> workers;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = meshes_.find(mesh);
-    if (it == meshes_.end()) return NotFound("no mesh " + mesh, {{"mesh", mesh}});
-    workers = it->second.workers;
+    RETURN_IF_ERROR(CheckMesh(mesh));
+    workers = meshes_.at(mesh).workers;
   }
   return coordination_->SyncPreemption(mesh, workers, body);  // blocks: not under mu_
 }

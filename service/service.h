@@ -106,6 +106,7 @@ class Service {
   void PersistJob(const JobRecord& j);
   void PublishJob(const JobRecord& j);
   std::vector<std::string> MeshesOfWorker(const std::string& id) const;
+  Status CheckMesh(const std::string& name) const;  // not_found naming the mesh
   bool WorkerBusy(const std::string& id) const;
   Result<CheckpointRecord*> FindCommitted(const std::string& mesh, const std::string& step);
   JobRecord* NewJob(const std::string& kind, const std::string& mesh, int64_t step,
