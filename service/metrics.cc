@@ -19,7 +19,18 @@ std::string Escape(const std::string& v) {
   return out;
 }
 
+// Counters kept through Count(), with their help lines.
+const std::map<std::string, std::string> kCounterHelp = {
+    {"tessera_barrier_waits_total", "Barrier arrivals by outcome."},
+    {"tessera_kv_ops_total", "KV store operations by op and outcome."},
+    {"tessera_preemption_syncs_total", "Preemption sync-point calls by outcome."},
+};
+
 }  // namespace
+
+std::string OutcomeLabel(const Status& status) {
+  return "outcome=\"" + std::string(status.ok() ? "ok" : CodeName(status.code())) + "\"";
+}
 
 void Metrics::CountRequest(const std::string& route, const std::string& method, int status) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -43,6 +54,11 @@ void Metrics::ObserveRestore(double seconds, uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   Observe(&restore_seconds_, seconds);
   restored_bytes_ += bytes;
+}
+
+void Metrics::Count(const std::string& name, const std::string& labels) {
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_[name][labels]++;
 }
 
 std::string Metrics::Render(
@@ -71,6 +87,14 @@ std::string Metrics::Render(
     }
     out << name << "_sum " << s.sum << "\n" << name << "_count " << s.count << "\n";
   };
+  for (const auto& [name, series] : counters_) {
+    auto help = kCounterHelp.find(name);
+    if (help != kCounterHelp.end()) out << "# HELP " << name << " " << help->second << "\n";
+    out << "# TYPE " << name << " counter\n";
+    for (const auto& [labels, n] : series) {
+      out << name << (labels.empty() ? "" : "{" + labels + "}") << " " << n << "\n";
+    }
+  }
   summary("tessera_save_duration_seconds", "Duration of successful saves.", save_seconds_);
   summary("tessera_restore_duration_seconds", "Duration of successful restores.", restore_seconds_);
   for (const auto& [name, series] : gauges) {

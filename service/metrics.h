@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "api/status.h"
+
 namespace tessera::service {
 
 class Metrics {
@@ -15,6 +17,9 @@ class Metrics {
   void CountRequest(const std::string& route, const std::string& method, int status);
   void ObserveSave(double seconds, uint64_t logical_bytes);
   void ObserveRestore(double seconds, uint64_t bytes);
+  // Adds one to counter `name` (declared in kCounterHelp of metrics.cc) with
+  // the label set `labels`, e.g. Count("tessera_kv_ops_total", "op=\"put\"").
+  void Count(const std::string& name, const std::string& labels);
   // Renders counters plus the given gauges: name → (label set → value).
   std::string Render(
       const std::map<std::string, std::map<std::string, double>>& gauges) const;
@@ -30,6 +35,10 @@ class Metrics {
   std::map<std::string, uint64_t> requests_;  // GUARDED_BY(mu_) "route|method|code"
   Summary save_seconds_, restore_seconds_;    // GUARDED_BY(mu_)
   uint64_t saved_bytes_ = 0, restored_bytes_ = 0;
+  std::map<std::string, std::map<std::string, uint64_t>> counters_;  // GUARDED_BY(mu_)
 };
+
+// `outcome="ok"` or `outcome="<error code>"`: the label of operations that can fail.
+std::string OutcomeLabel(const Status& status);
 
 }  // namespace tessera::service

@@ -36,15 +36,16 @@ Status CheckName(const Request& req, const std::string& param, const std::string
 void Service::AddRoutes(http::Router* router) {
   auto add = [router](std::string method, std::string pattern, http::Handler h, std::string help,
                       bool auth = true) {
-    // A mesh named in the path obeys the name rules before any handler sees it.
-    const char* param = pattern.find("{m+}") != std::string::npos      ? "m"
-                        : pattern.find("{name+}") != std::string::npos ? "name"
-                                                                       : nullptr;
-    if (param) {
-      h = [h = std::move(h), param](const Request& req) {
-        Status st = CheckName(req, param, "mesh");
+    // A name in the path obeys the name rules before any handler sees it; errors name its kind.
+    static const std::pair<const char*, const char*> kNamed[] = {
+        {"m", "mesh"}, {"name", "mesh"}, {"barrier", "barrier"}, {"key", "key"}};
+    for (const auto& [param, field] : kNamed) {
+      if (pattern.find("{" + std::string(param) + "+}") == std::string::npos) continue;
+      h = [h = std::move(h), param, field](const Request& req) {
+        Status st = CheckName(req, param, field);
         return st.ok() ? h(req) : Response::Error(st);
       };
+      break;
     }
     router->Add({std::move(method), std::move(pattern), std::move(h), std::move(help), auth});
   };
@@ -151,6 +152,20 @@ void Service::AddRoutes(http::Router* router) {
     return WithBody(req, [&](const Json& b) { return Reply(StartCollective(req.Param("m"), b), 202); });
   }, "collective job {op, tensor, output, reduce?, axes?, tiled?, root?, message?, timeout_ms?}");
 
+  // Preemption (before the plain mesh routes, like checkpoints).
+  add("POST", "/api/v1/meshes/{m+}/preemption/sync", [this](const Request& req) {
+    return WithBody(req, [&](const Json& b) { return Reply(SyncPreemption(req.Param("m"), b)); });
+  }, "internal: a worker's preemption sync-point call {worker, step, timeout_ms?}");
+  add("POST", "/api/v1/meshes/{m+}/preemption", [this](const Request& req) {
+    return WithBody(req, [&](const Json& b) { return Reply(NoticePreemption(req.Param("m"), b)); });
+  }, "record a preemption notice {reason?}");
+  add("GET", "/api/v1/meshes/{m+}/preemption",
+      [this](const Request& req) { return Reply(GetPreemption(req.Param("m"))); },
+      "preemption notice, reported steps and sync step");
+  add("DELETE", "/api/v1/meshes/{m+}/preemption",
+      [this](const Request& req) { return ReplyStatus(ClearPreemption(req.Param("m"))); },
+      "clear the preemption notice (for the restarted job)");
+
   // Meshes.
   add("GET", "/api/v1/meshes", [this](const Request&) { return Response::Json(200, ListMeshes()); },
       "meshes");
@@ -166,6 +181,41 @@ void Service::AddRoutes(http::Router* router) {
   add("DELETE", "/api/v1/meshes/{name+}",
       [this](const Request& req) { return ReplyStatus(DeleteMesh(req.Param("name"))); },
       "delete a mesh");
+
+  // Barriers and KV.
+  add("POST", "/api/v1/barriers/{barrier+}", [this](const Request& req) {
+    return WithBody(req, [&](const Json& b) {
+      return Reply(coordination_->ArriveBarrier(req.Param("barrier"), b));
+    });
+  }, "wait at a barrier {rank, world, timeout_ms?} until all ranks arrive");
+  add("GET", "/api/v1/barriers",
+      [this](const Request&) { return Response::Json(200, coordination_->ListBarriers()); },
+      "open barriers with arrived and missing ranks");
+  add("PUT", "/api/v1/kv/{key+}", [this](const Request& req) {
+    // httplib keeps only the parts of a multipart body, never the bytes as sent.
+    if (req.Header("content-type").rfind("multipart/", 0) == 0) {
+      return Response::Error(InvalidArgument(
+          "send the value as the raw body (e.g. Content-Type: application/octet-stream)",
+          {{"field", "body"}, {"key", req.Param("key")}}));
+    }
+    return ReplyStatus(coordination_->PutValue(req.Param("key"), req.body));
+  }, "store a value (raw body, <= 1 MiB)");
+  add("GET", "/api/v1/kv/{key+}", [this](const Request& req) {
+    auto wait = http::QueryInt(req, "wait_ms", 0);
+    if (!wait.ok()) return Response::Error(wait.status());
+    auto value = coordination_->GetValue(req.Param("key"), *wait);
+    if (!value.ok()) return Response::Error(value.status());
+    Response r;
+    r.body = std::move(*value);
+    r.content_type = "application/octet-stream";
+    return r;
+  }, "a value as raw bytes (?wait_ms= waits for the key to appear)");
+  add("GET", "/api/v1/kv", [this](const Request& req) {
+    return Response::Json(200, coordination_->ListKeys(req.Query("prefix").value_or("")));
+  }, "keys, sorted (?prefix=)");
+  add("DELETE", "/api/v1/kv/{key+}",
+      [this](const Request& req) { return ReplyStatus(coordination_->DeleteValue(req.Param("key"))); },
+      "delete a key");
 
   // Jobs.
   add("GET", "/api/v1/jobs", [this](const Request& req) {

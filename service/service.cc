@@ -29,6 +29,10 @@ Result<std::unique_ptr<Service>> Service::Create(ServiceOptions options, storage
   RETURN_IF_ERROR(env->CreateDirs(options.checkpoint_root));
   std::unique_ptr<Service> s(new Service(std::move(options), env, std::move(catalog)));
   RETURN_IF_ERROR(s->Recover());
+  CoordinationOptions coordination;
+  coordination.max_wait_ms = s->options_.max_wait_ms;
+  ASSIGN_OR_RETURN(s->coordination_, Coordination::Open(coordination, s->catalog_.get(),
+                                                        &s->events_, &s->metrics_));
   return s;
 }
 
@@ -123,6 +127,7 @@ void Service::Stop() {
     stopping_ = true;
   }
   cv_.notify_all();
+  if (coordination_) coordination_->Shutdown();
   events_.Shutdown();
   if (monitor_.joinable()) monitor_.join();
   job_threads_.JoinAll();
@@ -479,8 +484,47 @@ Status Service::DeleteMesh(const std::string& name) {
   }
   meshes_.erase(name);
   RETURN_IF_ERROR(catalog_->Delete("meshes", name));
+  // A notice belongs to the job on this mesh; a mesh registered again under the name starts clean.
+  if (Status st = coordination_->ClearPreemption(name); !st.ok()) {
+    std::fprintf(stderr, "catalog: %s\n", st.ToString().c_str());
+  }
   events_.Publish("mesh", {{"name", name}, {"deleted", true}});
   return Status::Ok();
+}
+
+// ---------------------------------------------------------------- preemption
+
+Status Service::CheckMesh(const std::string& name) const {
+  return meshes_.count(name) ? Status::Ok() : NotFound("no mesh " + name, {{"mesh", name}});
+}
+
+// The notice and its clearing run under mu_ so they cannot race a DeleteMesh.
+Result<Json> Service::NoticePreemption(const std::string& mesh, const Json& body) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(CheckMesh(mesh));
+  return coordination_->NoticePreemption(mesh, body);
+}
+
+Result<Json> Service::GetPreemption(const std::string& mesh) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(CheckMesh(mesh));
+  return coordination_->PreemptionState(mesh);
+}
+
+Status Service::ClearPreemption(const std::string& mesh) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(CheckMesh(mesh));
+  return coordination_->ClearPreemption(mesh);
+}
+
+Result<Json> Service::SyncPreemption(const std::string& mesh, const Json& body) {
+  std::vector<std::string> workers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    RETURN_IF_ERROR(CheckMesh(mesh));
+    workers = meshes_.at(mesh).workers;
+  }
+  return coordination_->SyncPreemption(mesh, workers, body);  // blocks: not under mu_
 }
 
 // ---------------------------------------------------------------- jobs (queries)
@@ -546,6 +590,7 @@ void Service::Launch(const std::string& job_id, Status (Service::*run)(const std
 }
 
 Json Service::Cluster() {
+  Json coordination = coordination_->Counts();
   std::lock_guard<std::mutex> lock(mu_);
   Json workers = {{"alive", 0}, {"suspect", 0}, {"dead", 0}};
   for (const auto& [id, w] : workers_) workers[w.state] = workers[w.state].get<int>() + 1;
@@ -566,11 +611,18 @@ Json Service::Cluster() {
           {"checkpoints", committed},
           {"storage_bytes", stored},
           {"logical_bytes", logical},
+          {"open_barriers", coordination["open_barriers"]},
+          {"preemption_notices", coordination["preemption_notices"]},
+          {"kv_keys", coordination["kv_keys"]},
           {"checkpoint_root", options_.checkpoint_root}};
 }
 
 std::string Service::RenderMetrics() {
   std::map<std::string, std::map<std::string, double>> gauges;
+  const Json coordination = coordination_->Counts();
+  gauges["tessera_barriers_open"][""] = coordination["open_barriers"].get<double>();
+  gauges["tessera_preemption_notices"][""] = coordination["preemption_notices"].get<double>();
+  gauges["tessera_kv_keys"][""] = coordination["kv_keys"].get<double>();
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const char* s : {"alive", "suspect", "dead"}) {

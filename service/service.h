@@ -20,6 +20,7 @@
 #include "api/json_codec.h"
 #include "api/status.h"
 #include "service/catalog.h"
+#include "service/coordination.h"
 #include "service/events.h"
 #include "service/metrics.h"
 #include "service/model.h"
@@ -84,6 +85,14 @@ class Service {
   Result<Json> GetJob(const std::string& id, int64_t wait_ms);
   Result<Json> CancelJob(const std::string& id);
 
+  // Coordination: barriers and KV go straight to coordination(); preemption is
+  // per mesh, so these check the mesh (not_found) and pass its workers along.
+  Coordination* coordination() { return coordination_.get(); }
+  Result<Json> NoticePreemption(const std::string& mesh, const Json& body);
+  Result<Json> GetPreemption(const std::string& mesh);
+  Status ClearPreemption(const std::string& mesh);
+  Result<Json> SyncPreemption(const std::string& mesh, const Json& body);
+
   Json Cluster();
   std::string RenderMetrics();
 
@@ -99,6 +108,7 @@ class Service {
   void PersistJob(const JobRecord& j);
   void PublishJob(const JobRecord& j);
   std::vector<std::string> MeshesOfWorker(const std::string& id) const;
+  Status CheckMesh(const std::string& name) const;  // not_found naming the mesh
   bool WorkerBusy(const std::string& id) const;
   Result<CheckpointRecord*> FindCommitted(const std::string& mesh, const std::string& step);
   JobRecord* NewJob(const std::string& kind, const std::string& mesh, int64_t step,
@@ -136,6 +146,7 @@ class Service {
   std::unique_ptr<Catalog> catalog_;
   EventBus events_;
   Metrics metrics_;
+  std::unique_ptr<Coordination> coordination_;  // its own locks; never waits under mu_
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -2,24 +2,20 @@
 #include <CLI/CLI.hpp>
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <thread>
 
 #include "api/http/server.h"
 #include "service/service.h"
 #include "storage/env.h"
 
 namespace {
-
-tessera::http::Server* g_server = nullptr;
-
-void OnSignal(int) {
-  if (g_server) g_server->Stop();
-}
 
 // The token from --token, TESSERA_TOKEN, or <data_dir>/token (created 0600).
 tessera::Result<std::string> LoadToken(const std::string& flag, const std::string& data_dir) {
@@ -62,12 +58,22 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", data_dir, "catalog, token");
   app.add_option("--checkpoint-root", root, "where checkpoints live (default <data-dir>/checkpoints)");
   app.add_option("--token", token_flag, "bearer token (else TESSERA_TOKEN, else <data-dir>/token)");
-  app.add_option("--threads", threads, "HTTP threads; each worker's task long-poll and each SSE client holds one, so keep it above the number of workers")
+  app.add_option("--threads", threads, "HTTP threads; each worker's task long-poll, each SSE client and each waiting barrier, KV or sync call holds one, so keep it above the number of workers plus waiting ranks")
       ->check(CLI::Range(4, 4096));
   app.add_option("--heartbeat-ms", heartbeat_ms, "worker heartbeat interval")->check(CLI::Range(10, 60000));
   app.add_option("--lease-ms", lease_ms, "a worker silent this long is dead")->check(CLI::Range(50, 600000));
   app.set_version_flag("--version", TESSERA_VERSION);
   CLI11_PARSE(app, argc, argv);
+
+  // SIGINT / SIGTERM go to a thread of their own (sigwait) rather than a handler,
+  // so stopping may take locks: it wakes barrier, KV and long-poll waiters first,
+  // then stops the HTTP server, which joins its threads. Blocked before any thread starts.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
 
   size_t colon = listen.rfind(':');
   if (colon == std::string::npos) {
@@ -124,13 +130,16 @@ int main(int argc, char** argv) {
   std::printf("token: %s\n", token->c_str());
   std::printf("data dir: %s, checkpoint root: %s\n", data_dir.c_str(), root.c_str());
   std::fflush(stdout);
-  g_server = &server;
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
-  std::signal(SIGPIPE, SIG_IGN);
   (*service)->Start();
+  std::thread stopper([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    (*service)->Stop();
+    server.Stop();
+  });
   server.Run();
-  g_server = nullptr;
+  pthread_kill(stopper.native_handle(), SIGTERM);  // when Run() ended by itself
+  stopper.join();
   (*service)->Stop();
   std::fprintf(stderr, "tesserad stopped\n");
   return 0;

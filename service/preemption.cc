@@ -1,0 +1,208 @@
+#include "service/preemption.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "service/kv_store.h"
+#include "service/model.h"
+
+namespace tessera::service {
+namespace {
+
+const std::string kKeyPrefix = std::string(kInternalKvPrefix) + "preemption/";
+
+Json Undecided(bool noticed) { return {{"noticed", noticed}, {"sync_step", nullptr}}; }
+
+}  // namespace
+
+std::string Preemption::CatalogKey(const std::string& mesh) { return kKeyPrefix + mesh; }
+
+Status Preemption::Load() {
+  ASSIGN_OR_RETURN(auto docs, catalog_->All("kv"));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& doc : docs) {
+    if (!doc.is_object() || !doc.contains("key") || !doc["key"].is_string()) continue;
+    const std::string key = doc["key"];
+    if (key.rfind(kKeyPrefix, 0) != 0 || !doc.contains("mesh") || !doc["mesh"].is_string()) {
+      continue;
+    }
+    Record r;
+    r.epoch = next_epoch_++;
+    r.reason = doc.value("reason", Json("")).is_string() ? doc["reason"].get<std::string>() : "";
+    r.noticed_ms = doc.value("noticed_at", Json(0)).is_number_integer()
+                       ? doc["noticed_at"].get<int64_t>()
+                       : 0;
+    if (doc.contains("sync_step") && doc["sync_step"].is_number_integer()) {
+      r.sync_step = doc["sync_step"].get<int64_t>();
+    }
+    if (doc.contains("reported_steps") && doc["reported_steps"].is_object()) {
+      for (const auto& [worker, step] : doc["reported_steps"].items()) {
+        if (step.is_number_integer()) r.reported[worker] = step.get<int64_t>();
+      }
+    }
+    notices_[doc["mesh"].get<std::string>()] = std::move(r);
+  }
+  return Status::Ok();
+}
+
+Json Preemption::ToJson(const std::string& mesh, const Record* r) const {
+  Json reported = Json::object();
+  if (r) {
+    for (const auto& [worker, step] : r->reported) reported[worker] = step;
+  }
+  return {{"mesh", mesh},
+          {"noticed", r != nullptr},
+          {"reason", r ? Json(r->reason) : Json()},
+          {"noticed_at", r ? Json(r->noticed_ms) : Json()},
+          {"sync_step", r && r->sync_step ? Json(*r->sync_step) : Json()},
+          {"reported_steps", reported}};
+}
+
+Status Preemption::Persist(const std::string& mesh, const Record& r) {
+  Json doc = ToJson(mesh, &r);
+  doc["key"] = CatalogKey(mesh);
+  Status st = catalog_->Put("kv", CatalogKey(mesh), doc);
+  return st.ok() ? st : st.WithContext("storing the preemption notice of mesh " + mesh);
+}
+
+Result<Json> Preemption::Notice(const std::string& mesh, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = notices_.find(mesh);
+  if (it != notices_.end()) return ToJson(mesh, &it->second);
+  Record r;
+  r.reason = reason;
+  r.noticed_ms = NowMs();
+  r.epoch = next_epoch_++;
+  RETURN_IF_ERROR(Persist(mesh, r));
+  const Record& stored = notices_[mesh] = std::move(r);
+  std::fprintf(stderr, "mesh %s: preemption noticed (%s)\n", mesh.c_str(), reason.c_str());
+  Json state = ToJson(mesh, &stored);
+  Publish({{"mesh", mesh}, {"action", "noticed"}, {"reason", reason}});
+  return state;
+}
+
+Json Preemption::State(const std::string& mesh) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = notices_.find(mesh);
+  return ToJson(mesh, it == notices_.end() ? nullptr : &it->second);
+}
+
+Status Preemption::Clear(const std::string& mesh) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!notices_.count(mesh)) return Status::Ok();
+    RETURN_IF_ERROR(catalog_->Delete("kv", CatalogKey(mesh)));
+    notices_.erase(mesh);
+    Publish({{"mesh", mesh}, {"action", "cleared"}});
+  }
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+Result<Json> Preemption::Sync(const std::string& mesh, const std::vector<std::string>& workers,
+                              const std::string& worker, int64_t step, int64_t timeout_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (stopping_) {
+    return CountSync(Unavailable("tesserad is shutting down", {{"mesh", mesh}, {"worker", worker}}));
+  }
+  auto it = notices_.find(mesh);
+  if (it == notices_.end()) return CountSync(Undecided(false));
+  if (std::find(workers.begin(), workers.end(), worker) == workers.end()) {
+    return CountSync(Conflict("worker " + worker + " is not a worker of mesh " + mesh,
+                              {{"mesh", mesh}, {"worker", worker}, {"field", "worker"}}));
+  }
+  auto decided = [step](int64_t sync_step) {
+    return Json{{"noticed", true}, {"sync_step", sync_step}, {"reached", step == sync_step}};
+  };
+  Record& r = it->second;
+  if (r.sync_step) return CountSync(decided(*r.sync_step));
+  auto [slot, inserted] = r.reported.try_emplace(worker, step);
+  if (!inserted) slot->second = std::max(slot->second, step);
+  int64_t max_step = -1;
+  std::vector<std::string> missing;
+  for (const auto& w : workers) {
+    auto s = r.reported.find(w);
+    if (s == r.reported.end()) {
+      missing.push_back(w);
+    } else {
+      max_step = std::max(max_step, s->second);
+    }
+  }
+  if (missing.empty()) {
+    r.sync_step = max_step + 1;
+    Status st = Persist(mesh, r);
+    if (!st.ok()) {
+      r.sync_step.reset();  // the next report tries again
+      return CountSync(st);
+    }
+    std::fprintf(stderr, "mesh %s: preemption sync step %lld\n", mesh.c_str(),
+                 static_cast<long long>(*r.sync_step));
+    Publish({{"mesh", mesh}, {"action", "sync_step"}, {"sync_step", *r.sync_step}});
+    const int64_t sync_step = *r.sync_step;
+    lock.unlock();
+    cv_.notify_all();
+    return CountSync(decided(sync_step));
+  }
+  // Losing a report to a failed write only costs a re-report after a restart.
+  if (Status st = Persist(mesh, r); !st.ok()) {
+    std::fprintf(stderr, "catalog: %s\n", st.ToString().c_str());
+  }
+  const uint64_t epoch = r.epoch;
+  // Re-found after every wake: Clear() may erase the record meanwhile.
+  auto current = [&]() -> Record* {
+    auto n = notices_.find(mesh);
+    return n == notices_.end() || n->second.epoch != epoch ? nullptr : &n->second;
+  };
+  cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] {
+    Record* c = current();
+    return stopping_ || !c || c->sync_step.has_value();
+  });
+  Record* c = current();
+  if (c && c->sync_step) return CountSync(decided(*c->sync_step));
+  if (stopping_) {
+    return CountSync(Unavailable("tesserad is shutting down", {{"mesh", mesh}, {"worker", worker}}));
+  }
+  if (!c) {
+    if (notices_.count(mesh)) {
+      return CountSync(Conflict("the preemption notice of mesh " + mesh +
+                                    " was replaced while waiting; report again",
+                                {{"mesh", mesh}, {"worker", worker}}));
+    }
+    return CountSync(Undecided(false));
+  }
+  Json missing_now = Json::array();
+  for (const auto& w : workers) {
+    if (!c->reported.count(w)) missing_now.push_back(w);
+  }
+  std::sort(missing_now.begin(), missing_now.end());
+  return CountSync(DeadlineExceeded(
+      "mesh " + mesh + ": worker " + worker + " waited " + std::to_string(timeout_ms) +
+          " ms for the preemption sync point; " + std::to_string(missing_now.size()) + " of " +
+          std::to_string(workers.size()) + " workers did not report a step",
+      {{"mesh", mesh}, {"worker", worker}, {"missing_workers", missing_now}}));
+}
+
+int64_t Preemption::noticed_count() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(notices_.size());
+}
+
+void Preemption::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Preemption::Publish(Json event) {
+  if (events_) events_->Publish("preemption", std::move(event));
+}
+
+Result<Json> Preemption::CountSync(Result<Json> outcome) {
+  if (metrics_) metrics_->Count("tessera_preemption_syncs_total", OutcomeLabel(outcome.status()));
+  return outcome;
+}
+
+}  // namespace tessera::service
