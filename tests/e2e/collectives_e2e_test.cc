@@ -383,6 +383,42 @@ TEST_F(CollectivesE2E, RestCollectiveJobs) {
   EXPECT_NE(j["error"].value("message", "").find("nope"), std::string::npos) << j.dump();
 }
 
+TEST_F(CollectivesE2E, PreemptionSyncPointThroughTheLocalApi) {
+  auto ask = [&](int r, int64_t step) {
+    http::Client local(cluster_->worker_url(r), "", 60);
+    auto res = local.Call("GET", "/v1/preemption?mesh=m&step=" + std::to_string(step));
+    EXPECT_TRUE(res.ok()) << res.status().ToString();
+    return res.ok() ? *res : Json();
+  };
+  // No notice: false at once, no sync step.
+  Json before = ask(0, 5);
+  EXPECT_EQ(before["sync"], false);
+  EXPECT_TRUE(before["sync_step"].is_null()) << before.dump();
+
+  ASSERT_TRUE(cluster_->Call("POST", "/api/v1/meshes/m/preemption", {{"reason", "maintenance"}}).ok());
+  // Each worker reports where it is; the sync step is max + 1 everywhere.
+  const int64_t steps[] = {5, 7, 6, 7};
+  std::vector<Json> answers(4);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) threads.emplace_back([&, r] { answers[r] = ask(r, steps[r]); });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(answers[r]["sync_step"], 8) << answers[r].dump();
+    EXPECT_EQ(answers[r]["sync"], false) << answers[r].dump();
+  }
+  // True exactly at the sync step.
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(ask(r, 7)["sync"], false);
+    EXPECT_EQ(ask(r, 8)["sync"], true);
+  }
+  auto state = cluster_->Call("GET", "/api/v1/meshes/m/preemption");
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ((*state)["noticed"], true);
+  EXPECT_EQ((*state)["sync_step"], 8);
+  ASSERT_TRUE(cluster_->Call("DELETE", "/api/v1/meshes/m/preemption").ok());
+  EXPECT_EQ(ask(1, 9)["sync"], false);
+}
+
 // Last in the suite: it kills a worker.
 TEST_F(CollectivesE2E, ZKilledPeerMidCollectiveIsNamed) {
   // Three workers enter an all-reduce that worker 3 never joins; then it dies.
