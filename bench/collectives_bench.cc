@@ -8,6 +8,8 @@
 // iteration's time is the max over ranks and the median is reported;
 // algbw = bytes / time, busbw per NCCL-tests. Every iteration's result is
 // verified (outside the timed region); a wrong result fails the run.
+// Besides the peers' fields, every line has p99_us (nearest rank over the same
+// per-iteration maxima), and the barrier line p50_us (= time_us) as well.
 //
 //   tessera_bench_collectives [--ranks 4] [--transport tcp|inproc] [--max-bytes N]
 #include <sys/wait.h>
@@ -57,6 +59,19 @@ double Median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
+// Nearest rank: the smallest value with at least q of the values at or below it.
+double Percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
+}
+
+// Per-iteration times (seconds), each the slowest rank's.
+struct Timing {
+  double p50 = 0;  // the median, as the peers report it
+  double p99 = 0;
+};
+
 class Bench {
  public:
   Bench(Group& group, const Config& config) : group_(group), config_(config) {}
@@ -73,14 +88,16 @@ class Bench {
     }
     BarrierOptions barrier;
     static_cast<Options&>(barrier) = config_.options;
-    ASSIGN_OR_RETURN(double t,
+    ASSIGN_OR_RETURN(Timing t,
                      Measure(
                          500, 20, nullptr, [&] { return Barrier(group_, barrier); }, nullptr));
     if (group_.rank() == 0) {
       Print({{"bench", Name()},
              {"op", "barrier"},
              {"ranks", n},
-             {"time_us", Round(t * 1e6, 1)},
+             {"time_us", Round(t.p50 * 1e6, 1)},
+             {"p50_us", Round(t.p50 * 1e6, 1)},
+             {"p99_us", Round(t.p99 * 1e6, 1)},
              {"iters", 500},
              {"transport", config_.transport}});
     }
@@ -92,24 +109,26 @@ class Bench {
 
   static void Print(const nlohmann::ordered_json& line) { std::cout << line.dump() << std::endl; }
 
-  void Emit(const std::string& op, size_t bytes, double t, int iters, double bus_factor) const {
+  void Emit(const std::string& op, size_t bytes, const Timing& t, int iters,
+            double bus_factor) const {
     if (group_.rank() != 0) return;
-    const double algbw = static_cast<double>(bytes) / t / 1e9;
+    const double algbw = static_cast<double>(bytes) / t.p50 / 1e9;
     Print({{"bench", Name()},
            {"op", op},
            {"ranks", group_.size()},
            {"bytes", bytes},
-           {"time_us", Round(t * 1e6, 1)},
+           {"time_us", Round(t.p50 * 1e6, 1)},
            {"algbw_GBps", Round(algbw, 4)},
            {"busbw_GBps", Round(algbw * bus_factor, 4)},
            {"iters", iters},
+           {"p99_us", Round(t.p99 * 1e6, 1)},
            {"transport", config_.transport},
            {"algorithm", std::string(AlgorithmName(config_.options.algorithm))}});
   }
 
-  // Median over `iters` of the slowest rank's time for `op`; `prepare` and
-  // `verify` run around each op, untimed.
-  Result<double> Measure(int iters, int warmup, const std::function<void()>& prepare,
+  // Median and p99 over `iters` of the slowest rank's time for `op`; `prepare`
+  // and `verify` run around each op, untimed.
+  Result<Timing> Measure(int iters, int warmup, const std::function<void()>& prepare,
                          const std::function<Status()>& op, const std::function<Status()>& verify) {
     Tensor times = Tensor::Zeros(DType::kFloat64, {iters});
     for (int i = 0; i < warmup + iters; ++i) {
@@ -125,7 +144,8 @@ class Bench {
     max.op = ReduceOp::kMax;
     RETURN_IF_ERROR(AllReduce(group_, times, max));
     auto v = times.values<double>();
-    return Median({v.begin(), v.end()});
+    const std::vector<double> all(v.begin(), v.end());
+    return Timing{.p50 = Median(all), .p99 = Percentile(all, 0.99)};
   }
 
   static Status ExpectAll(std::span<const float> values, float want, const std::string& what) {
@@ -145,7 +165,7 @@ class Bench {
     static_cast<Options&>(o) = config_.options;
     const int iters = IterationsFor(bytes);
     ASSIGN_OR_RETURN(
-        double t,
+        Timing t,
         Measure(
             iters, 2, [&] { std::fill(x.values<float>().begin(), x.values<float>().end(), 1.0f); },
             [&] { return AllReduce(group_, x, o); },
@@ -172,7 +192,7 @@ class Bench {
       }
       return Status::Ok();
     };
-    ASSIGN_OR_RETURN(double t,
+    ASSIGN_OR_RETURN(Timing t,
                      Measure(
                          iters, 2, [&] { std::fill(out.data.begin(), out.data.end(), 0); },
                          [&] { return AllGatherInto(group_, x, out, o); }, verify));
@@ -188,7 +208,7 @@ class Bench {
     BroadcastOptions o;
     static_cast<Options&>(o) = config_.options;
     const int iters = IterationsFor(bytes);
-    ASSIGN_OR_RETURN(double t,
+    ASSIGN_OR_RETURN(Timing t,
                      Measure(
                          iters, 2,
                          [&] {

@@ -2,17 +2,23 @@
 """Writes bench/RESULTS.md from the JSON lines of one bench/run.sh session.
 
 Reads, in --out: fio_pass1.jsonl and fio_pass2.jsonl (shared/peers/disk_fio.sh),
-torch.jsonl (shared/peers/save_torch.py), tessera.jsonl (tessera_bench_storage)
-and steps.jsonl (wall time of every step). Our figures and the peers' come from
-the same session on the same disk, because this VM's disk moves by up to 3x
-between runs (shared/peers/BASELINE.md) and only a same-session ratio means
-anything. Medians are used wherever there are several runs; every run is shown.
+torch.jsonl (shared/peers/save_torch.py), tessera.jsonl (tessera_bench_storage),
+cluster.jsonl (tessera_bench_cluster), the collectives' gloo<i>.jsonl
+(shared/peers/allreduce_torch_gloo.py), mpi<i>.jsonl (shared/peers/allreduce_mpi.sh),
+ours<i>.jsonl and ours_inproc.jsonl (tessera_bench_collectives), rest_barrier.jsonl
+(tessera_bench_rest_barrier), and steps.jsonl (wall time of every step). Our figures
+and the peers' come from the same session on the same machine, because this VM's disk
+moves by up to 3x between runs (shared/peers/BASELINE.md) and only a same-session
+ratio means anything. Medians are used wherever there are several runs; every run is
+shown. With --only storage or --only collectives, only that part is reported.
 
   /usr/bin/python3 bench/report.py --out bench/out --results bench/RESULTS.md
 """
 import argparse
+import glob
 import json
 import os
+import re
 import platform
 import statistics
 import subprocess
@@ -23,6 +29,13 @@ WRITE_VS_FIO = 0.9   # save ≥ 0.9x fio sequential write (buffered + end fsync,
 READ_VS_FIO = 0.9    # read ≥ 0.9x fio read_direct (1 job)
 VS_TORCH = 2.0       # save ≥ 2x torch.save+fsync, read ≥ 2x torch.load (cold and warm)
 HEADLINE_THREADS = 2  # both cores of this machine; 1-thread figures are in the detail tables
+
+# Targets of the collectives work (issue "Mesh collectives"), 4 ranks on loopback TCP.
+AR_VS_GLOO = 1.2         # all_reduce busbw ≥ 1.2x torch Gloo at ≥ 16 MiB
+AR_VS_MPI = 1.0          # all_reduce busbw ≥ 1.0x Open MPI (TCP BTL) at ≥ 16 MiB
+LAT_VS_MPI = 1.0         # all_reduce time ≤ 1.0x Open MPI (TCP BTL) at ≤ 4 KiB
+BARRIER_US = 200.0       # engine barrier p50 < 200 µs
+REST_BARRIER_US = 2000.0  # tesserad REST barrier p50 < 2 ms
 
 # zstd -b1 ratios on the same kinds of data, from shared/peers/BASELINE.md section 6
 # (zstd_speed.sh; not re-run by run.sh, ratios are deterministic).
@@ -75,6 +88,13 @@ def verdict(r, need):
     return "**met**" if r >= need else "**not met**"
 
 
+def verdict_below(r, limit, strict=False):
+    """Met when r ≤ limit (r < limit when strict)."""
+    if r is None:
+        return "not measured"
+    return "**met**" if (r < limit if strict else r <= limit) else "**not met**"
+
+
 def machine_facts(out_dir):
     mem = sh("free -h | awk '/^Mem:/ {print $2 \" total, \" $7 \" available\"}'")
     df = sh(f"df -hT {out_dir} | tail -n 1").split()
@@ -93,6 +113,7 @@ def machine_facts(out_dir):
         "os": sh(". /etc/os-release && echo $PRETTY_NAME"),
         "gcc": sh("g++ --version | head -n 1"),
         "fio": sh("fio --version"),
+        "mpi": sh("mpirun --version 2>/dev/null | head -n 1"),
         "zstd": sh("pkg-config --modversion libzstd"),
         "python": sys.version.split()[0],
     }
@@ -107,14 +128,21 @@ def main():
     ap.add_argument("--command", default="bash bench/run.sh")
     ap.add_argument("--scale", default="1.0")
     ap.add_argument("--repeat", default="2")
+    ap.add_argument("--only", default="all", choices=("all", "storage", "collectives"))
+    ap.add_argument("--rounds", default="2")
     a = ap.parse_args()
+    do_storage = a.only in ("all", "storage")
+    do_coll = a.only in ("all", "collectives")
 
     fio = [load(os.path.join(a.out, f"fio_pass{i}.jsonl")) for i in (1, 2)]
     torch_rows = load(os.path.join(a.out, "torch.jsonl"))
     ours = load(os.path.join(a.out, "tessera.jsonl"))
     steps = load(os.path.join(a.out, "steps.jsonl"))
-    if not ours:
+    if do_storage and not ours:
         sys.exit(f"report.py: no results in {a.out}/tessera.jsonl")
+    coll = Collectives(a.out, steps) if do_coll else None
+    if coll is not None and not coll.ours:
+        sys.exit(f"report.py: no collectives results in {a.out}/ours*.jsonl")
 
     # --- peers ---
     def fio_values(op, jobs=1):
@@ -149,7 +177,7 @@ def main():
                 if r["op"] == op and (r["dtype"], r["codec"], r["threads"]) == key]
 
     scale = float(config.get("scale", a.scale))
-    full = abs(scale - 1.0) < 1e-9
+    full = abs(scale - 1.0) < 1e-9 or not do_storage
     facts = machine_facts(a.out)
     L = []
     w = L.append
@@ -160,6 +188,10 @@ def main():
       "(`bench/out/*.jsonl`). GB is 10^9 bytes; GB/s is the state's logical bytes over the "
       "wall time. Medians over runs; every run is listed in the detail tables.")
     w("")
+    if a.only != "all":
+        w(f"> **Only the {a.only} part** of `bash bench/run.sh` ran in this session "
+          f"(TESSERA_BENCH_ONLY={a.only}); `bench/RESULTS.md` comes from full runs only.")
+        w("")
     if not full:
         w(f"> **Scale {scale}:** our state was {config.get('bytes_float32', 0):,} bytes instead "
           "of 1,075,838,976, so our figures are not comparable with the peers' 1 GiB ones. "
@@ -172,24 +204,50 @@ def main():
       f"(`free -h`); kernel {facts['kernel']}; {facts['os']}.")
     w(f"- **Disk:** {facts['disk']}. Every step wrote to one temp dir under `bench/out/` "
       "on that disk.")
-    w(f"- **Software:** {facts['gcc']}; {facts['fio']}; libzstd {facts['zstd']}; "
-      f"/usr/bin/python3 {facts['python']} with torch {torch_version}.")
+    if coll is not None:
+        torch_version = coll.torch_version or torch_version
+    w(f"- **Software:** {facts['gcc']}; {facts['fio'] or 'fio not installed'}; libzstd "
+      f"{facts['zstd']}; /usr/bin/python3 {facts['python']} with torch {torch_version}; "
+      f"{facts['mpi'] or 'Open MPI not installed'}.")
+    targets = []
+    if do_storage:
+        targets += ["tessera_bench_storage", "tessera_bench_cluster", "tessera-worker"]
+    if do_coll:
+        targets += ["tessera_bench_collectives", "tessera_bench_rest_barrier"]
+    targets.append("tesserad")
     w(f"- **Command** (from the repository root): `{a.command}`. It builds "
-      "`tessera_bench_storage` (Release, `build-bench/`), then runs, in this order:")
+      f"{', '.join(f'`{t}`' for t in targets)} (Release, `build-bench/`), then runs, in "
+      "this order:")
     w("")
     w("| step | command | wall time | exit status | 1-min load average before → after |")
     w("|---|---|---:|---:|---|")
     step_cmd = {
         "build": "cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release && "
-                 "cmake --build build-bench -j2 --target tessera_bench_storage",
+                 f"cmake --build build-bench -j2 --target {' '.join(targets)}",
         "fio_pass1": "DIR=$tmp ../shared/peers/disk_fio.sh",
         "torch": "/usr/bin/python3 ../shared/peers/save_torch.py --dir $tmp",
         "tessera": f"build-bench/bin/tessera_bench_storage --dir $tmp --json --scale {a.scale} "
                    f"--repeat {a.repeat}",
+        "cluster": f"build-bench/bin/tessera_bench_cluster --dir $tmp --scale {a.scale} "
+                   "--repeat 3",
         "fio_pass2": "DIR=$tmp ../shared/peers/disk_fio.sh",
+        "ours_inproc": "build-bench/bin/tessera_bench_collectives --ranks 4 --transport inproc",
+        "rest_barrier": "build-bench/bin/tessera_bench_rest_barrier --ranks 4",
     }
     for s in steps:
-        w(f"| {s['step']} | `{step_cmd.get(s['step'], '?')}` | {s['wall_s']:.1f} s | "
+        name = s["step"]
+        cmd = step_cmd.get(name)
+        if cmd is None and re.fullmatch(r"gloo\d+", name):
+            cmd = (f"/usr/bin/python3 ../shared/peers/allreduce_torch_gloo.py --ranks 4 "
+                   f"--port {29510 + int(name[4:])}")
+        elif cmd is None and re.fullmatch(r"mpi\d+", name):
+            cmd = "NP=4 ../shared/peers/allreduce_mpi.sh"
+        elif cmd is None and re.fullmatch(r"ours\d+", name):
+            cmd = "build-bench/bin/tessera_bench_collectives --ranks 4 --transport tcp"
+        if "skipped" in s:
+            w(f"| {name} | `{cmd or '?'}` | skipped: {s['skipped']} | — | — |")
+            continue
+        w(f"| {name} | `{cmd or '?'}` | {s['wall_s']:.1f} s | "
           f"{s.get('status', '?')} | {s.get('loadavg_before', '?')} → "
           f"{s.get('loadavg_after', '?')} |")
     w("")
@@ -199,320 +257,337 @@ def main():
           "stops after its fio and memcpy lines (all used here), before its loopback TCP part. "
           "run.sh installs nothing; `apt-get install -y iperf3` restores those figures.")
         w("")
-    w(f"- **State:** {config.get('tensors', 64)} tensors of (912·k·scale, 1024), "
-      f"k = i % 8 + 1, as in save_torch.py: {config.get('bytes_float32', 0):,} bytes of "
-      "float32 ~ N(0, 0.02) (FillSynthetic), and the same values truncated to bfloat16 "
-      f"({config.get('bytes_bfloat16', 0):,} bytes). Chunks of "
-      f"{config.get('chunk_size', 0) // (1 << 20)} MiB, mesh `{{d:1}}`, every tensor "
-      f"replicated. {a.repeat} runs of each configuration, the runs interleaved.")
-    w("")
+    if do_storage:
+        w(f"- **State:** {config.get('tensors', 64)} tensors of (912·k·scale, 1024), "
+          f"k = i % 8 + 1, as in save_torch.py: {config.get('bytes_float32', 0):,} bytes of "
+          "float32 ~ N(0, 0.02) (FillSynthetic), and the same values truncated to bfloat16 "
+          f"({config.get('bytes_bfloat16', 0):,} bytes). Chunks of "
+          f"{config.get('chunk_size', 0) // (1 << 20)} MiB, mesh `{{d:1}}`, every tensor "
+          f"replicated. {a.repeat} runs of each configuration, the runs interleaved.")
+        w("")
 
     # --- targets ---
     w("## Targets")
     w("")
-    w(f"Our figures are float32 (the peers' state) with {HEADLINE_THREADS} threads (both cores); "
-      "every configuration is in the detail tables below, with the same ratios. Peers are "
-      "medians of this session: fio over its two passes (before and after ours), torch over "
-      "save_torch.py's two runs.")
-    w("")
-    w("| target | ours GB/s | peer GB/s | ratio | needed | verdict |")
+    if do_storage:
+        w(f"Our figures are float32 (the peers' state) with {HEADLINE_THREADS} threads (both cores); "
+          "every configuration is in the detail tables below, with the same ratios. Peers are "
+          "medians of this session: fio over its two passes (before and after ours), torch over "
+          "save_torch.py's two runs. The storage rows are in GB/s.")
+        w("")
+    if coll is not None:
+        w("Collectives rows: 4 ranks on loopback TCP, medians of this session's runs "
+          "(ours: tessera_bench_collectives; peers: allreduce_torch_gloo.py and "
+          "allreduce_mpi.sh, alternated with ours); details in the Collectives section.")
+        w("")
+    w("| target | ours | peer | ratio | needed | verdict |")
     w("|---|---:|---:|---:|---:|---|")
 
-    def ours_med(op, codec, dtype="float32", threads=HEADLINE_THREADS):
-        return med(pick(op, (dtype, codec, threads)))
+    if do_storage:
+        def ours_med(op, codec, dtype="float32", threads=HEADLINE_THREADS):
+            return med(pick(op, (dtype, codec, threads)))
 
-    for codec in ("zstd-1", "none"):
-        o = ours_med("save", codec)
-        r = ratio(o, fio_wbuf)
-        w(f"| save {codec} vs fio write, buffered + end fsync, 1 job | {gb(o)} | {gb(fio_wbuf)} "
-          f"| {ratio_text(r)} | ≥ {WRITE_VS_FIO}× | {verdict(r, WRITE_VS_FIO)} |")
-    for codec in ("zstd-1", "none"):
-        o = ours_med("save", codec)
-        r = ratio(o, fio_wdirect)
-        w(f"| (reference) save {codec} vs fio write, O_DIRECT, 1 job | {gb(o)} | "
-          f"{gb(fio_wdirect)} | {ratio_text(r)} | — | — |")
-    for codec in ("zstd-1", "none"):
-        o = ours_med("read_cold", codec)
-        r = ratio(o, fio_rdirect)
-        w(f"| read cold {codec} vs fio read, O_DIRECT, 1 job | {gb(o)} | {gb(fio_rdirect)} | "
-          f"{ratio_text(r)} | ≥ {READ_VS_FIO}× | {verdict(r, READ_VS_FIO)} |")
-    for codec in ("zstd-1", "none"):
-        o = ours_med("read_warm", codec)
-        r = ratio(o, fio_rdirect)
-        w(f"| (reference) read warm {codec} vs fio read, O_DIRECT, 1 job | {gb(o)} | "
-          f"{gb(fio_rdirect)} | {ratio_text(r)} | — | page cache, not the disk |")
-    for codec in ("zstd-1", "none"):
-        o = ours_med("save", codec)
-        r = ratio(o, t_save)
-        w(f"| save {codec} vs torch.save + fsync | {gb(o)} | {gb(t_save)} | {ratio_text(r)} | "
-          f"≥ {VS_TORCH}× | {verdict(r, VS_TORCH)} |")
-    for mode, peer in (("cold", t_cold), ("warm", t_warm)):
         for codec in ("zstd-1", "none"):
-            o = ours_med(f"read_{mode}", codec)
-            r = ratio(o, peer)
-            w(f"| read {mode} {codec} vs torch.load {mode} | {gb(o)} | {gb(peer)} | "
-              f"{ratio_text(r)} | ≥ {VS_TORCH}× | {verdict(r, VS_TORCH)} |")
+            o = ours_med("save", codec)
+            r = ratio(o, fio_wbuf)
+            w(f"| save {codec} vs fio write, buffered + end fsync, 1 job | {gb(o)} | {gb(fio_wbuf)} "
+              f"| {ratio_text(r)} | ≥ {WRITE_VS_FIO}× | {verdict(r, WRITE_VS_FIO)} |")
+        for codec in ("zstd-1", "none"):
+            o = ours_med("save", codec)
+            r = ratio(o, fio_wdirect)
+            w(f"| (reference) save {codec} vs fio write, O_DIRECT, 1 job | {gb(o)} | "
+              f"{gb(fio_wdirect)} | {ratio_text(r)} | — | — |")
+        for codec in ("zstd-1", "none"):
+            o = ours_med("read_cold", codec)
+            r = ratio(o, fio_rdirect)
+            w(f"| read cold {codec} vs fio read, O_DIRECT, 1 job | {gb(o)} | {gb(fio_rdirect)} | "
+              f"{ratio_text(r)} | ≥ {READ_VS_FIO}× | {verdict(r, READ_VS_FIO)} |")
+        for codec in ("zstd-1", "none"):
+            o = ours_med("read_warm", codec)
+            r = ratio(o, fio_rdirect)
+            w(f"| (reference) read warm {codec} vs fio read, O_DIRECT, 1 job | {gb(o)} | "
+              f"{gb(fio_rdirect)} | {ratio_text(r)} | — | page cache, not the disk |")
+        for codec in ("zstd-1", "none"):
+            o = ours_med("save", codec)
+            r = ratio(o, t_save)
+            w(f"| save {codec} vs torch.save + fsync | {gb(o)} | {gb(t_save)} | {ratio_text(r)} | "
+              f"≥ {VS_TORCH}× | {verdict(r, VS_TORCH)} |")
+        for mode, peer in (("cold", t_cold), ("warm", t_warm)):
+            for codec in ("zstd-1", "none"):
+                o = ours_med(f"read_{mode}", codec)
+                r = ratio(o, peer)
+                w(f"| read {mode} {codec} vs torch.load {mode} | {gb(o)} | {gb(peer)} | "
+                  f"{ratio_text(r)} | ≥ {VS_TORCH}× | {verdict(r, VS_TORCH)} |")
+    if coll is not None:
+        for row in coll.target_rows():
+            w(row)
     w("")
-    zc = pick("save", ("float32", "zstd-1", HEADLINE_THREADS), "chunks_zstd")
-    rc = pick("save", ("float32", "zstd-1", HEADLINE_THREADS), "chunks_raw")
-    if zc and rc and rc[0] > zc[0]:
-        w(f"**Note:** in the float32 \"zstd-1\" saves the writer stored {rc[0]} of "
-          f"{zc[0] + rc[0]} chunks raw (its sampling found zstd saves < 10 % on float32 "
-          "weights; see Compression ratio), so those rows mostly measure raw I/O; the "
-          "bfloat16 rows below are the ones that exercise zstd.")
-        w("")
-    if t_cold and t_warm and t_warm < t_cold:
-        w(f"**Caution:** torch.load warm ({runs_text(torch_values('torch.load_warm'))} GB/s) ran "
-          f"slower than torch.load cold ({runs_text(torch_values('torch.load_cold'))} GB/s) in "
-          "this session. Each torch.load allocates fresh tensors, so it likely paid the page "
-          "faults of fresh memory again (slow on this VM, see Noise). The "
-          "\"read warm vs torch.load warm\" ratios rest on that figure; compare with "
-          "BASELINE.md's 1.5–9 GB/s before leaning on them.")
-        w("")
-    w("Reading the verdicts: \"cold\" drops the guest's page cache only (fdatasync + "
-      "posix_fadvise DONTNEED on every file, as save_torch.py does); the host very likely "
-      "still caches the virtual disk, so cold reads (ours and torch's) can beat fio's O_DIRECT "
-      "read, which always goes to the device. torch.load allocates fresh tensors (its page "
-      "faults are in its time); our reads fill buffers that were allocated and touched before "
-      "the timer started, as DCP's load does.")
-    w("")
-
-    # --- save details ---
-    w("## Save, every configuration")
-    w("")
-    w("SaveCheckpoint timed as a whole: chunking, checksums, zstd, write(2), fsync of the shard, "
-      "fragment, index merge, directory fsyncs and the atomic rename. \"data\" is the time until "
-      "the last chunk was handed to write(2) (from ShardOptions::on_progress); the rest is "
-      "the fsync of the shard plus the index and commit.")
-    w("")
-    w("| dtype | codec | threads | runs GB/s | median GB/s | median s | data s | fsync + index + "
-      "commit s | stored bytes | ratio | × fio buffered+fsync | × torch.save |")
-    w("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for key in configs:
-        dtype, codec, threads = key
-        g = pick("save", key)
-        o = med(g)
-        stored = pick("save", key, "stored_bytes")
-        rat = pick("save", key, "ratio")
-        vs_torch = ratio_text(ratio(o, t_save)) if dtype == "float32" else "— (other state)"
-        w(f"| {dtype} | {codec} | {threads} | {runs_text(g)} | {gb(o)} | "
-          f"{gb(med(pick('save', key, 'time_s')))} | {gb(med(pick('save', key, 'data_s')))} | "
-          f"{gb(med(pick('save', key, 'sync_commit_s')))} | {stored[0]:,} | {rat[0]:.3f} | "
-          f"{ratio_text(ratio(o, fio_wbuf))} | {vs_torch} |")
-    w("")
-
-    # --- read details ---
-    w("## Read, every configuration")
-    w("")
-    w("Every tensor read whole: CheckpointIndex::Open, then PlanRead + ExecuteRead per tensor "
-      "into a preallocated, pre-touched buffer, sharing one ShardCache and a ThreadPool of "
-      "`threads` threads; the time runs from opening the index to the last byte. After each "
-      "read (untimed) every byte is compared with what was saved: all runs below verified.")
-    w("")
-    w("| dtype | codec | threads | cold runs GB/s | cold median | warm runs GB/s | warm median "
-      "| cold × fio read_direct | cold × torch.load cold | warm × torch.load warm |")
-    w("|---|---|---:|---|---:|---|---:|---:|---:|---:|")
-    for key in configs:
-        dtype, codec, threads = key
-        c, wm = pick("read_cold", key), pick("read_warm", key)
-        oc, ow = med(c), med(wm)
-        tc = ratio_text(ratio(oc, t_cold)) if dtype == "float32" else "— (other state)"
-        tw = ratio_text(ratio(ow, t_warm)) if dtype == "float32" else "— (other state)"
-        w(f"| {dtype} | {codec} | {threads} | {runs_text(c)} | {gb(oc)} | {runs_text(wm)} | "
-          f"{gb(ow)} | {ratio_text(ratio(oc, fio_rdirect))} | {tc} | {tw} |")
-    unverified = [r for r in runs if r["op"].startswith("read") and not r.get("verified")]
-    if unverified:
-        w("")
-        w(f"**{len(unverified)} read runs were not verified.**")
-    w("")
-
-    # --- compression ---
-    w("## Compression ratio")
-    w("")
-    w("Logical bytes over the bytes of the shard file (header, chunk table and trailer "
-      "included; index.sqlite not). Chunks that zstd cannot shrink by 1/64 are stored raw.")
-    w("")
-    w("| data | logical bytes | zstd-1 stored bytes | ratio | chunks stored zstd / raw | "
-      "`zstd -b1` on 64 MiB of the same kind (BASELINE.md, not this run) |")
-    w("|---|---:|---:|---:|---:|---:|")
-    raw_notes = []
-    for dtype in ("float32", "bfloat16"):
-        key = next((k for k in configs if k[0] == dtype and k[1] == "zstd-1"), None)
-        if key is None:
-            continue
-        stored = pick("save", key, "stored_bytes")[0]
-        logical = next(r["bytes"] for r in runs if r["dtype"] == dtype)
-        zc = pick("save", key, "chunks_zstd")
-        rc = pick("save", key, "chunks_raw")
-        chunks = f"{zc[0]} / {rc[0]}" if zc and rc else "—"
-        w(f"| {dtype} N(0, 0.02){' truncated' if dtype == 'bfloat16' else ''} | {logical:,} | "
-          f"{stored:,} | {logical / stored:.3f} | {chunks} | {ZSTD_CLI_RATIO[dtype]} |")
+    if do_storage:
+        zc = pick("save", ("float32", "zstd-1", HEADLINE_THREADS), "chunks_zstd")
+        rc = pick("save", ("float32", "zstd-1", HEADLINE_THREADS), "chunks_raw")
         if zc and rc and rc[0] > zc[0]:
-            raw_notes.append(dtype)
-    w("")
-    for dtype in raw_notes:
-        w(f"With codec zstd-1, most {dtype} chunks were stored raw: the shard writer samples "
-          "each slice larger than one chunk and stores it raw when zstd would save less than "
-          "ShardOptions::min_savings (10 %) of the sample. The one-chunk tensors are still "
-          f"compressed. So the {dtype} \"zstd-1\" figures above mostly measure raw writes "
-          "and reads, by the engine's own choice.")
+            w(f"**Note:** in the float32 \"zstd-1\" saves the writer stored {rc[0]} of "
+              f"{zc[0] + rc[0]} chunks raw (its sampling found zstd saves < 10 % on float32 "
+              "weights; see Compression ratio), so those rows mostly measure raw I/O; the "
+              "bfloat16 rows below are the ones that exercise zstd.")
+            w("")
+        if t_cold and t_warm and t_warm < t_cold:
+            w(f"**Caution:** torch.load warm ({runs_text(torch_values('torch.load_warm'))} GB/s) ran "
+              f"slower than torch.load cold ({runs_text(torch_values('torch.load_cold'))} GB/s) in "
+              "this session. Each torch.load allocates fresh tensors, so it likely paid the page "
+              "faults of fresh memory again (slow on this VM, see Noise). The "
+              "\"read warm vs torch.load warm\" ratios rest on that figure; compare with "
+              "BASELINE.md's 1.5–9 GB/s before leaning on them.")
+            w("")
+        w("Reading the verdicts: \"cold\" drops the guest's page cache only (fdatasync + "
+          "posix_fadvise DONTNEED on every file, as save_torch.py does); the host very likely "
+          "still caches the virtual disk, so cold reads (ours and torch's) can beat fio's O_DIRECT "
+          "read, which always goes to the device. torch.load allocates fresh tensors (its page "
+          "faults are in its time); our reads fill buffers that were allocated and touched before "
+          "the timer started, as DCP's load does.")
         w("")
 
-    # --- index merge ---
-    w("## Index merge")
-    w("")
-    if merges:
-        m0 = merges[0]
-        w(f"{m0['fragments']} fragments × {m0['tensors'] // m0['fragments']} tensors "
-          f"({m0['tensors']:,} tensors, each one slice of one chunk), written with "
-          "FragmentBuilder::WriteTo into a staging dir (untimed, "
-          f"{m0['build_fragments_s']:.1f} s once); each run merges a fresh copy of them. "
-          "No peer and no numeric target; reported so regressions show.")
+    if do_storage:
+        # --- save details ---
+        w("## Save, every configuration")
         w("")
-        w("| measure | runs s | median s |")
-        w("|---|---|---:|")
-        ms = [r["time_s"] for r in merges]
-        os_ = [r["open_s"] for r in merges]
-        w(f"| MergeFragments (read + attach every fragment, checks, index build, fsync) | "
-          f"{runs_text(ms)} | {gb(med(ms))} |")
-        w(f"| CheckpointIndex::Open of the result ({m0['index_bytes']:,} bytes) | "
-          f"{runs_text(os_)} | {gb(med(os_))} |")
-    else:
-        w("Not measured.")
-    w("")
-
-    # --- peers ---
-    w("## Peers measured in this session")
-    w("")
-    w("### disk_fio.sh, both passes (pass 1 before our benchmark, pass 2 after)")
-    w("")
-    w("| op | jobs / streams | pass 1 | pass 2 | median | pass 2 / pass 1 |")
-    w("|---|---:|---:|---:|---:|---:|")
-    keys = []
-    for rows in fio:
-        for r in rows:
-            k = (r.get("bench"), r.get("op"), r.get("jobs", r.get("streams")))
-            if k not in keys:
-                keys.append(k)
-    for k in keys:
-        vals = []
-        for rows in fio:
-            v = next((r for r in rows if (r.get("bench"), r.get("op"),
-                                          r.get("jobs", r.get("streams"))) == k), None)
-            if v is None:
-                vals.append(None)
-            elif "GBps" in v:
-                vals.append(v["GBps"])
-            else:
-                vals.append(v.get("median_us"))
-        unit = "µs RTT" if k[1] == "pingpong_1B_rtt" else "GB/s"
-        got = [v for v in vals if v is not None]
-        drift = ratio_text(ratio(vals[1], vals[0])) if len(got) == 2 else "—"
-        w(f"| {k[0]} {k[1]} ({unit}) | {k[2] if k[2] is not None else '—'} | "
-          f"{gb(vals[0]) if vals else '—'} | {gb(vals[1]) if len(vals) > 1 else '—'} | "
-          f"{gb(med(got))} | {drift} |")
-    first_touch = [r.get("first_GBps") for rows in fio for r in rows if r.get("bench") == "memcpy"]
-    if first_touch:
+        w("SaveCheckpoint timed as a whole: chunking, checksums, zstd, write(2), fsync of the shard, "
+          "fragment, index merge, directory fsyncs and the atomic rename. \"data\" is the time until "
+          "the last chunk was handed to write(2) (from ShardOptions::on_progress); the rest is "
+          "the fsync of the shard plus the index and commit.")
         w("")
-        w(f"memcpy into fresh pages (first copy, page faults): {runs_text(first_touch)} GB/s.")
-    w("")
-    w("### save_torch.py (1.00 GiB float32 state dict)")
-    w("")
-    w("| op | runs GB/s | median GB/s |")
-    w("|---|---|---:|")
-    ops = []
-    for r in torch_rows:
-        if "GBps" in r and r["op"] not in ops:
-            ops.append(r["op"])
-    for op in ops:
-        v = torch_values(op)
-        label = op + (f" ({next(r['ranks'] for r in torch_rows if r['op'] == op)} ranks)"
-                      if op.startswith("dcp") else "")
-        w(f"| {label} | {runs_text(v)} | {gb(med(v))} |")
-    note = next((r.get("note") for r in torch_rows if r.get("op") == "dcp"), None)
-    if note:
-        w("")
-        w(f"DCP: {note}.")
-    w("")
-
-    # --- noise ---
-    w("## Noise")
-    w("")
-    spreads = []
-    for op in ("write_direct", "write_buffered_fsync", "read_direct"):
-        v = fio_values(op)
-        if len(v) == 2 and min(v) > 0:
-            spreads.append(f"{op} {max(v) / min(v):.2f}×")
-    w("- **fio between its two passes** (max / min, 1 job): " + (", ".join(spreads) or "—") +
-      ". BASELINE.md saw the buffered + fsync write move 0.48–1.57 GB/s in one afternoon.")
-    worst = []
-    for op in ("save", "read_cold", "read_warm"):
-        best = None
+        w("| dtype | codec | threads | runs GB/s | median GB/s | median s | data s | fsync + index + "
+          "commit s | stored bytes | ratio | × fio buffered+fsync | × torch.save |")
+        w("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for key in configs:
-            v = pick(op, key)
-            if len(v) >= 2 and min(v) > 0:
-                s = max(v) / min(v)
-                if best is None or s > best[0]:
-                    best = (s, key)
-        if best:
-            worst.append(f"{op} {best[0]:.2f}× ({best[1][0]} {best[1][1]}, threads={best[1][2]})")
-    w("- **Our runs** (largest max / min of one configuration): " + (", ".join(worst) or "—") +
-      ".")
-    busy = [s for s in steps if s["step"] != "build"
-            and max(s.get("loadavg_before", 0), s.get("loadavg_after", 0)) > 1.5]
-    if busy:
-        w("- **Other load during the measurements:** the 1-min load average exceeded 1.5 "
-          "around " + ", ".join(f"{s['step']} ({s.get('loadavg_before')} → "
-                                f"{s.get('loadavg_after')})" for s in busy) +
-          ". The steps raise it themselves (fio's tasks in I/O wait count, save_torch.py runs "
-          "4 DCP ranks, ours 2–3 threads), so this is only a hint; a load that is already high "
-          "before a step means other processes shared the 2 vCPUs.")
-    w("- This is a 2-vCPU KVM guest whose disk, CPU and memory bandwidth move between runs "
-      "(BASELINE.md: disk up to 3×, zstd about 1.4×). Only ratios within one session mean "
-      "something; run `bash bench/run.sh` again before trusting a verdict near its threshold.")
-    w("- The first large allocation in a process is slow here (1–4 GB/s of page faults). "
-      "Our benchmark allocates and touches every buffer before timing; the first save of a "
-      "process still pays for creating threads and zstd contexts, which is why the runs are "
-      "all listed.")
-    w("")
+            dtype, codec, threads = key
+            g = pick("save", key)
+            o = med(g)
+            stored = pick("save", key, "stored_bytes")
+            rat = pick("save", key, "ratio")
+            vs_torch = ratio_text(ratio(o, t_save)) if dtype == "float32" else "— (other state)"
+            w(f"| {dtype} | {codec} | {threads} | {runs_text(g)} | {gb(o)} | "
+              f"{gb(med(pick('save', key, 'time_s')))} | {gb(med(pick('save', key, 'data_s')))} | "
+              f"{gb(med(pick('save', key, 'sync_commit_s')))} | {stored[0]:,} | {rat[0]:.3f} | "
+              f"{ratio_text(ratio(o, fio_wbuf))} | {vs_torch} |")
+        w("")
 
-    # --- where the time goes ---
-    w("## Where the time goes (this run)")
-    w("")
-    w("Medians of each part, so the parts need not add up exactly.")
-    w("")
-    for dtype in ("float32", "bfloat16"):
-        for codec in ("zstd-1", "none"):
-            key = (dtype, codec, HEADLINE_THREADS)
-            t, d, s = (med(pick("save", key, f)) for f in ("time_s", "data_s", "sync_commit_s"))
-            if t and d:
-                nbytes = config.get(f"bytes_{dtype}", 0)
-                w(f"- save {dtype} {codec}, {HEADLINE_THREADS} threads: {t:.2f} s = {d:.2f} s to "
-                  f"hand every chunk to write(2) ({nbytes / d / 1e9:.2f} GB/s) + {s:.2f} s of "
-                  "fsync, index and commit, one after the other.")
-    for dtype in ("float32", "bfloat16"):
-        for codec in ("zstd-1", "none"):
-            key = (dtype, codec, HEADLINE_THREADS)
-            c, wm = med(pick("read_cold", key)), med(pick("read_warm", key))
-            if c and wm:
-                w(f"- read {dtype} {codec}, {HEADLINE_THREADS} threads: cold {c:.2f} GB/s, warm "
-                  f"{wm:.2f} GB/s" + (" — about the same, so decoding, not the disk, sets the "
-                                      "pace." if wm < 1.3 * c else "."))
-    w("")
-    w("Profiling notes (perf record, perf stat and strace -T on 2026-11-22, outside run.sh, "
-      "so not re-measured by it): in a zstd save about a third of the CPU went to "
-      "`EncodeChunk` allocating and zero-filling a fresh ZSTD_compressBound-sized "
-      "`std::string` per 4 MiB chunk (memset, and page faults because the pool threads' malloc "
-      "arenas hand the memory back between chunks). With malloc told to keep its memory "
-      "(GLIBC_TUNABLES mmap/trim thresholds, a test only) the bfloat16 zstd-1 save, 2 threads, "
-      "went from 0.44–0.54 to 0.64–0.90 GB/s and page faults fell by ~45 000 per save; float32 "
-      "before the min_savings sampling showed the same (~0.55 → ~0.9 GB/s). The shard's fsync "
-      "is 0.5–0.7 s of every 1 GiB save and starts only after the last write; fragment, merge "
-      "and commit add ~20 ms. Reads of zstd chunks spend ~75 % of their CPU in zstd's "
-      "decoder.")
-    w("")
+        # --- read details ---
+        w("## Read, every configuration")
+        w("")
+        w("Every tensor read whole: CheckpointIndex::Open, then PlanRead + ExecuteRead per tensor "
+          "into a preallocated, pre-touched buffer, sharing one ShardCache and a ThreadPool of "
+          "`threads` threads; the time runs from opening the index to the last byte. After each "
+          "read (untimed) every byte is compared with what was saved: all runs below verified.")
+        w("")
+        w("| dtype | codec | threads | cold runs GB/s | cold median | warm runs GB/s | warm median "
+          "| cold × fio read_direct | cold × torch.load cold | warm × torch.load warm |")
+        w("|---|---|---:|---|---:|---|---:|---:|---:|---:|")
+        for key in configs:
+            dtype, codec, threads = key
+            c, wm = pick("read_cold", key), pick("read_warm", key)
+            oc, ow = med(c), med(wm)
+            tc = ratio_text(ratio(oc, t_cold)) if dtype == "float32" else "— (other state)"
+            tw = ratio_text(ratio(ow, t_warm)) if dtype == "float32" else "— (other state)"
+            w(f"| {dtype} | {codec} | {threads} | {runs_text(c)} | {gb(oc)} | {runs_text(wm)} | "
+              f"{gb(ow)} | {ratio_text(ratio(oc, fio_rdirect))} | {tc} | {tw} |")
+        unverified = [r for r in runs if r["op"].startswith("read") and not r.get("verified")]
+        if unverified:
+            w("")
+            w(f"**{len(unverified)} read runs were not verified.**")
+        w("")
 
-    cluster_section(w, load(os.path.join(a.out, "cluster.jsonl")), t_save, t_cold, t_warm)
+        # --- compression ---
+        w("## Compression ratio")
+        w("")
+        w("Logical bytes over the bytes of the shard file (header, chunk table and trailer "
+          "included; index.sqlite not). Chunks that zstd cannot shrink by 1/64 are stored raw.")
+        w("")
+        w("| data | logical bytes | zstd-1 stored bytes | ratio | chunks stored zstd / raw | "
+          "`zstd -b1` on 64 MiB of the same kind (BASELINE.md, not this run) |")
+        w("|---|---:|---:|---:|---:|---:|")
+        raw_notes = []
+        for dtype in ("float32", "bfloat16"):
+            key = next((k for k in configs if k[0] == dtype and k[1] == "zstd-1"), None)
+            if key is None:
+                continue
+            stored = pick("save", key, "stored_bytes")[0]
+            logical = next(r["bytes"] for r in runs if r["dtype"] == dtype)
+            zc = pick("save", key, "chunks_zstd")
+            rc = pick("save", key, "chunks_raw")
+            chunks = f"{zc[0]} / {rc[0]}" if zc and rc else "—"
+            w(f"| {dtype} N(0, 0.02){' truncated' if dtype == 'bfloat16' else ''} | {logical:,} | "
+              f"{stored:,} | {logical / stored:.3f} | {chunks} | {ZSTD_CLI_RATIO[dtype]} |")
+            if zc and rc and rc[0] > zc[0]:
+                raw_notes.append(dtype)
+        w("")
+        for dtype in raw_notes:
+            w(f"With codec zstd-1, most {dtype} chunks were stored raw: the shard writer samples "
+              "each slice larger than one chunk and stores it raw when zstd would save less than "
+              "ShardOptions::min_savings (10 %) of the sample. The one-chunk tensors are still "
+              f"compressed. So the {dtype} \"zstd-1\" figures above mostly measure raw writes "
+              "and reads, by the engine's own choice.")
+            w("")
+
+        # --- index merge ---
+        w("## Index merge")
+        w("")
+        if merges:
+            m0 = merges[0]
+            w(f"{m0['fragments']} fragments × {m0['tensors'] // m0['fragments']} tensors "
+              f"({m0['tensors']:,} tensors, each one slice of one chunk), written with "
+              "FragmentBuilder::WriteTo into a staging dir (untimed, "
+              f"{m0['build_fragments_s']:.1f} s once); each run merges a fresh copy of them. "
+              "No peer and no numeric target; reported so regressions show.")
+            w("")
+            w("| measure | runs s | median s |")
+            w("|---|---|---:|")
+            ms = [r["time_s"] for r in merges]
+            os_ = [r["open_s"] for r in merges]
+            w(f"| MergeFragments (read + attach every fragment, checks, index build, fsync) | "
+              f"{runs_text(ms)} | {gb(med(ms))} |")
+            w(f"| CheckpointIndex::Open of the result ({m0['index_bytes']:,} bytes) | "
+              f"{runs_text(os_)} | {gb(med(os_))} |")
+        else:
+            w("Not measured.")
+        w("")
+
+        # --- peers ---
+        w("## Peers measured in this session")
+        w("")
+        w("### disk_fio.sh, both passes (pass 1 before our benchmark, pass 2 after)")
+        w("")
+        w("| op | jobs / streams | pass 1 | pass 2 | median | pass 2 / pass 1 |")
+        w("|---|---:|---:|---:|---:|---:|")
+        keys = []
+        for rows in fio:
+            for r in rows:
+                k = (r.get("bench"), r.get("op"), r.get("jobs", r.get("streams")))
+                if k not in keys:
+                    keys.append(k)
+        for k in keys:
+            vals = []
+            for rows in fio:
+                v = next((r for r in rows if (r.get("bench"), r.get("op"),
+                                              r.get("jobs", r.get("streams"))) == k), None)
+                if v is None:
+                    vals.append(None)
+                elif "GBps" in v:
+                    vals.append(v["GBps"])
+                else:
+                    vals.append(v.get("median_us"))
+            unit = "µs RTT" if k[1] == "pingpong_1B_rtt" else "GB/s"
+            got = [v for v in vals if v is not None]
+            drift = ratio_text(ratio(vals[1], vals[0])) if len(got) == 2 else "—"
+            w(f"| {k[0]} {k[1]} ({unit}) | {k[2] if k[2] is not None else '—'} | "
+              f"{gb(vals[0]) if vals else '—'} | {gb(vals[1]) if len(vals) > 1 else '—'} | "
+              f"{gb(med(got))} | {drift} |")
+        first_touch = [r.get("first_GBps") for rows in fio for r in rows if r.get("bench") == "memcpy"]
+        if first_touch:
+            w("")
+            w(f"memcpy into fresh pages (first copy, page faults): {runs_text(first_touch)} GB/s.")
+        w("")
+        w("### save_torch.py (1.00 GiB float32 state dict)")
+        w("")
+        w("| op | runs GB/s | median GB/s |")
+        w("|---|---|---:|")
+        ops = []
+        for r in torch_rows:
+            if "GBps" in r and r["op"] not in ops:
+                ops.append(r["op"])
+        for op in ops:
+            v = torch_values(op)
+            label = op + (f" ({next(r['ranks'] for r in torch_rows if r['op'] == op)} ranks)"
+                          if op.startswith("dcp") else "")
+            w(f"| {label} | {runs_text(v)} | {gb(med(v))} |")
+        note = next((r.get("note") for r in torch_rows if r.get("op") == "dcp"), None)
+        if note:
+            w("")
+            w(f"DCP: {note}.")
+        w("")
+
+        # --- noise ---
+        w("## Noise")
+        w("")
+        spreads = []
+        for op in ("write_direct", "write_buffered_fsync", "read_direct"):
+            v = fio_values(op)
+            if len(v) == 2 and min(v) > 0:
+                spreads.append(f"{op} {max(v) / min(v):.2f}×")
+        w("- **fio between its two passes** (max / min, 1 job): " + (", ".join(spreads) or "—") +
+          ". BASELINE.md saw the buffered + fsync write move 0.48–1.57 GB/s in one afternoon.")
+        worst = []
+        for op in ("save", "read_cold", "read_warm"):
+            best = None
+            for key in configs:
+                v = pick(op, key)
+                if len(v) >= 2 and min(v) > 0:
+                    s = max(v) / min(v)
+                    if best is None or s > best[0]:
+                        best = (s, key)
+            if best:
+                worst.append(f"{op} {best[0]:.2f}× ({best[1][0]} {best[1][1]}, threads={best[1][2]})")
+        w("- **Our runs** (largest max / min of one configuration): " + (", ".join(worst) or "—") +
+          ".")
+        busy = [s for s in steps
+                if s["step"] in ("fio_pass1", "torch", "tessera", "cluster", "fio_pass2")
+                and max(s.get("loadavg_before", 0), s.get("loadavg_after", 0)) > 1.5]
+        if busy:
+            w("- **Other load during the measurements:** the 1-min load average exceeded 1.5 "
+              "around " + ", ".join(f"{s['step']} ({s.get('loadavg_before')} → "
+                                    f"{s.get('loadavg_after')})" for s in busy) +
+              ". The steps raise it themselves (fio's tasks in I/O wait count, save_torch.py runs "
+              "4 DCP ranks, ours 2–3 threads), so this is only a hint; a load that is already high "
+              "before a step means other processes shared the 2 vCPUs.")
+        w("- This is a 2-vCPU KVM guest whose disk, CPU and memory bandwidth move between runs "
+          "(BASELINE.md: disk up to 3×, zstd about 1.4×). Only ratios within one session mean "
+          "something; run `bash bench/run.sh` again before trusting a verdict near its threshold.")
+        w("- The first large allocation in a process is slow here (1–4 GB/s of page faults). "
+          "Our benchmark allocates and touches every buffer before timing; the first save of a "
+          "process still pays for creating threads and zstd contexts, which is why the runs are "
+          "all listed.")
+        w("")
+
+        # --- where the time goes ---
+        w("## Where the time goes (this run)")
+        w("")
+        w("Medians of each part, so the parts need not add up exactly.")
+        w("")
+        for dtype in ("float32", "bfloat16"):
+            for codec in ("zstd-1", "none"):
+                key = (dtype, codec, HEADLINE_THREADS)
+                t, d, s = (med(pick("save", key, f)) for f in ("time_s", "data_s", "sync_commit_s"))
+                if t and d:
+                    nbytes = config.get(f"bytes_{dtype}", 0)
+                    w(f"- save {dtype} {codec}, {HEADLINE_THREADS} threads: {t:.2f} s = {d:.2f} s to "
+                      f"hand every chunk to write(2) ({nbytes / d / 1e9:.2f} GB/s) + {s:.2f} s of "
+                      "fsync, index and commit, one after the other.")
+        for dtype in ("float32", "bfloat16"):
+            for codec in ("zstd-1", "none"):
+                key = (dtype, codec, HEADLINE_THREADS)
+                c, wm = med(pick("read_cold", key)), med(pick("read_warm", key))
+                if c and wm:
+                    w(f"- read {dtype} {codec}, {HEADLINE_THREADS} threads: cold {c:.2f} GB/s, warm "
+                      f"{wm:.2f} GB/s" + (" — about the same, so decoding, not the disk, sets the "
+                                          "pace." if wm < 1.3 * c else "."))
+        w("")
+        w("Profiling notes (perf record, perf stat and strace -T on 2026-11-22, outside run.sh, "
+          "so not re-measured by it): in a zstd save about a third of the CPU went to "
+          "`EncodeChunk` allocating and zero-filling a fresh ZSTD_compressBound-sized "
+          "`std::string` per 4 MiB chunk (memset, and page faults because the pool threads' malloc "
+          "arenas hand the memory back between chunks). With malloc told to keep its memory "
+          "(GLIBC_TUNABLES mmap/trim thresholds, a test only) the bfloat16 zstd-1 save, 2 threads, "
+          "went from 0.44–0.54 to 0.64–0.90 GB/s and page faults fell by ~45 000 per save; float32 "
+          "before the min_savings sampling showed the same (~0.55 → ~0.9 GB/s). The shard's fsync "
+          "is 0.5–0.7 s of every 1 GiB save and starts only after the last write; fragment, merge "
+          "and commit add ~20 ms. Reads of zstd chunks spend ~75 % of their CPU in zstd's "
+          "decoder.")
+        w("")
+
+        cluster_section(w, load(os.path.join(a.out, "cluster.jsonl")), t_save, t_cold, t_warm)
+
+    if coll is not None:
+        coll.write(w)
 
     with open(a.results, "w") as f:
         f.write("\n".join(L))
@@ -596,6 +671,345 @@ def cluster_section(w, rows, t_save, t_cold, t_warm):
           f"delivery, shard writes, merge of {s64['ranks']} fragments and commit), "
           f"{s64['bytes']:,} B: {s64['time_s']:.2f} s ({s64['GBps']:.3f} GB/s).")
     w("")
+
+
+# ------------------------------------------------------------------ collectives
+
+def size_text(n):
+    if n >= 1 << 20:
+        return f"{n >> 20} MiB"
+    if n >= 1 << 10:
+        return f"{n >> 10} KiB"
+    return f"{n} B"
+
+
+def us_text(x):
+    if x is None:
+        return "—"
+    return f"{x:.1f}" if x < 1000 else f"{x:,.0f}"
+
+
+def us_runs(xs):
+    return " / ".join(us_text(x) for x in xs) if xs else "—"
+
+
+def bw_text(x):
+    if x is None:
+        return "—"
+    return f"{x:.4f}" if x < 0.01 else f"{x:.3f}"
+
+
+def bus_factor(op, n):
+    """NCCL-tests' busbw / algbw (shared/peers/README.md)."""
+    return {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n}.get(op, 1.0)
+
+
+def numbered(out_dir, prefix):
+    """[(step name, rows)] of out_dir/<prefix><i>.jsonl, by i."""
+    found = []
+    for path in glob.glob(os.path.join(out_dir, f"{prefix}*.jsonl")):
+        m = re.fullmatch(rf"{prefix}(\d+)\.jsonl", os.path.basename(path))
+        if m:
+            found.append((int(m.group(1)), f"{prefix}{m.group(1)}", load(path)))
+    return [(name, rows) for _, name, rows in sorted(found)]
+
+
+class Collectives:
+    """The collectives part of a session: ours next to Gloo and Open MPI over TCP."""
+
+    AR_SIZES = [4 << (2 * i) for i in range(13)]  # 4 B … 64 MiB, ×4 (the peers' sweep)
+    BIG = (16 << 20, 64 << 20)
+    SMALL = tuple(x for x in AR_SIZES if x <= 4096)
+
+    def __init__(self, out_dir, steps):
+        self.ours = numbered(out_dir, "ours")
+        self.gloo = numbered(out_dir, "gloo")
+        mpi = numbered(out_dir, "mpi")
+        self.mpi_tcp = [(n, [r for r in rows if r.get("bench") == "mpi_tcp"]) for n, rows in mpi]
+        self.mpi_vader = [(n, [r for r in rows if r.get("bench") == "mpi_vader"])
+                          for n, rows in mpi]
+        self.mpi_tcp = [(n, rows) for n, rows in self.mpi_tcp if rows]
+        self.mpi_vader = [(n, rows) for n, rows in self.mpi_vader if rows]
+        self.inproc = [("ours_inproc", load(os.path.join(out_dir, "ours_inproc.jsonl")))]
+        self.inproc = [(n, rows) for n, rows in self.inproc if rows]
+        rest = load(os.path.join(out_dir, "rest_barrier.jsonl"))
+        self.rest = rest[0] if rest else None
+        pattern = r"(gloo|ours|mpi)\d+|ours_inproc|rest_barrier"
+        self.steps = [s for s in steps if re.fullmatch(pattern, s["step"])]
+        self.n = next((r["ranks"] for _, rows in self.ours for r in rows if "ranks" in r), 4)
+        self.torch_version = next((r["torch"] for _, rows in self.gloo for r in rows
+                                   if r.get("torch")), None)
+        skipped = [s for s in self.steps if s["step"].startswith("mpi") and "skipped" in s]
+        if self.mpi_tcp:
+            self.mpi_note = None
+        elif skipped:
+            self.mpi_note = f"not measured ({skipped[0]['skipped']})"
+        elif any(s["step"].startswith("mpi") for s in self.steps):
+            self.mpi_note = "not measured (allreduce_mpi.sh failed, see the steps table)"
+        elif not sh("command -v mpirun"):
+            self.mpi_note = "not measured (openmpi missing)"
+        else:
+            self.mpi_note = "not measured"
+
+    # --- figures ---
+    @staticmethod
+    def values(runs, op, nbytes=None, field="time_us"):
+        """One value per run that has the line (op, bytes)."""
+        out = []
+        for _, rows in runs:
+            row = next((r for r in rows if r.get("op") == op
+                        and (nbytes is None or r.get("bytes") == nbytes)), None)
+            if row is not None and row.get(field) is not None:
+                out.append(row[field])
+        return out
+
+    def time(self, runs, op, nbytes=None):
+        """Median over runs of each run's median time, µs."""
+        return med(self.values(runs, op, nbytes))
+
+    def busbw(self, runs, op, nbytes):
+        t = self.time(runs, op, nbytes)
+        return None if not t else nbytes / (t * 1e-6) / 1e9 * bus_factor(op, self.n)
+
+    def barrier_p50(self, runs):
+        v = self.values(runs, "barrier", field="p50_us") or self.values(runs, "barrier")
+        return med(v)
+
+    # --- targets (rows of the top table and of the section's own) ---
+    def target_rows(self):
+        rows = []
+        for nbytes in self.BIG:
+            o, g = self.busbw(self.ours, "all_reduce", nbytes), self.busbw(
+                self.gloo, "all_reduce", nbytes)
+            r = ratio(o, g)
+            rows.append(f"| all_reduce {size_text(nbytes)} busbw vs torch Gloo | {bw_text(o)} GB/s | "
+                        f"{bw_text(g)} GB/s | {ratio_text(r)} | ≥ {AR_VS_GLOO}× | "
+                        f"{verdict(r, AR_VS_GLOO)} |")
+        for nbytes in self.BIG:
+            o = self.busbw(self.ours, "all_reduce", nbytes)
+            if self.mpi_note:
+                rows.append(f"| all_reduce {size_text(nbytes)} busbw vs Open MPI TCP | "
+                            f"{bw_text(o)} GB/s | {self.mpi_note} | — | ≥ {AR_VS_MPI}× | "
+                            f"{self.mpi_note} |")
+                continue
+            m = self.busbw(self.mpi_tcp, "all_reduce", nbytes)
+            r = ratio(o, m)
+            rows.append(f"| all_reduce {size_text(nbytes)} busbw vs Open MPI TCP | {bw_text(o)} GB/s "
+                        f"| {bw_text(m)} GB/s | {ratio_text(r)} | ≥ {AR_VS_MPI}× | "
+                        f"{verdict(r, AR_VS_MPI)} |")
+        for nbytes in self.SMALL:
+            o = self.time(self.ours, "all_reduce", nbytes)
+            if self.mpi_note:
+                rows.append(f"| all_reduce {size_text(nbytes)} time vs Open MPI TCP | {us_text(o)} µs "
+                            f"| {self.mpi_note} | — | ≤ {LAT_VS_MPI}× | {self.mpi_note} |")
+                continue
+            m = self.time(self.mpi_tcp, "all_reduce", nbytes)
+            r = ratio(o, m)
+            rows.append(f"| all_reduce {size_text(nbytes)} time vs Open MPI TCP | {us_text(o)} µs | "
+                        f"{us_text(m)} µs | {ratio_text(r)} | ≤ {LAT_VS_MPI}× | "
+                        f"{verdict_below(r, LAT_VS_MPI)} |")
+        o = self.barrier_p50(self.ours)
+        ctx = [f"Gloo {us_text(self.time(self.gloo, 'barrier'))} µs"]
+        if not self.mpi_note:
+            ctx.insert(0, f"MPI TCP {us_text(self.time(self.mpi_tcp, 'barrier'))} µs")
+        r = ratio(o, BARRIER_US)
+        rows.append(f"| barrier p50, the engine over TCP ({self.n} processes) | {us_text(o)} µs | "
+                    f"({', '.join(ctx)}) | {ratio_text(r)} of the limit | < {BARRIER_US:.0f} µs | "
+                    f"{verdict_below(r, 1.0, strict=True)} |")
+        if self.rest and self.rest.get("available"):
+            o = self.rest.get("p50_us")
+            r = ratio(o, REST_BARRIER_US)
+            rows.append(f"| REST barrier p50, tesserad `POST /api/v1/barriers/{{name}}`, "
+                        f"{self.rest.get('ranks', 4)} client threads | {us_text(o)} µs | — | "
+                        f"{ratio_text(r)} of the limit | < {REST_BARRIER_US / 1000:.0f} ms | "
+                        f"{verdict_below(r, 1.0, strict=True)} |")
+        else:
+            why = (self.rest or {}).get("reason") or "tessera_bench_rest_barrier did not run"
+            rows.append("| REST barrier p50, tesserad `POST /api/v1/barriers/{name}`, 4 client "
+                        f"threads | not measured yet ({why}) | — | — | < "
+                        f"{REST_BARRIER_US / 1000:.0f} ms | not measured yet |")
+        return rows
+
+    # --- the section ---
+    def write(self, w):
+        n = self.n
+        w(f"## Collectives ({n} ranks, loopback TCP)")
+        w("")
+        order = ", ".join(s["step"] for s in self.steps)
+        w(f"{n} ranks on 127.0.0.1, float32, the peers' sweep and method (shared/peers/README.md): "
+          "2 warmup ops, a barrier, then clamp(64 MiB / bytes, 5, 200) ops back to back; each "
+          "iteration's time is the slowest rank's, and a run reports the median. "
+          f"**Ours:** `tessera_bench_collectives --ranks {n} --transport tcp`, {n} forked "
+          "processes joined by TcpTransport (a full TCP mesh), every result verified outside the "
+          "timed region. **Peers:** torch.distributed Gloo (`allreduce_torch_gloo.py`) and Open "
+          "MPI's `MPI_Allreduce` with the TCP BTL on `lo` (`allreduce_mpi.sh`; its vader "
+          "shared-memory lines are shown as context only). The runs alternate "
+          f"({order}), so drift shows in the every-run table. Each figure below is the median "
+          "over the runs of each run's median time; algbw = bytes / time and busbw follow "
+          f"NCCL-tests (all_reduce × 2(n−1)/n, all_gather × (n−1)/n with bytes = the total "
+          "output, broadcast × 1), computed from that time. GB = 10^9 bytes.")
+        w("")
+        loads = [s for s in self.steps if "skipped" not in s]
+        if loads:
+            before = [s["loadavg_before"] for s in loads]
+            after = [s["loadavg_after"] for s in loads]
+            w(f"1-min load average around these steps: {min(before + after):.2f}–"
+              f"{max(before + after):.2f} (before the first: {before[0]:.2f}; the benchmarks' "
+              f"own {n} ranks on 2 vCPUs raise it). Exit status of each step: in the steps table "
+              "at the top.")
+            w("")
+        failed = [s["step"] for s in loads if s.get("status")]
+        if failed:
+            w(f"**Failed steps (their figures are missing):** {', '.join(failed)}.")
+            w("")
+        runs_line = (f"Runs: ours {len(self.ours)}, Gloo {len(self.gloo)}, Open MPI TCP "
+                     f"{len(self.mpi_tcp) if not self.mpi_note else self.mpi_note}.")
+        w(runs_line)
+        w("")
+
+        w("### Targets")
+        w("")
+        w("Ratios are ours / peer for bandwidth (≥ needed) and for time (≤ needed); the barrier "
+          "rows compare with an absolute limit (ratio = ours / limit).")
+        w("")
+        w("| target | ours | peer | ratio | needed | verdict |")
+        w("|---|---:|---:|---:|---:|---|")
+        for row in self.target_rows():
+            w(row)
+        w("")
+
+        # all_reduce per size
+        mpi = self.mpi_note
+        w("### all_reduce (float32 sum), per size")
+        w("")
+        w("Medians over runs. \"× Gloo\" and \"× MPI TCP\" are busbw ratios (ours / peer; > 1 "
+          "means ours is faster, the inverse of the time ratio). MPI vader is shared memory, not "
+          "TCP: context only.")
+        w("")
+        w("| size | ours µs | ours algbw GB/s | ours busbw GB/s | Gloo µs | Gloo busbw | × Gloo | "
+          "MPI TCP µs | MPI TCP busbw | × MPI TCP | MPI vader busbw |")
+        w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for nbytes in self.AR_SIZES:
+            o_t = self.time(self.ours, "all_reduce", nbytes)
+            if o_t is None:
+                continue
+            o_alg = nbytes / (o_t * 1e-6) / 1e9
+            o_bus = self.busbw(self.ours, "all_reduce", nbytes)
+            g_t = self.time(self.gloo, "all_reduce", nbytes)
+            g_bus = self.busbw(self.gloo, "all_reduce", nbytes)
+            if mpi:
+                m_cells = f"{mpi} | — | — |"
+            else:
+                m_t = self.time(self.mpi_tcp, "all_reduce", nbytes)
+                m_bus = self.busbw(self.mpi_tcp, "all_reduce", nbytes)
+                m_cells = f"{us_text(m_t)} | {bw_text(m_bus)} | {ratio_text(ratio(o_bus, m_bus))} |"
+            v_bus = self.busbw(self.mpi_vader, "all_reduce", nbytes)
+            w(f"| {size_text(nbytes)} | {us_text(o_t)} | {bw_text(o_alg)} | {bw_text(o_bus)} | "
+              f"{us_text(g_t)} | {bw_text(g_bus)} | {ratio_text(ratio(o_bus, g_bus))} | {m_cells} "
+              f"{bw_text(v_bus)} |")
+        w("")
+
+        # every run
+        w("### all_reduce, every run (time µs, in run order)")
+        w("")
+        heads = [("ours", self.ours), ("Gloo", self.gloo)]
+        if not mpi:
+            heads.append(("MPI TCP", self.mpi_tcp))
+        heads.append(("MPI vader", self.mpi_vader))
+        heads.append(("ours, ranks as threads (in-process transport)", self.inproc))
+        w("| size | " + " | ".join(
+            f"{h} ({' / '.join(nm for nm, _ in runs) or 'none'})" for h, runs in heads) + " |")
+        w("|---:|" + "---:|" * len(heads))
+        for nbytes in self.AR_SIZES:
+            cells = [us_runs(self.values(runs, "all_reduce", nbytes)) for _, runs in heads]
+            w(f"| {size_text(nbytes)} | " + " | ".join(cells) + " |")
+        w("")
+        spread = []
+        for h, runs in heads[:-1]:
+            parts = []
+            for nbytes in (4, 4096, 16 << 20, 64 << 20):
+                v = self.values(runs, "all_reduce", nbytes)
+                if len(v) >= 2 and min(v) > 0:
+                    parts.append(f"{size_text(nbytes)} {max(v) / min(v):.2f}×")
+            if parts:
+                spread.append(f"{h} " + ", ".join(parts))
+        if spread:
+            w("Spread between runs (max / min time): " + "; ".join(spread) + ".")
+            w("")
+
+        # all_gather, broadcast
+        w("### all_gather and broadcast")
+        w("")
+        w("all_gather: `bytes` is the total output (per rank × n), tiled along axis 0. broadcast "
+          "from rank 0. allreduce_mpi.sh measures all_reduce and barrier only, so there is no MPI "
+          "column here.")
+        w("")
+        w("| op | bytes | ours µs (runs) | ours busbw GB/s | Gloo µs (runs) | Gloo busbw GB/s | "
+          "× Gloo | ours in-process busbw |")
+        w("|---|---:|---|---:|---|---:|---:|---:|")
+        for op in ("all_gather", "broadcast"):
+            sizes = []
+            for _, rows in self.ours + self.gloo:
+                for r in rows:
+                    if r.get("op") == op and r["bytes"] not in sizes:
+                        sizes.append(r["bytes"])
+            for nbytes in sorted(sizes):
+                o = self.busbw(self.ours, op, nbytes)
+                g = self.busbw(self.gloo, op, nbytes)
+                per = f" ({size_text(nbytes // n)} per rank)" if op == "all_gather" else ""
+                w(f"| {op} | {size_text(nbytes)}{per} | "
+                  f"{us_runs(self.values(self.ours, op, nbytes))} | {bw_text(o)} | "
+                  f"{us_runs(self.values(self.gloo, op, nbytes))} | {bw_text(g)} | "
+                  f"{ratio_text(ratio(o, g))} | {bw_text(self.busbw(self.inproc, op, nbytes))} |")
+        w("")
+
+        # barrier
+        w("### Barrier latency")
+        w("")
+        w("500 barriers back to back after 20 (Gloo, ours) or 2 (MPI) warmups; p50 = the median "
+          "of the per-iteration slowest rank; p99 where the benchmark reports it. Ours is an "
+          "all-reduce of one int64 per rank (BarrierOptions defaults).")
+        w("")
+        w("| barrier | p50 µs, runs | p50 µs, median | p99 µs, runs |")
+        w("|---|---|---:|---|")
+        rows = [(f"ours, engine over TCP ({n} processes)", self.ours),
+                ("ours, ranks as threads (in-process transport)", self.inproc),
+                ("torch Gloo", self.gloo)]
+        if not mpi:
+            rows.append(("Open MPI TCP", self.mpi_tcp))
+        rows.append(("Open MPI vader (shared memory, context)", self.mpi_vader))
+        for label, runs in rows:
+            p50 = self.values(runs, "barrier", field="p50_us") or self.values(runs, "barrier")
+            p99 = self.values(runs, "barrier", field="p99_us")
+            w(f"| {label} | {us_runs(p50)} | {us_text(med(p50))} | {us_runs(p99) if p99 else '—'} |")
+        if mpi:
+            w(f"| Open MPI TCP | {mpi} | — | — |")
+        if self.rest and self.rest.get("available"):
+            w(f"| tesserad REST `POST /api/v1/barriers/{{name}}`, {self.rest.get('ranks')} client "
+              f"threads, {self.rest.get('iters')} rounds (max {us_text(self.rest.get('max_us'))}) | "
+              f"{us_text(self.rest.get('p50_us'))} | {us_text(self.rest.get('p50_us'))} | "
+              f"{us_text(self.rest.get('p99_us'))} |")
+        else:
+            why = (self.rest or {}).get("reason") or "tessera_bench_rest_barrier did not run"
+            w(f"| tesserad REST `POST /api/v1/barriers/{{name}}` | not measured yet ({why}) | — | — |")
+        w("")
+
+        w("### Reading these figures")
+        w("")
+        w(f"- {n} ranks share 2 vCPUs. Open MPI busy-polls (its ranks spin); Gloo blocks on "
+          "sockets and condition variables; our TcpTransport has one receiver thread per "
+          "process that blocks in poll(2) and hands whole frames to the caller through a "
+          f"mailbox, so a small all_reduce or barrier costs several kernel wake-ups on each "
+          f"of {n} processes. Below ~16 KiB the times are mostly scheduler wake-ups "
+          "(BASELINE.md, Noise); compare ours with the in-process column, which has the same "
+          "engine without sockets.")
+        w("- At 16–64 MiB every transport here is bound by 2 cores copying, reducing and moving "
+          "bytes through the kernel (BASELINE.md: 0.5–1.3 GB/s busbw); iperf3 on this loopback "
+          "gave 2.4–3.9 GB/s.")
+        w("- Only same-session ratios mean something on this VM; a verdict near its threshold "
+          "needs another `TESSERA_BENCH_ONLY=collectives bash bench/run.sh` before it is "
+          "trusted.")
+        w("")
 
 
 if __name__ == "__main__":

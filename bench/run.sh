@@ -1,22 +1,39 @@
 #!/bin/bash
-# The storage benchmark, side by side with its peers, in one command:
+# The storage and collectives benchmarks, side by side with their peers, in one command:
 #
 #   bash bench/run.sh
 #
-# 1. builds tessera_bench_storage (Release) in build-bench/;
-# 2. on one disk (a temp dir under bench/out/), alternates peer / ours / peer:
+# 1. builds tessera_bench_storage, tessera_bench_cluster, tessera_bench_collectives,
+#    tessera_bench_rest_barrier, tesserad and tessera-worker (Release) in build-bench/;
+# 2. storage: on one disk (a temp dir under bench/out/), alternates peer / ours / peer:
 #      shared/peers/disk_fio.sh      fio write/read, memcpy, loopback (pass 1)
 #      shared/peers/save_torch.py    torch.save/torch.load and DCP of the same 1 GiB state
 #      tessera_bench_storage         our save/read/index merge
 #      tessera_bench_cluster         tesserad + 4 workers: stall, save, restore, reshard,
 #                                    500-worker heartbeats, a save across 64 ranks
 #      shared/peers/disk_fio.sh      again (pass 2), so the disk's drift is visible
+# 3. collectives: 4 ranks on loopback TCP, TESSERA_BENCH_ROUNDS rounds of
+#      shared/peers/allreduce_torch_gloo.py   torch.distributed Gloo
+#      tessera_bench_collectives              ours (4 processes, TcpTransport)
+#      shared/peers/allreduce_mpi.sh          Open MPI, TCP BTL (and vader, as context)
+#      tessera_bench_collectives              ours again
+#    so drift shows in the runs; then ours with ranks as threads (InProcessTransport,
+#    the engine without the network) and tesserad's REST barrier with 4 clients
+#    (tessera_bench_rest_barrier; "not measured" when tesserad lacks the route).
+#    Without Open MPI (mpicc, mpirun) the MPI steps are skipped and the report marks
+#    them "not measured (openmpi missing)";
 #    every JSON line goes to bench/out/*.jsonl;
-# 3. bench/report.py turns them into bench/RESULTS.md.
+# 4. bench/report.py turns them into bench/RESULTS.md.
 #
-# It installs nothing. About 4–5 minutes on the 2-vCPU VM (most of it the peers).
+# It installs nothing. About 6–7 minutes on the 2-vCPU VM (most of it the peers).
+# On a machine shared with other builds, hold the build lock for the whole run so
+# that no compiler shares the cores with a measurement:
+#   flock /tmp/tessera-build.lock bash bench/run.sh
 # Knobs for quick trials (the report says when they differ from the defaults):
-#   TESSERA_BENCH_SCALE (1.0), TESSERA_BENCH_REPEAT (2).
+#   TESSERA_BENCH_ONLY (all): "collectives" runs only part 3, "storage" only part 2;
+#     either writes bench/out/RESULTS.<part>.md and leaves bench/RESULTS.md alone;
+#   TESSERA_BENCH_SCALE (1.0), TESSERA_BENCH_REPEAT (2): the storage state and its runs;
+#   TESSERA_BENCH_ROUNDS (2): collectives rounds (gloo, ours, mpi, ours each).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -25,16 +42,30 @@ peers=$(cd "$repo/.." && pwd)/shared/peers
 py=/usr/bin/python3
 scale=${TESSERA_BENCH_SCALE:-1.0}
 repeat=${TESSERA_BENCH_REPEAT:-2}
+only=${TESSERA_BENCH_ONLY:-all}
+rounds=${TESSERA_BENCH_ROUNDS:-2}
 
 die() { echo "bench/run.sh: $*" >&2; exit 1; }
 
+case "$only" in
+  all | storage | collectives) ;;
+  *) die "TESSERA_BENCH_ONLY must be all, storage or collectives (got '$only')" ;;
+esac
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "TESSERA_BENCH_ROUNDS must be a positive integer"
+want() { [ "$only" = all ] || [ "$only" = "$1" ]; }
+
 # --- prerequisites: say what is missing and how to get it, install nothing ---
-for f in disk_fio.sh save_torch.py; do
+peer_files=()
+want storage && peer_files+=(disk_fio.sh save_torch.py)
+want collectives && peer_files+=(allreduce_torch_gloo.py allreduce_mpi.sh allreduce_mpi.c)
+for f in "${peer_files[@]}"; do
   [ -f "$peers/$f" ] ||
     die "peer script $peers/$f is missing (the peers live in ../shared/peers next to $repo)"
 done
 missing=()
-for tool in cmake ninja g++ fio; do
+tools=(cmake ninja g++)
+want storage && tools+=(fio)
+for tool in "${tools[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 [ -x "$py" ] || missing+=(python3)
@@ -45,9 +76,18 @@ fi
 "$py" -c 'import torch, numpy' 2>/dev/null ||
   die "$py cannot import torch and numpy." \
       "On Debian 12: apt-get install -y python3-torch python3-numpy"
+# The MPI peer is optional: without it the collectives part still runs, and the
+# report marks the MPI columns "not measured (openmpi missing)".
+have_mpi=1
+if want collectives && ! { command -v mpicc && command -v mpirun; } >/dev/null 2>&1; then
+  have_mpi=0
+  echo "bench/run.sh: Open MPI is missing (no mpicc/mpirun), so allreduce_mpi.sh is skipped" \
+       "and RESULTS.md marks its columns \"not measured (openmpi missing)\". On Debian 12:" \
+       "apt-get install -y openmpi-bin libopenmpi-dev" >&2
+fi
 # disk_fio.sh ends with loopback TCP figures (iperf3) that this comparison does not
 # use; without iperf3 that part fails after the fio and memcpy lines are out.
-if ! command -v iperf3 >/dev/null 2>&1; then
+if want storage && ! command -v iperf3 >/dev/null 2>&1; then
   echo "bench/run.sh: iperf3 is missing, so disk_fio.sh will stop after its fio and memcpy" \
        "lines (the ones used here); apt-get install -y iperf3 for its loopback figures" >&2
 fi
@@ -80,13 +120,24 @@ step() {
   return "$rc"
 }
 
+# skip NAME REASON: records a step that did not run, and why.
+skip() {
+  echo "== $1 skipped: $2" >&2
+  printf '{"step": "%s", "skipped": "%s"}\n' "$1" "$2" >> "$steps"
+}
+
+targets=(tesserad)
+want storage && targets+=(tessera_bench_storage tessera_bench_cluster tessera-worker)
+want collectives && targets+=(tessera_bench_collectives tessera_bench_rest_barrier)
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 step build "$out/build.log" bash -c \
   'cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release &&
-   cmake --build build-bench -j2 --target tessera_bench_storage tessera_bench_cluster tesserad tessera-worker' ||
+   cmake --build build-bench -j2 --target "$@"' build "${targets[@]}" ||
   { tail -n 40 "$out/build.log" >&2; die "build failed (full log: $out/build.log)"; }
+for t in "${targets[@]}"; do
+  [ -x "build-bench/bin/$t" ] || die "build did not produce build-bench/bin/$t (see $out/build.log)"
+done
 bench_bin=build-bench/bin/tessera_bench_storage
-[ -x "$bench_bin" ] || die "build did not produce $bench_bin (see $out/build.log)"
 
 # fio_step NAME: disk_fio.sh into $out/NAME.jsonl. A failure after all six fio lines
 # (the loopback part, e.g. without iperf3) is tolerated; anything less is fatal.
@@ -104,16 +155,47 @@ fio_step() {
 tmp=$(mktemp -d "$out/tmp.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-fio_step fio_pass1
-step torch "$out/torch.jsonl" "$py" "$peers/save_torch.py" --dir "$tmp"
-step tessera "$out/tessera.jsonl" "$bench_bin" --dir "$tmp" --json --scale "$scale" \
-  --repeat "$repeat"
-# The cluster: tesserad + 4 workers checkpointing ~1 GiB held in shared-memory mappings.
-step cluster "$out/cluster.jsonl" build-bench/bin/tessera_bench_cluster --dir "$tmp" \
-  --scale "$scale" --repeat 3
-fio_step fio_pass2
+if want storage; then
+  fio_step fio_pass1
+  step torch "$out/torch.jsonl" "$py" "$peers/save_torch.py" --dir "$tmp"
+  step tessera "$out/tessera.jsonl" "$bench_bin" --dir "$tmp" --json --scale "$scale" \
+    --repeat "$repeat"
+  # The cluster: tesserad + 4 workers checkpointing ~1 GiB held in shared-memory mappings.
+  step cluster "$out/cluster.jsonl" build-bench/bin/tessera_bench_cluster --dir "$tmp" \
+    --scale "$scale" --repeat 3
+  fio_step fio_pass2
+fi
+
+if want collectives; then
+  # A failed run is reported (exit status in the steps table), not fatal: the other
+  # runs still give medians. Ours: 4 forked ranks, a full TCP mesh on 127.0.0.1.
+  coll=build-bench/bin/tessera_bench_collectives
+  for ((i = 1; i <= rounds; i++)); do
+    # A port of its own per run: the last run's TCPStore port may linger in TIME_WAIT.
+    step "gloo$i" "$out/gloo$i.jsonl" "$py" "$peers/allreduce_torch_gloo.py" --ranks 4 \
+      --port $((29510 + i)) || true
+    step "ours$((2 * i - 1))" "$out/ours$((2 * i - 1)).jsonl" "$coll" --ranks 4 --transport tcp ||
+      true
+    if [ "$have_mpi" = 1 ]; then
+      step "mpi$i" "$out/mpi$i.jsonl" env NP=4 bash "$peers/allreduce_mpi.sh" || true
+    else
+      skip "mpi$i" "openmpi missing"
+    fi
+    step "ours$((2 * i))" "$out/ours$((2 * i)).jsonl" "$coll" --ranks 4 --transport tcp || true
+  done
+  # Context: the engine with ranks as threads over InProcessTransport (no sockets).
+  step ours_inproc "$out/ours_inproc.jsonl" "$coll" --ranks 4 --transport inproc || true
+  # tesserad's POST /api/v1/barriers/{name}, 4 client threads (its own tesserad).
+  step rest_barrier "$out/rest_barrier.jsonl" build-bench/bin/tessera_bench_rest_barrier \
+    --ranks 4 || true
+fi
 finished=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 
-"$py" bench/report.py --out "$out" --results bench/RESULTS.md --started "$started" \
-  --finished "$finished" --command "bash bench/run.sh" --scale "$scale" --repeat "$repeat"
-echo "wrote bench/RESULTS.md" >&2
+results=bench/RESULTS.md
+[ "$only" = all ] || results="$out/RESULTS.$only.md"
+cmdline="bash bench/run.sh"
+[ "$only" = all ] || cmdline="TESSERA_BENCH_ONLY=$only $cmdline"
+"$py" bench/report.py --out "$out" --results "$results" --started "$started" \
+  --finished "$finished" --command "$cmdline" --scale "$scale" --repeat "$repeat" \
+  --only "$only" --rounds "$rounds"
+echo "wrote $results" >&2

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <utility>
 
 #include "worker/collectives/collectives.h"
@@ -25,6 +26,8 @@ struct MeshCollectives::MeshState {
   std::mutex abort_mu;
   std::string running_job;                      // GUARDED_BY(abort_mu)
   collectives::Transport* transport = nullptr;  // GUARDED_BY(abort_mu)
+  // Jobs aborted before their call started here (the abort can overtake the task).
+  std::deque<std::pair<std::string, Status>> aborted;  // GUARDED_BY(abort_mu), newest last
 };
 
 namespace {
@@ -84,16 +87,14 @@ MeshCollectives::MeshCollectives(collectives::TcpAcceptor* acceptor, PeerAddress
 MeshCollectives::~MeshCollectives() = default;
 
 void MeshCollectives::Abort(const std::string& mesh, const std::string& job, const Status& reason) {
-  std::shared_ptr<MeshState> state;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = meshes_.find(mesh);
-    if (it == meshes_.end()) return;
-    state = it->second;
-  }
+  if (job.empty()) return;
+  std::shared_ptr<MeshState> state = StateFor(mesh);
   std::lock_guard<std::mutex> lock(state->abort_mu);
-  if (!job.empty() && state->running_job == job && state->transport != nullptr) {
-    state->transport->Abort(reason);
+  if (state->running_job == job) {
+    if (state->transport != nullptr) state->transport->Abort(reason);
+  } else {
+    state->aborted.emplace_back(job, reason);
+    if (state->aborted.size() > 64) state->aborted.pop_front();
   }
 }
 
@@ -162,15 +163,20 @@ Result<CollectiveResult> MeshCollectives::Run(const MeshPlacement& p, const Coll
   std::lock_guard<std::mutex> lock(state->mu);
   struct Running {  // marks the call abortable for its job
     MeshState& s;
+    Status aborted;
     Running(MeshState& state, const std::string& job) : s(state) {
       std::lock_guard<std::mutex> l(s.abort_mu);
       s.running_job = job;
+      for (const auto& [j, reason] : s.aborted) {
+        if (!job.empty() && j == job) aborted = reason;
+      }
     }
     ~Running() {
       std::lock_guard<std::mutex> l(s.abort_mu);
       s.running_job.clear();
     }
   } running(*state, r.job);
+  if (!running.aborted.ok()) return running.aborted;
   const std::string context = op + " on mesh '" + p.mesh.name + "'";
   std::vector<int64_t> all_ranks(static_cast<size_t>(p.mesh.num_workers()));
   for (size_t i = 0; i < all_ranks.size(); ++i) all_ranks[i] = static_cast<int64_t>(i);

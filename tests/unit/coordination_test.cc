@@ -507,7 +507,7 @@ TEST_F(ServiceCoordinationTest, PreemptionNeedsAKnownMeshAndItsWorkers) {
   for (const char* name : {"a", "b"}) {
     ASSERT_TRUE(service_->RegisterWorker({{"name", name}, {"local_port", 1000}}).ok());
   }
-  ASSERT_TRUE(service_->PutMesh("m", {{"axes", {{{"name", "d"}, {"size", 2}}}}}).ok());
+  ASSERT_TRUE(service_->PutMesh("m", {{"axes", {{{"name", "d"}, {"size", 2}}}}, {"self_test", false}}).ok());
 
   ExpectCode(service_->NoticePreemption("nope", Json::object()).status(), Code::kNotFound);
   ExpectCode(service_->GetPreemption("nope").status(), Code::kNotFound);
