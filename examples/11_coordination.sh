@@ -31,19 +31,21 @@ echo "reader got: $(cat "$TESSERA_STATE/kv-read")"
 api GET '/api/v1/kv?prefix=demo/' | jq -c .
 api DELETE /api/v1/kv/demo/coordinator > /dev/null && echo "deleted demo/coordinator"
 
-# Preemption: a notice, then each worker reports the step it reached (what
-# reached_preemption_sync_point does); all get the same sync step, max + 1 = 8.
+# Preemption: a notice, then each trainer asks its worker at the step it reached
+# (reached_preemption_sync_point); all get the same sync step, max + 1 = 8, and
+# "sync" is true only for a trainer at that step.
 api POST /api/v1/meshes/demo/preemption '{"reason": "maintenance"}' | jq -c '{noticed, reason, sync_step}'
 pids=()
 steps=(5 7 6 7)
 for i in 0 1 2 3; do
-  api POST /api/v1/meshes/demo/preemption/sync "{\"worker\": \"w-host$i\", \"step\": ${steps[$i]}}" \
+  curl -sS -f "$(worker_url "w-host$i")/v1/preemption?mesh=demo&step=${steps[$i]}" \
     > "$TESSERA_STATE/sync-$i.json" &
   pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p"; done
 for i in 0 1 2 3; do
-  jq -r "\"w-host$i at step ${steps[$i]}: sync step \(.sync_step)\"" "$TESSERA_STATE/sync-$i.json"
+  jq -r "\"w-host$i at step ${steps[$i]}: sync \(.sync), sync step \(.sync_step)\"" "$TESSERA_STATE/sync-$i.json"
 done
+echo "w-host0 at step 8: $(curl -sS -f "$(worker_url w-host0)/v1/preemption?mesh=demo&step=8")"
 api GET /api/v1/meshes/demo/preemption | jq -c '{noticed, sync_step, reported_steps}'
 api DELETE /api/v1/meshes/demo/preemption > /dev/null && echo "notice cleared for the restarted job"
