@@ -130,6 +130,9 @@ def main():
     ap.add_argument("--repeat", default="2")
     ap.add_argument("--only", default="all", choices=("all", "storage", "collectives"))
     ap.add_argument("--rounds", default="2")
+    ap.add_argument("--peers", default=os.path.normpath(os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "peers")),
+        help="shared/peers, for BASELINE.md's raw results")
     a = ap.parse_args()
     do_storage = a.only in ("all", "storage")
     do_coll = a.only in ("all", "collectives")
@@ -140,7 +143,7 @@ def main():
     steps = load(os.path.join(a.out, "steps.jsonl"))
     if do_storage and not ours:
         sys.exit(f"report.py: no results in {a.out}/tessera.jsonl")
-    coll = Collectives(a.out, steps) if do_coll else None
+    coll = Collectives(a.out, steps, a.peers) if do_coll else None
     if coll is not None and not coll.ours:
         sys.exit(f"report.py: no collectives results in {a.out}/ours*.jsonl")
 
@@ -219,8 +222,9 @@ def main():
       f"{', '.join(f'`{t}`' for t in targets)} (Release, `build-bench/`), then runs, in "
       "this order:")
     w("")
-    w("| step | command | wall time | exit status | 1-min load average before → after |")
-    w("|---|---|---:|---:|---|")
+    w("| step | command | wall time | exit status | 1-min load average before → after | "
+      "CPU s: the step / other processes |")
+    w("|---|---|---:|---:|---|---|")
     step_cmd = {
         "build": "cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release && "
                  f"cmake --build build-bench -j2 --target {' '.join(targets)}",
@@ -245,12 +249,18 @@ def main():
         elif cmd is None and re.fullmatch(r"ours\d+", name):
             cmd = "build-bench/bin/tessera_bench_collectives --ranks 4 --transport tcp"
         if "skipped" in s:
-            w(f"| {name} | `{cmd or '?'}` | skipped: {s['skipped']} | — | — |")
+            w(f"| {name} | `{cmd or '?'}` | skipped: {s['skipped']} | — | — | — |")
             continue
+        cpu = (f"{s['cpu_s']:.1f} / {s['other_cpu_s']:.1f}" if "other_cpu_s" in s else "—")
         w(f"| {name} | `{cmd or '?'}` | {s['wall_s']:.1f} s | "
           f"{s.get('status', '?')} | {s.get('loadavg_before', '?')} → "
-          f"{s.get('loadavg_after', '?')} |")
+          f"{s.get('loadavg_after', '?')} | {cpu} |")
     w("")
+    if any("other_cpu_s" in s for s in steps):
+        w("CPU s: user + system time of the step's own processes, and of everything else on "
+          "the machine during the step (/proc/stat minus the step's; other processes on the 2 "
+          "vCPUs, such as another build or test run, move every figure).")
+        w("")
     if any(s.get("status") and s["step"].startswith("fio") for s in steps) and not sh(
             "command -v iperf3"):
         w("disk_fio.sh exited non-zero because iperf3 is not installed on this machine: it "
@@ -721,7 +731,7 @@ class Collectives:
     BIG = (16 << 20, 64 << 20)
     SMALL = tuple(x for x in AR_SIZES if x <= 4096)
 
-    def __init__(self, out_dir, steps):
+    def __init__(self, out_dir, steps, peers_dir=None):
         self.ours = numbered(out_dir, "ours")
         self.gloo = numbered(out_dir, "gloo")
         mpi = numbered(out_dir, "mpi")
@@ -739,6 +749,14 @@ class Collectives:
         self.n = next((r["ranks"] for _, rows in self.ours for r in rows if "ranks" in r), 4)
         self.torch_version = next((r["torch"] for _, rows in self.gloo for r in rows
                                    if r.get("torch")), None)
+        # The peers' own runs on a quiet machine (shared/peers/results, BASELINE.md).
+        res = os.path.join(peers_dir or "", "results")
+        self.base_gloo = [(f"r{i}", load(os.path.join(res, f"torch_gloo_run{i}.jsonl")))
+                          for i in (1, 2)]
+        self.base_gloo = [(n, rows) for n, rows in self.base_gloo if rows]
+        self.base_mpi = [(f"r{i}", [r for r in load(os.path.join(res, f"mpi_run{i}.jsonl"))
+                                    if r.get("bench") == "mpi_tcp"]) for i in (1, 2)]
+        self.base_mpi = [(n, rows) for n, rows in self.base_mpi if rows]
         skipped = [s for s in self.steps if s["step"].startswith("mpi") and "skipped" in s]
         if self.mpi_tcp:
             self.mpi_note = None
@@ -830,6 +848,76 @@ class Collectives:
                         f"{REST_BARRIER_US / 1000:.0f} ms | not measured yet |")
         return rows
 
+    # --- this session's peers next to their BASELINE.md runs ---
+    BASE_ROWS = (("all_reduce", 4, "time"), ("all_reduce", 4096, "time"),
+                 ("all_reduce", 1 << 20, "busbw"), ("all_reduce", 16 << 20, "busbw"),
+                 ("all_reduce", 64 << 20, "busbw"), ("barrier", None, "time"))
+
+    def figure(self, runs, op, nbytes, kind):
+        return self.time(runs, op, nbytes) if kind == "time" else self.busbw(runs, op, nbytes)
+
+    def peer_cautions(self):
+        """A target's peer figure far off its BASELINE.md runs flatters or hurts our ratio."""
+        notes = []
+        peers = [("torch Gloo", self.gloo, self.base_gloo)]
+        if not self.mpi_note:
+            peers.append(("Open MPI TCP", self.mpi_tcp, self.base_mpi))
+        for label, runs, base in peers:
+            if not base:
+                continue
+            for op, nbytes, kind in self.BASE_ROWS:
+                if op != "all_reduce" or nbytes not in self.BIG + self.SMALL:
+                    continue
+                if label == "torch Gloo" and nbytes in self.SMALL:
+                    continue  # no Gloo target at small sizes
+                now = self.figure(runs, op, nbytes, kind)
+                then = [self.figure([b], op, nbytes, kind) for b in base]
+                then = [x for x in then if x]
+                if not now or not then:
+                    continue
+                # "worse" is a longer time or a lower busbw.
+                worse = (now / max(then)) if kind == "time" else (min(then) / now)
+                if worse < 1.5:
+                    continue
+                ours = self.figure(self.ours, op, nbytes, kind)
+                vs = "–".join(f"{x:.2f}×" for x in sorted(ours / x for x in then))
+                if kind == "time":
+                    unit = lambda x: f"{us_text(x)} µs"
+                else:
+                    unit = lambda x: f"{bw_text(x)} GB/s"
+                notes.append(
+                    f"**Caution:** {label}'s all_reduce at {size_text(nbytes)} measured "
+                    f"{unit(now)} in this session, {worse:.1f}× worse than its BASELINE.md runs "
+                    f"({' / '.join(unit(x) for x in then)}), so the ratio above flatters ours. "
+                    f"Against those runs ours would be {vs}.")
+        return notes
+
+    def write_baseline(self, w):
+        if not (self.base_gloo or self.base_mpi):
+            return
+        w("The peers in this session next to their own runs in shared/peers/BASELINE.md "
+          "(2026-11-22, nothing else running; each figure a run's median, as here):")
+        w("")
+        w("| measure | Gloo, BASELINE r1 / r2 | Gloo, this session | MPI TCP, BASELINE r1 / r2 | "
+          "MPI TCP, this session | ours, this session |")
+        w("|---|---:|---:|---:|---:|---:|")
+        for op, nbytes, kind in self.BASE_ROWS:
+            fmt = (lambda x: f"{us_text(x)} µs") if kind == "time" else (
+                lambda x: f"{bw_text(x)} GB/s")
+            cell = lambda runs: fmt(self.figure(runs, op, nbytes, kind)) if runs and self.figure(
+                runs, op, nbytes, kind) else "—"
+            base = lambda b: " / ".join(
+                fmt(self.figure([r], op, nbytes, kind)) for r in b
+                if self.figure([r], op, nbytes, kind)) or "—"
+            mpi_now = self.mpi_note or cell(self.mpi_tcp)
+            ours = (self.barrier_p50(self.ours) if op == "barrier"
+                    else self.figure(self.ours, op, nbytes, kind))
+            label = (f"all_reduce {size_text(nbytes)} {'time' if kind == 'time' else 'busbw'}"
+                     if op == "all_reduce" else "barrier p50")
+            w(f"| {label} | {base(self.base_gloo)} | {cell(self.gloo)} | {base(self.base_mpi)} | "
+              f"{mpi_now} | {fmt(ours) if ours else '—'} |")
+        w("")
+
     # --- the section ---
     def write(self, w):
         n = self.n
@@ -853,10 +941,17 @@ class Collectives:
         if loads:
             before = [s["loadavg_before"] for s in loads]
             after = [s["loadavg_after"] for s in loads]
+            other = [s["other_cpu_s"] for s in loads if "other_cpu_s" in s]
+            other_text = (f" Other processes used {sum(other):.1f} CPU s in all during these "
+                          f"steps (at most {max(other):.1f} s in one): other work on this guest "
+                          "hardly touched these figures." if other and sum(other) < 5
+                          else f" Other processes used {sum(other):.1f} CPU s during these steps "
+                          "(see the steps table): they shared the 2 vCPUs with the "
+                          "measurements." if other else "")
             w(f"1-min load average around these steps: {min(before + after):.2f}–"
-              f"{max(before + after):.2f} (before the first: {before[0]:.2f}; the benchmarks' "
-              f"own {n} ranks on 2 vCPUs raise it). Exit status of each step: in the steps table "
-              "at the top.")
+              f"{max(before + after):.2f} (before the first: {before[0]:.2f}; it lags by about a "
+              f"minute, and the benchmarks' own {n} ranks on 2 vCPUs raise it).{other_text} Exit "
+              "status of each step: in the steps table at the top.")
             w("")
         failed = [s["step"] for s in loads if s.get("status")]
         if failed:
@@ -877,6 +972,10 @@ class Collectives:
         for row in self.target_rows():
             w(row)
         w("")
+        for note in self.peer_cautions():
+            w(note)
+            w("")
+        self.write_baseline(w)
 
         # all_reduce per size
         mpi = self.mpi_note
@@ -916,7 +1015,7 @@ class Collectives:
         if not mpi:
             heads.append(("MPI TCP", self.mpi_tcp))
         heads.append(("MPI vader", self.mpi_vader))
-        heads.append(("ours, ranks as threads (in-process transport)", self.inproc))
+        heads.append(("ours in-process", self.inproc))
         w("| size | " + " | ".join(
             f"{h} ({' / '.join(nm for nm, _ in runs) or 'none'})" for h, runs in heads) + " |")
         w("|---:|" + "---:|" * len(heads))
@@ -1004,8 +1103,8 @@ class Collectives:
           "(BASELINE.md, Noise); compare ours with the in-process column, which has the same "
           "engine without sockets.")
         w("- At 16–64 MiB every transport here is bound by 2 cores copying, reducing and moving "
-          "bytes through the kernel (BASELINE.md: 0.5–1.3 GB/s busbw); iperf3 on this loopback "
-          "gave 2.4–3.9 GB/s.")
+          "bytes through the kernel (BASELINE.md: 0.5–1.3 GB/s busbw, while iperf3 on this "
+          "loopback gave 2.4–3.9 GB/s).")
         w("- Only same-session ratios mean something on this VM; a verdict near its threshold "
           "needs another `TESSERA_BENCH_ONLY=collectives bash bench/run.sh` before it is "
           "trusted.")

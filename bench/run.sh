@@ -99,23 +99,36 @@ mkdir -p "$out"
 rm -f "$out"/*.jsonl
 steps="$out/steps.jsonl"
 
+# CPU time, in clock ticks: user + nice + system of the whole machine (/proc/stat), and
+# of this shell's finished children (cutime + cstime of /proc/$$/stat). Around a step,
+# the difference is what other processes (another build, tests) took from the 2 vCPUs.
+machine_ticks() { awk '/^cpu / { print $2 + $3 + $4 }' /proc/stat; }
+children_ticks() { awk '{ print $16 + $17 }' "/proc/$$/stat"; }
+hz=$(getconf CLK_TCK)
+
 # step NAME OUTFILE CMD...: runs CMD with stdout into OUTFILE, records its wall time.
 step() {
   local name=$1 file=$2; shift 2
   echo "== $name" >&2
-  local t0 t1 rc=0 load0 load1
+  local t0 t1 rc=0 load0 load1 m0 m1 c0 c1
   # Load averages around the step: other processes on 2 vCPUs move every figure.
   load0=$(cut -d' ' -f1 /proc/loadavg)
+  m0=$(machine_ticks)
+  c0=$(children_ticks)
   t0=$(date +%s.%N)
   # Status kept by hand: set -e does not apply inside a function called from `||`.
   "$@" > "$file" || rc=$?
   t1=$(date +%s.%N)
+  c1=$(children_ticks)
+  m1=$(machine_ticks)
   load1=$(cut -d' ' -f1 /proc/loadavg)
   awk -v n="$name" -v s="$(date -u -d "@$t0" +%Y-%m-%dT%H:%M:%SZ)" -v t0="$t0" -v t1="$t1" \
     -v f="$(basename "$file")" -v rc="$rc" -v l0="$load0" -v l1="$load1" \
+    -v own="$(((c1 - c0)))" -v other="$(((m1 - m0) - (c1 - c0)))" -v hz="$hz" \
     'BEGIN { printf "{\"step\": \"%s\", \"start_utc\": \"%s\", \"wall_s\": %.2f, " \
       "\"output\": \"%s\", \"status\": %d, \"loadavg_before\": %s, " \
-      "\"loadavg_after\": %s}\n", n, s, t1 - t0, f, rc, l0, l1 }' >> "$steps"
+      "\"loadavg_after\": %s, \"cpu_s\": %.2f, \"other_cpu_s\": %.2f}\n", \
+      n, s, t1 - t0, f, rc, l0, l1, own / hz, (other > 0 ? other : 0) / hz }' >> "$steps"
   [ "$rc" -eq 0 ] || echo "bench/run.sh: step $name failed with status $rc" >&2
   return "$rc"
 }
