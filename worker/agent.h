@@ -76,6 +76,7 @@ class Agent {
   Result<Json> DoSnapshot(const Json& task);
   Result<Json> DoWrite(const Json& task);
   Result<Json> DoRestore(const Json& task);
+  Status CheckCollectives() const;  // unavailable when SetCollectives was not called
   Result<Json> DoCollective(const Json& task);
   Result<Json> DoMeshInit(const Json& task);
   // reached_preemption_sync_point: asks tesserad (which decides the sync step).

@@ -69,7 +69,14 @@ PeerAddresses Agent::DataAddresses() {
   };
 }
 
+Status Agent::CheckCollectives() const {
+  if (collectives_ != nullptr) return Status::Ok();
+  return Unavailable("worker " + id_ + " runs no collectives (it has no data port)",
+                     {{"worker", id_}});
+}
+
 Result<Json> Agent::DoCollective(const Json& task) {
+  RETURN_IF_ERROR(CheckCollectives());
   ASSIGN_OR_RETURN(MeshPlacement p, PlacementFromTask(task));
   const Json params = task.value("request", Json::object());
   ASSIGN_OR_RETURN(CollectiveRequest r,
@@ -127,6 +134,7 @@ Result<Json> Agent::DoCollective(const Json& task) {
 }
 
 Result<Json> Agent::DoMeshInit(const Json& task) {
+  RETURN_IF_ERROR(CheckCollectives());
   ASSIGN_OR_RETURN(MeshPlacement p, PlacementFromTask(task));
   const Mesh& mesh = p.mesh;
   // Seed 000's device table: one row per global device, (worker rank + 1, local
