@@ -27,29 +27,19 @@
 #include "tools/local_cluster.h"
 #include "worker/agent.h"
 #include "worker/tensor_store.h"
+#include "bench/stats.h"
 
 using namespace tessera;
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
+using tessera::bench::Median;
+using tessera::bench::Percentile;
+using tessera::bench::EmitLine;
+
 double Secs(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-double Percentile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
-}
-
-void Emit(const Json& j) {
-  std::printf("%s\n", j.dump().c_str());
-  std::fflush(stdout);
 }
 
 [[noreturn]] void Die(const std::string& what, const Status& st) {
@@ -111,7 +101,7 @@ void BenchHeartbeats(tools::LocalCluster& c, int workers, double seconds) {
   for (auto& t : ts) t.join();
   std::vector<double> all;
   for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
-  Emit({{"bench", "heartbeat"}, {"workers", workers}, {"rate_hz", 1}, {"requests", all.size()},
+  EmitLine({{"bench", "heartbeat"}, {"workers", workers}, {"rate_hz", 1}, {"requests", all.size()},
         {"p50_ms", Percentile(all, 0.5)}, {"p99_ms", Percentile(all, 0.99)},
         {"max_ms", Percentile(all, 1.0)}});
   http::Client client(c.url(), c.token());
@@ -164,7 +154,7 @@ void BenchSave64(tools::LocalCluster& c, int ranks) {
   Json done = WaitJob(c, started["job"]);
   double secs = Secs(t0);
   uint64_t bytes = done["result"]["checkpoint"]["logical_bytes"];
-  Emit({{"bench", "save64"}, {"ranks", ranks}, {"bytes", bytes}, {"time_s", secs},
+  EmitLine({{"bench", "save64"}, {"ranks", ranks}, {"bytes", bytes}, {"time_s", secs},
         {"GBps", bytes / secs / 1e9}});
   std::vector<std::thread> stoppers;  // each Stop waits out a long-poll: stop them together
   for (auto& a : agents) stoppers.emplace_back([&a] { a->Stop(); });
@@ -251,7 +241,7 @@ int main(int argc, char** argv) {
       for (auto& t : ts) t.join();
       t4.push_back(Secs(t0));
     }
-    Emit({{"bench", "memcpy"}, {"bytes_per_worker", per_worker}, {"one_worker_ms", Median(t1) * 1e3},
+    EmitLine({{"bench", "memcpy"}, {"bytes_per_worker", per_worker}, {"one_worker_ms", Median(t1) * 1e3},
           {"four_workers_at_once_ms", Median(t4) * 1e3}, {"GBps_one", per_worker / Median(t1) / 1e9}});
   }
 
@@ -280,7 +270,7 @@ int main(int argc, char** argv) {
       Json done = WaitJob(c, answers[0]["job"]);
       double secs = Secs(t0);
       const Json& ck = done["result"]["checkpoint"];
-      Emit({{"bench", "save"}, {"compression", compression}, {"rep", rep}, {"bytes", total},
+      EmitLine({{"bench", "save"}, {"compression", compression}, {"rep", rep}, {"bytes", total},
             {"time_s", secs}, {"GBps", total / secs / 1e9},
             {"stall_ms_max", *std::max_element(stall.begin(), stall.end()) * 1e3},
             {"stall_ms_median", Median(stall) * 1e3},
@@ -297,7 +287,7 @@ int main(int argc, char** argv) {
                    "restore");
     WaitJob(c, r["job"]);
     double secs = Secs(t0);
-    Emit({{"bench", "restore"}, {"rep", rep}, {"bytes", total}, {"time_s", secs},
+    EmitLine({{"bench", "restore"}, {"rep", rep}, {"bytes", total}, {"time_s", secs},
           {"GBps", total / secs / 1e9}});
   }
   // Reshard: the same tensors onto a {x:2, y:2} mesh, sharded over both axes.
@@ -311,7 +301,7 @@ int main(int argc, char** argv) {
                    "reshard");
     Json done = WaitJob(c, r["job"]);
     double secs = Secs(t0);
-    Emit({{"bench", "reshard"}, {"rep", rep}, {"bytes", total}, {"time_s", secs},
+    EmitLine({{"bench", "reshard"}, {"rep", rep}, {"bytes", total}, {"time_s", secs},
           {"GBps", total / secs / 1e9}, {"stored_bytes_read", done["result"]["stored_bytes_read"]}});
   }
   for (auto& m : tensors) {

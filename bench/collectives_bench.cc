@@ -30,9 +30,14 @@
 #include "worker/collectives/in_process_transport.h"
 #include "worker/collectives/local_mesh.h"
 #include "worker/collectives/tcp_transport.h"
+#include "bench/stats.h"
 
 namespace tessera::collectives {
 namespace {
+
+using tessera::bench::Round;
+using tessera::bench::Median;
+using tessera::bench::Percentile;
 
 constexpr size_t kSweepBytes = size_t{64} << 20;  // the peers' MAX_BYTES
 
@@ -45,25 +50,6 @@ struct Config {
 
 int IterationsFor(size_t bytes) {
   return static_cast<int>(std::clamp<size_t>(kSweepBytes / std::max<size_t>(bytes, 1), 5, 200));
-}
-
-double Round(double v, int digits) {
-  const double scale = std::pow(10.0, digits);
-  return std::round(v * scale) / scale;
-}
-
-// statistics.median: the mean of the two middle values for an even count.
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
-// Nearest rank: the smallest value with at least q of the values at or below it.
-double Percentile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
-  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
 }
 
 // Per-iteration times (seconds), each the slowest rank's.

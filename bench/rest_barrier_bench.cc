@@ -26,31 +26,18 @@
 
 #include "api/http/client.h"
 #include "tools/local_cluster.h"
+#include "bench/stats.h"
 
 using namespace tessera;
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
-void Emit(const Json& j) {
-  std::printf("%s\n", j.dump().c_str());
-  std::fflush(stdout);
-}
+using tessera::bench::Median;
+using tessera::bench::Percentile;
+using tessera::bench::EmitLine;
 
 double Round1(double v) { return std::round(v * 10) / 10; }
-
-// statistics.median: the mean of the two middle values for an even count.
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
-double Percentile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
-  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
-}
 
 }  // namespace
 
@@ -84,7 +71,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (r->status / 100 != 2) {
-      Emit({{"bench", "rest_barrier"},
+      EmitLine({{"bench", "rest_barrier"},
             {"available", false},
             {"status", r->status},
             {"reason", "POST /api/v1/barriers/{name} answered HTTP " + std::to_string(r->status) +
@@ -126,7 +113,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < ranks; ++r) slowest[i] = std::max(slowest[i], times[r][i]);
   }
   const double p50 = Median(slowest);
-  Emit({{"bench", "rest_barrier"},
+  EmitLine({{"bench", "rest_barrier"},
         {"available", true},
         {"op", "barrier"},
         {"ranks", ranks},

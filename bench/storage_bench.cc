@@ -45,9 +45,13 @@
 #include "storage/shard_writer.h"
 #include "storage/synthetic.h"
 #include "storage/thread_pool.h"
+#include "bench/stats.h"
 
 namespace tessera::bench {
 namespace {
+
+using tessera::bench::Round;
+using tessera::bench::Median;
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -67,19 +71,6 @@ constexpr int kMergeTensorsPerFragment = 1000;
 
 double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// Rounds to `digits` decimals, so that the JSON lines print short numbers.
-double Round(double v, int digits) {
-  const double scale = std::pow(10.0, digits);
-  return std::round(v * scale) / scale;
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 // Bytes that are written once at allocation, so the first-touch page faults
