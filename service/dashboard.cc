@@ -1,0 +1,98 @@
+#include "service/dashboard.h"
+
+#include <map>
+#include <memory>
+
+#include "storage/env.h"
+
+namespace tessera::service {
+namespace {
+
+// A path below web/: segments of [A-Za-z0-9._-], none empty, "." or "..".
+bool SafeRelativePath(std::string_view path) {
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    std::string_view seg = path.substr(start, end - start);
+    if (seg.empty() || seg == "." || seg == "..") return false;
+    for (char c : seg) {
+      if (!(isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) return false;
+    }
+    start = end + 1;
+  }
+  return true;
+}
+
+http::Response Serve(const std::string& path, const std::string& content) {
+  http::Response r;
+  r.body = content;
+  r.content_type = ContentTypeFor(path);
+  // Always revalidate: a rebuilt tesserad (or an edited --web-dir) is seen on reload.
+  r.headers.push_back({"Cache-Control", "no-cache"});
+  r.headers.push_back({"X-Content-Type-Options", "nosniff"});
+  if (path.ends_with(".html")) {
+    // The page holds the token: it loads nothing but its own files and talks only to tesserad.
+    r.headers.push_back({"Content-Security-Policy",
+                         "default-src 'self'; img-src 'self' data:; base-uri 'none'; "
+                         "form-action 'none'; frame-ancestors 'none'"});
+    r.headers.push_back({"Referrer-Policy", "no-referrer"});
+  }
+  return r;
+}
+
+}  // namespace
+
+std::string ContentTypeFor(std::string_view path) {
+  static const std::pair<std::string_view, std::string_view> kTypes[] = {
+      {".html", "text/html; charset=utf-8"},
+      {".css", "text/css; charset=utf-8"},
+      {".js", "text/javascript; charset=utf-8"},
+      {".mjs", "text/javascript; charset=utf-8"},
+      {".json", "application/json"},
+      {".svg", "image/svg+xml"},
+      {".png", "image/png"},
+      {".ico", "image/x-icon"},
+      {".txt", "text/plain; charset=utf-8"},
+  };
+  for (const auto& [ext, type] : kTypes) {
+    if (path.ends_with(ext)) return std::string(type);
+  }
+  return "application/octet-stream";
+}
+
+void AddDashboardRoutes(http::Router* router, const std::string& web_dir) {
+  std::function<Result<std::string>(const std::string&)> read;
+  if (web_dir.empty()) {
+    auto files = std::make_shared<std::map<std::string, std::string_view, std::less<>>>();
+    for (const WebFile& f : EmbeddedWebFiles()) files->emplace(f.path, f.content);
+    read = [files](const std::string& path) -> Result<std::string> {
+      auto it = files->find(path);
+      if (it == files->end()) return NotFound("");
+      return std::string(it->second);
+    };
+  } else {
+    read = [web_dir](const std::string& path) -> Result<std::string> {
+      storage::Env* env = storage::DefaultEnv();
+      const std::string full = storage::JoinPath(web_dir, path);
+      if (env->IsDirectory(full)) return NotFound("");
+      return storage::ReadWholeFile(env, full);
+    };
+  }
+  auto serve = [read](const std::string& path) {
+    Result<std::string> content =
+        SafeRelativePath(path) ? read(path) : Result<std::string>(NotFound(""));
+    if (!content.ok()) {
+      return http::Response::Error(
+          NotFound("no such dashboard file: /" + path, {{"field", "path"}, {"path", "/" + path}}));
+    }
+    return Serve(path, *content);
+  };
+  router->Add({"GET", "/", [serve](const http::Request&) { return serve("index.html"); },
+               "the dashboard (open; it asks for the token)", /*auth=*/false});
+  router->Add({"GET", "/assets/{file+}",
+               [serve](const http::Request& req) { return serve("assets/" + req.Param("file")); },
+               "the dashboard's scripts and styles", /*auth=*/false});
+}
+
+}  // namespace tessera::service
