@@ -6,19 +6,34 @@ import {h, svg, table} from './dom.js';
 
 const W = 640;
 const H = 240;
-const M = {left: 72, right: 16, top: 14, bottom: 42};
+const M = {left: 76, right: 16, top: 28, bottom: 42};
 
-// About `count` round tick values covering [lo, hi].
-function ticks(lo, hi, count = 5) {
+// About `count` round tick values from lo up to the first at or above hi. Round
+// in `unit`s (1024² for MiB), so byte axes read 1 MiB, 2 MiB rather than 977 KiB.
+// `integers`: no fractional ticks (steps).
+function ticks(lo, hi, {count = 5, unit = 1, integers = false} = {}) {
   if (hi <= lo) return [lo];
-  const raw = (hi - lo) / count;
+  const raw = (hi - lo) / unit / count;
   const mag = 10 ** Math.floor(Math.log10(raw));
-  const step = [1, 2, 5, 10].map((k) => k * mag).find((s) => raw <= s);
+  let step = [1, 2, 5, 10].map((k) => k * mag).find((s) => raw <= s) * unit;
+  if (integers) step = Math.max(1, Math.round(step));
   const out = [];
-  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(Number(v.toPrecision(12)));
+  const first = Math.floor(lo / step) * step;
+  for (let v = first; out.length < 100; v += step) {
+    out.push(Number(v.toPrecision(12)));
+    if (v >= hi - step * 1e-9) break;
+  }
   return out;
 }
 
+// The 1024-power unit that suits byte values up to `max`.
+function byteUnit(max) {
+  let unit = 1;
+  while (max / unit >= 1024) unit *= 1024;
+  return unit;
+}
+
+// Grid, ticks and axes; the y label sits above the y axis, in the top margin.
 function frame({xTicks, yTicks, x, y, xFormat, yFormat, xLabel, yLabel}) {
   return [
     yTicks.map((v) => svg('g', {class: 'tick'},
@@ -30,8 +45,7 @@ function frame({xTicks, yTicks, x, y, xFormat, yFormat, xLabel, yLabel}) {
     svg('line', {x1: M.left, x2: W - M.right, y1: H - M.bottom, y2: H - M.bottom, class: 'axis'}),
     svg('line', {x1: M.left, x2: M.left, y1: M.top, y2: H - M.bottom, class: 'axis'}),
     svg('text', {x: (M.left + W - M.right) / 2, y: H - 6, 'text-anchor': 'middle', class: 'axis-label'}, xLabel),
-    svg('text', {x: 12, y: (M.top + H - M.bottom) / 2, 'text-anchor': 'middle', class: 'axis-label',
-      transform: `rotate(-90 12 ${(M.top + H - M.bottom) / 2})`}, yLabel),
+    svg('text', {x: 4, y: 14, 'text-anchor': 'start', class: 'axis-label'}, yLabel),
   ];
 }
 
@@ -50,8 +64,9 @@ function figure(title, chart, series, dataTable) {
     h('details', {class: 'chart-data'}, h('summary', null, 'Numbers'), dataTable));
 }
 
-// series: [{name, cls, points: [{x, y}]}] (points sorted by x).
-export function lineChart({title, series, xLabel, yLabel, xFormat = String, yFormat = String, empty}) {
+// series: [{name, cls, points: [{x, y}]}] (points sorted by x). `bytes`: y values
+// are bytes (ticks at round KiB/MiB/GiB); x values are integers (steps).
+export function lineChart({title, series, xLabel, yLabel, xFormat = String, yFormat = String, bytes = false, empty}) {
   const all = series.flatMap((s) => s.points);
   if (!all.length) return h('figure', {class: 'chart'}, h('figcaption', null, title), h('p', {class: 'empty'}, empty));
   let x0 = Math.min(...all.map((p) => p.x));
@@ -60,11 +75,16 @@ export function lineChart({title, series, xLabel, yLabel, xFormat = String, yFor
     x0 -= 1;
     x1 += 1;
   }
-  const yTicks = ticks(0, Math.max(...all.map((p) => p.y)) * 1.1 || 1);
+  const pad = (x1 - x0) * 0.04; // keeps the first and last points off the frame
+  const [tx0, tx1] = [x0, x1];
+  x0 -= pad;
+  x1 += pad;
+  const yMax = Math.max(...all.map((p) => p.y)) || 1;
+  const yTicks = ticks(0, yMax, {unit: bytes ? byteUnit(yMax) : 1});
   const y1 = yTicks.at(-1);
   const x = (v) => M.left + ((v - x0) / (x1 - x0)) * (W - M.left - M.right);
   const y = (v) => H - M.bottom - (v / y1) * (H - M.top - M.bottom);
-  const xTicks = ticks(x0, x1, 6).filter((v) => v >= x0 && v <= x1);
+  const xTicks = ticks(tx0, tx1, {count: 6, integers: true}).filter((v) => v >= x0 && v <= x1);
   const chart = svg('svg', {viewBox: `0 0 ${W} ${H}`, role: 'img', class: 'chart-svg'},
     frame({xTicks, yTicks, x, y, xFormat, yFormat, xLabel, yLabel}),
     series.map((s) => svg('g', {class: `series ${s.cls}`},
@@ -82,7 +102,7 @@ export function barChart({title, buckets, series, xLabel, yLabel, empty}) {
   if (!totals.some((t) => t > 0)) {
     return h('figure', {class: 'chart'}, h('figcaption', null, title), h('p', {class: 'empty'}, empty));
   }
-  const yTicks = ticks(0, Math.max(...totals));
+  const yTicks = ticks(0, Math.max(...totals), {integers: true});
   const y1 = Math.max(yTicks.at(-1), 1);
   const slot = (W - M.left - M.right) / buckets.length;
   const y = (v) => H - M.bottom - (v / y1) * (H - M.top - M.bottom);

@@ -10,7 +10,9 @@ export function bytes(n) {
     v /= 1024;
     u++;
   }
-  return `${u === 0 ? v : v.toFixed(v < 10 ? 2 : v < 100 ? 1 : 0)} ${UNITS[u]}`;
+  // Whole numbers stay whole: "2 MiB", not "2.00 MiB".
+  const text = u === 0 || Number.isInteger(v) ? String(v) : v.toFixed(v < 10 ? 2 : v < 100 ? 1 : 0);
+  return `${text} ${UNITS[u]}`;
 }
 
 export function rate(bytesPerSecond) {
@@ -40,7 +42,9 @@ export function clock(epochMs) {
 }
 
 export function ratio(logical, stored) {
-  return logical > 0 && stored > 0 ? `${(logical / stored).toFixed(2)}×` : '—';
+  if (!(logical > 0 && stored > 0)) return '—';
+  const r = logical / stored;
+  return `${r.toFixed(r < 100 ? 2 : 0)}×`;
 }
 
 export function percent(done, total) {

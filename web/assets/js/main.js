@@ -5,7 +5,7 @@ import {Api, tokenStore} from './api.js';
 import {h, render, renderIf} from './dom.js';
 import * as fmt from './format.js';
 import {connectEvents} from './live.js';
-import {Loader, changed, finished, onChange, state, upsertJob} from './store.js';
+import {Loader, changed, finished, onChange, state, upsertJob, workerCounts} from './store.js';
 import {createChartsView} from './views/charts.js';
 import {createCheckpointsView} from './views/checkpoints.js';
 import {createClusterView} from './views/cluster.js';
@@ -73,8 +73,8 @@ function route() {
 // ---------------------------------------------------------------- header
 
 function header() {
-  const w = state.cluster ? state.cluster.workers : null;
-  renderIf($('counts'), w, () => (w ? [
+  const w = state.cluster ? workerCounts() : null;
+  renderIf($('counts'), [w, state.cluster && state.cluster.running_jobs], () => (w ? [
     h('a', {href: '#overview', class: 'pill pill-alive'}, `${w.alive} alive`),
     w.suspect ? h('a', {href: '#overview', class: 'pill pill-suspect'}, `${w.suspect} suspect`) : null,
     w.dead ? h('a', {href: '#overview', class: 'pill pill-dead'}, `${w.dead} dead`) : null,

@@ -71,6 +71,14 @@ export function sortedJobs() {
   return [...state.jobs.values()].sort((a, b) => (b.created_at || 0) - (a.created_at || 0));
 }
 
+// Workers by state, from the worker list (kept current by events, so the counts
+// never disagree with the table).
+export function workerCounts() {
+  const counts = {alive: 0, suspect: 0, dead: 0};
+  for (const w of state.workers) counts[w.state] = (counts[w.state] || 0) + 1;
+  return counts;
+}
+
 export function workerIndex(id) {
   return state.workers.findIndex((w) => w.id === id);
 }

@@ -6,7 +6,7 @@ import * as fmt from './format.js';
 
 // ---------------------------------------------------------------- messages
 
-const MAX_MESSAGES = 4;
+const MAX_MESSAGES = 3;
 
 function message(kind, ...content) {
   const box = document.getElementById('messages');
@@ -26,32 +26,46 @@ export function showError(err, what) {
 
 export function showNotice(text) {
   const item = message('notice', text);
-  setTimeout(() => item.remove(), 8000);
+  setTimeout(() => item.remove(), 6000);
 }
 
 // ---------------------------------------------------------------- errors
 
 // The keys of API.md's error details that name a culprit, in the order shown.
 const CULPRITS = ['worker', 'rank', 'missing_workers', 'missing_ranks', 'tensor', 'field', 'file',
-  'mesh', 'step', 'barrier', 'key', 'job', 'path'];
+  'bad_chunks', 'problems', 'mesh', 'step', 'barrier', 'key', 'job', 'path'];
+const MAX_LISTED = 10;
 
-function detailValue(v) {
-  if (Array.isArray(v)) return v.map((x) => (typeof x === 'object' ? JSON.stringify(x) : x)).join(', ');
-  if (v !== null && typeof v === 'object') return JSON.stringify(v);
-  return String(v);
+const culpritsFirst = (keys) => CULPRITS.filter((k) => keys.includes(k)).concat(keys.filter((k) => !CULPRITS.includes(k)));
+
+// {tensor: "w", file: "shard-0.tsr", offset: 8} → "tensor w, file shard-0.tsr, offset 8"
+function flat(v) {
+  if (v !== null && typeof v === 'object' && !Array.isArray(v)) {
+    return culpritsFirst(Object.keys(v)).map((k) => `${k.replaceAll('_', ' ')} ${flat(v[k])}`).join(', ');
+  }
+  return Array.isArray(v) ? v.map(flat).join(', ') : String(v);
 }
 
-// {code, message, details} (an ApiError or a job's error) as a block that names the culprit.
-export function errorBox(err) {
+function detailValue(v) {
+  if (Array.isArray(v) && v.some((x) => x !== null && typeof x === 'object')) {
+    return h('ul', {class: 'detail-list'}, v.slice(0, MAX_LISTED).map((x) => h('li', null, flat(x))),
+      v.length > MAX_LISTED ? h('li', null, `… ${v.length - MAX_LISTED} more`) : null);
+  }
+  return flat(v).slice(0, 400);
+}
+
+// {code, message, details} (an ApiError or a job's error) as a block that names the
+// culprit. Details in `omit` (shown elsewhere) and empty ones are left out.
+export function errorBox(err, omit = []) {
   const details = err.details || {};
-  const keys = Object.keys(details);
-  const named = CULPRITS.filter((k) => keys.includes(k)).concat(keys.filter((k) => !CULPRITS.includes(k)));
+  const empty = (v) => v === null || v === '' || (Array.isArray(v) && !v.length);
+  const named = culpritsFirst(Object.keys(details).filter((k) => !omit.includes(k) && !empty(details[k])));
   return h('div', {class: 'error-box'},
     h('p', {class: 'error-message'},
       h('code', {class: 'error-code'}, err.code || 'error'), ' ', err.message || ''),
     named.length ? h('dl', {class: 'culprit'}, named.map((k) => [
       h('dt', null, k.replaceAll('_', ' ')),
-      h('dd', {dataset: {detail: k}}, detailValue(details[k]).slice(0, 400)),
+      h('dd', {dataset: {detail: k}}, detailValue(details[k])),
     ])) : null);
 }
 

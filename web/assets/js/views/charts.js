@@ -18,8 +18,8 @@ function throughput(mesh) {
     return {x: j.step, y: (bytes / (j.ended_at - j.started_at)) * 1000};
   }).filter((p) => p.y > 0).sort((a, b) => a.x - b.x)});
   return lineChart({
-    title: 'Save and restore throughput by step', xLabel: 'step', yLabel: 'throughput',
-    yFormat: (v) => fmt.rate(v) === '—' ? '0' : fmt.rate(v),
+    title: 'Save and restore throughput by step', xLabel: 'step', yLabel: 'throughput', bytes: true,
+    yFormat: (v) => (v > 0 ? fmt.rate(v) : '0'),
     series: [series('save', 'save', 's-save'), series('restore', 'restore', 's-restore')],
     empty: 'No finished save or restore yet.',
   });
@@ -30,7 +30,7 @@ function sizes(mesh) {
     : [...state.checkpoints.values()].flat()).filter((c) => c.state === 'committed');
   const points = (key) => list.map((c) => ({x: c.step, y: c[key]})).sort((a, b) => a.x - b.x);
   return lineChart({
-    title: 'Checkpoint size by step', xLabel: 'step', yLabel: 'size', yFormat: fmt.bytes,
+    title: 'Checkpoint size by step', xLabel: 'step', yLabel: 'size', yFormat: fmt.bytes, bytes: true,
     series: [{name: 'logical', cls: 's-logical', points: points('logical_bytes')},
       {name: 'stored', cls: 's-stored', points: points('stored_bytes')}],
     empty: 'No committed checkpoint yet.',

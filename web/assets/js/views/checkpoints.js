@@ -90,8 +90,10 @@ export function createCheckpointsView(ctx) {
         await Promise.all([ctx.loader.meshes(), ctx.loader.checkpoints(mesh)]);
       });
     }},
-  field('Keep last', keepLast, '0 or empty: keep all'),
-  field('Keep every N steps', keepEvery, 'kept in addition'), retentionButton);
+  field('Keep last', keepLast), field('Keep every N steps', keepEvery), retentionButton);
+  const retentionHint = h('p', {class: 'hint'}, 'Keep last: the newest N committed checkpoints stay (empty or 0: all). ',
+    'Keep every N steps: steps divisible by N stay as well. Older ones are deleted when a save commits, ',
+    'and at once when you apply.');
 
   const jobsBox = h('div', {class: 'job-list'});
   const tableBox = h('div');
@@ -101,7 +103,7 @@ export function createCheckpointsView(ctx) {
     section('Save now', saveForm, jobsBox),
     section('Checkpoints', tableBox),
     detailBox,
-    section('Retention', retentionForm));
+    section('Retention', retentionForm, retentionHint));
 
   function detail(c, lastVerify) {
     const key = `${mesh}@${step}`;

@@ -3,7 +3,7 @@
 
 import {h, render, table} from '../dom.js';
 import * as fmt from '../format.js';
-import {finished, sortedJobs, state} from '../store.js';
+import {finished, sortedJobs, state, workerCounts} from '../store.js';
 import {badge, section} from '../ui.js';
 import {jobCard} from './jobs.js';
 
@@ -15,7 +15,7 @@ function card(label, value, extra, cls) {
 function summary() {
   const c = state.cluster;
   if (!c) return h('p', {class: 'empty'}, 'Loading…');
-  const w = c.workers || {};
+  const w = workerCounts();
   return h('div', {class: 'stats', role: 'list'},
     [card('Workers alive', w.alive ?? 0, `${w.suspect ?? 0} suspect`, w.suspect ? 'stat-warn' : null),
       card('Workers dead', w.dead ?? 0, w.dead ? 'jobs that need them fail' : 'none', w.dead ? 'stat-dead' : null),

@@ -8,7 +8,9 @@ import {act, badge, errorBox, field, progress, section, showNotice} from '../ui.
 
 export function jobTitle(job) {
   const kind = job.kind === 'mesh_init' ? 'self-test' : job.kind;
-  return `${kind} · ${job.mesh}${job.step !== null && job.step !== undefined ? ` · step ${job.step}` : ''}`;
+  const target = job.kind === 'restore' && job.request && job.request.target_mesh;
+  return `${kind} · ${job.mesh}${job.step !== null && job.step !== undefined ? ` · step ${job.step}` : ''}` +
+    (target && target !== job.mesh ? ` → ${target}` : '');
 }
 
 function workerState(id) {
@@ -45,11 +47,17 @@ function perWorker(job) {
 function verifyResult(job) {
   const r = job.result;
   if (job.kind !== 'verify' || !r || r.ok === undefined) return null;
+  if (r.ok) {
+    return h('p', {class: 'verify-ok', dataset: {verify: 'ok'}},
+      `✓ Verified: ${fmt.plural(r.chunks_checked, 'chunk')} (${fmt.bytes(r.bytes_checked)}) in `,
+      `${fmt.plural(r.tensors, 'tensor')}, every checksum matches.`);
+  }
   const bad = r.bad_chunks || [];
-  return h('p', {class: r.ok ? 'verify-ok' : 'verify-bad', dataset: {verify: r.ok ? 'ok' : 'bad'}},
-    r.ok
-      ? `✓ Verified: ${fmt.plural(r.chunks_checked, 'chunk')} (${fmt.bytes(r.bytes_checked)}) in ${fmt.plural(r.tensors, 'tensor')}, every checksum matches.`
-      : `✕ ${fmt.plural(bad.length, 'bad chunk')} of ${r.chunks_checked}; ${fmt.plural((r.problems || []).length, 'problem')}.`);
+  return h('div', {class: 'verify-bad', dataset: {verify: 'bad'}},
+    h('p', null, `✕ ${fmt.plural(bad.length, 'bad chunk')} of ${r.chunks_checked}, `,
+      `${fmt.plural((r.problems || []).length, 'problem')}:`),
+    h('ul', null, bad.slice(0, 10).map((b) => h('li', null, `tensor ${b.tensor} in ${b.file} at offset ${b.offset}: ${b.error}`)),
+      (r.problems || []).slice(0, 10).map((p) => h('li', null, p))));
 }
 
 // One job as a card; `cancel` is a function (job) → Promise, or null.
@@ -82,12 +90,14 @@ export function jobCard(job, ctx) {
     running ? h('span', null, `started ${fmt.clock(job.started_at || job.created_at)}`)
       : h('span', null, `took ${fmt.duration(took)}, ended ${fmt.clock(job.ended_at)}`)),
   job.error ? h('div', {class: 'job-error'}, h('h4', null, job.state === 'cancelled' ? 'Cancelled' : 'Failed'),
-    errorBox(job.error)) : null,
+    // A verify's bad chunks are listed with its result below.
+    errorBox(job.error, job.kind === 'verify' ? ['bad_chunks', 'problems'] : [])) : null,
   verifyResult(job),
   running ? workers : h('details', {open: opened.has(job.id),
     ontoggle: (e) => (e.currentTarget.open ? opened.add(job.id) : opened.delete(job.id))},
-  h('summary', {dataset: {key: `workers-${job.id}`}}, `Workers (${(job.workers || []).length})`,
-    timings ? ` · ${timings}` : ''), workers));
+  h('summary', {dataset: {key: `workers-${job.id}`}},
+    [(job.workers || []).length ? `Workers (${job.workers.length})` : 'Timings', timings].filter(Boolean).join(' · ')),
+  workers));
 }
 
 export function createJobsView(ctx) {

@@ -55,7 +55,10 @@ function meshCard(mesh, ctx) {
     h('header', {class: 'mesh-head'},
       h('h3', null, name),
       h('span', {class: 'axes'}, fmt.axes(mesh.axes)),
-      h('span', {class: 'muted'}, `${fmt.plural(mesh.num_devices, 'device')}, ${mesh.devices_per_worker} per worker`),
+      h('span', {class: 'muted'}, `${fmt.plural(mesh.num_devices, 'device')}, ${mesh.devices_per_worker} per worker`)),
+    deviceGrid(mesh),
+    legend(mesh),
+    h('div', {class: 'actions mesh-actions'},
       h('a', {class: 'btn btn-small', href: `#checkpoints/${encodeURIComponent(name)}`}, 'Checkpoints'),
       h('button', {type: 'button', class: 'btn btn-small btn-danger-quiet', dataset: {key: `delete-mesh-${name}`},
         onclick: async (e) => {
@@ -69,9 +72,7 @@ function meshCard(mesh, ctx) {
             showNotice(`Mesh ${name} deleted`);
             await ctx.loader.meshes();
           });
-        }}, 'Delete…')),
-    deviceGrid(mesh),
-    legend(mesh));
+        }}, 'Delete mesh…')));
 }
 
 // ---------------------------------------------------------------- registration
@@ -92,7 +93,7 @@ function registerForm(ctx) {
       class: 'axis-name', pattern: '[A-Za-z0-9._\\-]{1,200}'});
     const s = h('input', {type: 'number', required: true, min: 1, value: size, class: 'axis-size'});
     const row = h('div', {class: 'axis-row'},
-      field(`Axis ${axisCount} name`, n), field('size', s),
+      field(`Axis ${axisCount} name`, n), field(`Axis ${axisCount} size`, s),
       h('button', {type: 'button', class: 'btn btn-small', 'aria-label': `Remove axis ${axisCount}`,
         onclick: () => {
           if (axesBox.children.length > 1) row.remove();
@@ -104,7 +105,7 @@ function registerForm(ctx) {
   function pickable() {
     const checked = new Set([...workersBox.querySelectorAll('input:checked')].map((i) => i.value));
     renderIf(workersBox, state.workers.map((w) => [w.id, w.state]), () => [ h('legend', null, 'Workers, in rank order (optional)'),
-      h('small', {class: 'hint'}, 'None ticked: the first alive workers in registration order.'),
+      h('p', {class: 'hint'}, 'None ticked: the first alive workers in registration order.'),
       state.workers.map((w) => h('label', {class: ['check', w.state !== 'alive' ? 'muted' : null]},
         h('input', {type: 'checkbox', value: w.id, checked: checked.has(w.id), disabled: w.state === 'dead',
           dataset: {key: `pick-${w.id}`}}),
@@ -136,6 +137,7 @@ function registerForm(ctx) {
             `${fmt.plural(new Set(mesh.devices.map((d) => d.worker)).size, 'worker')}. `,
             st && typeof st === 'object' ? `Self-test passed in ${fmt.duration(st.ms)} (job ${st.job}).`
               : 'Self-test skipped.'));
+          nameInput.value = '';
           await ctx.loader.meshes();
         } catch (err) {
           render(result);
