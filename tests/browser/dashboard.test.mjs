@@ -41,6 +41,11 @@ describe('dashboard', () => {
   const shot = (name) => page.screenshot({path: join(artifacts, `${name}.png`), fullPage: true});
   const tab = (label) => page.locator('#tabs').getByRole('link', {name: label, exact: true}).click();
   const jobCard = (title) => page.locator('main .job-card').filter({has: page.getByRole('heading', {name: title, exact: true})});
+  // Clears the message stack before a screenshot (notices may also go away by themselves meanwhile).
+  const dismissMessages = async () => {
+    const buttons = page.locator('#messages').getByRole('button', {name: 'Dismiss message'});
+    for (let i = 0; i < 10 && await buttons.count(); i++) await buttons.first().click({timeout: 1000}).catch(() => {});
+  };
   const dialogButton = (name) => page.locator('dialog[open]').getByRole('button', {name, exact: true});
 
   before(async () => {
@@ -108,8 +113,8 @@ describe('dashboard', () => {
 
   test('a save started from the page is watched to done, and its checkpoint appears', async () => {
     // The trainers' part: every worker gets its devices' shards through its local API.
-    await cluster.push('web', 'layers/0/w', {dtype: 'float32', shape: [1024, 512], layout: ['data', 'model']},
-      (d) => Buffer.from(new Float32Array(512 * 256).map((_, i) => Math.sin(i * 0.37 + d)).buffer));
+    await cluster.push('web', 'layers/0/w', {dtype: 'float32', shape: [2048, 2048], layout: ['data', 'model']},
+      (d) => Buffer.from(new Float32Array(1024 * 1024).map((_, i) => Math.sin(i * 0.37 + d)).buffer));
     await cluster.push('web', 'layers/0/b', {dtype: 'float32', shape: [512], layout: ['unsharded']},
       () => Buffer.from(new Float32Array(512).fill(0.5).buffer));
     await cluster.push('web', 'embedding', {dtype: 'int32', shape: [2048, 256], layout: ['data', 'unsharded']},
@@ -119,6 +124,8 @@ describe('dashboard', () => {
     await page.getByLabel('Step', {exact: true}).fill('100');
     await page.getByRole('button', {name: 'Save now'}).click();
     const card = jobCard('save · web · step 100');
+    await card.waitFor();
+    await shot('04-save-started'); // whatever phase it is in by now
     await card.and(page.locator('[data-state="succeeded"]')).waitFor();
     assert.equal(await card.getByRole('progressbar').getAttribute('aria-valuenow'), '100');
     assert.equal(await card.locator('[data-phase]').textContent(), 'done');
@@ -126,7 +133,7 @@ describe('dashboard', () => {
     await row.locator('.badge', {hasText: 'committed'}).waitFor();
     const cells = await row.locator('td').allTextContents();
     assert.equal(cells[1], '3', `tensors: ${cells}`);
-    await shot('04-save-done');
+    await shot('05-save-done');
   });
 
   test('the checkpoint detail lists tensors and layouts, and verify passes', async () => {
@@ -134,12 +141,12 @@ describe('dashboard', () => {
     const detail = page.locator('section', {has: page.getByRole('heading', {name: 'Step 100 of web'})});
     const w = detail.locator('tr', {hasText: 'layers/0/w'});
     await w.waitFor();
-    assert.match(await w.textContent(), /float32.*\[1024, 512\].*data, model/);
+    assert.match(await w.textContent(), /float32.*\[2048, 2048\].*data, model/);
     assert.match(await detail.locator('tr', {hasText: 'embedding'}).textContent(), /data, unsharded/);
     await detail.getByRole('button', {name: 'Verify'}).click();
     await detail.locator('[data-verify="ok"]').waitFor();
     assert.match(await detail.locator('[data-verify="ok"]').textContent(), /every checksum matches/);
-    await shot('05-verified');
+    await shot('06-verified');
   });
 
   test('restores onto a chosen mesh after confirming', async () => {
@@ -157,7 +164,7 @@ describe('dashboard', () => {
     await error.waitFor();
     assert.match(await error.textContent(), /conflict/);
     assert.match(await error.textContent(), /100/);
-    await shot('06-api-error');
+    await shot('07-api-error');
     await error.getByRole('button', {name: 'Dismiss message'}).click();
   });
 
@@ -187,11 +194,12 @@ describe('dashboard', () => {
     await banner.getByText('w-host3').waitFor();
     assert.match(await banner.textContent(), /1 worker is dead/);
     await page.locator('#counts', {hasText: '1 dead'}).waitFor();
+    await dismissMessages();
     assert.match(await page.locator('main .stat-dead').textContent(), /Workers dead\s*1/i);
-    await shot('07-worker-dead');
+    await shot('08-worker-dead');
     await tab('Meshes');
     await page.locator('article[data-mesh="web"] .device-dead').first().waitFor();
-    await shot('08-mesh-with-dead-worker');
+    await shot('09-mesh-with-dead-worker');
   });
 
   test('a save that needs the dead worker fails, naming it', async () => {
@@ -201,7 +209,7 @@ describe('dashboard', () => {
     // Refused at once (503) or failed as a job: either way the culprit is named.
     const culprit = page.locator('[data-detail="worker"]', {hasText: 'w-host3'}).first();
     await culprit.waitFor();
-    await shot('09-save-fails-naming-the-worker');
+    await shot('10-save-fails-naming-the-worker');
   });
 
   test('a corrupt checkpoint fails verify, naming the tensor and the file', async () => {
@@ -218,17 +226,9 @@ describe('dashboard', () => {
     await card.waitFor();
     assert.match(await card.locator('.error-code').textContent(), /data_loss/);
     assert.match(await card.locator('.job-error').textContent(), new RegExp(shard.replace('.', '\\.')));
-    await shot('10-verify-finds-corruption');
+    await shot('11-verify-finds-corruption');
     await tab('Overview');
     await page.locator('main .job-card[data-state="failed"]', {hasText: 'verify · web · step 200'}).waitFor();
-  });
-
-  test('charts draw throughput and sizes from the jobs and checkpoints', async () => {
-    await tab('Charts');
-    await page.locator('figure.chart svg').first().waitFor();
-    assert.ok(await page.locator('.s-save circle').count() >= 2, 'a point per save');
-    assert.ok(await page.locator('.s-logical circle').count() >= 1, 'a point per checkpoint');
-    await shot('11-charts');
   });
 
   test('coordination shows open barriers with arrived and missing ranks', async () => {
@@ -242,10 +242,21 @@ describe('dashboard', () => {
     await shot('12-coordination');
   });
 
+  test('charts draw throughput, sizes and barrier activity', async () => {
+    await tab('Charts');
+    await page.locator('figure.chart svg').first().waitFor();
+    await dismissMessages();
+    assert.ok(await page.locator('.s-save circle').count() >= 2, 'a point per save');
+    assert.ok(await page.locator('.s-logical circle').count() >= 1, 'a point per checkpoint');
+    // The barrier arrival of the test before came in as a live event.
+    assert.ok(await page.locator('rect.bar.s-arrived').count() >= 1, 'a bar of barrier arrivals');
+    await shot('13-charts');
+  });
+
   test('on a narrow screen nothing overflows sideways', async () => {
     await page.setViewportSize({width: 390, height: 844});
-    for (const [label, name] of [['Overview', '13-narrow-overview'], ['Meshes', '14-narrow-meshes'],
-      ['Checkpoints', '15-narrow-checkpoints'], ['Charts', '16-narrow-charts']]) {
+    for (const [label, name] of [['Overview', '14-narrow-overview'], ['Meshes', '15-narrow-meshes'],
+      ['Checkpoints', '16-narrow-checkpoints'], ['Charts', '17-narrow-charts']]) {
       await tab(label);
       await page.locator('main .panel').first().waitFor();
       await shot(name);
@@ -269,6 +280,7 @@ describe('dashboard', () => {
     await page.keyboard.press('Enter');
     await page.waitForFunction(() => location.hash === '#jobs');
     await page.getByRole('heading', {name: 'Jobs', exact: true}).waitFor();
+    await shot('18-jobs');
   });
 
   test('the page raised no script error', () => {

@@ -5,7 +5,7 @@ import {Api, tokenStore} from './api.js';
 import {h, render, renderIf} from './dom.js';
 import * as fmt from './format.js';
 import {connectEvents} from './live.js';
-import {Loader, changed, finished, onChange, state, upsertJob, workerCounts} from './store.js';
+import {Loader, changed, finished, onChange, state, upsertCheckpoint, upsertJob, workerCounts} from './store.js';
 import {createChartsView} from './views/charts.js';
 import {createCheckpointsView} from './views/checkpoints.js';
 import {createClusterView} from './views/cluster.js';
@@ -126,7 +126,8 @@ function onEvent(type, data) {
       if (finished(data)) loader.soon('cluster', () => loader.cluster());
       break;
     case 'checkpoint': {
-      loader.soon(`checkpoints:${data.mesh}`, () => loader.checkpoints(data.mesh));
+      upsertCheckpoint(data);
+      loader.soon(`checkpoints:${data.mesh}`, () => loader.checkpoints(data.mesh), 1000);
       const key = `${data.mesh}@${data.step}`;
       if (data.state === 'deleted') state.details.delete(key);
       else if (state.details.has(key) || data.state === 'committed') {

@@ -67,6 +67,15 @@ export function jobRate(job) {
   return dt > 0.2 && last.done > first.done ? (last.done - first.done) / dt : null;
 }
 
+// A checkpoint summary from an event: the list is right at once, before any reload.
+export function upsertCheckpoint(summary) {
+  if (!state.checkpoints.has(summary.mesh)) return; // not loaded yet: the load brings it
+  const list = (state.checkpoints.get(summary.mesh) || []).filter((c) => c.step !== summary.step);
+  if (summary.state !== 'deleted') list.push(summary);
+  list.sort((a, b) => b.step - a.step);
+  state.checkpoints.set(summary.mesh, list);
+}
+
 export function sortedJobs() {
   return [...state.jobs.values()].sort((a, b) => (b.created_at || 0) - (a.created_at || 0));
 }

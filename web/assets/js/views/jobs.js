@@ -82,10 +82,12 @@ export function jobCard(job, ctx) {
         await ctx.api.post(`/api/v1/jobs/${job.id}/cancel`);
         showNotice(`Cancel requested for ${job.id}`);
       })}, 'Cancel') : null),
-  progress(p.done_bytes, p.total_bytes, `${title} progress`),
+  // A job that moves no bytes (a self-test, a barrier) has no bar to show once it ended.
+  running || p.total_bytes ? progress(p.done_bytes, p.total_bytes, `${title} progress`) : null,
   h('p', {class: 'job-stats'},
-    h('span', null, `${fmt.bytes(p.done_bytes)} of ${fmt.bytes(p.total_bytes)} (${Math.round(fmt.percent(p.done_bytes, p.total_bytes))}%)`),
-    h('span', null, `rate ${fmt.rate(rate)}`),
+    running || p.total_bytes ? [
+      h('span', null, `${fmt.bytes(p.done_bytes)} of ${fmt.bytes(p.total_bytes)} (${Math.round(fmt.percent(p.done_bytes, p.total_bytes))}%)`),
+      h('span', null, `rate ${fmt.rate(rate)}`)] : null,
     running ? h('span', null, `ETA ${eta !== null ? fmt.duration(eta) : '—'}`) : null,
     running ? h('span', null, `started ${fmt.clock(job.started_at || job.created_at)}`)
       : h('span', null, `took ${fmt.duration(took)}, ended ${fmt.clock(job.ended_at)}`)),

@@ -38,8 +38,9 @@ export function deviceGrid(mesh) {
     ? `rows: ${axes.slice(0, -1).map((a) => a.name).join(' × ')} · columns: ${axes.at(-1).name}`
     : axes.length ? `columns: ${axes[0].name}` : '';
   return h('figure', {class: 'grid-figure'},
-    h('ul', {class: 'device-grid', style: {gridTemplateColumns: `repeat(${cols}, minmax(6.5rem, 1fr))`},
-      'aria-label': `Devices of mesh ${mesh.name}`}, cells),
+    // Scrolls sideways when very wide, so it is focusable for keyboard scrolling.
+    h('ul', {class: 'device-grid', style: {gridTemplateColumns: `repeat(${cols}, minmax(4.6rem, 1fr))`},
+      tabindex: 0, 'aria-label': `Devices of mesh ${mesh.name}`}, cells),
     h('figcaption', {class: 'muted'}, axisNote));
 }
 
@@ -51,7 +52,9 @@ function legend(mesh) {
 
 function meshCard(mesh, ctx) {
   const name = mesh.name;
-  return h('article', {class: 'mesh-card', dataset: {mesh: name}, 'aria-label': `Mesh ${name}`},
+  const cols = mesh.axes && mesh.axes.length ? mesh.axes.at(-1).size : 1;
+  return h('article', {class: ['mesh-card', cols > 4 ? 'mesh-wide' : null], dataset: {mesh: name},
+    'aria-label': `Mesh ${name}`},
     h('header', {class: 'mesh-head'},
       h('h3', null, name),
       h('span', {class: 'axes'}, fmt.axes(mesh.axes)),
