@@ -128,6 +128,11 @@ export async function act(button, what, fn) {
   }
 }
 
+// Asks `question` (confirmAction's options) and, when confirmed, runs act(button, what, fn).
+export async function confirmThenAct(button, question, what, fn) {
+  if (await confirmAction(question)) await act(button, what, fn);
+}
+
 export function field(label, input, hint) {
   const id = input.id || `f-${Math.random().toString(36).slice(2, 9)}`;
   input.id = id;

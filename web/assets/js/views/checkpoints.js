@@ -6,7 +6,7 @@ import {encodeName} from '../api.js';
 import {h, render, renderIf, table} from '../dom.js';
 import * as fmt from '../format.js';
 import {finished, sortedJobs, state} from '../store.js';
-import {act, badge, confirmAction, field, section, showNotice} from '../ui.js';
+import {act, badge, confirmThenAct, field, section, showNotice} from '../ui.js';
 import {jobCard} from './jobs.js';
 
 export const checkpointHref = (mesh, step) =>
@@ -75,16 +75,15 @@ export function createCheckpointsView(ctx) {
       const steps = (state.checkpoints.get(mesh) || []).filter((c) => c.state === 'committed')
         .map((c) => c.step).sort((a, b) => a - b);
       const doomed = stepsToPrune(steps, body.keep_last, body.keep_every_n_steps);
-      const ok = await confirmAction({
+      await confirmThenAct(retentionButton, {
         title: `Apply retention to ${mesh}?`, danger: doomed.length > 0,
         confirm: doomed.length ? `Apply and delete ${fmt.plural(doomed.length, 'checkpoint')}` : 'Apply',
         content: [h('p', null, `Keep the last ${body.keep_last || 'all'} checkpoints`,
           body.keep_every_n_steps ? `, and every step divisible by ${body.keep_every_n_steps}` : '', '.'),
         h('p', {class: doomed.length ? 'strong' : null}, doomed.length
           ? `This deletes step${doomed.length > 1 ? 's' : ''} ${doomed.join(', ')} now.`
-          : 'No checkpoint is deleted now.')]});
-      if (!ok) return;
-      await act(retentionButton, `Retention of ${mesh}`, async () => {
+          : 'No checkpoint is deleted now.')]},
+      `Retention of ${mesh}`, async () => {
         await ctx.api.put(`/api/v1/meshes/${encodeName(mesh)}/retention`, body);
         showNotice(`Retention of ${mesh} set`);
         await Promise.all([ctx.loader.meshes(), ctx.loader.checkpoints(mesh)]);
@@ -115,10 +114,9 @@ export function createCheckpointsView(ctx) {
       onsubmit: async (e) => {
         e.preventDefault();
         const to = target.value;
-        const ok = await confirmAction({title: `Restore step ${step} of ${mesh} onto ${to}?`, confirm: 'Restore',
-          content: h('p', null, `The workers of ${to} replace the tensors they hold with the saved ones.`)});
-        if (!ok) return;
-        await act(restoreButton, `Restore step ${step} onto ${to}`, async () => {
+        await confirmThenAct(restoreButton, {title: `Restore step ${step} of ${mesh} onto ${to}?`, confirm: 'Restore',
+          content: h('p', null, `The workers of ${to} replace the tensors they hold with the saved ones.`)},
+        `Restore step ${step} onto ${to}`, async () => {
           const r = await ctx.api.post(`/api/v1/meshes/${encodeName(mesh)}/checkpoints/${step}/restore`,
             {target_mesh: to});
           showNotice(`Restore started (job ${r.job})`);
@@ -133,18 +131,14 @@ export function createCheckpointsView(ctx) {
         await ctx.loader.jobs();
       })}, 'Verify');
     const deleteButton = h('button', {type: 'button', class: 'btn btn-danger', dataset: {key: 'delete'},
-      onclick: async (e) => {
-        const button = e.currentTarget;
-        const ok = await confirmAction({title: `Delete step ${step} of ${mesh}?`, danger: true, confirm: 'Delete',
-          content: h('p', null, 'The checkpoint directory is removed from disk. This cannot be undone.')});
-        if (!ok) return;
-        await act(button, `Delete step ${step} of ${mesh}`, async () => {
-          await ctx.api.del(`/api/v1/meshes/${encodeName(mesh)}/checkpoints/${step}`);
-          showNotice(`Step ${step} of ${mesh} deleted`);
-          ctx.navigate(checkpointHref(mesh));
-          await ctx.loader.checkpoints(mesh);
-        });
-      }}, 'Delete…');
+      onclick: (e) => confirmThenAct(e.currentTarget, {title: `Delete step ${step} of ${mesh}?`, danger: true,
+        confirm: 'Delete', content: h('p', null, 'The checkpoint directory is removed from disk. This cannot be undone.')},
+      `Delete step ${step} of ${mesh}`, async () => {
+        await ctx.api.del(`/api/v1/meshes/${encodeName(mesh)}/checkpoints/${step}`);
+        showNotice(`Step ${step} of ${mesh} deleted`);
+        ctx.navigate(checkpointHref(mesh));
+        await ctx.loader.checkpoints(mesh);
+      })}, 'Delete…');
     const committed = c.state === 'committed';
     return section(`Step ${step} of ${mesh}`,
       h('dl', {class: 'facts'},
@@ -189,8 +183,8 @@ export function createCheckpointsView(ctx) {
     const shown = jobs.filter((j) => !finished(j)).concat(jobs.filter((j) => finished(j) && ['save', 'restore'].includes(j.kind)).slice(0, 1));
     const workerStates = state.workers.map((w) => w.state);
     renderIf(jobsBox, [shown, workerStates], () => shown.map((j) => jobCard(j, ctx)));
-    renderIf(tableBox, [!!meshDoc, mesh, list, step], () => (meshDoc ? checkpointsTable(mesh, list, step)
-      : h('p', {class: 'empty'}, 'Register a mesh first.')));
+    renderIf(tableBox, [!!meshDoc, mesh, list, step, names.length], () => (meshDoc ? checkpointsTable(mesh, list, step)
+      : h('p', {class: 'empty'}, names.length ? `No mesh named ${mesh}: pick one above.` : 'Register a mesh first.')));
     const c = list.find((x) => x.step === step);
     const lastVerify = sortedJobs().find((j) => j.kind === 'verify' && j.mesh === mesh && j.step === step);
     renderIf(detailBox, [mesh, c, state.details.get(`${mesh}@${step}`), names, lastVerify, restoreTo],

@@ -5,7 +5,7 @@ import {encodeName} from '../api.js';
 import {h, renderIf, table} from '../dom.js';
 import * as fmt from '../format.js';
 import {state} from '../store.js';
-import {act, confirmAction, field, section, showNotice} from '../ui.js';
+import {confirmThenAct, field, section, showNotice} from '../ui.js';
 
 function ranks(list, cls) {
   if (!list || !list.length) return h('span', {class: 'muted'}, 'none');
@@ -28,31 +28,26 @@ function preemptionTable(ctx) {
     const p = state.preemption.get(m.name) || {};
     const reported = Object.entries(p.reported_steps || {}).map(([w, s]) => `${w}: ${s}`).join(', ');
     const notice = h('button', {type: 'button', class: 'btn btn-small', dataset: {key: `notice-${m.name}`},
-      onclick: async (e) => {
-        const button = e.currentTarget;
+      onclick: (e) => {
         const reason = h('input', {type: 'text', value: 'maintenance', autocomplete: 'off'});
-        const ok = await confirmAction({title: `Record a preemption notice for ${m.name}?`, confirm: 'Record notice',
-          content: [h('p', null, 'Every worker of the mesh then agrees on a step to stop at ',
-            '(reached_preemption_sync_point).'), field('Reason', reason)]});
-        if (!ok) return;
-        await act(button, `Preemption notice for ${m.name}`, async () => {
+        return confirmThenAct(e.currentTarget, {title: `Record a preemption notice for ${m.name}?`,
+          confirm: 'Record notice', content: [h('p', null, 'Every worker of the mesh then agrees on a step to stop at ',
+            '(reached_preemption_sync_point).'), field('Reason', reason)]},
+        `Preemption notice for ${m.name}`, async () => {
           await ctx.api.post(`/api/v1/meshes/${encodeName(m.name)}/preemption`, {reason: reason.value});
           showNotice(`Preemption notice recorded for ${m.name}`);
           await ctx.loader.preemption(m.name);
         });
       }}, 'Notice…');
     const clear = h('button', {type: 'button', class: 'btn btn-small btn-danger-quiet', dataset: {key: `clear-${m.name}`},
-      onclick: async (e) => {
-        const button = e.currentTarget;
-        const ok = await confirmAction({title: `Clear the preemption notice of ${m.name}?`, danger: true,
-          confirm: 'Clear notice', content: h('p', null, 'Do this for the restarted job: the sync step is forgotten.')});
-        if (!ok) return;
-        await act(button, `Clear preemption of ${m.name}`, async () => {
-          await ctx.api.del(`/api/v1/meshes/${encodeName(m.name)}/preemption`);
-          showNotice(`Preemption notice of ${m.name} cleared`);
-          await ctx.loader.preemption(m.name);
-        });
-      }}, 'Clear…');
+      onclick: (e) => confirmThenAct(e.currentTarget, {title: `Clear the preemption notice of ${m.name}?`,
+        danger: true, confirm: 'Clear notice',
+        content: h('p', null, 'Do this for the restarted job: the sync step is forgotten.')},
+      `Clear preemption of ${m.name}`, async () => {
+        await ctx.api.del(`/api/v1/meshes/${encodeName(m.name)}/preemption`);
+        showNotice(`Preemption notice of ${m.name} cleared`);
+        await ctx.loader.preemption(m.name);
+      })}, 'Clear…');
     return [m.name,
       p.noticed ? h('span', {class: 'badge state-suspect'}, '▲ noticed') : h('span', {class: 'muted'}, 'no notice'),
       p.reason || '—', p.noticed_at ? fmt.clock(p.noticed_at) : '—',

@@ -4,7 +4,7 @@ import {encodeName} from '../api.js';
 import {h, render, renderIf} from '../dom.js';
 import * as fmt from '../format.js';
 import {state, workerIndex} from '../store.js';
-import {act, badge, confirmAction, field, section, showNotice} from '../ui.js';
+import {act, badge, confirmThenAct, field, section, showNotice} from '../ui.js';
 
 const PALETTE = 10; // .wc-0 … .wc-9 in app.css
 
@@ -64,18 +64,14 @@ function meshCard(mesh, ctx) {
     h('div', {class: 'actions mesh-actions'},
       h('a', {class: 'btn btn-small', href: `#checkpoints/${encodeURIComponent(name)}`}, 'Checkpoints'),
       h('button', {type: 'button', class: 'btn btn-small btn-danger-quiet', dataset: {key: `delete-mesh-${name}`},
-        onclick: async (e) => {
-          const button = e.currentTarget;
-          const ok = await confirmAction({title: `Delete mesh ${name}?`, danger: true, confirm: 'Delete mesh',
-            content: h('p', null, 'The mesh is forgotten by tesserad. Its checkpoints stay on disk. ',
-              'This fails while a job runs on it.')});
-          if (!ok) return;
-          await act(button, `Delete mesh ${name}`, async () => {
-            await ctx.api.del(`/api/v1/meshes/${encodeName(name)}`);
-            showNotice(`Mesh ${name} deleted`);
-            await ctx.loader.meshes();
-          });
-        }}, 'Delete mesh…')));
+        onclick: (e) => confirmThenAct(e.currentTarget, {title: `Delete mesh ${name}?`, danger: true,
+          confirm: 'Delete mesh', content: h('p', null, 'The mesh is forgotten by tesserad. Its checkpoints stay ',
+            'on disk. This fails while a job runs on it.')},
+        `Delete mesh ${name}`, async () => {
+          await ctx.api.del(`/api/v1/meshes/${encodeName(name)}`);
+          showNotice(`Mesh ${name} deleted`);
+          await ctx.loader.meshes();
+        })}, 'Delete mesh…')));
 }
 
 // ---------------------------------------------------------------- registration
