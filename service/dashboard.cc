@@ -3,26 +3,11 @@
 #include <map>
 #include <memory>
 
+#include "api/names.h"
 #include "storage/env.h"
 
 namespace tessera::service {
 namespace {
-
-// A path below web/: segments of [A-Za-z0-9._-], none empty, "." or "..".
-bool SafeRelativePath(std::string_view path) {
-  size_t start = 0;
-  while (start <= path.size()) {
-    size_t end = path.find('/', start);
-    if (end == std::string_view::npos) end = path.size();
-    std::string_view seg = path.substr(start, end - start);
-    if (seg.empty() || seg == "." || seg == "..") return false;
-    for (char c : seg) {
-      if (!(isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) return false;
-    }
-    start = end + 1;
-  }
-  return true;
-}
 
 http::Response Serve(const std::string& path, const std::string& content) {
   http::Response r;
@@ -80,8 +65,9 @@ void AddDashboardRoutes(http::Router* router, const std::string& web_dir) {
     };
   }
   auto serve = [read](const std::string& path) {
+    // The name rules keep the path below web/ (no "..", "." or empty segments).
     Result<std::string> content =
-        SafeRelativePath(path) ? read(path) : Result<std::string>(NotFound(""));
+        ValidateName(path).ok() ? read(path) : Result<std::string>(NotFound(""));
     if (!content.ok()) {
       return http::Response::Error(
           NotFound("no such dashboard file: /" + path, {{"field", "path"}, {"path", "/" + path}}));

@@ -14,7 +14,7 @@
 namespace tessera::service {
 
 struct WebFile {
-  std::string_view path;     // relative to web/: "index.html", "assets/app.css"
+  std::string_view path;  // relative to web/: "index.html", "assets/app.css"
   std::string_view content;
 };
 

@@ -2,13 +2,13 @@
 // source tree, "/" and "/assets/..." answer with the right Content-Type and
 // without the token, unknown or escaping paths are 404 JSON, and a web
 // directory given at start is served from disk.
-#include <gtest/gtest.h>
+#include "service/dashboard.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <set>
 
-#include "service/dashboard.h"
 #include "storage/env.h"
 
 namespace tessera::service {
@@ -78,7 +78,8 @@ TEST(Dashboard, ServesTheHtmlAtTheRootAndAssetsWithTheirTypes) {
   http::Response index = Get(router, "/");
   EXPECT_EQ(index.status, 200);
   EXPECT_EQ(index.content_type, "text/html; charset=utf-8");
-  EXPECT_NE(index.body.find("<script type=\"module\" src=\"assets/js/main.js\">"), std::string::npos)
+  EXPECT_NE(index.body.find("<script type=\"module\" src=\"assets/js/main.js\">"),
+            std::string::npos)
       << index.body;
   // The page holds the token: it may load only its own files.
   EXPECT_NE(Header(index, "Content-Security-Policy").find("default-src 'self'"), std::string::npos);
@@ -108,9 +109,9 @@ TEST(Dashboard, IsOpenWithoutTheToken) {
 
 TEST(Dashboard, UnknownOrEscapingPathsAreNotFound) {
   http::Router router = EmbeddedRouter();
-  for (const std::string path : {"/assets/nope.js", "/assets/js", "/assets/../index.html",
-                                 "/assets/%2e%2e/index.html", "/assets/js/../app.css",
-                                 "/assets/js/main.js%00", "/assets/.//app.css"}) {
+  for (const std::string path :
+       {"/assets/nope.js", "/assets/js", "/assets/../index.html", "/assets/%2e%2e/index.html",
+        "/assets/js/../app.css", "/assets/js/main.js%00", "/assets/.//app.css"}) {
     ExpectNotFound(Get(router, path), path);
   }
   http::Response r = Get(router, "/assets/nope.js");
