@@ -5,6 +5,7 @@ import {h, render, renderIf} from '../dom.js';
 import * as fmt from '../format.js';
 import {state, workerIndex} from '../store.js';
 import {act, badge, confirmThenAct, field, section, showNotice} from '../ui.js';
+import {checkpointHref} from './checkpoints.js';
 
 const PALETTE = 10; // .wc-0 … .wc-9 in app.css
 
@@ -18,10 +19,13 @@ function workerStateOf(id) {
   return w ? w.state : 'unknown';
 }
 
-// Devices laid out as rows × the last axis (last axis fastest, as device ids are).
+// Columns of the device grid: the last axis (it varies fastest, as device ids do).
+const gridColumns = (mesh) => (mesh.axes && mesh.axes.length ? mesh.axes.at(-1).size : 1);
+
+// Devices laid out as rows × the last axis.
 export function deviceGrid(mesh) {
   const axes = mesh.axes || [];
-  const cols = axes.length ? axes.at(-1).size : 1;
+  const cols = gridColumns(mesh);
   const cells = (mesh.devices || []).map((d) => {
     const ws = workerStateOf(d.worker);
     const coords = (d.coords || []).map((c, i) => `${axes[i].name}=${c}`).join(' ');
@@ -52,8 +56,7 @@ function legend(mesh) {
 
 function meshCard(mesh, ctx) {
   const name = mesh.name;
-  const cols = mesh.axes && mesh.axes.length ? mesh.axes.at(-1).size : 1;
-  return h('article', {class: ['mesh-card', cols > 4 ? 'mesh-wide' : null], dataset: {mesh: name},
+  return h('article', {class: ['mesh-card', gridColumns(mesh) > 4 ? 'mesh-wide' : null], dataset: {mesh: name},
     'aria-label': `Mesh ${name}`},
     h('header', {class: 'mesh-head'},
       h('h3', null, name),
@@ -62,7 +65,7 @@ function meshCard(mesh, ctx) {
     deviceGrid(mesh),
     legend(mesh),
     h('div', {class: 'actions mesh-actions'},
-      h('a', {class: 'btn btn-small', href: `#checkpoints/${encodeURIComponent(name)}`}, 'Checkpoints'),
+      h('a', {class: 'btn btn-small', href: checkpointHref(name)}, 'Checkpoints'),
       h('button', {type: 'button', class: 'btn btn-small btn-danger-quiet', dataset: {key: `delete-mesh-${name}`},
         onclick: (e) => confirmThenAct(e.currentTarget, {title: `Delete mesh ${name}?`, danger: true,
           confirm: 'Delete mesh', content: h('p', null, 'The mesh is forgotten by tesserad. Its checkpoints stay ',
