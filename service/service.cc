@@ -463,7 +463,7 @@ Result<std::pair<int, Json>> Service::PutMesh(const std::string& name, const Jso
 Json Service::ListMeshes() {
   std::lock_guard<std::mutex> lock(mu_);
   Json out = Json::array();
-  for (const auto& [name, m] : meshes_) out.push_back(m.ToJson());
+  for (const auto& [name, m] : meshes_) out.push_back(MeshJson(m));
   return out;
 }
 
@@ -471,7 +471,14 @@ Result<Json> Service::GetMesh(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = meshes_.find(name);
   if (it == meshes_.end()) return NotFound("no mesh " + name, {{"mesh", name}});
-  return it->second.ToJson();
+  return MeshJson(it->second);
+}
+
+Json Service::MeshJson(const MeshRecord& m) const {
+  Json j = m.ToJson();
+  auto r = retention_.find(m.mesh.name);
+  j["retention"] = (r == retention_.end() ? RetentionPolicy{} : r->second).ToJson();
+  return j;
 }
 
 Status Service::DeleteMesh(const std::string& name) {

@@ -109,6 +109,7 @@ class Service {
   void PublishJob(const JobRecord& j);
   std::vector<std::string> MeshesOfWorker(const std::string& id) const;
   Status CheckMesh(const std::string& name) const;  // not_found naming the mesh
+  Json MeshJson(const MeshRecord& m) const;          // the record plus its retention policy
   bool WorkerBusy(const std::string& id) const;
   Result<CheckpointRecord*> FindCommitted(const std::string& mesh, const std::string& step);
   JobRecord* NewJob(const std::string& kind, const std::string& mesh, int64_t step,

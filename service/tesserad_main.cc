@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "api/http/server.h"
+#include "service/dashboard.h"
 #include "service/service.h"
 #include "storage/env.h"
 
@@ -51,7 +52,7 @@ tessera::Result<std::string> LoadToken(const std::string& flag, const std::strin
 
 int main(int argc, char** argv) {
   CLI::App app{"tesserad: Tessera control plane"};
-  std::string listen = "127.0.0.1:7070", data_dir = "tessera-data", root, token_flag;
+  std::string listen = "127.0.0.1:7070", data_dir = "tessera-data", root, token_flag, web_dir;
   int threads = 256;
   int64_t heartbeat_ms = 500, lease_ms = 3000;
   app.add_option("--listen", listen, "host:port to bind (port 0: any free port)");
@@ -62,6 +63,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(4, 4096));
   app.add_option("--heartbeat-ms", heartbeat_ms, "worker heartbeat interval")->check(CLI::Range(10, 60000));
   app.add_option("--lease-ms", lease_ms, "a worker silent this long is dead")->check(CLI::Range(50, 600000));
+  app.add_option("--web-dir", web_dir, "serve the dashboard from this directory (default: the copy built in)")
+      ->check(CLI::ExistingDirectory);
   app.set_version_flag("--version", TESSERA_VERSION);
   CLI11_PARSE(app, argc, argv);
 
@@ -107,6 +110,7 @@ int main(int argc, char** argv) {
   }
   auto router = std::make_shared<tessera::http::Router>();
   (*service)->AddRoutes(router.get());
+  tessera::service::AddDashboardRoutes(router.get(), web_dir);
   tessera::http::ServerOptions sopts;
   sopts.host = host;
   sopts.port = port;
@@ -128,6 +132,7 @@ int main(int argc, char** argv) {
   }
   std::printf("listening on http://%s:%d\n", host.c_str(), *bound);
   std::printf("token: %s\n", token->c_str());
+  std::printf("dashboard: http://%s:%d/#token=%s\n", host.c_str(), *bound, token->c_str());
   std::printf("data dir: %s, checkpoint root: %s\n", data_dir.c_str(), root.c_str());
   std::fflush(stdout);
   (*service)->Start();

@@ -26,6 +26,11 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# The browser tests (tests/browser): Node.js with npm, and Debian's chromium. Checked by
+# command, not package: a Node.js from elsewhere (with its own npm) will do.
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
+[ -x /usr/bin/chromium ] || missing+=(chromium)
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   sudo=""
@@ -33,6 +38,12 @@ if ((${#missing[@]})); then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
     "${missing[@]}" >/dev/null
+fi
+
+# playwright-core, as pinned in package-lock.json; again only when the lock changed.
+if [ ! tests/browser/node_modules/.package-lock.json -nt tests/browser/package-lock.json ]; then
+  echo "setup: npm ci in tests/browser"
+  (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi
 
 echo "setup: building into $build_dir/"

@@ -127,8 +127,28 @@ TEST_F(Api, MeshRegistrationIsIdempotentAndChecked) {
   auto r = Send("PUT", "/api/v1/meshes/dpw", R"({"axes":[{"name":"x","size":4}],"devices_per_worker":2})");
   ExpectError(r, {"PUT", "dpw", "", 400, "invalid_argument", "devices_per_worker"});
   EXPECT_NE(r.body.find("w-worker-"), std::string::npos) << r.body;
+  // A mesh shows its retention policy (none until one is set).
+  Json mesh = Json::parse(Send("GET", "/api/v1/meshes/idem").body);
+  EXPECT_EQ(mesh["retention"], Json({{"keep_last", nullptr}, {"keep_every_n_steps", nullptr}}));
+  EXPECT_EQ(Send("PUT", "/api/v1/meshes/idem/retention", R"({"keep_last":3})").status, 200);
+  mesh = Json::parse(Send("GET", "/api/v1/meshes/idem").body);
+  EXPECT_EQ(mesh["retention"]["keep_last"], 3) << mesh.dump();
   EXPECT_EQ(Send("DELETE", "/api/v1/meshes/idem").status, 204);
   EXPECT_EQ(Send("DELETE", "/api/v1/meshes/idem").status, 404);
+}
+
+TEST_F(Api, DashboardIsServedWithoutTheToken) {
+  auto index = Send("GET", "/", "", /*auth=*/false);
+  EXPECT_EQ(index.status, 200);
+  EXPECT_EQ(index.headers["Content-Type"], "text/html; charset=utf-8");
+  EXPECT_NE(index.body.find("assets/js/main.js"), std::string::npos) << index.body;
+  auto js = Send("GET", "/assets/js/main.js", "", /*auth=*/false);
+  EXPECT_EQ(js.status, 200);
+  EXPECT_EQ(js.headers["Content-Type"], "text/javascript; charset=utf-8");
+  ExpectError(Send("GET", "/assets/nope.js", "", false),
+              {"GET", "/assets/nope.js", "", 404, "not_found", "path"});
+  // The page itself is open; what it calls is not.
+  EXPECT_EQ(Send("GET", "/api/v1/cluster", "", false).status, 401);
 }
 
 TEST_F(Api, EventsStreamJobProgressAndMetricsCount) {

@@ -1,0 +1,289 @@
+// The dashboard in a real browser (Debian's chromium, headless, driven by
+// playwright-core) against a real tesserad and 4 workers: the token prompt,
+// workers, registering a mesh, a save watched to the end, the checkpoint, its
+// verification, restore, retention, API errors, a killed worker turning dead,
+// a save that fails naming it, a narrow screen and the keyboard.
+// Screenshots go to $TESSERA_ARTIFACTS (default build/web-artifacts).
+//
+//   TESSERA_BIN=build/bin node --test tests/browser/dashboard.test.mjs
+
+import assert from 'node:assert/strict';
+import {existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync} from 'node:fs';
+import {dirname, join, resolve} from 'node:path';
+import {after, before, describe, test} from 'node:test';
+import {fileURLToPath} from 'node:url';
+
+import {Cluster} from './cluster.mjs';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const root = resolve(here, '../..');
+const bin = process.env.TESSERA_BIN || join(root, 'build/bin');
+const artifacts = process.env.TESSERA_ARTIFACTS || join(root, 'build/web-artifacts');
+const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
+
+let chromium;
+try {
+  ({chromium} = await import('playwright-core'));
+} catch {
+  throw new Error(`playwright-core is missing: run 'npm ci' in ${here} (tools/setup.sh does)`);
+}
+assert.ok(existsSync(chromiumPath), `${chromiumPath} is missing: apt-get install chromium (tools/setup.sh does)`);
+assert.ok(existsSync(join(bin, 'tesserad')), `${bin}/tesserad is missing: build first`);
+
+const WAIT = 30000; // upper bound for anything the page waits for; never a timing assertion
+
+describe('dashboard', () => {
+  let cluster;
+  let browser;
+  let page;
+  const pageErrors = [];
+
+  const shot = (name) => page.screenshot({path: join(artifacts, `${name}.png`), fullPage: true});
+  const tab = (label) => page.locator('#tabs').getByRole('link', {name: label, exact: true}).click();
+  const jobCard = (title) => page.locator('main .job-card').filter({has: page.getByRole('heading', {name: title, exact: true})});
+  // Clears the message stack before a screenshot (notices may also go away by themselves meanwhile).
+  const dismissMessages = async () => {
+    const buttons = page.locator('#messages').getByRole('button', {name: 'Dismiss message'});
+    for (let i = 0; i < 10 && await buttons.count(); i++) await buttons.first().click({timeout: 1000}).catch(() => {});
+  };
+  const dialogButton = (name) => page.locator('dialog[open]').getByRole('button', {name, exact: true});
+
+  before(async () => {
+    mkdirSync(artifacts, {recursive: true});
+    cluster = await new Cluster(bin, 4).start();
+    browser = await chromium.launch({executablePath: chromiumPath, headless: true,
+      args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage']});
+    page = await browser.newPage({viewport: {width: 1280, height: 800}});
+    page.setDefaultTimeout(WAIT);
+    page.on('pageerror', (e) => pageErrors.push(e.message));
+  });
+
+  after(async () => {
+    if (browser) await browser.close();
+    if (cluster) await cluster.stop();
+  });
+
+  test('asks for the token; a wrong one is refused and leads back to the prompt', async () => {
+    await page.goto(`${cluster.url}/`);
+    await page.getByLabel('Access token').waitFor();
+    assert.equal(await page.locator('#app').isHidden(), true);
+    await page.getByLabel('Access token').fill('not-the-token');
+    await page.getByRole('button', {name: 'Open the dashboard'}).click();
+    await page.locator('#login-message', {hasText: '401'}).waitFor();
+    assert.equal(await page.evaluate(() => sessionStorage.getItem('tessera.token')), null);
+    await shot('01-token-refused');
+    await page.getByLabel('Access token').fill(cluster.token);
+    await page.getByRole('button', {name: 'Open the dashboard'}).click();
+    await page.locator('#workers tbody tr').first().waitFor();
+  });
+
+  test('opens with #token=, keeps it in the tab and shows 4 workers alive', async () => {
+    await page.evaluate(() => sessionStorage.clear());
+    await page.goto(`${cluster.url}/#token=${cluster.token}`);
+    await page.waitForFunction(() => document.querySelectorAll('#workers tbody tr.row-alive').length === 4);
+    assert.equal(await page.evaluate(() => sessionStorage.getItem('tessera.token')), cluster.token);
+    assert.ok(!page.url().includes(cluster.token), `the token stays out of the address: ${page.url()}`);
+    const ids = await page.locator('#workers tbody tr .worker-id').allTextContents();
+    assert.deepEqual(ids.sort(), ['w-host0', 'w-host1', 'w-host2', 'w-host3']);
+    await page.locator('#live', {hasText: 'live'}).waitFor();
+    assert.equal(await page.locator('#dead-banner').isHidden(), true);
+    await shot('02-overview');
+  });
+
+  test('registers a {data:2, model:2} mesh from the form and shows its device grid', async () => {
+    await tab('Meshes');
+    await page.getByLabel('Name', {exact: true}).fill('web');
+    await page.getByLabel('Axis 1 name').fill('data');
+    await page.getByLabel('Axis 1 size').fill('2');
+    await page.getByRole('button', {name: 'Add axis'}).click();
+    await page.getByLabel('Axis 2 name').fill('model');
+    await page.getByLabel('Axis 2 size').fill('2');
+    await page.getByRole('button', {name: 'Register mesh'}).click();
+    await page.locator('[data-registered="web"]', {hasText: 'Self-test passed'}).waitFor();
+    const card = page.locator('article[data-mesh="web"]');
+    await card.locator('.device').nth(3).waitFor();
+    assert.equal(await card.locator('.device').count(), 4);
+    // Each device is coloured by its worker: 4 workers, 4 colours.
+    const classes = await card.locator('.device').evaluateAll((els) => els.map((e) => [...e.classList].find((c) => c.startsWith('wc-'))));
+    assert.equal(new Set(classes).size, 4, classes.join(' '));
+    const mesh = await cluster.api('GET', '/api/v1/meshes/web');
+    assert.deepEqual(mesh.axes, [{name: 'data', size: 2}, {name: 'model', size: 2}]);
+    await shot('03-mesh-registered');
+  });
+
+  test('a save started from the page is watched to done, and its checkpoint appears', async () => {
+    // The trainers' part: every worker gets its devices' shards through its local API.
+    await cluster.push('web', 'layers/0/w', {dtype: 'float32', shape: [2048, 2048], layout: ['data', 'model']},
+      (d) => Buffer.from(new Float32Array(1024 * 1024).map((_, i) => Math.sin(i * 0.37 + d)).buffer));
+    await cluster.push('web', 'layers/0/b', {dtype: 'float32', shape: [512], layout: ['unsharded']},
+      () => Buffer.from(new Float32Array(512).fill(0.5).buffer));
+    await cluster.push('web', 'embedding', {dtype: 'int32', shape: [2048, 256], layout: ['data', 'unsharded']},
+      (d) => Buffer.from(new Int32Array(1024 * 256).map((_, i) => (i % 17) + (d >> 1)).buffer));
+
+    await tab('Checkpoints');
+    await page.getByLabel('Step', {exact: true}).fill('100');
+    await page.getByRole('button', {name: 'Save now'}).click();
+    const card = jobCard('save · web · step 100');
+    await card.waitFor();
+    await shot('04-save-started'); // whatever phase it is in by now
+    await card.and(page.locator('[data-state="succeeded"]')).waitFor();
+    assert.equal(await card.getByRole('progressbar').getAttribute('aria-valuenow'), '100');
+    assert.equal(await card.locator('[data-phase]').textContent(), 'done');
+    const row = page.locator('main table tbody tr').filter({has: page.getByRole('link', {name: '100', exact: true})});
+    await row.locator('.badge', {hasText: 'committed'}).waitFor();
+    const cells = await row.locator('td').allTextContents();
+    assert.equal(cells[1], '3', `tensors: ${cells}`);
+    await shot('05-save-done');
+  });
+
+  test('the checkpoint detail lists tensors and layouts, and verify passes', async () => {
+    await page.getByRole('link', {name: '100', exact: true}).click();
+    const detail = page.locator('section', {has: page.getByRole('heading', {name: 'Step 100 of web'})});
+    const w = detail.locator('tr', {hasText: 'layers/0/w'});
+    await w.waitFor();
+    assert.match(await w.textContent(), /float32.*\[2048, 2048\].*data, model/);
+    assert.match(await detail.locator('tr', {hasText: 'embedding'}).textContent(), /data, unsharded/);
+    await detail.getByRole('button', {name: 'Verify'}).click();
+    await detail.locator('[data-verify="ok"]').waitFor();
+    assert.match(await detail.locator('[data-verify="ok"]').textContent(), /every checksum matches/);
+    await shot('06-verified');
+  });
+
+  test('restores onto a chosen mesh after confirming', async () => {
+    await cluster.api('PUT', '/api/v1/meshes/web4', {axes: [{name: 'data', size: 4}]});
+    await page.getByLabel('Target mesh').selectOption('web4');
+    await page.getByRole('button', {name: 'Restore…'}).click();
+    await dialogButton('Restore').click();
+    await jobCard('restore · web · step 100 → web4').and(page.locator('[data-state="succeeded"]')).waitFor();
+  });
+
+  test('an API error is shown with its message', async () => {
+    await page.getByLabel('Step', {exact: true}).fill('100');
+    await page.getByRole('button', {name: 'Save now'}).click();
+    const error = page.locator('#messages .message-error').first();
+    await error.waitFor();
+    assert.match(await error.textContent(), /conflict/);
+    assert.match(await error.textContent(), /100/);
+    await shot('07-api-error');
+    await error.getByRole('button', {name: 'Dismiss message'}).click();
+  });
+
+  test('retention asks first, names the steps it deletes, then deletes them', async () => {
+    await page.getByLabel('Step', {exact: true}).fill('200');
+    await page.getByRole('button', {name: 'Save now'}).click();
+    await page.locator('main table tbody tr', {has: page.getByRole('link', {name: '200', exact: true})})
+      .locator('.badge', {hasText: 'committed'}).waitFor();
+    await page.getByLabel('Keep last').fill('1');
+    await page.getByRole('button', {name: 'Apply retention…'}).click();
+    await page.locator('dialog[open]', {hasText: 'This deletes step 100 now.'}).waitFor();
+    await dialogButton('Cancel').click();
+    assert.deepEqual((await cluster.api('GET', '/api/v1/meshes/web/checkpoints')).map((c) => c.step), [200, 100]);
+    await page.getByRole('button', {name: 'Apply retention…'}).click();
+    await dialogButton('Apply and delete 1 checkpoint').click();
+    await page.getByRole('link', {name: '100', exact: true}).waitFor({state: 'detached'});
+    assert.deepEqual((await cluster.api('GET', '/api/v1/meshes/web/checkpoints')).map((c) => c.step), [200]);
+  });
+
+  test('a killed worker turns dead, everywhere', async () => {
+    cluster.kill('host3');
+    await tab('Overview');
+    const row = page.locator('#workers tbody tr', {hasText: 'w-host3'});
+    await row.and(page.locator('.row-dead')).waitFor();
+    assert.match(await row.locator('.badge').textContent(), /dead/);
+    const banner = page.locator('#dead-banner');
+    await banner.getByText('w-host3').waitFor();
+    assert.match(await banner.textContent(), /1 worker is dead/);
+    await page.locator('#counts', {hasText: '1 dead'}).waitFor();
+    await dismissMessages();
+    assert.match(await page.locator('main .stat-dead').textContent(), /Workers dead\s*1/i);
+    await shot('08-worker-dead');
+    await tab('Meshes');
+    await page.locator('article[data-mesh="web"] .device-dead').first().waitFor();
+    await shot('09-mesh-with-dead-worker');
+  });
+
+  test('a save that needs the dead worker fails, naming it', async () => {
+    await tab('Checkpoints');
+    await page.getByLabel('Step', {exact: true}).fill('300');
+    await page.getByRole('button', {name: 'Save now'}).click();
+    // Refused at once (503) or failed as a job: either way the culprit is named.
+    const culprit = page.locator('[data-detail="worker"]', {hasText: 'w-host3'}).first();
+    await culprit.waitFor();
+    await shot('10-save-fails-naming-the-worker');
+  });
+
+  test('a corrupt checkpoint fails verify, naming the tensor and the file', async () => {
+    // Flip bytes in the middle of a shard file of step 200, behind tesserad's back.
+    const dir = join(cluster.dir, 'data/checkpoints/web/step-200');
+    const shard = readdirSync(dir).find((f) => f.startsWith('shard-'));
+    const bytes = readFileSync(join(dir, shard));
+    for (let i = 0; i < 64; i++) bytes[Math.floor(bytes.length / 3) + i] ^= 0xff;
+    writeFileSync(join(dir, shard), bytes);
+
+    await page.getByRole('link', {name: '200', exact: true}).click();
+    await page.getByRole('button', {name: 'Verify'}).click();
+    const card = jobCard('verify · web · step 200').and(page.locator('[data-state="failed"]'));
+    await card.waitFor();
+    assert.match(await card.locator('.error-code').textContent(), /data_loss/);
+    assert.match(await card.locator('.job-error').textContent(), new RegExp(shard.replace('.', '\\.')));
+    await shot('11-verify-finds-corruption');
+    await tab('Overview');
+    await page.locator('main .job-card[data-state="failed"]', {hasText: 'verify · web · step 200'}).waitFor();
+  });
+
+  test('coordination shows open barriers with arrived and missing ranks', async () => {
+    // Rank 0 of 3 waits at a barrier; nobody else comes (the call ends with the cluster).
+    cluster.api('POST', '/api/v1/barriers/step-300', {rank: 0, world: 3, timeout_ms: 60000}).catch(() => null);
+    await tab('Coordination');
+    const row = page.locator('main tr', {hasText: 'step-300'});
+    await row.waitFor();
+    assert.deepEqual(await row.locator('.rank-arrived').allTextContents(), ['0']);
+    assert.deepEqual(await row.locator('.rank-missing').allTextContents(), ['1', '2']);
+    await shot('12-coordination');
+  });
+
+  test('charts draw throughput, sizes and barrier activity', async () => {
+    await tab('Charts');
+    await page.locator('figure.chart svg').first().waitFor();
+    await dismissMessages();
+    assert.ok(await page.locator('.s-save circle').count() >= 2, 'a point per save');
+    assert.ok(await page.locator('.s-logical circle').count() >= 1, 'a point per checkpoint');
+    // The barrier arrival of the test before came in as a live event.
+    assert.ok(await page.locator('rect.bar.s-arrived').count() >= 1, 'a bar of barrier arrivals');
+    await shot('13-charts');
+  });
+
+  test('on a narrow screen nothing overflows sideways', async () => {
+    await page.setViewportSize({width: 390, height: 844});
+    for (const [label, name] of [['Overview', '14-narrow-overview'], ['Meshes', '15-narrow-meshes'],
+      ['Checkpoints', '16-narrow-checkpoints'], ['Charts', '17-narrow-charts']]) {
+      await tab(label);
+      await page.locator('main .panel').first().waitFor();
+      await shot(name);
+      const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+      assert.ok(overflow <= 0, `${label} is ${overflow}px wider than the screen`);
+    }
+    await page.setViewportSize({width: 1280, height: 800});
+  });
+
+  test('the sections are reachable from the keyboard', async () => {
+    await page.goto(`${cluster.url}/#overview`);
+    await page.reload(); // a fresh page: the focus starts at the top
+    await page.locator('#workers tbody tr').first().waitFor();
+    let reached = false;
+    for (let i = 0; i < 15 && !reached; i++) {
+      await page.keyboard.press('Tab');
+      reached = await page.evaluate(() => document.activeElement.textContent === 'Jobs' &&
+        document.activeElement.closest('#tabs') !== null);
+    }
+    assert.ok(reached, 'Tab reaches the Jobs link');
+    await page.keyboard.press('Enter');
+    await page.waitForFunction(() => location.hash === '#jobs');
+    await page.getByRole('heading', {name: 'Jobs', exact: true}).waitFor();
+    await shot('18-jobs');
+  });
+
+  test('the page raised no script error', () => {
+    assert.deepEqual(pageErrors, []);
+  });
+});
