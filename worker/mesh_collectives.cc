@@ -79,6 +79,27 @@ Tensor Rows(const Tensor& t, int64_t row, int64_t rows) {
   return out;
 }
 
+// Argument errors of device-level ops, found before any communication so that
+// the caller hears at once and the mesh's group stays usable.
+Status CheckDeviceOp(const Mesh& mesh, const CollectiveRequest& r) {
+  ASSIGN_OR_RETURN(std::vector<std::string> axes, NormalizeAxes(mesh, r.axes));
+  const int64_t n = static_cast<int64_t>(DeviceGroups(mesh, axes).at(0).devices.size());
+  const std::string context = std::string(CollectiveOpName(r.op)) + " on mesh '" + mesh.name +
+                              "' along [" + Join(axes) + "]";
+  if (r.op == CollectiveOp::kReduceScatter && (r.shape.empty() || r.shape[0] % n != 0)) {
+    return InvalidArgument(context + ": the first dimension of " +
+                               collectives::DescribeType(r.dtype, r.shape) +
+                               " is not divisible by the group size " + std::to_string(n),
+                           {{"field", "shape"}, {"group_size", n}});
+  }
+  if (r.op == CollectiveOp::kBroadcast && r.root >= n) {
+    return InvalidArgument(context + ": root " + std::to_string(r.root) +
+                               " is not a position in a group of " + std::to_string(n),
+                           {{"field", "root"}, {"group_size", n}});
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 MeshCollectives::MeshCollectives(collectives::TcpAcceptor* acceptor, PeerAddresses addresses)
@@ -158,6 +179,9 @@ Result<CollectiveResult> MeshCollectives::Run(const MeshPlacement& p, const Coll
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
     RETURN_IF_ERROR(inputs[i].Validate("input " + std::to_string(i)));
+  }
+  if (!r.process_level() && r.op != CollectiveOp::kBarrier) {
+    RETURN_IF_ERROR(CheckDeviceOp(p.mesh, r));
   }
   std::shared_ptr<MeshState> state = StateFor(p.mesh.name);
   std::lock_guard<std::mutex> lock(state->mu);
@@ -251,18 +275,6 @@ Result<CollectiveResult> MeshCollectives::RunDeviceOp(MeshState& state, const Me
     const std::string context = op + " on mesh '" + mesh.name + "' along [" + Join(axes) +
                                 "], devices " + std::to_string(g.devices.front()) + ".." +
                                 std::to_string(g.devices.back());
-    // Argument errors come before any communication (the group stays usable).
-    if (r.op == CollectiveOp::kReduceScatter && (r.shape.empty() || r.shape[0] % n != 0)) {
-      return InvalidArgument(context + ": the first dimension of " +
-                                 collectives::DescribeType(r.dtype, r.shape) +
-                                 " is not divisible by the group size " + std::to_string(n),
-                             {{"field", "shape"}, {"group_size", n}});
-    }
-    if (r.op == CollectiveOp::kBroadcast && r.root >= n) {
-      return InvalidArgument(context + ": root " + std::to_string(r.root) +
-                                 " is not a position in a group of " + std::to_string(n),
-                             {{"field", "root"}, {"group_size", n}});
-    }
     ASSIGN_OR_RETURN(Group * sub, Subgroup(state, g.workers));
     std::vector<Tensor> local(inputs.begin() + static_cast<ptrdiff_t>(first),
                               inputs.begin() + static_cast<ptrdiff_t>(first + count));

@@ -383,6 +383,53 @@ TEST_F(CollectivesE2E, RestCollectiveJobs) {
   EXPECT_NE(j["error"].value("message", "").find("nope"), std::string::npos) << j.dump();
 }
 
+TEST_F(CollectivesE2E, MalformedCallsAreRefusedNamingTheField) {
+  struct Bad {
+    std::string path;
+    std::string body;
+    int status;
+    std::string field;  // expected details.field, or empty
+  };
+  const std::string f1 = Floats({1.f});
+  for (const Bad& b : std::vector<Bad>{
+           {"/v1/collectives/all_scatter?mesh=m&dtype=float32&shape=1", f1, 400, "op"},
+           {"/v1/collectives/all_reduce?dtype=float32&shape=1", f1, 400, "mesh"},
+           {"/v1/collectives/all_reduce?mesh=../x&dtype=float32&shape=1", f1, 400, "mesh"},
+           {"/v1/collectives/all_reduce?mesh=nope&dtype=float32&shape=1", f1, 404, ""},
+           {"/v1/collectives/all_reduce?mesh=m&dtype=float128&shape=1", f1, 400, "dtype"},
+           {"/v1/collectives/all_reduce?mesh=m&dtype=float32&shape=x", f1, 400, "shape"},
+           {"/v1/collectives/all_reduce?mesh=m&dtype=float32&shape=2", f1, 400, "body"},
+           {"/v1/collectives/all_reduce?mesh=m&dtype=float32&shape=1099511627776,1099511627776", f1,
+            400, "shape"},
+           {"/v1/collectives/all_reduce?mesh=m&dtype=float32&shape=1&reduce=avg", f1, 400, "reduce"},
+           {"/v1/collectives/all_reduce?mesh=m&dtype=bool&shape=1&reduce=mean", std::string(1, '\1'),
+            400, ""},
+           {"/v1/collectives/all_reduce?mesh=m&dtype=float32&shape=1&axes=pipe", f1, 400, "axes"},
+           {"/v1/collectives/all_reduce?mesh=m&dtype=float32&shape=1&timeout_ms=abc", f1, 400,
+            "timeout_ms"},
+           {"/v1/collectives/broadcast?mesh=m&dtype=float32&shape=1&root=-3", f1, 400, "root"},
+           {"/v1/collectives/broadcast?mesh=m&dtype=float32&shape=1&root=9", f1, 400, "root"},
+           {"/v1/collectives/reduce_scatter?mesh=m&dtype=float32&shape=3", Floats({1, 2, 3}), 400,
+            "shape"},
+           {"/v1/barriers/a/../b?mesh=m", "{}", 400, "name"},
+           {"/v1/barriers/ok?mesh=m&local_devices=-1", "{}", 400, "local_devices"},
+       }) {
+    http::Client local(cluster_->worker_url(0), "", 10);
+    auto r = local.Send("POST", b.path, b.body, "application/octet-stream");
+    ASSERT_TRUE(r.ok()) << b.path << ": " << r.status().ToString();
+    EXPECT_EQ(r->status, b.status) << b.path << ": " << r->body;
+    Json e = Json::parse(r->body, nullptr, false).value("error", Json());
+    if (!b.field.empty()) {
+      EXPECT_EQ(e["details"].value("field", ""), b.field) << b.path << ": " << r->body;
+    }
+  }
+  // The worker is still there, and the mesh still works for everyone.
+  auto after = OnWorkers(4, [&](int r) {
+    return Collective(r, "all_reduce", "dtype=float32&shape=1", Floats({1.f}));
+  });
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(after[r].status, 200) << after[r].body;
+}
+
 TEST_F(CollectivesE2E, PreemptionSyncPointThroughTheLocalApi) {
   auto ask = [&](int r, int64_t step) {
     http::Client local(cluster_->worker_url(r), "", 60);
