@@ -27,9 +27,9 @@ Result<Response> RunCollective(const MeshResolver& resolver, MeshCollectives* co
   ASSIGN_OR_RETURN(CollectiveRequest r, ParseCollectiveRequest(req.Param("op"), QueryParams(req)));
   if (r.op == CollectiveOp::kBarrier) r.name = req.Query("name").value_or("");
   ASSIGN_OR_RETURN(MeshPlacement p, Placement(resolver, r));
-  const size_t count = !r.takes_input() ? 0 : r.process_level() ? 1 : p.devices.size();
+  const size_t devices = r.process_level() ? 1 : p.devices.size();
   ASSIGN_OR_RETURN(std::vector<collectives::Tensor> inputs,
-                   SplitInputs(req.body, count, r.dtype, r.shape));
+                   SplitInputs(req.body, devices, r.dtype, r.input_shapes()));
   ASSIGN_OR_RETURN(CollectiveResult result, collectives->Run(p, r, std::move(inputs)));
   Response res;
   res.content_type = "application/octet-stream";
@@ -39,6 +39,11 @@ Result<Response> RunCollective(const MeshResolver& resolver, MeshCollectives* co
   if (!result.outputs.empty()) {
     res.headers = {{"X-Tessera-Dtype", std::string(DTypeName(result.outputs[0].dtype))},
                    {"X-Tessera-Shape", ShapeToString(result.outputs[0].shape)}};
+  }
+  if (r.op == CollectiveOp::kBatchAllReduce) {
+    std::string shapes;
+    for (size_t i = 0; i < r.shapes.size(); ++i) shapes += (i ? ";" : "") + ShapeToString(r.shapes[i]);
+    res.headers.push_back({"X-Tessera-Shapes", shapes});
   }
   res.headers.push_back({"X-Tessera-Outputs", std::to_string(result.outputs.size())});
   return res;
@@ -63,26 +68,36 @@ Result<Response> RunBarrier(const MeshResolver& resolver, MeshCollectives* colle
 
 }  // namespace
 
-Result<std::vector<collectives::Tensor>> SplitInputs(std::string_view bytes, size_t count,
-                                                     DType dtype, const Shape& shape) {
+Result<std::vector<collectives::Tensor>> SplitInputs(std::string_view bytes, size_t devices,
+                                                     DType dtype, const std::vector<Shape>& shapes) {
   std::vector<collectives::Tensor> inputs;
-  if (count == 0) return inputs;
-  RETURN_IF_ERROR(CheckShapeSize(shape, "shape"));
-  const size_t each = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
-  if (bytes.size() != each * count) {
+  if (shapes.empty()) return inputs;
+  size_t per_device = 0;
+  std::string described;
+  for (const Shape& shape : shapes) {
+    RETURN_IF_ERROR(CheckShapeSize(shape, shapes.size() == 1 ? "shape" : "shapes"));
+    per_device += static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+    described += (described.empty() ? "" : " + ") + collectives::DescribeType(dtype, shape);
+  }
+  if (bytes.size() != per_device * devices) {
     return InvalidArgument(
         "the body has " + std::to_string(bytes.size()) + " bytes; expected " +
-            std::to_string(count) + " input(s) of " + collectives::DescribeType(dtype, shape) +
-            " = " + std::to_string(each * count) + " bytes",
-        {{"field", "body"}, {"expected_bytes", each * count}, {"bytes", bytes.size()}});
+            std::to_string(devices) + " device(s) × (" + described + ") = " +
+            std::to_string(per_device * devices) + " bytes",
+        {{"field", "body"}, {"expected_bytes", per_device * devices}, {"bytes", bytes.size()}});
   }
-  for (size_t i = 0; i < count; ++i) {
-    collectives::Tensor t;
-    t.dtype = dtype;
-    t.shape = shape;
-    t.data.assign(bytes.begin() + static_cast<ptrdiff_t>(i * each),
-                  bytes.begin() + static_cast<ptrdiff_t>((i + 1) * each));
-    inputs.push_back(std::move(t));
+  size_t offset = 0;
+  for (size_t d = 0; d < devices; ++d) {
+    for (const Shape& shape : shapes) {
+      collectives::Tensor t;
+      t.dtype = dtype;
+      t.shape = shape;
+      const size_t n = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+      t.data.assign(bytes.begin() + static_cast<ptrdiff_t>(offset),
+                    bytes.begin() + static_cast<ptrdiff_t>(offset + n));
+      offset += n;
+      inputs.push_back(std::move(t));
+    }
   }
   return inputs;
 }

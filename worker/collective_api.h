@@ -17,9 +17,9 @@ namespace tessera::worker {
 void AddCollectiveRoutes(http::Router* router, MeshResolver resolver,
                          MeshCollectives* collectives);
 
-// Splits `bytes` into `count` tensors of dtype × shape; invalid_argument naming
-// the expected size otherwise.
-Result<std::vector<collectives::Tensor>> SplitInputs(std::string_view bytes, size_t count,
-                                                     DType dtype, const Shape& shape);
+// Splits `bytes` into `devices` runs of tensors of dtype × shapes (device-major);
+// invalid_argument naming the expected size otherwise.
+Result<std::vector<collectives::Tensor>> SplitInputs(std::string_view bytes, size_t devices,
+                                                     DType dtype, const std::vector<Shape>& shapes);
 
 }  // namespace tessera::worker

@@ -16,6 +16,7 @@ constexpr OpName kOps[] = {
     {CollectiveOp::kReduceScatter, "reduce_scatter"},
     {CollectiveOp::kBroadcast, "broadcast"},
     {CollectiveOp::kAssertEqual, "assert_equal"},
+    {CollectiveOp::kBatchAllReduce, "batch_all_reduce"},
     {CollectiveOp::kBarrier, "barrier"},
     {CollectiveOp::kBroadcastOneToAll, "broadcast_one_to_all"},
     {CollectiveOp::kProcessAllGather, "process_allgather"},
@@ -87,9 +88,32 @@ Result<CollectiveRequest> ParseCollectiveRequest(std::string_view op, const Para
     auto dtype = get("dtype");
     if (!dtype) return InvalidArgument("missing parameter 'dtype'", {{"field", "dtype"}});
     ASSIGN_OR_RETURN(r.dtype, ParseDType(*dtype, "dtype"));
-    auto shape = get("shape");
-    if (!shape) return InvalidArgument("missing parameter 'shape'", {{"field", "shape"}});
-    ASSIGN_OR_RETURN(r.shape, ParseShape(*shape, "shape"));
+    if (r.op == CollectiveOp::kBatchAllReduce) {
+      auto shapes = get("shapes");
+      if (!shapes) {
+        return InvalidArgument("missing parameter 'shapes' (e.g. 4,2;8)", {{"field", "shapes"}});
+      }
+      size_t start = 0;
+      while (start <= shapes->size()) {
+        size_t end = shapes->find(';', start);
+        if (end == std::string::npos) end = shapes->size();
+        ASSIGN_OR_RETURN(Shape one, ParseShape(shapes->substr(start, end - start), "shapes"));
+        r.shapes.push_back(std::move(one));
+        start = end + 1;
+      }
+      if (r.shapes.size() > 4096) {
+        return InvalidArgument("at most 4096 tensors per batch", {{"field", "shapes"}});
+      }
+      if (auto v = get("bytes_per_pack")) {
+        ASSIGN_OR_RETURN(int64_t b, ParseInt(*v, "bytes_per_pack"));
+        if (b < 0) return InvalidArgument("bytes_per_pack must be ≥ 0", {{"field", "bytes_per_pack"}});
+        r.bytes_per_pack = static_cast<uint64_t>(b);
+      }
+    } else {
+      auto shape = get("shape");
+      if (!shape) return InvalidArgument("missing parameter 'shape'", {{"field", "shape"}});
+      ASSIGN_OR_RETURN(r.shape, ParseShape(*shape, "shape"));
+    }
   }
   if (auto v = get("reduce")) {
     ASSIGN_OR_RETURN(r.reduce, ParseReduceOp(*v));
@@ -121,7 +145,8 @@ Result<CollectiveRequest> ParseCollectiveRequest(std::string_view op, const Para
     }
   }
   if (r.root < 0) return InvalidArgument("root must be ≥ 0", {{"field", "root"}});
-  if (r.op == CollectiveOp::kAllReduce || r.op == CollectiveOp::kReduceScatter) {
+  if (r.op == CollectiveOp::kAllReduce || r.op == CollectiveOp::kReduceScatter ||
+      r.op == CollectiveOp::kBatchAllReduce) {
     RETURN_IF_ERROR(collectives::CheckReducible(r.dtype, r.reduce));
   }
   return r;

@@ -25,6 +25,10 @@ enum class CollectiveOp {
   kReduceScatter,  // reduce; device at group position p gets rows [p·d/n, (p+1)·d/n)
   kBroadcast,      // root: position within the group whose input everyone gets
   kAssertEqual,    // message; every device of the group must hold equal values
+  // Several tensors (`shapes`) per device, all-reduced with few messages: packed
+  // by group_by_size (bytes_per_pack) when each worker holds one device of a
+  // group, else tensor by tensor (hierarchically).
+  kBatchAllReduce,
   kBarrier,        // the whole mesh: all-reduce of ones checked against its size
   // Process-level (jax.experimental.multihost_utils): one value per worker.
   kBroadcastOneToAll,  // is_source (default: the worker of rank 0)
@@ -37,6 +41,8 @@ struct CollectiveRequest {
   std::vector<std::string> axes;  // as asked; empty = every axis
   DType dtype = DType::kFloat32;
   Shape shape;  // one device's (or, process-level, one worker's) input
+  std::vector<Shape> shapes;  // batch_all_reduce: one device's inputs, in order
+  uint64_t bytes_per_pack = 0;
   collectives::ReduceOp reduce = collectives::ReduceOp::kSum;
   bool tiled = false;
   int64_t root = 0;
@@ -53,6 +59,11 @@ struct CollectiveRequest {
   }
   // Ops without an input tensor.
   bool takes_input() const { return op != CollectiveOp::kBarrier; }
+  // The shapes of one device's inputs (one worker's, process-level).
+  std::vector<Shape> input_shapes() const {
+    if (!takes_input()) return {};
+    return op == CollectiveOp::kBatchAllReduce ? shapes : std::vector<Shape>{shape};
+  }
 };
 
 // "all_reduce", ... (the {op} of the routes).

@@ -6,6 +6,7 @@
 #include <deque>
 #include <utility>
 
+#include "worker/collectives/batch_all_reduce.h"
 #include "worker/collectives/collectives.h"
 #include "worker/collectives/hash.h"
 #include "worker/collectives/hierarchical_all_reduce.h"
@@ -172,7 +173,7 @@ Result<Group*> MeshCollectives::Subgroup(MeshState& state, const std::vector<int
 Result<CollectiveResult> MeshCollectives::Run(const MeshPlacement& p, const CollectiveRequest& r,
                                               std::vector<Tensor> inputs) {
   const std::string op(CollectiveOpName(r.op));
-  const size_t expected = !r.takes_input() ? 0 : r.process_level() ? 1 : p.devices.size();
+  const size_t expected = (r.process_level() ? 1 : p.devices.size()) * r.input_shapes().size();
   if (inputs.size() != expected) {
     return InvalidArgument(op + " takes " + std::to_string(expected) + " input(s) on this worker, " +
                            "got " + std::to_string(inputs.size()));
@@ -276,6 +277,11 @@ Result<CollectiveResult> MeshCollectives::RunDeviceOp(MeshState& state, const Me
                                 "], devices " + std::to_string(g.devices.front()) + ".." +
                                 std::to_string(g.devices.back());
     ASSIGN_OR_RETURN(Group * sub, Subgroup(state, g.workers));
+    if (r.op == CollectiveOp::kBatchAllReduce) {
+      Status st = BatchOnGroup(*sub, g, n, count, first, r, inputs, out.outputs);
+      if (!st.ok()) return NameWorkers(st, p, g.workers, context);
+      continue;
+    }
     std::vector<Tensor> local(inputs.begin() + static_cast<ptrdiff_t>(first),
                               inputs.begin() + static_cast<ptrdiff_t>(first + count));
     std::vector<Tensor> results;
@@ -357,6 +363,35 @@ Result<CollectiveResult> MeshCollectives::RunDeviceOp(MeshState& state, const Me
     for (size_t i = 0; i < results.size(); ++i) out.outputs[first + i] = std::move(results[i]);
   }
   return out;
+}
+
+Status MeshCollectives::BatchOnGroup(Group& sub, const DeviceGroup& g, int64_t n, int64_t count,
+                                     size_t first, const CollectiveRequest& r,
+                                     std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) {
+  const size_t k = r.shapes.size();
+  if (static_cast<int64_t>(g.workers.size()) == n) {  // one device per worker: pack
+    collectives::BatchAllReduceOptions o;
+    o.timeout = std::chrono::milliseconds(r.timeout_ms);
+    o.op = r.reduce;
+    o.check_inf_nan = r.check_inf_nan;
+    o.bytes_per_pack = r.bytes_per_pack;
+    std::span<Tensor> mine(inputs.data() + first * k, k);
+    RETURN_IF_ERROR(collectives::BatchAllReduce(sub, mine, o));
+    for (size_t i = 0; i < k; ++i) outputs[first * k + i] = std::move(mine[i]);
+    return Status::Ok();
+  }
+  for (size_t i = 0; i < k; ++i) {  // several local devices: tensor by tensor, hierarchically
+    std::vector<Tensor> local;
+    for (int64_t d = 0; d < count; ++d) local.push_back(std::move(inputs[(first + d) * k + i]));
+    collectives::HierarchicalAllReduceOptions o;
+    o.timeout = std::chrono::milliseconds(r.timeout_ms);
+    o.op = r.reduce;
+    o.check_inf_nan = r.check_inf_nan;
+    o.total_devices = n;
+    RETURN_IF_ERROR(collectives::HierarchicalAllReduce(sub, local, o));
+    for (int64_t d = 0; d < count; ++d) outputs[(first + d) * k + i] = std::move(local[d]);
+  }
+  return Status::Ok();
 }
 
 Status NameWorkers(const Status& status, const MeshPlacement& p, const std::vector<int64_t>& ranks,

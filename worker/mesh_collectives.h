@@ -27,6 +27,7 @@
 #include "worker/collectives/group.h"
 #include "worker/collectives/tcp_transport.h"
 #include "worker/collectives/tensor.h"
+#include "worker/device_groups.h"
 #include "worker/mesh_placement.h"
 
 namespace tessera::worker {
@@ -75,6 +76,12 @@ class MeshCollectives {
   Result<CollectiveResult> RunDeviceOp(MeshState& state, const MeshPlacement& p,
                                        const CollectiveRequest& r,
                                        std::vector<collectives::Tensor>& inputs);
+  // batch_all_reduce within group `g` (of `n` devices, `count` of them here from
+  // local device `first` on); inputs and outputs are device-major, shapes.size() each.
+  Status BatchOnGroup(collectives::Group& sub, const DeviceGroup& g, int64_t n, int64_t count,
+                      size_t first, const CollectiveRequest& r,
+                      std::vector<collectives::Tensor>& inputs,
+                      std::vector<collectives::Tensor>& outputs);
   Result<CollectiveResult> RunProcessOp(collectives::Group& group, const MeshPlacement& p,
                                         const CollectiveRequest& r,
                                         std::vector<collectives::Tensor>& inputs);

@@ -114,6 +114,21 @@ TEST_F(CollectivesE2E, AllReduceAlongDataMatchesReference) {
   }
 }
 
+TEST_F(CollectivesE2E, BatchAllReducePacksTensors) {
+  // Two tensors per device, [2] and [3]; along data the groups are {0,2} and {1,3}.
+  auto answers = OnWorkers(4, [&](int r) {
+    return Collective(r, "batch_all_reduce", "axes=data&dtype=float32&shapes=2;3&bytes_per_pack=8",
+                      Floats({float(r), 1, 10.f * r, 2, 3}));
+  });
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(answers[r].status, 200) << answers[r].body;
+    const int peer = r ^ 2;
+    EXPECT_EQ(ToFloats(answers[r].body),
+              (std::vector<float>{float(r + peer), 2, 10.f * (r + peer), 4, 6}))
+        << r;
+  }
+}
+
 TEST_F(CollectivesE2E, AllGatherAlongModelTiledAndStacked) {
   // Along model the groups are {0,1} and {2,3}.
   auto tiled = OnWorkers(4, [&](int r) {

@@ -86,6 +86,10 @@ TEST(CollectiveRequest, ParsesAndNamesBadFields) {
            {"broadcast", {{"dtype", "float32"}, {"shape", "1"}, {"root", "-1"}}, "root"},
            {"broadcast", {{"dtype", "float32"}, {"shape", "1"}, {"root", "x"}}, "root"},
            {"barrier", {{"timeout_ms", "0"}}, "timeout_ms"},
+           {"batch_all_reduce", {{"dtype", "float32"}}, "shapes"},
+           {"batch_all_reduce", {{"dtype", "float32"}, {"shapes", "4;x"}}, "shapes"},
+           {"batch_all_reduce", {{"dtype", "float32"}, {"shapes", "4"}, {"bytes_per_pack", "-1"}},
+            "bytes_per_pack"},
        }) {
     auto res = ParseCollectiveRequest(b.op, params(b.params));
     ASSERT_FALSE(res.ok()) << b.op << " " << b.field;
@@ -315,6 +319,61 @@ TEST_P(MeshCollectivesTest, EveryOpAlongEveryAxisSetMatchesTheReference) {
             }
             EXPECT_EQ(results[w]->outputs[i], want) << what << " device " << d;
           }
+        }
+      }
+    }
+  }
+  // batch_all_reduce: three tensors per device (one a scalar), packed in 16-byte packs.
+  for (const auto& axes : AxisSubsets(mesh)) {
+    const auto groups = DeviceGroups(mesh, axes);
+    const std::vector<Shape> shapes = {{2, 3}, {}, {5}};
+    std::vector<Tensor> in;  // device-major
+    for (int64_t d = 0; d < n_dev; ++d) {
+      for (const Shape& shape : shapes) {
+        Tensor t = Tensor::Zeros(DType::kInt32, shape);
+        for (int32_t& v : t.values<int32_t>()) v = static_cast<int32_t>(rng() % 1000) - 500;
+        in.push_back(t);
+      }
+    }
+    CollectiveRequest r;
+    r.op = CollectiveOp::kBatchAllReduce;
+    r.mesh = mesh.name;
+    r.axes = axes;
+    r.dtype = DType::kInt32;
+    r.shapes = shapes;
+    r.bytes_per_pack = 16;
+    r.timeout_ms = 10000;
+    std::vector<Result<CollectiveResult>> results(workers.runtimes.size(), Internal("not run"));
+    std::vector<std::thread> threads;
+    for (size_t w = 0; w < workers.runtimes.size(); ++w) {
+      threads.emplace_back([&, w] {
+        std::vector<Tensor> mine;
+        for (int64_t d : workers.placements[w].devices) {
+          for (size_t i = 0; i < shapes.size(); ++i) mine.push_back(in[d * shapes.size() + i]);
+        }
+        results[w] = workers.runtimes[w]->Run(workers.placements[w], r, std::move(mine));
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (size_t w = 0; w < results.size(); ++w) {
+      ASSERT_TRUE(results[w].ok()) << Json(axes).dump() << ": " << results[w].status().ToString();
+      const auto& p = workers.placements[w];
+      ASSERT_EQ(results[w]->outputs.size(), p.devices.size() * shapes.size());
+      for (size_t j = 0; j < p.devices.size(); ++j) {
+        const int64_t d = p.devices[j];
+        const DeviceGroup* g = nullptr;
+        for (const auto& cand : groups) {
+          if (std::count(cand.devices.begin(), cand.devices.end(), d)) g = &cand;
+        }
+        for (size_t i = 0; i < shapes.size(); ++i) {
+          Tensor want = Tensor::Zeros(DType::kInt32, shapes[i]);
+          for (int64_t gd : g->devices) {
+            for (size_t e = 0; e < want.values<int32_t>().size(); ++e) {
+              want.values<int32_t>()[e] += in[gd * shapes.size() + i].values<int32_t>()[e];
+            }
+          }
+          EXPECT_EQ(results[w]->outputs[j * shapes.size() + i], want)
+              << "batch along " << Json(axes).dump() << " device " << d << " tensor " << i;
         }
       }
     }
