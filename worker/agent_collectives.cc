@@ -105,9 +105,7 @@ Result<Json> Agent::DoCollective(const Json& task) {
     }
     r.dtype = desc.dtype;
     r.shape = inputs.at(0).shape;
-    if (r.op == CollectiveOp::kAllReduce || r.op == CollectiveOp::kReduceScatter) {
-      RETURN_IF_ERROR(collectives::CheckReducible(r.dtype, r.reduce));
-    }
+    RETURN_IF_ERROR(CheckReduction(r));
   }
   std::optional<TensorDesc> out_desc;
   if (r.takes_input()) {

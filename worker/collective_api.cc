@@ -25,7 +25,6 @@ Result<MeshPlacement> Placement(const MeshResolver& resolver, const CollectiveRe
 Result<Response> RunCollective(const MeshResolver& resolver, MeshCollectives* collectives,
                                const Request& req) {
   ASSIGN_OR_RETURN(CollectiveRequest r, ParseCollectiveRequest(req.Param("op"), QueryParams(req)));
-  if (r.op == CollectiveOp::kBarrier) r.name = req.Query("name").value_or("");
   ASSIGN_OR_RETURN(MeshPlacement p, Placement(resolver, r));
   const size_t devices = r.process_level() ? 1 : p.devices.size();
   ASSIGN_OR_RETURN(std::vector<collectives::Tensor> inputs,

@@ -145,11 +145,16 @@ Result<CollectiveRequest> ParseCollectiveRequest(std::string_view op, const Para
     }
   }
   if (r.root < 0) return InvalidArgument("root must be ≥ 0", {{"field", "root"}});
-  if (r.op == CollectiveOp::kAllReduce || r.op == CollectiveOp::kReduceScatter ||
-      r.op == CollectiveOp::kBatchAllReduce) {
-    RETURN_IF_ERROR(collectives::CheckReducible(r.dtype, r.reduce));
-  }
+  RETURN_IF_ERROR(CheckReduction(r));
   return r;
+}
+
+Status CheckReduction(const CollectiveRequest& r) {
+  if (r.op != CollectiveOp::kAllReduce && r.op != CollectiveOp::kReduceScatter &&
+      r.op != CollectiveOp::kBatchAllReduce) {
+    return Status::Ok();
+  }
+  return collectives::CheckReducible(r.dtype, r.reduce);
 }
 
 ParamGetter JsonParams(const Json& object) {

@@ -78,6 +78,10 @@ Result<collectives::ReduceOp> ParseReduceOp(std::string_view name);
 using ParamGetter = std::function<std::optional<std::string>(const std::string& key)>;
 Result<CollectiveRequest> ParseCollectiveRequest(std::string_view op, const ParamGetter& get);
 
+// invalid_argument when the op reduces and `reduce` does not apply to `dtype`
+// (ParseCollectiveRequest checks it; call it again once the dtype is known later).
+Status CheckReduction(const CollectiveRequest& request);
+
 // A ParamGetter over a JSON object (strings as they are, numbers and booleans
 // printed, arrays of strings joined with commas).
 ParamGetter JsonParams(const Json& object);
