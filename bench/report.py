@@ -782,36 +782,23 @@ class Collectives:
     # --- targets (rows of the top table and of the section's own) ---
     def target_rows(self):
         rows = []
-        for nbytes in self.BIG:
-            o, g = self.busbw(self.ours, "all_reduce", nbytes), self.busbw(
-                self.gloo, "all_reduce", nbytes)
-            r = ratio(o, g)
-            rows.append(f"| all_reduce {size_text(nbytes)} busbw vs torch Gloo | {bw_text(o)} GB/s | "
-                        f"{bw_text(g)} GB/s | {ratio_text(r)} | ≥ {AR_VS_GLOO}× | "
-                        f"{verdict(r, AR_VS_GLOO)} |")
-        for nbytes in self.BIG:
-            o = self.busbw(self.ours, "all_reduce", nbytes)
-            if self.mpi_note:
-                rows.append(f"| all_reduce {size_text(nbytes)} busbw vs Open MPI TCP | "
-                            f"{bw_text(o)} GB/s | {self.mpi_note} | — | ≥ {AR_VS_MPI}× | "
-                            f"{self.mpi_note} |")
-                continue
-            m = self.busbw(self.mpi_tcp, "all_reduce", nbytes)
-            r = ratio(o, m)
-            rows.append(f"| all_reduce {size_text(nbytes)} busbw vs Open MPI TCP | {bw_text(o)} GB/s "
-                        f"| {bw_text(m)} GB/s | {ratio_text(r)} | ≥ {AR_VS_MPI}× | "
-                        f"{verdict(r, AR_VS_MPI)} |")
-        for nbytes in self.SMALL:
-            o = self.time(self.ours, "all_reduce", nbytes)
-            if self.mpi_note:
-                rows.append(f"| all_reduce {size_text(nbytes)} time vs Open MPI TCP | {us_text(o)} µs "
-                            f"| {self.mpi_note} | — | ≤ {LAT_VS_MPI}× | {self.mpi_note} |")
-                continue
-            m = self.time(self.mpi_tcp, "all_reduce", nbytes)
-            r = ratio(o, m)
-            rows.append(f"| all_reduce {size_text(nbytes)} time vs Open MPI TCP | {us_text(o)} µs | "
-                        f"{us_text(m)} µs | {ratio_text(r)} | ≤ {LAT_VS_MPI}× | "
-                        f"{verdict_below(r, LAT_VS_MPI)} |")
+        bw = ("busbw", self.busbw, bw_text, "GB/s", "≥", verdict)
+        lat = ("time", self.time, us_text, "µs", "≤", verdict_below)
+        # (measure, sizes, the peer's name and runs, its note when not measured, the ratio needed)
+        specs = [(bw, self.BIG, "torch Gloo", self.gloo, None, AR_VS_GLOO),
+                 (bw, self.BIG, "Open MPI TCP", self.mpi_tcp, self.mpi_note, AR_VS_MPI),
+                 (lat, self.SMALL, "Open MPI TCP", self.mpi_tcp, self.mpi_note, LAT_VS_MPI)]
+        for (what, measure, text, unit, sign, judge), sizes, name, peer, note, needed in specs:
+            for nbytes in sizes:
+                o = measure(self.ours, "all_reduce", nbytes)
+                head = f"| all_reduce {size_text(nbytes)} {what} vs {name} | {text(o)} {unit} | "
+                if note:
+                    rows.append(f"{head}{note} | — | {sign} {needed}× | {note} |")
+                    continue
+                m = measure(peer, "all_reduce", nbytes)
+                r = ratio(o, m)
+                rows.append(f"{head}{text(m)} {unit} | {ratio_text(r)} | {sign} {needed}× | "
+                            f"{judge(r, needed)} |")
         o = self.barrier_p50(self.ours)
         ctx = [f"Gloo {us_text(self.time(self.gloo, 'barrier'))} µs"]
         if not self.mpi_note:
