@@ -1,0 +1,68 @@
+"""Dtype names of API.md, and their numpy and torch counterparts."""
+
+import sys
+
+import numpy as np
+
+from .errors import invalid_argument
+
+# The worker's names (api/dtype.cc) and their element sizes.
+SIZES = {
+    "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1,
+    "int16": 2, "int32": 4, "int64": 8, "uint8": 1, "bool": 1,
+}
+
+_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "long": "int64",
+            "int": "int32", "bf16": "bfloat16"}
+
+
+def torch_module():
+    """The torch module, imported on first use only."""
+    try:
+        import torch  # noqa: PLC0415 - optional dependency, imported lazily
+    except ImportError as e:
+        raise invalid_argument("torch is not installed (%s); use like=\"numpy\"" % e,
+                               field="like") from None
+    return torch
+
+
+def _is_torch_dtype(dtype):
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(dtype, torch.dtype)
+
+
+def dtype_name(dtype, field="dtype"):
+    """API.md's name of a numpy dtype, a torch dtype, or a name ("float32", "bfloat16")."""
+    if isinstance(dtype, str):
+        name = _ALIASES.get(dtype, dtype)
+        if name.startswith("torch."):
+            name = name[len("torch."):]
+        if name in SIZES:
+            return name
+        raise invalid_argument("unknown dtype %r (expected one of: %s)" % (dtype, " ".join(SIZES)),
+                               field=field)
+    if _is_torch_dtype(dtype):
+        return dtype_name(str(dtype), field)
+    try:
+        np_dtype = np.dtype(dtype)
+    except TypeError:
+        raise invalid_argument("unknown dtype %r (expected a numpy or torch dtype, or one of: %s)"
+                               % (dtype, " ".join(SIZES)), field=field) from None
+    if np_dtype.byteorder == ">":
+        raise invalid_argument("dtype %r is big-endian; tensors are little-endian" % (dtype,),
+                               field=field)
+    return dtype_name(np_dtype.name, field)
+
+
+def numpy_dtype(name):
+    """The numpy dtype of a name; None for bfloat16, which numpy lacks."""
+    return None if name == "bfloat16" else np.dtype(name)
+
+
+def torch_dtype(name):
+    return getattr(torch_module(), name)
+
+
+def name_of_array(x):
+    """API.md's dtype name of a numpy array or a torch tensor."""
+    return dtype_name(x.dtype)

@@ -1,0 +1,154 @@
+"""HTTP to tesserad and to workers: one keep-alive connection per thread and
+endpoint, a timeout on every call, and every failure as a TesseraError."""
+
+import http.client
+import json
+import socket
+import threading
+import urllib.parse
+
+from .errors import TesseraError, code_of_status
+
+# Errors of a reused keep-alive connection that the server had already closed
+# (it drops idle connections after a few seconds): the request never reached
+# it, so it is sent again once on a fresh connection.
+_STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
+          ConnectionAbortedError)
+
+
+class _Connection(http.client.HTTPConnection):
+    """HTTPConnection with Nagle off: requests are small and latency matters."""
+
+    def connect(self):
+        super().connect()
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def quote(text):
+    """Percent-encodes a path segment or query value (keeps '/', as the routes expect)."""
+    return urllib.parse.quote(str(text), safe="/")
+
+
+def query(params):
+    """'?a=1&b=x' from a dict, leaving out None values."""
+    items = [(k, v) for k, v in params.items() if v is not None]
+    if not items:
+        return ""
+    return "?" + "&".join("%s=%s" % (k, urllib.parse.quote(str(v), safe=",/")) for k, v in items)
+
+
+class Endpoint:
+    """One HTTP server (tesserad or a worker's local API)."""
+
+    def __init__(self, url, what, token=None, timeout=60.0):
+        parsed = urllib.parse.urlsplit(url if "://" in url else "http://" + url)
+        if parsed.scheme != "http" or not parsed.hostname:
+            raise TesseraError("invalid_argument",
+                               "%s address %r is not an http://host:port URL" % (what, url),
+                               0, {"field": what, "endpoint": url})
+        self.url = "http://%s" % parsed.netloc
+        self.what = what
+        self.host = parsed.hostname
+        self.port = parsed.port or 80
+        self.token = token
+        self.timeout = float(timeout)
+        self._local = threading.local()
+
+    def close(self):
+        """Closes this thread's connection (others close when their thread ends)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    def _connection(self):
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = _Connection(self.host, self.port, timeout=self.timeout)
+            self._local.conn = conn
+        return conn
+
+    def call(self, method, path, body=None, timeout=None, headers=None):
+        """Sends one request; returns (status, headers, body bytes) of a 2xx answer.
+
+        `body`: bytes/bytearray/memoryview sent as is, anything else as JSON
+        (POST without a body sends {}). `timeout`: seconds for connecting and for
+        each read. Raises TesseraError for a non-2xx answer (from its JSON error),
+        and for no answer at all (code unavailable or deadline_exceeded, status 0).
+        """
+        timeout = self.timeout if timeout is None else float(timeout)
+        hdrs = {"Connection": "keep-alive"}
+        if self.token:
+            hdrs["Authorization"] = "Bearer " + self.token
+        if body is None and method in ("POST", "PUT"):
+            body = {}
+        if body is not None and not isinstance(body, (bytes, bytearray, memoryview)):
+            body = json.dumps(body).encode()
+            hdrs["Content-Type"] = "application/json"
+        elif body is not None:
+            hdrs["Content-Type"] = "application/octet-stream"
+        if headers:
+            hdrs.update(headers)
+        for attempt in (0, 1):
+            conn = self._connection()
+            reused = conn.sock is not None
+            conn.timeout = timeout
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)
+            try:
+                conn.request(method, path, body=body, headers=hdrs)
+                resp = conn.getresponse()
+                data = resp.read()
+            except _STALE as e:
+                conn.close()
+                if reused and attempt == 0:
+                    continue
+                raise self._no_answer(method, path, "the connection was closed (%s)" %
+                                      (type(e).__name__,), "unavailable") from None
+            except socket.timeout:
+                conn.close()
+                raise self._no_answer(method, path, "no answer within %g s" % timeout,
+                                      "deadline_exceeded") from None
+            except ConnectionRefusedError:
+                conn.close()
+                raise self._no_answer(method, path, "connection refused", "unavailable") from None
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                raise self._no_answer(method, path, str(e) or type(e).__name__,
+                                      "unavailable") from None
+            if resp.will_close:
+                conn.close()
+            if 200 <= resp.status < 300:
+                return resp.status, resp.headers, data
+            raise self._error(method, path, resp.status, data)
+        raise AssertionError("unreachable")
+
+    def json(self, method, path, body=None, timeout=None):
+        """call() and decode the answer's JSON (None for an empty body)."""
+        _, _, data = self.call(method, path, body, timeout)
+        if not data:
+            return None
+        try:
+            return json.loads(data)
+        except ValueError:
+            raise TesseraError("internal", "%s %s%s answered something that is not JSON: %r"
+                               % (method, self.url, path, data[:200]), 0,
+                               {"endpoint": self.url}) from None
+
+    def _no_answer(self, method, path, why, code):
+        return TesseraError(code, "%s at %s is unreachable: %s %s: %s" % (
+            self.what, self.url, method, path.split("?")[0], why), 0, {"endpoint": self.url})
+
+    def _error(self, method, path, status, data):
+        try:
+            err = json.loads(data)["error"]
+            code = err.get("code") or code_of_status(status)
+            message = err.get("message") or ""
+            details = err.get("details") or {}
+            if not isinstance(details, dict):
+                details = {"details": details}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            code, details = code_of_status(status), {}
+            message = data[:500].decode("utf-8", "replace").strip() or "HTTP %d" % status
+        return TesseraError(code, "%s (%s %s on %s %s)" % (
+            message, method, path.split("?")[0], self.what, self.url), status, details)

@@ -1,0 +1,178 @@
+"""A cluster on this machine: tesserad plus N tessera-worker processes on
+127.0.0.1, for examples, tests and trying things out.
+
+    with LocalCluster(workers=4) as cluster:
+        client = cluster.client()
+        client.register_mesh("train", {"data": 4})
+        cluster.worker_urls[0]   # the local API of worker 0, for a trainer
+"""
+
+import ctypes
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+from .client import Client
+from .errors import TesseraError
+
+_LISTENING = re.compile(r"listening on (http://[0-9.]+:[0-9]+)")
+_REGISTERED = re.compile(r"registered as (\S+)")
+
+
+def _die_with_parent():
+    """Runs in the child: SIGKILL it when the process that started it dies."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def find_bin_dir(bin_dir=None):
+    """Where tesserad and tessera-worker are: bin_dir, env TESSERA_BIN, or the
+    build/bin of the source tree this package sits in."""
+    candidates = [bin_dir, os.environ.get("TESSERA_BIN"),
+                  os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin")]
+    for c in candidates:
+        if c and os.path.exists(os.path.join(c, "tesserad")):
+            return os.path.abspath(c)
+    raise TesseraError("not_found", "no tesserad found in %s: set TESSERA_BIN to the directory "
+                       "holding tesserad and tessera-worker" % [c for c in candidates if c], 0,
+                       {"field": "bin_dir"})
+
+
+class Process:
+    """One started program, with its log file."""
+
+    def __init__(self, argv, log, env=None, ready=_LISTENING, timeout=20.0):
+        self.argv = argv
+        self.log = log
+        with open(log, "ab") as out:
+            self.popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, env=env,
+                                          preexec_fn=_die_with_parent)
+        self.pid = self.popen.pid
+        self.url = self.wait_for(ready, timeout)
+
+    def text(self):
+        with open(self.log, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def wait_for(self, pattern, timeout):
+        """The first group of `pattern` once the log shows it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            m = pattern.search(self.text())
+            if m:
+                return m.group(1)
+            if self.popen.poll() is not None:
+                raise TesseraError("unavailable", "%s exited with %s during start-up; its log "
+                                   "%s says: %s" % (self.argv[0], self.popen.returncode, self.log,
+                                                    self.text()[-2000:]), 0,
+                                   {"endpoint": self.argv[0]})
+            if time.monotonic() > deadline:
+                self.kill()
+                raise TesseraError("deadline_exceeded", "%s did not print %r within %g s; see %s"
+                                   % (self.argv[0], pattern.pattern, timeout, self.log), 0,
+                                   {"endpoint": self.argv[0]})
+            time.sleep(0.01)
+
+    def alive(self):
+        return self.popen.poll() is None
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+        if sig == signal.SIGKILL:
+            self.popen.wait()
+
+    def stop(self, grace=3.0):
+        """SIGTERM (workers then unlink their mappings), SIGKILL after `grace` s."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+class LocalCluster:
+    """tesserad plus `workers` tessera-worker processes (names host0, host1, ...),
+    each worker's shared-memory mappings in <dir>/shm.
+
+    heartbeat_ms / lease_ms: liveness (short ones make a killed worker dead fast).
+    dir: where the catalog, checkpoints, mappings and logs go (default: a fresh
+    temporary directory, removed by stop()).
+    """
+
+    def __init__(self, workers=4, bin_dir=None, dir=None, devices_per_worker=1,  # noqa: A002
+                 heartbeat_ms=100, lease_ms=1500, token=None, copy_threads=1):
+        self.bin_dir = find_bin_dir(bin_dir)
+        self._own_dir = dir is None
+        self.dir = dir or tempfile.mkdtemp(prefix="tessera-py-")
+        self.shm_dir = os.path.join(self.dir, "shm")
+        os.makedirs(self.shm_dir, exist_ok=True)
+        self.token = token or "tessera-py-%d-%d" % (os.getpid(), time.monotonic_ns())
+        self.devices_per_worker = devices_per_worker
+        self.copy_threads = copy_threads
+        self.server = None
+        self.workers = []
+        self.worker_ids = []
+        self.worker_urls = []
+        try:
+            self.server_process = Process(
+                [os.path.join(self.bin_dir, "tesserad"), "--listen", "127.0.0.1:0",
+                 "--data-dir", os.path.join(self.dir, "data"), "--token", self.token,
+                 "--heartbeat-ms", str(heartbeat_ms), "--lease-ms", str(lease_ms)],
+                os.path.join(self.dir, "tesserad.log"))
+            self.server = self.server_process.url
+            for i in range(workers):
+                self.workers.append(None)
+                self.worker_ids.append(None)
+                self.worker_urls.append(None)
+                self.start_worker(i)
+        except BaseException:
+            self.stop()
+            raise
+
+    def start_worker(self, i):
+        """(Re)starts worker i under its stable name host<i>."""
+        argv = [os.path.join(self.bin_dir, "tessera-worker"), "--server", self.server,
+                "--token", self.token, "--name", "host%d" % i,
+                "--devices", str(self.devices_per_worker), "--shm-dir", self.shm_dir,
+                "--copy-threads", str(self.copy_threads)]
+        p = Process(argv, os.path.join(self.dir, "worker-%d.log" % i))
+        self.workers[i] = p
+        self.worker_urls[i] = p.url
+        self.worker_ids[i] = p.wait_for(_REGISTERED, 20.0)
+        return p
+
+    def kill_worker(self, i):
+        self.workers[i].kill()
+
+    def client(self, timeout=60.0):
+        return Client(self.server, self.token, timeout=timeout)
+
+    def env(self):
+        """Environment variables for a program using this cluster (TESSERA_SERVER, _TOKEN)."""
+        return {"TESSERA_SERVER": self.server, "TESSERA_TOKEN": self.token}
+
+    def stop(self):
+        live = [w for w in self.workers if w is not None and w.alive()]
+        for w in live:
+            w.kill(signal.SIGTERM)  # all at once: each unlinks its mappings as it exits
+        for w in live:
+            w.stop()
+        if getattr(self, "server_process", None) is not None:
+            self.server_process.kill()
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
