@@ -7,6 +7,9 @@
 //   restore      same mesh; reshard onto another mesh and layout
 //   heartbeat    500 simulated workers at 1 Hz: latency p50 / p99
 //   save64       one save across 64 simulated ranks (in-process agents)
+//   tiny_save    save latency of a tiny state (4 KiB per worker) against the number
+//                of workers: real worker processes (4, 16, 32) and in-process
+//                agents (64, 256), with the job's phases
 #include <CLI/CLI.hpp>
 
 #include <fcntl.h>
@@ -18,6 +21,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "api/http/client.h"
@@ -162,6 +166,101 @@ void BenchSave64(tools::LocalCluster& c, int ranks) {
   for (int r = 0; r < ranks; ++r) (void)c.Call("DELETE", "/api/v1/workers/" + agents[r]->id());
 }
 
+// Saves of 4 KiB per worker, REST call to commit: what the control plane costs
+// per save as the mesh grows. Median of `saves` runs, plus the phases of the last.
+void TinySaves(tools::LocalCluster& c, const std::string& mesh, int workers, const std::string& kind,
+               int saves, const std::function<void()>& push) {
+  push();
+  std::vector<double> ms;
+  Json phases;
+  for (int i = 0; i < saves; ++i) {
+    auto t0 = Clock::now();
+    Json started = Check(c.Call("POST", "/api/v1/meshes/" + mesh + "/checkpoints",
+                                {{"step", i + 1}, {"compression", "none"}}),
+                         "tiny save");
+    Json done = WaitJob(c, started["job"]);
+    ms.push_back(Secs(t0) * 1e3);
+    phases = done["timings_ms"];
+  }
+  EmitLine({{"bench", "tiny_save"}, {"workers", workers}, {"kind", kind}, {"saves", saves},
+            {"p50_ms", Median(ms)}, {"min_ms", *std::min_element(ms.begin(), ms.end())},
+            {"max_ms", *std::max_element(ms.begin(), ms.end())}, {"phases_ms", phases}});
+}
+
+void TinySavesOfProcesses(const tools::ClusterOptions& base, int workers, int saves) {
+  tools::ClusterOptions opts = base;
+  opts.dir = base.dir + "-tiny" + std::to_string(workers);
+  opts.workers = workers;
+  opts.server_threads = 4 * workers + 64;
+  auto cluster = Check(tools::LocalCluster::Start(opts), "start cluster");
+  auto& c = *cluster;
+  Check(c.PutMesh("tiny", {{{"name", "data"}, {"size", workers}}}), "register tiny mesh");
+  TinySaves(c, "tiny", workers, "processes", saves, [&] {
+    const std::string shard = storage::SyntheticBytes(DType::kFloat32, 1024, 5);
+    for (int w = 0; w < workers; ++w) {
+      http::Client local(c.worker_url(w));
+      auto r = local.Send("PUT", "/v1/tensors/x?mesh=tiny&device=" + std::to_string(w) +
+                                     "&dtype=float32&shape=" + std::to_string(1024 * workers) +
+                                     "&layout=data",
+                          shard, "application/octet-stream");
+      if (!r.ok() || r->status != 204) Die("push tiny", r.ok() ? Internal(r->body) : r.status());
+    }
+  });
+  cluster.reset();
+  std::error_code ec;
+  std::filesystem::remove_all(opts.dir, ec);
+}
+
+// In-process agents (real registration, tasks, reports, writes and merge; no
+// process per rank): the same tiny saves for meshes larger than this machine
+// can run as processes.
+void TinySavesOfAgents(const tools::ClusterOptions& base, int ranks, int saves) {
+  tools::ClusterOptions opts = base;
+  opts.dir = base.dir + "-sim" + std::to_string(ranks);
+  opts.workers = 0;
+  opts.server_threads = 4 * ranks + 64;
+  auto cluster = Check(tools::LocalCluster::Start(opts), "start cluster");
+  auto& c = *cluster;
+  std::vector<std::unique_ptr<worker::Agent>> agents;
+  std::vector<std::unique_ptr<worker::TensorStore>> stores;
+  Json ids = Json::array();
+  for (int r = 0; r < ranks; ++r) {
+    worker::AgentOptions o;
+    o.server = c.url();
+    o.token = c.token();
+    o.name = "sim-" + std::to_string(r);
+    o.local_port = 1;
+    o.io_threads = 1;
+    auto a = std::make_unique<worker::Agent>(o, storage::DefaultEnv());
+    worker::TensorStoreOptions so;
+    so.copy_threads = 1;
+    auto s = std::make_unique<worker::TensorStore>(a->Resolver(), so);
+    a->SetStore(s.get());
+    if (auto st = a->Register(5000); !st.ok()) Die("register rank", st);
+    a->Start();
+    ids.push_back(a->id());
+    agents.push_back(std::move(a));
+    stores.push_back(std::move(s));
+  }
+  Check(c.Call("PUT", "/api/v1/meshes/sim",
+               {{"axes", {{{"name", "d"}, {"size", ranks}}}}, {"workers", ids}, {"self_test", false}}),
+        "register sim mesh");
+  TinySaves(c, "sim", ranks, "in-process", saves, [&] {
+    const std::string shard = storage::SyntheticBytes(DType::kFloat32, 1024, 5);
+    for (int r = 0; r < ranks; ++r) {
+      worker::TensorDesc desc{DType::kFloat32, {int64_t{1024} * ranks}, Layout{{"d"}}};
+      if (auto st = stores[r]->Put("sim", "x", desc, r, shard); !st.ok()) Die("put", st);
+    }
+  });
+  std::vector<std::thread> stoppers;
+  for (auto& a : agents) stoppers.emplace_back([&a] { a->Stop(); });
+  for (auto& t : stoppers) t.join();
+  agents.clear();
+  cluster.reset();
+  std::error_code ec;
+  std::filesystem::remove_all(opts.dir, ec);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -170,10 +269,12 @@ int main(int argc, char** argv) {
   int repeat = 3;
   std::string dir = ".";
   bool skip_scale = false;
+  bool only_scale = false;
   app.add_option("--scale", scale, "fraction of the 1 GiB state");
   app.add_option("--repeat", repeat, "saves per setting");
   app.add_option("--dir", dir, "where the cluster keeps its checkpoints");
   app.add_flag("--skip-control-plane", skip_scale, "skip the heartbeat and 64-rank benchmarks");
+  app.add_flag("--only-control-plane", only_scale, "only the tiny-save scale benchmarks");
   CLI11_PARSE(app, argc, argv);
 
   tools::ClusterOptions opts;
@@ -181,6 +282,11 @@ int main(int argc, char** argv) {
   opts.dir = dir + "/cluster-bench-" + std::to_string(::getpid());
   opts.heartbeat_ms = 500;
   opts.lease_ms = 5000;
+  if (!skip_scale) {
+    for (int n : {4, 16, 32}) TinySavesOfProcesses(opts, n, 7);
+    for (int n : {64, 256}) TinySavesOfAgents(opts, n, 5);
+  }
+  if (only_scale) return 0;
   auto cluster = Check(tools::LocalCluster::Start(opts), "start cluster");
   auto& c = *cluster;
   const Mesh mesh{"bench", {{"data", 4}}, 1};
@@ -264,10 +370,14 @@ int main(int argc, char** argv) {
         });
       }
       for (auto& t : trainers) t.join();
-      if (!answers[0].contains("job")) Die("save", Internal(answers[0].dump()));
+      if (!answers[0].contains("snapshot_ms")) Die("save", Internal(answers[0].dump()));
       std::vector<double> snap;
       for (auto& a : answers) snap.push_back(a.value("snapshot_ms", 0.0));
-      Json done = WaitJob(c, answers[0]["job"]);
+      http::Client local(c.worker_url(0), "", 600);
+      Json started = Check(local.Call("GET", "/v1/saves/" + std::to_string(step) +
+                                                 "?mesh=bench&wait=started"),
+                           "save job");
+      Json done = WaitJob(c, started["job"]);
       double secs = Secs(t0);
       const Json& ck = done["result"]["checkpoint"];
       EmitLine({{"bench", "save"}, {"compression", compression}, {"rep", rep}, {"bytes", total},

@@ -597,6 +597,22 @@ Result<Json> Service::StartRestore(const std::string& mesh, const std::string& s
   if (t == meshes_.end()) {
     return NotFound("no mesh " + target_mesh, {{"mesh", target_mesh}, {"field", "target_mesh"}});
   }
+  if (body.contains("workers") && !body["workers"].is_null()) {
+    // Only these workers of the target mesh restore (a trainer restoring its own host).
+    if (!body["workers"].is_array() || body["workers"].empty()) {
+      return InvalidArgument("field 'workers' must be a non-empty list of worker ids",
+                             {{"field", "workers"}});
+    }
+    const auto& members = t->second.workers;
+    for (const auto& w : body["workers"]) {
+      if (!w.is_string() ||
+          std::find(members.begin(), members.end(), w.get<std::string>()) == members.end()) {
+        return InvalidArgument("worker " + (w.is_string() ? w.get<std::string>() : w.dump()) +
+                                   " is not a worker of mesh " + target_mesh,
+                               {{"field", "workers"}, {"worker", w}, {"mesh", target_mesh}});
+      }
+    }
+  }
   Json request = body;
   request["target_mesh"] = target_mesh;
   JobRecord* job = NewJob("restore", mesh, c->step, request);
@@ -678,15 +694,24 @@ Status Service::RunRestore(const std::string& job_id) {
       for (const auto& e : index->tensors()) RETURN_IF_ERROR(add(e.meta.name, Json()));
     }
     SetPhase(job_id, "read");
+    std::vector<int64_t> ranks;  // every worker of the target mesh, or those asked for
+    const Json only = request.value("workers", Json());
+    for (int64_t r = 0; r < target.mesh.num_workers(); ++r) {
+      if (only.is_array() && std::find(only.begin(), only.end(), Json(target.workers[r])) ==
+                                 only.end()) {
+        continue;
+      }
+      ranks.push_back(r);
+    }
     std::map<int64_t, Json> payloads;
     uint64_t total = 0;
     Json tensors = Json::array();
     for (const auto& m : wanted) {
       tensors.push_back(TensorJson(m));
       total += NumElements(LocalShape(target.mesh, m.layout, m.shape)) * DTypeSize(m.dtype) *
-               target.mesh.num_devices();
+               target.mesh.devices_per_worker * ranks.size();
     }
-    for (int64_t r = 0; r < target.mesh.num_workers(); ++r) {
+    for (int64_t r : ranks) {
       payloads[r] = {{"kind", "restore"}, {"mesh", MeshToJson(target.mesh)}, {"rank", r},
                      {"dir", dir}, {"tensors", tensors}};
     }

@@ -46,32 +46,60 @@ Agent::Agent(AgentOptions options, storage::Env* env)
 
 Agent::~Agent() { Stop(); }
 
+// Placements are cached for a second. An older entry is still served (mesh
+// placements change only when a mesh is registered again) while a thread
+// fetches a fresh one, so a trainer's save never waits on tesserad for it.
 MeshResolver Agent::Resolver() {
   return [this](const std::string& mesh) -> Result<MeshPlacement> {
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = mesh_cache_.find(mesh);
-      if (it != mesh_cache_.end() && SteadyMs() - it->second.first < 1000) return it->second.second;
+      if (it != mesh_cache_.end()) {
+        const int64_t age = SteadyMs() - it->second.first;
+        if (age < 1000 || refreshing_.count(mesh)) return it->second.second;
+        if (age < 60 * 1000 && !stopping_) {
+          refreshing_.insert(mesh);
+          task_threads_.Spawn([this, mesh] {
+            (void)FetchPlacement(mesh);
+            std::lock_guard<std::mutex> l(mu_);
+            refreshing_.erase(mesh);
+          });
+          return it->second.second;
+        }
+      }
     }
-    http::Client client(options_.server, options_.token, 10);
-    ASSIGN_OR_RETURN(Json j, client.Call("GET", "/api/v1/meshes/" + http::PercentEncode(mesh)));
-    ASSIGN_OR_RETURN(Mesh m, MeshFromJson(j));
-    MeshPlacement p;
-    p.mesh = m;
-    auto workers = j.value("workers", std::vector<std::string>{});
-    auto it = std::find(workers.begin(), workers.end(), id_);
-    if (it == workers.end()) {
-      return Conflict("this worker (" + id_ + ") is not part of mesh " + mesh, {{"mesh", mesh}});
-    }
-    p.rank = it - workers.begin();
-    p.workers = workers;
-    for (int64_t i = 0; i < m.devices_per_worker; ++i) {
-      p.devices.push_back(p.rank * m.devices_per_worker + i);
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    mesh_cache_[mesh] = {SteadyMs(), p};
-    return p;
+    return FetchPlacement(mesh);
   };
+}
+
+Result<MeshPlacement> Agent::FetchPlacement(const std::string& mesh) {
+  http::Client client(options_.server, options_.token, 10);
+  auto j = client.Call("GET", "/api/v1/meshes/" + http::PercentEncode(mesh));
+  if (!j.ok()) {
+    if (j.status().code() == Code::kNotFound) {
+      std::lock_guard<std::mutex> lock(mu_);
+      mesh_cache_.erase(mesh);
+    }
+    return j.status();
+  }
+  ASSIGN_OR_RETURN(Mesh m, MeshFromJson(*j));
+  MeshPlacement p;
+  p.mesh = m;
+  auto workers = j->value("workers", std::vector<std::string>{});
+  auto it = std::find(workers.begin(), workers.end(), id_);
+  if (it == workers.end()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    mesh_cache_.erase(mesh);
+    return Conflict("this worker (" + id_ + ") is not part of mesh " + mesh, {{"mesh", mesh}});
+  }
+  p.rank = it - workers.begin();
+  p.workers = workers;
+  for (int64_t i = 0; i < m.devices_per_worker; ++i) {
+    p.devices.push_back(p.rank * m.devices_per_worker + i);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  mesh_cache_[mesh] = {SteadyMs(), p};
+  return p;
 }
 
 Status Agent::Register(int64_t timeout_ms) {
@@ -105,6 +133,7 @@ void Agent::Start() {
 }
 
 void Agent::Stop() {
+  trainer_saves_.Shutdown();
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
@@ -370,94 +399,8 @@ Result<Json> Agent::DoRestore(const Json& task) {
   return Json{{"bytes", done}, {"stored_bytes_read", read}, {"tensors", items.size()}};
 }
 
-Result<Json> Agent::SaveFromTrainer(const std::string& mesh, int64_t step, const Json& body,
-                                    bool wait_committed) {
-  std::optional<std::vector<std::string>> names;
-  if (body.contains("tensors") && body["tensors"].is_array()) {
-    for (const auto& n : body["tensors"]) {
-      if (!n.is_string()) {
-        return InvalidArgument("field 'tensors' must be a list of names", {{"field", "tensors"}});
-      }
-    }
-    names = body["tensors"].get<std::vector<std::string>>();
-  }
-  // The stall: one copy of this worker's shards. After it the trainer may go on.
-  auto t0 = Clock::now();
-  ASSIGN_OR_RETURN(auto snap, store_->TakeSnapshot(mesh, names));
-  const double snapshot_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    trainer_snapshots_[{mesh, step}] = snap;
-  }
-  cv_.notify_all();
-  http::Client client(options_.server, options_.token, 30);
-  Json request = body;
-  request["step"] = step;
-  request["wait_for_trainer"] = true;
-  auto started = client.Call("POST", "/api/v1/meshes/" + http::PercentEncode(mesh) + "/checkpoints",
-                             request);
-  std::string job;
-  if (started.ok()) {
-    job = started->value("job", "");
-  } else if (started.status().code() == Code::kConflict &&
-             started.status().details().value("state", "") != "committed" &&
-             started.status().details().contains("job")) {
-    job = started.status().details()["job"].get<std::string>();  // another trainer started it
-  } else {
-    std::lock_guard<std::mutex> lock(mu_);
-    trainer_snapshots_.erase({mesh, step});
-    return started.status();
-  }
-  Json out = {{"job", job},
-              {"checkpoint", {{"mesh", mesh}, {"step", step}}},
-              {"snapshot_ms", snapshot_ms},
-              {"snapshot_bytes", snap->bytes()}};
-  if (!wait_committed) return out;
-  while (true) {
-    ASSIGN_OR_RETURN(Json j, client.Call("GET", "/api/v1/jobs/" + job + "?wait_ms=20000"));
-    const std::string state = j.value("state", "");
-    if (state == "succeeded") {
-      out["checkpoint"] = j.value("result", Json::object()).value("checkpoint", out["checkpoint"]);
-      return out;
-    }
-    if (state == "failed" || state == "cancelled") {
-      const Json e = j.value("error", Json::object());
-      return Status(CodeFromName(e.value("code", "internal")),
-                    "save job " + job + " " + state + ": " + e.value("message", ""),
-                    e.value("details", Json::object()));
-    }
-  }
-}
-
 void Agent::AddRoutes(http::Router* router) {
-  router->Add({"POST", "/v1/save", [this](const http::Request& req) {
-    auto mesh = req.Query("mesh");
-    if (!mesh) return http::Response::Error(InvalidArgument("missing query parameter 'mesh'", {{"field", "mesh"}}));
-    Status n = ValidateName(*mesh, "mesh");
-    if (!n.ok()) return http::Response::Error(n);
-    auto step = http::QueryInt(req, "step", -1);
-    if (!step.ok()) return http::Response::Error(step.status());
-    if (*step < 0) {
-      return http::Response::Error(InvalidArgument("query parameter 'step' must be ≥ 0", {{"field", "step"}}));
-    }
-    auto body = http::JsonBody(req);
-    if (!body.ok()) return http::Response::Error(body.status());
-    auto wait = req.Query("wait").value_or("");
-    if (!wait.empty() && wait != "committed" && wait != "snapshotted") {
-      return http::Response::Error(InvalidArgument("wait must be 'committed' or 'snapshotted'", {{"field", "wait"}}));
-    }
-    auto r = SaveFromTrainer(*mesh, *step, *body, wait == "committed");
-    return r.ok() ? http::Response::Json(200, *r) : http::Response::Error(r.status());
-  }, "save from the training loop; answers once this worker's tensors are snapshotted", false});
-  router->Add({"GET", "/v1/checkpoints/latest", [this](const http::Request& req) {
-    auto mesh = req.Query("mesh");
-    if (!mesh) return http::Response::Error(InvalidArgument("missing query parameter 'mesh'", {{"field", "mesh"}}));
-    Status n = ValidateName(*mesh, "mesh");
-    if (!n.ok()) return http::Response::Error(n);
-    http::Client client(options_.server, options_.token, 10);
-    auto r = client.Call("GET", "/api/v1/meshes/" + http::PercentEncode(*mesh) + "/checkpoints/latest");
-    return r.ok() ? http::Response::Json(200, *r) : http::Response::Error(r.status());
-  }, "the newest committed checkpoint of a mesh", false});
+  AddTrainerRoutes(router);
   router->Add({"GET", "/v1/preemption", [this](const http::Request& req) {
     auto mesh = req.Query("mesh");
     if (!mesh) return http::Response::Error(InvalidArgument("missing query parameter 'mesh'", {{"field", "mesh"}}));

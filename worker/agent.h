@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "worker/mesh_collectives.h"
 #include "worker/mesh_placement.h"
 #include "worker/tensor_store.h"
+#include "worker/trainer_saves.h"
 
 namespace tessera::worker {
 
@@ -64,10 +66,13 @@ class Agent {
   void Stop();
   const std::string& id() const { return id_; }
 
-  // Local API: /v1/save, /v1/checkpoints/latest and /v1/preemption.
+  // Local API: the trainer routes (agent_trainer.cc), /v1/preemption and /healthz.
   void AddRoutes(http::Router* router);
+  // /v1/save: snapshots this worker's tensors of `mesh` and answers; the job is
+  // started or joined in the background. `until` waits further (for the job's
+  // id, or the commit) up to `timeout_ms`.
   Result<Json> SaveFromTrainer(const std::string& mesh, int64_t step, const Json& body,
-                               bool wait_committed);
+                               TrainerSaves::Until until, int64_t timeout_ms);
 
  private:
   void HeartbeatLoop();
@@ -84,6 +89,18 @@ class Agent {
   void Report(http::Client* client, const std::string& task, const std::string& state,
               uint64_t done, uint64_t total, const Json& result, const Status& error);
   Result<MeshPlacement> PlacementFromTask(const Json& task);
+  // A mesh's placement of this worker, from tesserad (and into the cache).
+  Result<MeshPlacement> FetchPlacement(const std::string& mesh);
+
+  // agent_trainer.cc
+  void AddTrainerRoutes(http::Router* router);
+  // Starts or joins the save job of a trainer's snapshot, follows it to its end.
+  void FollowTrainerSave(const std::string& mesh, int64_t step, Json body);
+  // The job's final record once it succeeded; its error once it failed.
+  Result<Json> FollowJob(http::Client* client, const std::string& kind, const std::string& job,
+                         int64_t timeout_ms);
+  Result<Json> RestoreForTrainer(const std::string& mesh, const std::string& step,
+                                 const Json& body, int64_t timeout_ms);
 
   AgentOptions options_;
   storage::Env* env_;
@@ -100,6 +117,8 @@ class Agent {
   // Taken by /v1/save before the job's snapshot task arrives, by (mesh, step).
   std::map<std::pair<std::string, int64_t>, std::shared_ptr<const Snapshot>> trainer_snapshots_;
   std::map<std::string, std::pair<int64_t, MeshPlacement>> mesh_cache_;  // GUARDED_BY(mu_)
+  std::set<std::string> refreshing_;  // GUARDED_BY(mu_) meshes whose placement is being fetched
+  TrainerSaves trainer_saves_;
   storage::ThreadSet task_threads_;
   std::thread heartbeat_, tasks_;
 };

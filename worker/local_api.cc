@@ -13,14 +13,7 @@ namespace {
 
 using http::Request;
 using http::Response;
-
-Result<std::string> RequiredQuery(const Request& req, const std::string& key) {
-  std::optional<std::string> value = req.Query(key);
-  if (!value.has_value()) {
-    return InvalidArgument("missing query parameter '" + key + "'", {{"field", key}});
-  }
-  return *std::move(value);
-}
+using http::RequiredQuery;
 
 Result<int64_t> RequiredIntQuery(const Request& req, const std::string& key) {
   RETURN_IF_ERROR(RequiredQuery(req, key).status());

@@ -66,7 +66,9 @@ Result<std::shared_ptr<ShardBuffer>> ShardBuffer::Shm(const std::string& dir,
     if (int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); err != 0) {
       return fail(err, "reserve " + std::to_string(bytes) + " bytes in shared-memory file");
     }
-    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    // Populated: the pages exist already (fallocate), so the first snapshot
+    // takes no page-table faults on them.
+    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (p == MAP_FAILED) return fail(errno, "map shared-memory file");
   }
   close(fd);  // the mapping keeps the file's pages; the path lets the trainer open it
@@ -117,6 +119,21 @@ Result<std::shared_ptr<ShardBuffer>> ShardBufferPool::Acquire(size_t bytes) {
     std::unique_ptr<ShardBuffer> owned(raw);
     if (auto p = pool.lock()) p->Release(std::move(owned));
   });
+}
+
+Status ShardBufferPool::Reserve(size_t bytes) {
+  if (bytes == 0 || bytes > max_bytes_) return Status::Ok();
+  ASSIGN_OR_RETURN(std::unique_ptr<ShardBuffer> buffer, ShardBuffer::NewHeap(bytes));
+  // One write per page faults it in (a huge page where the kernel gives one).
+  volatile uint8_t* p = buffer->data();
+  for (size_t off = 0; off < bytes; off += 4096) p[off] = 0;
+  p[bytes - 1] = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.reserved;
+  }
+  Release(std::move(buffer));
+  return Status::Ok();
 }
 
 void ShardBufferPool::Release(std::unique_ptr<ShardBuffer> buffer) {

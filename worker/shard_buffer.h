@@ -65,6 +65,7 @@ class ShardBufferPool : public std::enable_shared_from_this<ShardBufferPool> {
     uint64_t allocated = 0;     // Acquire calls served by a new allocation
     uint64_t reused = 0;        // Acquire calls served from the pool
     uint64_t pooled_bytes = 0;  // bytes waiting in the pool now
+    uint64_t reserved = 0;      // buffers added ahead of use by Reserve
   };
 
   static std::shared_ptr<ShardBufferPool> Create(size_t max_bytes);
@@ -72,6 +73,10 @@ class ShardBufferPool : public std::enable_shared_from_this<ShardBufferPool> {
   // A heap buffer of exactly `bytes`, with unspecified contents. It returns to
   // the pool when released (or is freed, if the pool is gone by then).
   Result<std::shared_ptr<ShardBuffer>> Acquire(size_t bytes);
+  // Adds one buffer of `bytes` with its pages already faulted in, so that the
+  // first snapshot of a shard of that size copies into warm memory like every
+  // later one. A no-op beyond `max_bytes`; resource_exhausted without memory.
+  Status Reserve(size_t bytes);
   Stats stats() const;
 
  private:

@@ -226,6 +226,8 @@ Result<ShardMapping> TensorStore::Map(const std::string& mesh, const std::string
     }
     if (fresh == nullptr) {
       ASSIGN_OR_RETURN(fresh, ShardBuffer::Shm(options_.shm_dir, file_name, checked.bytes));
+      // Its snapshot buffer, faulted in now: the first save stalls like the others.
+      RETURN_IF_ERROR(pool_->Reserve(checked.bytes));
     }
     // A Put may have replaced the heap shard while we copied: copy again until it holds still.
     if (current != nullptr) {

@@ -117,6 +117,8 @@ class TensorStore {
   // Moves the shard of `device` into a /dev/shm file (same checks as Put) and
   // returns its path; the bytes already held are kept, a new shard is zeros.
   // Idempotent. The file goes away with the tensor (Delete, store destruction).
+  // A new mapping also adds a faulted-in snapshot buffer of its size to the
+  // pool, so the first save of it stalls no longer than later ones.
   Result<ShardMapping> Map(const std::string& mesh, const std::string& name, const TensorDesc& desc,
                            int64_t device);
 

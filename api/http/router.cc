@@ -165,6 +165,21 @@ Result<int64_t> QueryInt(const Request& req, const std::string& key, int64_t fal
   return out;
 }
 
+Result<std::string> RequiredQuery(const Request& req, const std::string& key) {
+  std::optional<std::string> value = req.Query(key);
+  if (!value.has_value()) {
+    return InvalidArgument("missing query parameter '" + key + "'", {{"field", key}});
+  }
+  return *std::move(value);
+}
+
+Handler JsonHandler(std::function<Result<tessera::Json>(const Request&)> fn) {
+  return [fn = std::move(fn)](const Request& req) {
+    Result<tessera::Json> r = fn(req);
+    return r.ok() ? Response::Json(200, *r) : Response::Error(r.status());
+  };
+}
+
 Result<tessera::Json> JsonBody(const Request& req) {
   if (req.body.find_first_not_of(" \t\r\n") == std::string::npos) return tessera::Json::object();
   ASSIGN_OR_RETURN(auto j, ParseJson(req.body, "request body"));

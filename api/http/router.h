@@ -75,6 +75,11 @@ std::string PercentEncode(std::string_view s);  // everything but unreserved cha
 
 // Parses an integer query parameter; absent → fallback; malformed → invalid_argument.
 Result<int64_t> QueryInt(const Request& req, const std::string& key, int64_t fallback);
+// A query parameter that must be present: invalid_argument naming it otherwise.
+Result<std::string> RequiredQuery(const Request& req, const std::string& key);
+// A route whose handler answers JSON or an API.md error: the one adapter from
+// Result<Json> to a Response (200 with the JSON, or the error).
+Handler JsonHandler(std::function<Result<tessera::Json>(const Request&)> fn);
 // Parses the request body as a JSON object (empty body → {}).
 Result<tessera::Json> JsonBody(const Request& req);
 

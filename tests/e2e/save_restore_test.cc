@@ -174,12 +174,33 @@ TEST(SaveRestore, TrainerSaveReturnsAfterSnapshotAndKeepsOldValues) {
     });
   }
   for (auto& t : trainers) t.join();
-  for (const auto& a : answers) ASSERT_TRUE(a.contains("job")) << a.dump();
-  EXPECT_EQ(answers[0]["job"], answers[3]["job"]);  // all trainers joined one save
+  // The answer comes after the snapshot, before any job exists on tesserad.
+  for (const auto& a : answers) {
+    ASSERT_TRUE(a.contains("snapshot_ms")) << a.dump();
+    EXPECT_FALSE(a.contains("job")) << a.dump();
+    EXPECT_EQ(a["checkpoint"]["step"], 7);
+  }
   // Overwrite everything right away, including the mapped memory.
   for (const auto& t : MixedTensors(20)) Push(*c, kMesh, t);
   for (auto& [p, n] : maps) std::memset(p, 0x7f, n);
-  Json job = Wait(*c, answers[0]["job"]);
+  // Every worker started or joined the same job in the background.
+  std::vector<std::string> jobs;
+  for (int w = 0; w < 4; ++w) {
+    http::Client local(c->worker_url(w), "", 60);
+    auto s = local.Call("GET", "/v1/saves/7?mesh=m&wait=started");
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    jobs.push_back((*s)["job"]);
+  }
+  EXPECT_EQ(jobs[0], jobs[3]);
+  EXPECT_EQ(jobs[1], jobs[2]);
+  EXPECT_EQ(jobs[0], jobs[1]);
+  {
+    http::Client local(c->worker_url(1), "", 60);
+    auto s = local.Call("GET", "/v1/saves/7?mesh=m&wait=committed");
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ((*s)["state"], "committed");
+  }
+  Json job = Wait(*c, jobs[0]);
   ASSERT_EQ(job["state"], "succeeded") << job.dump();
   Json r = RestoreAndWait(*c, "m", "7", Json::object());
   ASSERT_EQ(r["state"], "succeeded") << r.dump();
@@ -200,11 +221,74 @@ TEST(SaveRestore, TrainerSaveReturnsAfterSnapshotAndKeepsOldValues) {
     });
   }
   for (auto& t : waiters) t.join();
-  EXPECT_EQ(answers[1]["checkpoint"]["state"], "committed") << answers[1].dump();
+  EXPECT_EQ(answers[1]["state"], "committed") << answers[1].dump();
+  EXPECT_TRUE(answers[1]["job"].is_string()) << answers[1].dump();
   http::Client local(c->worker_url(2));
   auto lat = local.Call("GET", "/v1/checkpoints/latest?mesh=m");
   ASSERT_TRUE(lat.ok());
   EXPECT_EQ((*lat)["step"], 8);
+}
+
+// The trainer-side routes: a save that cannot start is reported on
+// /v1/saves; /v1/restore restores only the calling worker; /v1/checkpoints lists.
+TEST(SaveRestore, TrainerRoutesRestoreOwnWorkerAndReportFailedSaves) {
+  auto c = StartCluster();
+  ASSERT_TRUE(c);
+  const Mesh two{"two", {{"data", 2}}, 1};
+  ASSERT_TRUE(c->PutMesh("two", MeshToJson(two)["axes"]).ok());
+  GlobalTensor w = MakeGlobal("w", DType::kFloat32, {8, 4}, Layout{{"data", "unsharded"}}, 3);
+  Push(*c, two, w);
+  SaveAndWait(*c, "two", 5);
+  http::Client w0(c->worker_url(0), "", 60), w1(c->worker_url(1), "", 60);
+
+  // Step 5 is committed already: the snapshot answers, the background start fails,
+  // and /v1/saves reports the conflict with the step, on both wait modes.
+  auto again = w0.Call("POST", "/v1/save?mesh=two&step=5", Json::object());
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  auto failed = w0.Call("GET", "/v1/saves/5?mesh=two&wait=committed&timeout_ms=10000");
+  ASSERT_EQ(failed.status().code(), Code::kConflict) << failed.status().ToString();
+  EXPECT_EQ(failed.status().details()["step"], 5);
+  EXPECT_EQ(w0.Call("GET", "/v1/saves/5?mesh=two&wait=started").status().code(), Code::kConflict);
+  // A save this worker never took; bad parameters.
+  auto unknown = w0.Call("GET", "/v1/saves/6?mesh=two");
+  EXPECT_EQ(unknown.status().code(), Code::kNotFound);
+  EXPECT_EQ(unknown.status().details()["step"], 6);
+  EXPECT_EQ(w0.Call("GET", "/v1/saves/x?mesh=two").status().details()["field"], "step");
+  EXPECT_EQ(w0.Call("GET", "/v1/saves/5?mesh=two&wait=soon").status().details()["field"], "wait");
+  EXPECT_EQ(w0.Call("GET", "/v1/saves/5").status().details()["field"], "mesh");
+  EXPECT_EQ(w0.Call("POST", "/v1/save?mesh=nope&step=1", Json::object()).status().code(),
+            Code::kNotFound);
+
+  // Only worker 0 restores: worker 1 keeps what it holds now.
+  GlobalTensor changed = MakeGlobal("w", DType::kFloat32, {8, 4}, Layout{{"data", "unsharded"}}, 4);
+  Push(*c, two, changed);
+  auto restored = w0.Call("POST", "/v1/restore?mesh=two&step=5", Json::object());
+  ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+  EXPECT_EQ((*restored)["checkpoint"]["step"], 5);
+  EXPECT_EQ((*restored)["bytes"], 8 * 4 * 4 / 2);
+  auto shard = [&](http::Client& cl) {
+    auto r = cl.Send("GET", "/v1/tensors/w?mesh=two&device=" + std::string(&cl == &w0 ? "0" : "1"));
+    return r.ok() ? r->body : std::string();
+  };
+  EXPECT_EQ(shard(w0), w.Slice(DeviceSlice(two, w.layout, w.shape, 0)));
+  EXPECT_EQ(shard(w1), changed.Slice(DeviceSlice(two, changed.layout, changed.shape, 1)));
+  // latest is the default; an unknown step names it.
+  auto latest = w1.Call("POST", "/v1/restore?mesh=two", Json::object());
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  EXPECT_EQ((*latest)["checkpoint"]["step"], 5);
+  EXPECT_EQ(shard(w1), w.Slice(DeviceSlice(two, w.layout, w.shape, 1)));
+  auto missing = w1.Call("POST", "/v1/restore?mesh=two&step=9", Json::object());
+  EXPECT_EQ(missing.status().code(), Code::kNotFound);
+  EXPECT_EQ(missing.status().details()["step"], 9);
+  // A worker list naming a stranger is refused over REST.
+  auto stranger = c->Call("POST", "/api/v1/meshes/two/checkpoints/5/restore",
+                          {{"workers", {"w-nobody"}}});
+  EXPECT_EQ(stranger.status().details()["field"], "workers");
+
+  auto list = w1.Call("GET", "/v1/checkpoints?mesh=two");
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ((*list)["checkpoints"].size(), 1u) << list->dump();  // the refused retry made none
+  EXPECT_EQ((*list)["checkpoints"][0]["step"], 5);
 }
 
 TEST(SaveRestore, RetentionKeepsLastAndEveryN) {

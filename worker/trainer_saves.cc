@@ -1,0 +1,110 @@
+#include "worker/trainer_saves.h"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+namespace tessera::worker {
+
+const char* TrainerSaves::StateName(State s) {
+  switch (s) {
+    case State::kSnapshotted: return "snapshotted";
+    case State::kRunning: return "running";
+    case State::kCommitted: return "committed";
+    case State::kFailed: return "failed";
+  }
+  return "unknown";
+}
+
+void TrainerSaves::Snapshotted(const std::string& mesh, int64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Record& r = saves_[{mesh, step}];
+  r = Record{};
+  r.seq = next_seq_++;
+  Forget();
+  cv_.notify_all();
+}
+
+void TrainerSaves::Started(const std::string& mesh, int64_t step, const std::string& job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = saves_.find({mesh, step});
+  if (it == saves_.end()) return;
+  it->second.job = job;
+  if (it->second.state == State::kSnapshotted) it->second.state = State::kRunning;
+  cv_.notify_all();
+}
+
+void TrainerSaves::Ended(const std::string& mesh, int64_t step, const Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = saves_.find({mesh, step});
+  if (it == saves_.end()) return;
+  it->second.state = status.ok() ? State::kCommitted : State::kFailed;
+  it->second.error = status;
+  cv_.notify_all();
+}
+
+void TrainerSaves::Forget() {
+  if (saves_.size() <= kRemembered) return;
+  std::vector<std::pair<uint64_t, Key>> ended;
+  for (const auto& [key, r] : saves_) {
+    if (r.state == State::kCommitted || r.state == State::kFailed) ended.push_back({r.seq, key});
+  }
+  std::sort(ended.begin(), ended.end());
+  for (size_t i = 0; i < ended.size() && saves_.size() > kRemembered; ++i) {
+    saves_.erase(ended[i].second);
+  }
+}
+
+Result<Json> TrainerSaves::Wait(const std::string& mesh, int64_t step, Until until,
+                                int64_t timeout_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const Key key{mesh, step};
+  auto reached = [&](const Record& r) {
+    if (r.state == State::kCommitted || r.state == State::kFailed) return true;
+    if (until == Until::kNow) return true;
+    if (until == Until::kStarted) return !r.job.empty();
+    return false;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  bool timed_out = false;
+  while (true) {
+    if (shutdown_) return Unavailable("the worker is shutting down");
+    auto it = saves_.find(key);
+    if (it == saves_.end()) {
+      return NotFound("this worker took no save of mesh " + mesh + " at step " +
+                          std::to_string(step) + " (or has forgotten it)",
+                      {{"mesh", mesh}, {"step", step}});
+    }
+    const Record& r = it->second;
+    if (reached(r)) {
+      if (r.state == State::kFailed) return r.error;
+      return Json{{"checkpoint", {{"mesh", mesh}, {"step", step}}},
+                  {"state", StateName(r.state)},
+                  {"job", r.job.empty() ? Json() : Json(r.job)}};
+    }
+    if (timed_out) {
+      return DeadlineExceeded("save of mesh " + mesh + " step " + std::to_string(step) +
+                                  " is still " + StateName(r.state) + " after " +
+                                  std::to_string(timeout_ms) + " ms",
+                              {{"mesh", mesh}, {"step", step}, {"job", r.job}});
+    }
+    timed_out = cv_.wait_until(lock, deadline) == std::cv_status::timeout;
+  }
+}
+
+void TrainerSaves::Shutdown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  shutdown_ = true;
+  cv_.notify_all();
+}
+
+Result<TrainerSaves::Until> ParseSaveWait(const std::string& text) {
+  if (text.empty() || text == "snapshotted") return TrainerSaves::Until::kNow;
+  if (text == "started") return TrainerSaves::Until::kStarted;
+  if (text == "committed") return TrainerSaves::Until::kCommitted;
+  return InvalidArgument("wait must be 'snapshotted', 'started' or 'committed', got '" +
+                             text.substr(0, 32) + "'",
+                         {{"field", "wait"}});
+}
+
+}  // namespace tessera::worker

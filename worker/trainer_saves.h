@@ -1,0 +1,70 @@
+// Saves started from the training loop (/v1/save). The trainer's call returns
+// once this worker has snapshotted; the worker then starts or joins the job on
+// tesserad and follows it to its end in the background. This table keeps what
+// each such save became, so that the trainer can ask later (GET /v1/saves/{step})
+// and wait for the job to exist or to commit, without ever having waited on
+// tesserad inside its step. Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "api/json_codec.h"
+#include "api/status.h"
+
+namespace tessera::worker {
+
+class TrainerSaves {
+ public:
+  enum class State { kSnapshotted, kRunning, kCommitted, kFailed };
+  // What a waiter waits for: nothing, the job's id, or the commit.
+  enum class Until { kNow, kStarted, kCommitted };
+
+  // Saves remembered per worker; the oldest ended ones are forgotten beyond it.
+  static constexpr size_t kRemembered = 256;
+
+  // A save whose snapshot was just taken (replaces an earlier, ended record of it).
+  void Snapshotted(const std::string& mesh, int64_t step);
+  // Its job exists on tesserad.
+  void Started(const std::string& mesh, int64_t step, const std::string& job);
+  // Its job ended: ok means committed; otherwise the job's error (or the start's).
+  void Ended(const std::string& mesh, int64_t step, const Status& status);
+
+  // {"checkpoint":{mesh,step},"job","state"} once `until` holds; the save's
+  // error when it failed; deadline_exceeded after `timeout_ms`; not_found for a
+  // save this worker does not know; unavailable when Shutdown was called.
+  Result<Json> Wait(const std::string& mesh, int64_t step, Until until, int64_t timeout_ms);
+
+  // Wakes every waiter with unavailable.
+  void Shutdown();
+
+  // "snapshotted", "running", "committed", "failed".
+  static const char* StateName(State s);
+
+ private:
+  struct Record {
+    std::string job;
+    State state = State::kSnapshotted;
+    Status error;
+    uint64_t seq = 0;  // order of Snapshotted calls, for forgetting the oldest
+  };
+  using Key = std::pair<std::string, int64_t>;
+
+  void Forget();  // REQUIRES: mu_ held
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<Key, Record> saves_;  // GUARDED_BY(mu_)
+  uint64_t next_seq_ = 0;        // GUARDED_BY(mu_)
+  bool shutdown_ = false;        // GUARDED_BY(mu_)
+};
+
+// Parses ?wait= of the local save routes: "", "started" or "committed"
+// (also "snapshotted", the same as ""); invalid_argument naming `wait` otherwise.
+Result<TrainerSaves::Until> ParseSaveWait(const std::string& text);
+
+}  // namespace tessera::worker
