@@ -161,11 +161,11 @@ class LocalCluster:
         return {"TESSERA_SERVER": self.server, "TESSERA_TOKEN": self.token}
 
     def stop(self):
-        live = [w for w in self.workers if w is not None and w.alive()]
-        for w in live:
-            w.kill(signal.SIGTERM)  # all at once: each unlinks its mappings as it exits
-        for w in live:
-            w.stop()
+        """Kills every process (SIGKILL: the mappings are files under dir/shm, which
+        goes with dir; a worker started there again removes any left over)."""
+        for w in self.workers:
+            if w is not None:
+                w.kill()
         if getattr(self, "server_process", None) is not None:
             self.server_process.kill()
         if self._own_dir:

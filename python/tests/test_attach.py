@@ -1,0 +1,85 @@
+"""attach(): the local shard lives in the worker's shared memory, zero copy."""
+
+import numpy as np
+import pytest
+import torch
+
+import tessera
+
+
+def test_numpy_float32_is_the_workers_memory(mesh4):
+    _, ms = mesh4
+    for rank, m in enumerate(ms):
+        a = m.attach("w", (8, 3), np.float32, ["data", None])
+        assert a.shape == (2, 3) and a.dtype == np.float32
+        a[:] = np.arange(6, dtype=np.float32).reshape(2, 3) + 10 * rank
+    for rank, m in enumerate(ms):
+        # What the worker serves is what was written through the array: no copy, no push.
+        np.testing.assert_array_equal(m.read("w"), np.arange(6).reshape(2, 3) + 10 * rank)
+        listed = {t["name"]: t for t in m.tensors()}
+        assert listed["w"]["shape"] == [8, 3] and listed["w"]["layout"] == ["data", "unsharded"]
+
+
+def test_numpy_int64_replicated(mesh4):
+    _, ms = mesh4
+    a = ms[0].attach("step-counter", (), "int64")
+    assert a.shape == () and a.dtype == np.int64
+    a[...] = 1 << 40
+    assert ms[0].read("step-counter") == 1 << 40
+    b = ms[1].attach("ids", (5,), np.int64, layout=None)
+    b[:] = [-1, 0, 1, 2, 1 << 62]
+    np.testing.assert_array_equal(ms[1].read("ids"), [-1, 0, 1, 2, 1 << 62])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_torch_dtypes(mesh4, dtype):
+    _, ms = mesh4
+    t = ms[2].attach("t", (4, 8), dtype, [None, "data"], like="torch")
+    assert isinstance(t, torch.Tensor) and t.dtype == dtype and tuple(t.shape) == (4, 2)
+    t.copy_(torch.arange(8).reshape(4, 2).to(dtype) * 3)
+    raw = ms[2].read("t")
+    expect = (torch.arange(8).reshape(4, 2).to(dtype) * 3)
+    if dtype == torch.bfloat16:
+        assert raw.dtype == np.uint16  # the bits
+        expect = expect.view(torch.int16).numpy().view(np.uint16)
+    else:
+        expect = expect.numpy()
+    np.testing.assert_array_equal(raw, expect)
+
+
+def test_same_description_gives_the_same_array(mesh4):
+    _, ms = mesh4
+    a = ms[0].attach("x", (4,), "float32", ["data"])
+    b = ms[0].attach("x", [4], np.dtype("float32"), ("data",))
+    assert a is b
+    c = ms[0].attach("x", (4,), torch.float32, ["data"], like="torch")
+    c.fill_(5)
+    assert a[0] == 5  # the numpy and torch views share the mapping
+
+
+def test_bfloat16_with_numpy_is_refused(mesh4):
+    _, ms = mesh4
+    with pytest.raises(tessera.TesseraError) as e:
+        ms[0].attach("bf", (4,), "bfloat16")
+    assert e.value.code == "invalid_argument" and e.value.details["tensor"] == "bf"
+    assert "like=\"torch\"" in str(e.value)
+
+
+def test_every_dtype_name(mesh4):
+    _, ms = mesh4
+    for name in ("float32", "float64", "float16", "int8", "int16", "int32", "int64", "uint8",
+                 "bool"):
+        a = ms[3].attach("d/" + name, (4,), name, ["data"])
+        assert a.dtype == np.dtype(name) and a.shape == (1,)
+        a[0] = 1
+        assert ms[3].read("d/" + name)[0] == 1
+
+
+def test_detach_drops_the_tensor(mesh4):
+    _, ms = mesh4
+    ms[0].attach("gone", (4,), "float32")
+    ms[0].detach("gone")
+    assert "gone" not in {t["name"] for t in ms[0].tensors()}
+    with pytest.raises(tessera.TesseraError) as e:
+        ms[0].read("gone")
+    assert e.value.code == "not_found" and e.value.details["tensor"] == "gone"
