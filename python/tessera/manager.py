@@ -288,9 +288,18 @@ class CheckpointManager:
         if like == "torch":
             _dtypes.torch_module()
         device = self._device(device, name)
-        answer = self._post("/v1/tensors/%s/mapping%s" % (quote(name), self._q(
-            device=device, dtype=dtype, shape=_shape_text(shape),
-            layout=_layout_text(layout, len(shape)))))
+        try:
+            answer = self._post("/v1/tensors/%s/mapping%s" % (quote(name), self._q(
+                device=device, dtype=dtype, shape=_shape_text(shape),
+                layout=_layout_text(layout, len(shape)))))
+        except TesseraError as e:
+            if e.status == 0 or "tensor" in e.details:
+                raise
+            # The worker's shape and layout errors name the field; add the tensor.
+            details = dict(e.details, tensor=name)
+            raise TesseraError(e.code, "cannot attach tensor '%s' %s with layout %s: %s" % (
+                name, list(shape), list(layout) if layout is not None else "replicated",
+                e.message), e.status, details) from None
         local_shape = tuple(answer.get("local_shape", shape))
         with self._lock:
             m = self._maps.get((name, device))
