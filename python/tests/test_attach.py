@@ -1,5 +1,7 @@
 """attach(): the local shard lives in the worker's shared memory, zero copy."""
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -83,3 +85,32 @@ def test_detach_drops_the_tensor(mesh4):
     with pytest.raises(tessera.TesseraError) as e:
         ms[0].read("gone")
     assert e.value.code == "not_found" and e.value.details["tensor"] == "gone"
+
+
+def test_two_devices_per_worker():
+    from tessera.local import LocalCluster
+    with LocalCluster(workers=2, devices_per_worker=2) as c:
+        c.client().register_mesh("dp", {"data": 2, "model": 2}, devices_per_worker=2)
+        ms = [tessera.CheckpointManager("dp", worker=u) for u in c.worker_urls]
+        assert [m.devices for m in ms] == [[0, 1], [2, 3]]
+        with pytest.raises(tessera.TesseraError) as e:
+            ms[0].attach("w", (4, 4), "float32", ["data", "model"])
+        assert e.value.details["devices"] == [0, 1] and e.value.details["tensor"] == "w"
+        for m in ms:
+            for d in m.devices:
+                m.attach("w", (4, 4), "float32", ["data", "model"], device=d)[:] = d
+        np.testing.assert_array_equal(ms[1].read("w", device=3), np.full((2, 2), 3.0))
+        # Collectives take the worker's devices stacked on a first axis.
+        out = [None, None]
+
+        def reduce(i):
+            out[i] = ms[i].all_reduce(np.array([[1.0, i], [2.0, i]], np.float32), reduce="sum",
+                                      axes=["data"], timeout_ms=10000)
+        threads = [threading.Thread(target=reduce, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        # Along data, device 0 meets device 2 and device 1 meets device 3.
+        np.testing.assert_array_equal(out[0], [[2.0, 1.0], [4.0, 1.0]])
+        np.testing.assert_array_equal(out[1], out[0])
