@@ -17,7 +17,7 @@ import run  # noqa: E402
 from tessera.local import LocalCluster  # noqa: E402
 
 STEPS = 24
-ARGS = ["--steps", str(STEPS), "--save-every", "5", "--timeout-ms", "2000"]
+ARGS = ["--steps", str(STEPS), "--save-every", "5", "--timeout-ms", "4000"]
 STEP_LINE = re.compile(r"^step (\d+) loss (\S+) global (\S+)$", re.M)
 
 
