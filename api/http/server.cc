@@ -1,6 +1,7 @@
 #include "api/http/server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <cctype>
 #include <chrono>
@@ -29,6 +30,11 @@ Server::Server(std::shared_ptr<Router> router, ServerOptions options)
   s.set_write_timeout(options_.write_timeout_s, 0);
   s.set_keep_alive_max_count(1000);
   s.set_tcp_nodelay(true);  // small responses must not wait for delayed ACKs
+  // Remember the listening socket, so that Bind can raise its backlog.
+  s.set_socket_options([this](int sock) {
+    httplib::default_socket_options(sock);
+    listen_fd_ = sock;
+  });
   auto handler = [this](const httplib::Request& req, httplib::Response& res) { Handle(&req, &res); };
   for (const char* pattern : {".*"}) {
     s.Get(pattern, handler);
@@ -84,6 +90,10 @@ Result<int> Server::Bind() {
     return Unavailable("cannot listen on " + options_.host + ":" + std::to_string(options_.port),
                        {{"field", "listen"}});
   }
+  // cpp-httplib listens with a backlog of 5: when more clients connect at once
+  // (16 workers reporting a phase together), the kernel drops the extra SYNs and
+  // each client retries a second later. Listening again only changes the backlog.
+  if (listen_fd_ >= 0) (void)::listen(listen_fd_, kListenBacklog);
   return port_;
 }
 

@@ -53,6 +53,8 @@ class Server {
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   int port_ = 0;
+  int listen_fd_ = -1;  // the listening socket, once bound
+  static constexpr int kListenBacklog = 1024;
 };
 
 // Constant-time check of "Authorization: Bearer <token>".
