@@ -105,11 +105,11 @@ Result<std::map<int64_t, Json>> Service::RunCollectiveTasks(std::unique_lock<std
     for (const auto& wid : mesh.workers) {
       auto w = workers_.find(wid);
       if (w != workers_.end() && w->second.state != "dead") {
-        w->second.tasks.push_back({{"id", NewId("t")},
-                                   {"job", job_id},
-                                   {"kind", "abort"},
-                                   {"mesh_name", mesh.mesh.name},
-                                   {"error", ErrorBody(results.status())["error"]}});
+        QueueTask(&w->second, {{"id", NewId("t")},
+                               {"job", job_id},
+                               {"kind", "abort"},
+                               {"mesh_name", mesh.mesh.name},
+                               {"error", ErrorBody(results.status())["error"]}});
       }
     }
     cv_.notify_all();

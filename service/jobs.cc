@@ -117,6 +117,7 @@ void Service::SetPhase(const std::string& job_id, const std::string& phase) {
 
 void Service::FinishJob(const std::string& job_id, const Status& status, Json result) {
   JobRecord& job = jobs_.at(job_id);
+  for (const auto& [tid, t] : job.tasks) task_jobs_.erase(tid);
   ClosePhase(&job);
   job.ended_ms = NowMs();
   job.result = std::move(result);
@@ -146,6 +147,7 @@ Result<std::map<int64_t, Json>> Service::RunTasks(std::unique_lock<std::mutex>& 
                                                   uint64_t total_bytes, int64_t timeout_ms) {
   {
     JobRecord& job = jobs_.at(job_id);
+    for (const auto& [tid, t] : job.tasks) task_jobs_.erase(tid);
     job.tasks.clear();
     job.done_bytes = 0;
     job.total_bytes = total_bytes;
@@ -161,11 +163,12 @@ Result<std::map<int64_t, Json>> Service::RunTasks(std::unique_lock<std::mutex>& 
       Json p = payload;
       p["id"] = tid;
       p["job"] = job_id;
-      w->second.tasks.push_back(std::move(p));
       TaskState ts;
       ts.worker = wid;
       ts.rank = rank;
       job.tasks[tid] = ts;
+      task_jobs_[tid] = job_id;
+      QueueTask(&w->second, std::move(p));
     }
     PublishJob(job);
   }
@@ -180,6 +183,7 @@ Result<std::map<int64_t, Json>> Service::RunTasks(std::unique_lock<std::mutex>& 
     bool all_done = true;
     std::vector<int64_t> pending;
     for (const auto& [tid, t] : job.tasks) {
+      if (t.state == "succeeded") continue;
       const std::string who = "worker " + t.worker + " (rank " + std::to_string(t.rank) + ")";
       if (t.state == "failed") {
         Status st = StatusFromErrorJson(t.error);
@@ -191,10 +195,8 @@ Result<std::map<int64_t, Json>> Service::RunTasks(std::unique_lock<std::mutex>& 
         return Unavailable(who + " is dead: no heartbeat for " + std::to_string(age) + " ms",
                            {{"worker", t.worker}, {"rank", t.rank}});
       }
-      if (t.state != "succeeded") {
-        all_done = false;
-        pending.push_back(t.rank);
-      }
+      all_done = false;
+      pending.push_back(t.rank);
     }
     if (all_done) {
       std::map<int64_t, Json> results;
@@ -464,7 +466,7 @@ Status Service::RunSave(const std::string& job_id) {
     for (const auto& wid : mesh.workers) {
       auto w = workers_.find(wid);
       if (w != workers_.end() && w->second.state != "dead") {
-        w->second.tasks.push_back({{"id", NewId("t")}, {"job", job_id}, {"kind", "abort"}});
+        QueueTask(&w->second, {{"id", NewId("t")}, {"job", job_id}, {"kind", "abort"}});
       }
     }
     cv_.notify_all();

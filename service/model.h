@@ -2,9 +2,11 @@
 // catalog stores) and FromJson (for loading the catalog).
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,6 +27,9 @@ struct WorkerRecord {
   int64_t registered_ms = 0;
   int64_t last_heartbeat_ms = 0;
   std::deque<Json> tasks;  // not persisted: queued for the next long-poll
+  // Wakes this worker's long-poll alone (waited on with Service::mu_), so that
+  // queueing a task or a report does not wake every worker's poll.
+  std::shared_ptr<std::condition_variable> task_cv = std::make_shared<std::condition_variable>();
 
   Json ToJson(int64_t now, const std::vector<std::string>& meshes) const;
   static WorkerRecord FromJson(const Json& j);
@@ -87,6 +92,7 @@ struct JobRecord {
   bool cancel_requested = false;
   Json timings = Json::object();  // phase → ms spent in it
   int64_t phase_started_ms = 0;
+  int64_t published_ms = 0;  // last job event; task reports publish at most every 100 ms
 
   bool finished() const { return state == "succeeded" || state == "failed" || state == "cancelled"; }
   Json ToJson() const;

@@ -125,6 +125,7 @@ void Service::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    for (auto& [id, w] : workers_) w.task_cv->notify_all();
   }
   cv_.notify_all();
   if (coordination_) coordination_->Shutdown();
@@ -178,7 +179,15 @@ void Service::PersistJob(const JobRecord& j) {
   if (!st.ok()) std::fprintf(stderr, "catalog: %s\n", st.ToString().c_str());
 }
 
-void Service::PublishJob(const JobRecord& j) { events_.Publish("job", j.ToJson()); }
+void Service::PublishJob(const JobRecord& j) {
+  const_cast<JobRecord&>(j).published_ms = NowMs();
+  events_.Publish("job", j.ToJson());
+}
+
+void Service::QueueTask(WorkerRecord* w, Json task) {
+  w->tasks.push_back(std::move(task));
+  w->task_cv->notify_all();
+}
 
 std::vector<std::string> Service::MeshesOfWorker(const std::string& id) const {
   std::vector<std::string> out;
@@ -279,7 +288,9 @@ Result<Json> Service::PollTasks(const std::string& id, int64_t wait_ms) {
   if (it == workers_.end()) return NotFound("unknown worker " + id, {{"worker", id}});
   wait_ms = std::clamp<int64_t>(wait_ms, 0, options_.max_wait_ms);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
-  cv_.wait_until(lock, deadline, [&] {
+  // Hold the worker's wakeup: the record may be erased (DeleteWorker) while we wait.
+  std::shared_ptr<std::condition_variable> wake = it->second.task_cv;
+  wake->wait_until(lock, deadline, [&] {
     auto w = workers_.find(id);
     return stopping_ || w == workers_.end() || !w->second.tasks.empty();
   });
@@ -288,7 +299,16 @@ Result<Json> Service::PollTasks(const std::string& id, int64_t wait_ms) {
   if (it != workers_.end()) {
     it->second.last_heartbeat_ms = std::max(it->second.last_heartbeat_ms, NowMs() - wait_ms);
     while (!it->second.tasks.empty()) {
-      tasks.push_back(std::move(it->second.tasks.front()));
+      Json& task = it->second.tasks.front();
+      // Delivered is running: the worker reports only the outcome and progress.
+      auto j = task_jobs_.find(task.value("id", ""));
+      if (j != task_jobs_.end()) {
+        auto t = jobs_.at(j->second).tasks.find(j->first);
+        if (t != jobs_.at(j->second).tasks.end() && t->second.state == "queued") {
+          t->second.state = "running";
+        }
+      }
+      tasks.push_back(std::move(task));
       it->second.tasks.pop_front();
     }
   }
@@ -302,30 +322,39 @@ Status Service::ReportTask(const std::string& worker, const std::string& task, c
     return InvalidArgument("state must be running, succeeded or failed", {{"field", "state"}});
   }
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [jid, job] : jobs_) {
-    auto t = job.tasks.find(task);
-    if (t == job.tasks.end()) continue;
-    if (t->second.worker != worker) {
-      return InvalidArgument("task " + task + " belongs to worker " + t->second.worker,
-                             {{"field", "task"}});
+  auto owner = task_jobs_.find(task);
+  if (owner == task_jobs_.end()) {
+    // A late report of a task whose job has ended or moved on is harmless.
+    for (const auto& [jid, job] : jobs_) {
+      if (job.tasks.count(task)) return Status::Ok();
     }
-    if (job.finished()) return Status::Ok();  // late report of an ended job
-    TaskState& ts = t->second;
-    ts.state = state;
-    if (body.contains("progress") && body["progress"].is_object()) {
-      ts.done_bytes = body["progress"].value("done_bytes", ts.done_bytes);
-      ts.total_bytes = body["progress"].value("total_bytes", ts.total_bytes);
-    }
-    if (body.contains("result")) ts.result = body["result"];
-    if (body.contains("error")) ts.error = body["error"];
-    uint64_t done = 0;
-    for (const auto& [id, other] : job.tasks) done += other.done_bytes;
-    job.done_bytes = std::min(done, job.total_bytes ? job.total_bytes : done);
-    PublishJob(job);
-    cv_.notify_all();
-    return Status::Ok();
+    return NotFound("unknown task " + task, {{"task", task}});
   }
-  return NotFound("unknown task " + task, {{"task", task}});
+  JobRecord& job = jobs_.at(owner->second);
+  auto t = job.tasks.find(task);
+  if (t == job.tasks.end()) return NotFound("unknown task " + task, {{"task", task}});
+  if (t->second.worker != worker) {
+    return InvalidArgument("task " + task + " belongs to worker " + t->second.worker,
+                           {{"field", "task"}});
+  }
+  if (job.finished()) return Status::Ok();  // late report of an ended job
+  TaskState& ts = t->second;
+  const bool ended = state != "running";
+  ts.state = state;
+  if (body.contains("progress") && body["progress"].is_object()) {
+    const uint64_t before = ts.done_bytes;
+    ts.done_bytes = body["progress"].value("done_bytes", ts.done_bytes);
+    ts.total_bytes = body["progress"].value("total_bytes", ts.total_bytes);
+    job.done_bytes += ts.done_bytes - std::min(before, ts.done_bytes);
+    if (job.total_bytes) job.done_bytes = std::min(job.done_bytes, job.total_bytes);
+  }
+  if (body.contains("result")) ts.result = body["result"];
+  if (body.contains("error")) ts.error = body["error"];
+  // Events at most every 100 ms per job (a phase change publishes anyway): a
+  // report of each of N workers must not cost N² of JSON.
+  if (state == "failed" || NowMs() - job.published_ms >= 100) PublishJob(job);
+  if (ended) cv_.notify_all();
+  return Status::Ok();
 }
 
 Json Service::ListWorkers() {
@@ -352,6 +381,7 @@ Status Service::DeleteWorker(const std::string& id) {
   if (WorkerBusy(id)) {
     return Conflict("worker " + id + " is in a running job", {{"worker", id}});
   }
+  it->second.task_cv->notify_all();
   workers_.erase(it);
   worker_order_.erase(std::remove(worker_order_.begin(), worker_order_.end(), id),
                       worker_order_.end());

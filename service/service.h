@@ -107,6 +107,9 @@ class Service {
   void PersistCheckpoint(const CheckpointRecord& c);
   void PersistJob(const JobRecord& j);
   void PublishJob(const JobRecord& j);
+  // Queues a task for a worker's next long-poll and wakes that poll.
+  // REQUIRES: mu_ held.
+  void QueueTask(WorkerRecord* w, Json task);
   std::vector<std::string> MeshesOfWorker(const std::string& id) const;
   Status CheckMesh(const std::string& name) const;  // not_found naming the mesh
   Json MeshJson(const MeshRecord& m) const;          // the record plus its retention policy
@@ -157,6 +160,7 @@ class Service {
   std::map<std::string, MeshRecord> meshes_;           // GUARDED_BY(mu_)
   std::map<std::string, CheckpointRecord> checkpoints_;  // GUARDED_BY(mu_) by key()
   std::map<std::string, JobRecord> jobs_;              // GUARDED_BY(mu_)
+  std::map<std::string, std::string> task_jobs_;       // GUARDED_BY(mu_) running task → job
   std::vector<std::string> job_order_;                 // GUARDED_BY(mu_) creation order
   std::map<std::string, RetentionPolicy> retention_;   // GUARDED_BY(mu_)
   storage::ThreadSet job_threads_;

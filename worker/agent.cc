@@ -42,7 +42,8 @@ class Throttle {
 }  // namespace
 
 Agent::Agent(AgentOptions options, storage::Env* env)
-    : options_(std::move(options)), env_(env), io_pool_(options_.io_threads) {}
+    : options_(std::move(options)), env_(env), io_pool_(options_.io_threads),
+      clients_(options_.server, options_.token, 30) {}
 
 Agent::~Agent() { Stop(); }
 
@@ -73,8 +74,7 @@ MeshResolver Agent::Resolver() {
 }
 
 Result<MeshPlacement> Agent::FetchPlacement(const std::string& mesh) {
-  http::Client client(options_.server, options_.token, 10);
-  auto j = client.Call("GET", "/api/v1/meshes/" + http::PercentEncode(mesh));
+  auto j = clients_.Acquire()->Call("GET", "/api/v1/meshes/" + http::PercentEncode(mesh));
   if (!j.ok()) {
     if (j.status().code() == Code::kNotFound) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -145,7 +145,9 @@ void Agent::Stop() {
 }
 
 void Agent::HeartbeatLoop() {
-  http::Client client(options_.server, options_.token, 5);
+  // A connection per heartbeat: an idle keep-alive connection between beats
+  // would cost tesserad more (it polls each one) than opening a new one.
+  http::Client client(options_.server, options_.token, 5, /*keep_alive=*/false);
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
     cv_.wait_for(lock, std::chrono::milliseconds(heartbeat_ms_));
@@ -208,8 +210,7 @@ void Agent::Execute(Json task) {
     snapshots_.erase(job);
     return;
   }
-  http::Client client(options_.server, options_.token, 30);
-  Report(&client, tid, "running", 0, 0, nullptr, Status::Ok());
+  // tesserad marked the task running when it handed it over: only the outcome is reported.
   if (auto d = options_.task_delay_ms.find(kind); d != options_.task_delay_ms.end()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(d->second));
   }
@@ -226,7 +227,8 @@ void Agent::Execute(Json task) {
     snapshots_.erase(job);
   }
   uint64_t bytes = r.ok() ? r->value("bytes", uint64_t{0}) : 0;
-  Report(&client, tid, r.ok() ? "succeeded" : "failed", bytes, bytes, r.ok() ? *r : Json(),
+  auto client = clients_.Acquire();
+  Report(client.get(), tid, r.ok() ? "succeeded" : "failed", bytes, bytes, r.ok() ? *r : Json(),
          r.status());
 }
 
@@ -331,7 +333,7 @@ Result<Json> Agent::DoWrite(const Json& task) {
   }
   Json result = {{"fragment", nullptr}, {"bytes", 0}};
   if (!todo.empty()) {
-    http::Client client(options_.server, options_.token, 10);
+    auto client = clients_.Acquire();
     Throttle throttle;
     const std::string tid = task.value("id", "");
     storage::ShardOptions opt;
@@ -339,7 +341,7 @@ Result<Json> Agent::DoWrite(const Json& task) {
     opt.level = task.value("level", 1);
     opt.pool = &io_pool_;
     opt.on_progress = [&](uint64_t done) {
-      if (throttle.Due()) Report(&client, tid, "running", done, total, nullptr, Status::Ok());
+      if (throttle.Due()) Report(client.get(), tid, "running", done, total, nullptr, Status::Ok());
     };
     ASSIGN_OR_RETURN(auto w, storage::WriteRank(env_, task.value("staging", ""), p.rank, todo, opt));
     result = {{"fragment", storage::FragmentFileName(p.rank)},
@@ -356,7 +358,7 @@ Result<Json> Agent::DoRestore(const Json& task) {
   const std::string dir = task.value("dir", "");
   ASSIGN_OR_RETURN(auto index, storage::CheckpointIndex::Open(env_, dir));
   storage::ShardCache shards(env_, dir);
-  http::Client client(options_.server, options_.token, 10);
+  auto client = clients_.Acquire();
   Throttle throttle;
   const std::string tid = task.value("id", "");
   uint64_t total = 0, done = 0, read = 0;
@@ -393,7 +395,7 @@ Result<Json> Agent::DoRestore(const Json& task) {
       RETURN_IF_ERROR(store_->Install(p.mesh.name, name, it.desc, device, cached->second.data(),
                                       cached->second.size()));
       done += cached->second.size();
-      if (throttle.Due()) Report(&client, tid, "running", done, total, nullptr, Status::Ok());
+      if (throttle.Due()) Report(client.get(), tid, "running", done, total, nullptr, Status::Ok());
     }
   }
   return Json{{"bytes", done}, {"stored_bytes_read", read}, {"tensors", items.size()}};

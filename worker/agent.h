@@ -109,6 +109,7 @@ class Agent {
   std::string id_;
   int64_t heartbeat_ms_ = 500;
   storage::ThreadPool io_pool_;
+  http::ClientPool clients_;  // to tesserad, for task reports
 
   std::mutex mu_;
   std::condition_variable cv_;

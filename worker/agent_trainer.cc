@@ -19,8 +19,10 @@ namespace {
 
 using http::Request;
 
-// Longest wait one GET /v1/saves or restore call may ask for.
+// Longest wait one /v1/save or GET /v1/saves call may ask for (callers loop).
 constexpr int64_t kMaxWaitMs = 60 * 1000;
+// A restore answers when it is done: it may take as long as reading the state.
+constexpr int64_t kMaxRestoreMs = 3600 * 1000;
 // How long the background start of a save retries an unreachable tesserad.
 constexpr int64_t kStartRetryMs = 30 * 1000;
 
@@ -41,10 +43,10 @@ Result<int64_t> StepFrom(const std::string& text, const std::string& field) {
   return step;
 }
 
-Result<int64_t> TimeoutQuery(const Request& req, int64_t fallback) {
+Result<int64_t> TimeoutQuery(const Request& req, int64_t fallback, int64_t max = kMaxWaitMs) {
   ASSIGN_OR_RETURN(int64_t t, http::QueryInt(req, "timeout_ms", fallback));
-  if (t < 0 || t > kMaxWaitMs) {
-    return InvalidArgument("timeout_ms must be 0.." + std::to_string(kMaxWaitMs),
+  if (t < 0 || t > max) {
+    return InvalidArgument("timeout_ms must be 0.." + std::to_string(max),
                            {{"field", "timeout_ms"}});
   }
   return t;
@@ -212,7 +214,7 @@ void Agent::AddTrainerRoutes(http::Router* router) {
                  const std::string step = req.Query("step").value_or("latest");
                  if (step != "latest") RETURN_IF_ERROR(StepFrom(step, "step").status());
                  ASSIGN_OR_RETURN(Json body, http::JsonBody(req));
-                 ASSIGN_OR_RETURN(int64_t timeout, TimeoutQuery(req, kMaxWaitMs));
+                 ASSIGN_OR_RETURN(int64_t timeout, TimeoutQuery(req, 600 * 1000, kMaxRestoreMs));
                  return RestoreForTrainer(mesh, step, body, timeout);
                }),
                "restore this worker's devices of a mesh from a committed step (default latest)",

@@ -132,7 +132,9 @@ int main(int argc, char** argv) {
   tessera::http::ServerOptions hopts;
   hopts.host = "127.0.0.1";
   hopts.port = local_port;
-  hopts.threads = 16;
+  // Each open trainer connection holds a thread (cpp-httplib), and saves,
+  // restores and collectives wait in theirs: room for several trainers' threads.
+  hopts.threads = 64;
   hopts.max_body_bytes = size_t{64} << 30;  // tensor shards
   hopts.read_timeout_s = 300;
   hopts.write_timeout_s = 300;

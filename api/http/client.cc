@@ -2,14 +2,16 @@
 
 #include <httplib.h>
 
+#include <mutex>
+
 namespace tessera::http {
 
-Client::Client(const std::string& base, std::string token, int timeout_s)
+Client::Client(const std::string& base, std::string token, int timeout_s, bool keep_alive)
     : base_(base), token_(std::move(token)), client_(std::make_unique<httplib::Client>(base)) {
   client_->set_connection_timeout(5, 0);
   client_->set_read_timeout(timeout_s, 0);
   client_->set_write_timeout(timeout_s, 0);
-  client_->set_keep_alive(true);
+  client_->set_keep_alive(keep_alive);
   client_->set_tcp_nodelay(true);
 }
 
@@ -47,6 +49,38 @@ Result<Json> Client::Call(const std::string& method, const std::string& path, co
   if (r.status < 200 || r.status >= 300) return StatusFromResponse(r.status, r.body);
   if (r.body.empty()) return Json();
   return ParseJson(r.body, "response from " + base_ + path);
+}
+
+struct ClientPool::Idle {
+  std::mutex mu;
+  std::vector<std::unique_ptr<Client>> clients;  // GUARDED_BY(mu)
+  size_t max = 8;
+};
+
+ClientPool::ClientPool(std::string base, std::string token, int timeout_s, size_t max_idle)
+    : base_(std::move(base)), token_(std::move(token)), timeout_s_(timeout_s),
+      idle_(std::make_shared<Idle>()) {
+  idle_->max = max_idle;
+}
+
+std::shared_ptr<Client> ClientPool::Acquire() {
+  std::unique_ptr<Client> client;
+  {
+    std::lock_guard<std::mutex> lock(idle_->mu);
+    if (!idle_->clients.empty()) {
+      client = std::move(idle_->clients.back());
+      idle_->clients.pop_back();
+    }
+  }
+  if (!client) client = std::make_unique<Client>(base_, token_, timeout_s_);
+  std::weak_ptr<Idle> home = idle_;
+  return std::shared_ptr<Client>(client.release(), [home](Client* raw) {
+    std::unique_ptr<Client> owned(raw);
+    if (auto idle = home.lock()) {
+      std::lock_guard<std::mutex> lock(idle->mu);
+      if (idle->clients.size() < idle->max) idle->clients.push_back(std::move(owned));
+    }
+  });
 }
 
 Status StatusFromResponse(int http_status, const std::string& body) {

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "api/json_codec.h"
 #include "api/status.h"
@@ -24,7 +25,10 @@ struct RawResponse {
 class Client {
  public:
   // `base` like "http://127.0.0.1:7070"; `token` is sent as a bearer token when set.
-  Client(const std::string& base, std::string token = "", int timeout_s = 60);
+  // `keep_alive` false closes the connection after each request: for callers
+  // that call rarely, whose idle connection would only cost the server polling.
+  Client(const std::string& base, std::string token = "", int timeout_s = 60,
+         bool keep_alive = true);
   ~Client();
 
   // Raw request; transport failures are unavailable naming the address.
@@ -41,6 +45,21 @@ class Client {
   std::string base_;
   std::string token_;
   std::unique_ptr<httplib::Client> client_;
+};
+
+// Keep-alive clients of one server, shared by many threads: each caller gets a
+// client of its own for as long as it holds it, and a connection already open
+// when there is an idle one. Thread-safe; handles may outlive the pool.
+class ClientPool {
+ public:
+  ClientPool(std::string base, std::string token, int timeout_s, size_t max_idle = 8);
+  std::shared_ptr<Client> Acquire();
+
+ private:
+  struct Idle;
+  std::string base_, token_;
+  int timeout_s_;
+  std::shared_ptr<Idle> idle_;
 };
 
 // The Status carried by an API.md error body (or a generic one for other bodies).

@@ -29,6 +29,7 @@ Server::Server(std::shared_ptr<Router> router, ServerOptions options)
   s.set_read_timeout(options_.read_timeout_s, 0);
   s.set_write_timeout(options_.write_timeout_s, 0);
   s.set_keep_alive_max_count(1000);
+  s.set_keep_alive_timeout(options_.keep_alive_timeout_s);
   s.set_tcp_nodelay(true);  // small responses must not wait for delayed ACKs
   // Remember the listening socket, so that Bind can raise its backlog.
   s.set_socket_options([this](int sock) {

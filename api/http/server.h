@@ -27,6 +27,9 @@ struct ServerOptions {
   std::string token;                     // empty: no auth
   int read_timeout_s = 30;
   int write_timeout_s = 30;
+  // How long an idle keep-alive connection stays open. cpp-httplib watches
+  // each one by polling every ~10 ms, so idle connections cost CPU: keep it short.
+  int keep_alive_timeout_s = 1;
   // Called after every request: the route pattern ("" if none), status, duration.
   std::function<void(const Request&, const std::string& pattern, int status, double ms)> on_request;
 };

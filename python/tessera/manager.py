@@ -391,11 +391,11 @@ class CheckpointManager:
         if first is not None:
             raise first
 
-    def restore(self, step=None, tensors=None, timeout=60.0):
+    def restore(self, step=None, tensors=None, timeout=600.0):
         """Restores this worker's devices from checkpoint `step` (default: the
         latest committed one) into the tensors, mapped ones in place, and returns
         the step restored. tensors: names to restore (default all). timeout:
-        seconds the worker may take (it accepts at most 60)."""
+        seconds the worker may take (at most 3600)."""
         if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
             raise invalid_argument("step must be a non-negative int or None, not %r" % (step,),
                                    field="step")
