@@ -391,6 +391,30 @@ int main(int argc, char** argv) {
     }
   }
 
+  // One trainer at a time: each stall is one worker's copy with the machine to
+  // itself. The job completes once the fourth has called.
+  {
+    std::vector<double> per_save;  // median over trainers, per save
+    for (int rep = 0; rep < 3; ++rep) {
+      ++step;
+      std::vector<double> stall;
+      for (int w = 0; w < 4; ++w) {
+        http::Client local(c.worker_url(w), "", 600);
+        auto s = Clock::now();
+        auto r = local.Call("POST", "/v1/save?mesh=bench&step=" + std::to_string(step),
+                            {{"compression", "none"}});
+        stall.push_back(Secs(s) * 1e3);
+        if (!r.ok()) Die("solo save", r.status());
+      }
+      http::Client local(c.worker_url(0), "", 600);
+      Json started = Check(local.Call("GET", "/v1/saves/" + std::to_string(step) +
+                                                 "?mesh=bench&wait=started"),
+                           "solo save job");
+      WaitJob(c, started["job"]);
+      per_save.push_back(Median(stall));
+    }
+    EmitLine({{"bench", "solo_stall"}, {"steady_ms", Median(per_save)}, {"per_save_ms", per_save}});
+  }
   for (int rep = 0; rep < repeat; ++rep) {
     auto t0 = Clock::now();
     Json r = Check(c.Call("POST", "/api/v1/meshes/bench/checkpoints/latest/restore", Json::object()),
