@@ -677,8 +677,8 @@ def cluster_section(w, rows, t_save, t_cold, t_warm, engine=None):
         w(f"- memcpy of one worker's share ({memcpy['bytes_per_worker']:,} B) into memory already "
           f"faulted in: {one:.1f} ms alone, {four:.1f} ms when four workers copy at once (what "
           f"the 2 vCPUs allow four snapshots together). The first save's stall "
-          f"({med(first):.0f} ms) copies into snapshot buffers that creating the mappings "
-          "already faulted in, like every later save.")
+          f"({med(first):.0f} ms) is still several times a later one, although creating the "
+          "mappings faults in their snapshot buffers; the rest of that cost is not yet explained.")
     if hb:
         w(f"- Control plane: {hb['workers']} simulated workers heartbeating at 1 Hz for "
           f"{hb['requests']} requests: p50 {hb['p50_ms']:.2f} ms, p99 {hb['p99_ms']:.2f} ms, max "
