@@ -112,33 +112,49 @@ void BenchHeartbeats(tools::LocalCluster& c, int workers, double seconds) {
   for (const auto& id : ids) (void)client.Call("DELETE", "/api/v1/workers/" + id);
 }
 
-void BenchSave64(tools::LocalCluster& c, int ranks) {
-  // In-process agents: real registration, task delivery, shard writes and merge.
+// In-process agents on one tesserad: real registration, task delivery, reports,
+// shard writes and merge, without a process per rank.
+struct InProcessAgents {
   std::vector<std::unique_ptr<worker::Agent>> agents;
   std::vector<std::unique_ptr<worker::TensorStore>> stores;
-  Json workers = Json::array();
-  for (int r = 0; r < ranks; ++r) {
-    worker::AgentOptions o;
-    o.server = c.url();
-    o.token = c.token();
-    o.name = "rank-" + std::to_string(r);
-    o.local_port = 1;
-    o.io_threads = 1;
-    auto a = std::make_unique<worker::Agent>(o, storage::DefaultEnv());
-    auto s = std::make_unique<worker::TensorStore>(a->Resolver(), worker::TensorStoreOptions{});
-    a->SetStore(s.get());
-    if (auto st = a->Register(5000); !st.ok()) Die("register rank", st);
-    a->Start();
-    workers.push_back(a->id());
-    agents.push_back(std::move(a));
-    stores.push_back(std::move(s));
+  Json ids = Json::array();
+
+  InProcessAgents(tools::LocalCluster& c, int ranks, const std::string& prefix,
+                  worker::TensorStoreOptions store_options = {}) {
+    for (int r = 0; r < ranks; ++r) {
+      worker::AgentOptions o;
+      o.server = c.url();
+      o.token = c.token();
+      o.name = prefix + std::to_string(r);
+      o.local_port = 1;
+      o.io_threads = 1;
+      auto a = std::make_unique<worker::Agent>(o, storage::DefaultEnv());
+      auto s = std::make_unique<worker::TensorStore>(a->Resolver(), store_options);
+      a->SetStore(s.get());
+      if (auto st = a->Register(5000); !st.ok()) Die("register rank", st);
+      a->Start();
+      ids.push_back(a->id());
+      agents.push_back(std::move(a));
+      stores.push_back(std::move(s));
+    }
   }
+  // Each Stop waits out a long-poll: stop them together.
+  void Stop() {
+    std::vector<std::thread> stoppers;
+    for (auto& a : agents) stoppers.emplace_back([&a] { a->Stop(); });
+    for (auto& t : stoppers) t.join();
+  }
+};
+
+void BenchSave64(tools::LocalCluster& c, int ranks) {
+  InProcessAgents sim(c, ranks, "rank-");
+  auto& stores = sim.stores;
   // No registration self-test: it is a collective over the workers' data ports,
   // which these in-process agents do not open (no MeshCollectives), and it is not
   // what this measures.
   Check(c.Call("PUT", "/api/v1/meshes/sim64",
                {{"axes", {{{"name", "d"}, {"size", ranks}}}},
-                {"workers", workers},
+                {"workers", sim.ids},
                 {"self_test", false}}),
         "register sim64");
   // 16 tensors of 64 rows x 4096 float32 per rank: 16 MiB per rank, 1 GiB total.
@@ -160,10 +176,8 @@ void BenchSave64(tools::LocalCluster& c, int ranks) {
   uint64_t bytes = done["result"]["checkpoint"]["logical_bytes"];
   EmitLine({{"bench", "save64"}, {"ranks", ranks}, {"bytes", bytes}, {"time_s", secs},
         {"GBps", bytes / secs / 1e9}});
-  std::vector<std::thread> stoppers;  // each Stop waits out a long-poll: stop them together
-  for (auto& a : agents) stoppers.emplace_back([&a] { a->Stop(); });
-  for (auto& t : stoppers) t.join();
-  for (int r = 0; r < ranks; ++r) (void)c.Call("DELETE", "/api/v1/workers/" + agents[r]->id());
+  sim.Stop();
+  for (const auto& id : sim.ids) (void)c.Call("DELETE", "/api/v1/workers/" + id.get<std::string>());
 }
 
 // Saves of 4 KiB per worker, REST call to commit: what the control plane costs
@@ -221,29 +235,12 @@ void TinySavesOfAgents(const tools::ClusterOptions& base, int ranks, int saves) 
   opts.server_threads = 4 * ranks + 64;
   auto cluster = Check(tools::LocalCluster::Start(opts), "start cluster");
   auto& c = *cluster;
-  std::vector<std::unique_ptr<worker::Agent>> agents;
-  std::vector<std::unique_ptr<worker::TensorStore>> stores;
-  Json ids = Json::array();
-  for (int r = 0; r < ranks; ++r) {
-    worker::AgentOptions o;
-    o.server = c.url();
-    o.token = c.token();
-    o.name = "sim-" + std::to_string(r);
-    o.local_port = 1;
-    o.io_threads = 1;
-    auto a = std::make_unique<worker::Agent>(o, storage::DefaultEnv());
-    worker::TensorStoreOptions so;
-    so.copy_threads = 1;
-    auto s = std::make_unique<worker::TensorStore>(a->Resolver(), so);
-    a->SetStore(s.get());
-    if (auto st = a->Register(5000); !st.ok()) Die("register rank", st);
-    a->Start();
-    ids.push_back(a->id());
-    agents.push_back(std::move(a));
-    stores.push_back(std::move(s));
-  }
+  worker::TensorStoreOptions so;
+  so.copy_threads = 1;
+  InProcessAgents sim(c, ranks, "sim-", so);
+  auto& stores = sim.stores;
   Check(c.Call("PUT", "/api/v1/meshes/sim",
-               {{"axes", {{{"name", "d"}, {"size", ranks}}}}, {"workers", ids}, {"self_test", false}}),
+               {{"axes", {{{"name", "d"}, {"size", ranks}}}}, {"workers", sim.ids}, {"self_test", false}}),
         "register sim mesh");
   TinySaves(c, "sim", ranks, "in-process", saves, [&] {
     const std::string shard = storage::SyntheticBytes(DType::kFloat32, 1024, 5);
@@ -252,10 +249,8 @@ void TinySavesOfAgents(const tools::ClusterOptions& base, int ranks, int saves) 
       if (auto st = stores[r]->Put("sim", "x", desc, r, shard); !st.ok()) Die("put", st);
     }
   });
-  std::vector<std::thread> stoppers;
-  for (auto& a : agents) stoppers.emplace_back([&a] { a->Stop(); });
-  for (auto& t : stoppers) t.join();
-  agents.clear();
+  sim.Stop();
+  sim.agents.clear();
   cluster.reset();
   std::error_code ec;
   std::filesystem::remove_all(opts.dir, ec);
