@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -66,14 +67,25 @@ Result<std::shared_ptr<ShardBuffer>> ShardBuffer::Shm(const std::string& dir,
     if (int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); err != 0) {
       return fail(err, "reserve " + std::to_string(bytes) + " bytes in shared-memory file");
     }
-    // Populated: the pages exist already (fallocate), so the first snapshot
-    // takes no page-table faults on them.
-    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) return fail(errno, "map shared-memory file");
   }
-  close(fd);  // the mapping keeps the file's pages; the path lets the trainer open it
+  // Kept open for CopyOut; the path lets the trainer open it.
   return std::shared_ptr<ShardBuffer>(
-      new ShardBuffer(Kind::kFileMap, static_cast<uint8_t*>(p), bytes, path));
+      new ShardBuffer(Kind::kFileMap, static_cast<uint8_t*>(p), bytes, path, fd));
+}
+
+void ShardBuffer::CopyOut(size_t offset, size_t n, uint8_t* dst) const {
+  size_t done = 0;
+  if (fd_ >= 0) {
+    while (done < n) {
+      const ssize_t got = pread(fd_, dst + done, n - done, static_cast<off_t>(offset + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) break;  // cannot happen on a file we sized; the mapping has the rest
+      done += static_cast<size_t>(got);
+    }
+  }
+  if (done < n) std::memcpy(dst + done, data_ + offset + done, n - done);
 }
 
 ShardBuffer::~ShardBuffer() {
@@ -88,6 +100,7 @@ ShardBuffer::~ShardBuffer() {
       break;
     case Kind::kFileMap:
       if (size_ > 0) munmap(data_, size_);
+      close(fd_);
       unlink(path_.c_str());
       break;
   }
@@ -124,10 +137,9 @@ Result<std::shared_ptr<ShardBuffer>> ShardBufferPool::Acquire(size_t bytes) {
 Status ShardBufferPool::Reserve(size_t bytes) {
   if (bytes == 0 || bytes > max_bytes_) return Status::Ok();
   ASSIGN_OR_RETURN(std::unique_ptr<ShardBuffer> buffer, ShardBuffer::NewHeap(bytes));
-  // One write per page faults it in (a huge page where the kernel gives one).
-  volatile uint8_t* p = buffer->data();
-  for (size_t off = 0; off < bytes; off += 4096) p[off] = 0;
-  p[bytes - 1] = 0;
+  // Every byte written, not one per page: on virtual machines a page touched
+  // once still makes the first full copy into it about twice as slow.
+  std::memset(buffer->data(), 0, bytes);
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.reserved;

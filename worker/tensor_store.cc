@@ -102,14 +102,21 @@ std::string TensorStore::ShmFileName(const std::string& name, int64_t device) {
          "-" + safe;
 }
 
+void TensorStore::CopyRun::Copy() const {
+  if (bytes == 0) return;  // src may be null when empty
+  if (from != nullptr) {
+    from->CopyOut(offset, bytes, dst);
+  } else {
+    std::memcpy(dst, src, bytes);
+  }
+}
+
 void TensorStore::CopyParallel(const std::vector<CopyRun>& runs) {
   size_t total = 0;
   for (const auto& r : runs) total += r.bytes;
   const size_t threads = copy_pool_ ? static_cast<size_t>(copy_pool_->size()) + 1 : 1;
   if (threads == 1 || total < kParallelCopyMin) {
-    for (const auto& r : runs) {
-      if (r.bytes > 0) std::memcpy(r.dst, r.src, r.bytes);  // src may be null when empty
-    }
+    for (const auto& r : runs) r.Copy();
     return;
   }
   // Cut the runs into `threads` spans of equal bytes; big buffers are split.
@@ -121,7 +128,7 @@ void TensorStore::CopyParallel(const std::vector<CopyRun>& runs) {
     for (size_t off = 0; off < r.bytes;) {
       const size_t room = span + 1 == threads ? std::numeric_limits<size_t>::max() : part - filled;
       const size_t take = std::min(r.bytes - off, room);
-      spans[span].push_back({r.src + off, r.dst + off, take});
+      spans[span].push_back({r.src + off, r.dst + off, take, r.from, r.offset + off});
       off += take;
       filled += take;
       if (filled == part && span + 1 < threads) {
@@ -131,7 +138,7 @@ void TensorStore::CopyParallel(const std::vector<CopyRun>& runs) {
     }
   }
   auto copy_span = [](const std::vector<CopyRun>& s) {
-    for (const auto& r : s) std::memcpy(r.dst, r.src, r.bytes);
+    for (const auto& r : s) r.Copy();
   };
   std::vector<std::future<void>> done;
   for (size_t i = 1; i < threads; ++i) {
@@ -335,7 +342,7 @@ Result<std::shared_ptr<const Snapshot>> TensorStore::TakeSnapshot(
     for (size_t j = 0; j < sources[i].size(); ++j) {
       const ShardBuffer& src = *sources[i][j];
       ASSIGN_OR_RETURN(std::shared_ptr<ShardBuffer> dst, pool_->Acquire(src.size()));
-      runs.push_back({src.data(), dst->data(), src.size()});
+      runs.push_back({src.data(), dst->data(), src.size(), src.mapped() ? &src : nullptr, 0});
       snapshot->tensors[i].shards[j].buffer = std::move(dst);
     }
   }

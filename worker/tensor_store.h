@@ -171,6 +171,11 @@ class TensorStore {
     const uint8_t* src;
     uint8_t* dst;
     size_t bytes;
+    // When set, src is this buffer's data() + offset, read with CopyOut.
+    const ShardBuffer* from = nullptr;
+    size_t offset = 0;
+
+    void Copy() const;
   };
 
   Result<Checked> Check(const std::string& mesh, const std::string& name, const TensorDesc& desc,

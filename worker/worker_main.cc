@@ -2,6 +2,8 @@
 // tensors, and executes save / restore tasks from tesserad.
 #include <CLI/CLI.hpp>
 
+#include <sys/resource.h>
+
 #include <csignal>
 #include <cstdio>
 #include <map>
@@ -114,6 +116,12 @@ int main(int argc, char** argv) {
   aopts.host = advertise;
   aopts.io_threads = io_threads;
   tessera::worker::Agent agent(aopts, env);
+  // Each mapped shard keeps its file open (snapshots read it with pread): a model
+  // with thousands of tensors needs more than the usual soft limit of 1024.
+  if (rlimit files{}; getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &files);
+  }
   tessera::worker::TensorStoreOptions sopts;
   sopts.shm_dir = shm_dir;
   sopts.copy_threads = copy_threads;
