@@ -674,11 +674,24 @@ def cluster_section(w, rows, t_save, t_cold, t_warm, engine=None):
             w(f"| {name}{extra} | {r['rep']} | {r['GBps']:.3f} | {r['time_s']:.2f} | | | | |")
     w("")
     if one and four:
-        w(f"- memcpy of one worker's share ({memcpy['bytes_per_worker']:,} B) into memory already "
-          f"faulted in: {one:.1f} ms alone, {four:.1f} ms when four workers copy at once (what "
-          f"the 2 vCPUs allow four snapshots together). The first save's stall "
-          f"({med(first):.0f} ms) is still several times a later one, although creating the "
-          "mappings faults in their snapshot buffers; the rest of that cost is not yet explained.")
+        w(f"- memcpy of one worker's share ({memcpy['bytes_per_worker']:,} B), in the benchmark "
+          f"process, from memory it has just written into memory already faulted in: {one:.1f} ms "
+          f"alone, {four:.1f} ms when four copies run at once (what the 2 vCPUs allow four "
+          "snapshots together). That is the bound, not what a worker can reach here: a worker "
+          "snapshots pages the trainer wrote, and on this virtual machine a process's first touch "
+          "of a page after a few idle seconds costs about a microsecond (256 MiB idle for 3 s: "
+          "66–226 ms through the worker's mapping against 9–16 ms hot, whatever MAP_POPULATE or "
+          "MADV_POPULATE did before). The worker therefore reads mapped shards with pread (the "
+          "kernel copies from its own mapping): 20–40 ms for 256 MiB in any state, and the first "
+          "save stalls like a later one once both have idled.")
+    if saves.get("zstd") and engine:
+        w("- Where a cluster save's time goes, against the engine alone: the write phase is "
+          "nearly all of it, and ~70% of the write phase is the kernel copying into fresh "
+          "page-cache pages (`copy_folio_from_iter_atomic` in a system profile). Pages the guest "
+          "has handed back to the host cost a fault in the host on first write; the engine "
+          "benchmark writes each run into a root it just deleted, so it writes into pages just "
+          "freed. The cluster benchmark therefore deletes the previous checkpoint before each "
+          "save; with 6 GiB of checkpoints kept, the same saves ran at 0.34–0.45 GB/s.")
     if hb:
         w(f"- Control plane: {hb['workers']} simulated workers heartbeating at 1 Hz for "
           f"{hb['requests']} requests: p50 {hb['p50_ms']:.2f} ms, p99 {hb['p99_ms']:.2f} ms, max "

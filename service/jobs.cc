@@ -184,15 +184,15 @@ Result<std::map<int64_t, Json>> Service::RunTasks(std::unique_lock<std::mutex>& 
     std::vector<int64_t> pending;
     for (const auto& [tid, t] : job.tasks) {
       if (t.state == "succeeded") continue;
-      const std::string who = "worker " + t.worker + " (rank " + std::to_string(t.rank) + ")";
+      auto who = [&t] { return "worker " + t.worker + " (rank " + std::to_string(t.rank) + ")"; };
       if (t.state == "failed") {
         Status st = StatusFromErrorJson(t.error);
-        return st.WithContext(who).WithDetail("worker", t.worker).WithDetail("rank", t.rank);
+        return st.WithContext(who()).WithDetail("worker", t.worker).WithDetail("rank", t.rank);
       }
       auto w = workers_.find(t.worker);
       if (w == workers_.end() || w->second.state == "dead") {
         int64_t age = w == workers_.end() ? 0 : NowMs() - w->second.last_heartbeat_ms;
-        return Unavailable(who + " is dead: no heartbeat for " + std::to_string(age) + " ms",
+        return Unavailable(who() + " is dead: no heartbeat for " + std::to_string(age) + " ms",
                            {{"worker", t.worker}, {"rank", t.rank}});
       }
       all_done = false;
