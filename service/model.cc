@@ -18,7 +18,9 @@ Json WorkerRecord::ToJson(int64_t now, const std::vector<std::string>& meshes) c
           {"devices", devices},
           {"data_port", data_port},
           {"local_port", local_port},
-          {"local_api", "http://" + host + ":" + std::to_string(local_port)},
+          // The local API listens on the worker host's loopback only: this address
+          // works for trainers on that host, and nowhere else.
+          {"local_api", "http://127.0.0.1:" + std::to_string(local_port)},
           {"registered_at", registered_ms},
           {"meshes", meshes}};
 }

@@ -1,0 +1,136 @@
+"""Hosts for multi-host tests, on one machine: each host is a network namespace with
+its own address on a bridge, and its own mount namespace with private /tmp and
+/dev/shm. Nothing passes between hosts except over the network and through the
+checkpoint root, which every host sees at the same path (a directory bind-shared
+by default, the way a NAS or a cluster file system would be).
+
+Needs root (ip netns, unshare, nsenter from iproute2 and util-linux).
+
+    with Hosts(5) as hosts:                  # host 0 at 10.x.y.10, host 1 at .11, ...
+        p = hosts.start(1, ["tessera-worker", ...], "worker-1.log")
+        hosts.run(1, ["python3", "trainer.py"])
+        hosts.link_down(1); hosts.link_up(1)
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+from tessera.local import Process  # noqa: E402
+
+
+def sh(*argv, check=True):
+    r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError("%s failed (%d): %s" % (" ".join(argv), r.returncode, r.stderr.strip()))
+    return r.stdout
+
+
+def can_run():
+    """None when this process can build hosts, else why not."""
+    if os.geteuid() != 0:
+        return "needs root (network and mount namespaces)"
+    for tool in ("ip", "unshare", "nsenter"):
+        if shutil.which(tool) is None:
+            return "needs %s" % tool
+    return None
+
+
+class Hosts:
+    def __init__(self, n, dir=None):  # noqa: A002
+        self.n = n
+        tag = "%05d" % (os.getpid() % 100000)
+        self.bridge = "tsb" + tag
+        # A /24 per test process, so that several runs never share addresses.
+        self.net = "10.%d.%d" % (100 + (os.getpid() >> 8) % 100, os.getpid() % 256)
+        self.ns = ["ts%s-h%d" % (tag, i) for i in range(n)]
+        self.veth = ["tsv%s%d" % (tag, i) for i in range(n)]
+        self.dir = dir or tempfile.mkdtemp(prefix="tessera-mh-", dir="/var/tmp")
+        self.shared = os.path.join(self.dir, "shared")
+        os.makedirs(self.shared, exist_ok=True)
+        self.anchors = []
+        self.procs = []
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+
+    def addr(self, i):
+        return "%s.%d" % (self.net, 10 + i)
+
+    def _build(self):
+        sh("ip", "link", "add", self.bridge, "type", "bridge")
+        sh("ip", "addr", "add", self.net + ".1/24", "dev", self.bridge)
+        sh("ip", "link", "set", self.bridge, "up")
+        for i in range(self.n):
+            ns, veth = self.ns[i], self.veth[i]
+            sh("ip", "netns", "add", ns)
+            sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            sh("ip", "link", "set", veth, "master", self.bridge, "up")
+            sh("ip", "-n", ns, "addr", "add", self.addr(i) + "/24", "dev", "eth0")
+            sh("ip", "-n", ns, "link", "set", "eth0", "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+            # The host's own /tmp and /dev/shm, held by a process that lives as long as
+            # the host; every program of the host enters its namespaces.
+            anchor = subprocess.Popen(
+                ["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation", "private",
+                 "sh", "-c", "mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /dev/shm && "
+                 "echo ready && exec sleep infinity"],
+                stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+            if anchor.stdout.readline().strip() != b"ready":
+                raise RuntimeError("host %d: could not make its mount namespace" % i)
+            self.anchors.append(anchor)
+
+    def command(self, i, argv):
+        """argv, run inside host i's namespaces."""
+        return ["nsenter", "-t", str(self.anchors[i].pid), "-m", "-n", "--"] + list(argv)
+
+    def start(self, i, argv, log, env=None, **kw):
+        """A long-running program on host i (tessera.local.Process: waits until ready)."""
+        p = Process(self.command(i, argv), os.path.join(self.dir, log), env=env, **kw)
+        self.procs.append(p)
+        return p
+
+    def run(self, i, argv, env=None, timeout=120, check=True):
+        """Runs argv on host i to its end; its stdout."""
+        r = subprocess.run(self.command(i, argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           env=env, timeout=timeout, text=True)
+        if check and r.returncode != 0:
+            raise RuntimeError("on host %d, %s exited %d: %s%s" % (
+                i, " ".join(argv), r.returncode, r.stdout[-2000:], r.stderr[-4000:]))
+        return r.stdout
+
+    def popen(self, i, argv, env=None):
+        return subprocess.Popen(self.command(i, argv), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env, text=True)
+
+    def link_down(self, i):
+        sh("ip", "link", "set", self.veth[i], "down")
+
+    def link_up(self, i):
+        sh("ip", "link", "set", self.veth[i], "up")
+
+    def close(self):
+        for p in self.procs:
+            try:
+                p.kill()
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
+        for a in self.anchors:
+            a.kill()
+            a.wait()
+        for ns in self.ns:
+            sh("ip", "netns", "del", ns, check=False)
+        sh("ip", "link", "del", self.bridge, check=False)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,189 @@
+"""Tessera across hosts: tesserad on host 0, a worker on each of hosts 1-4, each
+trainer inside its worker's host. Hosts are network + mount namespaces (hosts.py);
+they share only the network and the checkpoint root. Needs root."""
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from hosts import Hosts, can_run  # noqa: E402
+import tessera  # noqa: E402  (hosts.py puts python/ on the path)
+
+WHY_NOT = can_run()
+pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason="multi-host tests: %s" % WHY_NOT)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON = os.path.join(HERE, "..", "..", "python")
+WORKERS = 4
+HEARTBEAT_MS, LEASE_MS = 200, 2000
+LOCAL = "http://127.0.0.1:7071"  # every worker's local API, on its own host
+
+
+def bin_path(name):
+    d = os.environ.get("TESSERA_BIN") or os.path.join(HERE, "..", "..", "build", "bin")
+    return os.path.join(os.path.abspath(d), name)
+
+
+class Cluster:
+    def __init__(self, hosts):
+        self.hosts = hosts
+        self.token = "multihost-%d" % os.getpid()
+        self.root = os.path.join(hosts.shared, "checkpoints")
+        self.url = "http://%s:7070" % hosts.addr(0)
+        self.server = None
+        self.workers = {}
+        self.ids = {}
+        self.start_server()
+        for i in range(1, WORKERS + 1):
+            self.start_worker(i)
+        self.client = tessera.Client(self.url, self.token, timeout=60)
+
+    def start_server(self):
+        self.server = self.hosts.start(0, [
+            bin_path("tesserad"), "--listen", "%s:7070" % self.hosts.addr(0),
+            "--data-dir", "/tmp/tesserad", "--checkpoint-root", self.root, "--token", self.token,
+            "--heartbeat-ms", str(HEARTBEAT_MS), "--lease-ms", str(LEASE_MS)], "tesserad.log")
+
+    def start_worker(self, i):
+        p = self.hosts.start(i, [
+            bin_path("tessera-worker"), "--server", self.url, "--token", self.token,
+            "--name", "h%d" % i, "--local-listen", "127.0.0.1:7071",
+            "--data-listen", "%s:7072" % self.hosts.addr(i), "--copy-threads", "1",
+            "--io-threads", "1"], "worker-%d.log" % i)
+        self.ids[i] = p.wait_for(tessera.local._REGISTERED, 20.0)
+        self.workers[i] = p
+        return p
+
+    def env(self):
+        env = dict(os.environ)
+        env.update(PYTHONPATH=os.path.abspath(PYTHON), TESSERA_WORKER=LOCAL)
+        return env
+
+    def trainer_argv(self, mesh, i, *args):
+        return ["/usr/bin/python3", os.path.join(HERE, "trainer.py"), mesh, str(i - 1)] + \
+            [str(a) for a in args]
+
+    def trainers(self, mesh, *args, hosts=None):
+        """The trainer of every worker host (or of `hosts`) at once; their JSON answers."""
+        hosts = hosts or list(range(1, WORKERS + 1))
+        procs = {i: self.hosts.popen(i, self.trainer_argv(mesh, i, *args), env=self.env())
+                 for i in hosts}
+        out = {}
+        for i, p in procs.items():
+            stdout, stderr = p.communicate(timeout=120)
+            assert p.returncode == 0, "trainer on host %d: %s %s" % (i, stdout, stderr[-3000:])
+            out[i] = json.loads(stdout.strip().splitlines()[-1])
+        return out
+
+    def register(self, name, axes):
+        self.client.register_mesh(name, axes, workers=[self.ids[i] for i in range(1, WORKERS + 1)])
+
+    def wait_alive(self, i, timeout=20):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.client.worker(self.ids[i])["state"] == "alive":
+                return
+            time.sleep(0.1)
+        raise AssertionError("worker %s did not come back alive" % self.ids[i])
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with Hosts(WORKERS + 1) as hosts:
+        c = Cluster(hosts)
+        yield c
+        c.client.close()
+
+
+def test_workers_advertise_what_their_peers_can_reach(cluster):
+    for i in range(1, WORKERS + 1):
+        w = cluster.client.worker(cluster.ids[i])
+        assert w["host"] == cluster.hosts.addr(i)
+        assert w["data_port"] == 7072
+        # The local API listens on the worker host's loopback, and says so.
+        assert w["local_api"] == LOCAL
+
+
+def test_hosts_share_nothing_but_the_network_and_the_root(cluster):
+    marker = "/dev/shm/tessera-mh-marker"
+    cluster.hosts.run(1, ["sh", "-c", "echo 1 > " + marker])
+    assert cluster.hosts.run(1, ["cat", marker]).strip() == "1"
+    assert cluster.hosts.run(2, ["sh", "-c", "test -e %s && echo yes || echo no" % marker]).strip() == "no"
+    assert not os.path.exists(marker)
+    # Host 2 reaches host 1 only at its address: its own loopback is not host 1's.
+    out = cluster.hosts.run(2, ["/usr/bin/python3", "-c",
+                                "import urllib.request as u\n"
+                                "try: u.urlopen('%s/healthz', timeout=2); print('reached')\n"
+                                "except Exception: print('refused')" % LOCAL])
+    assert out.strip() == "refused"
+
+
+def test_save_restore_verify_reshard_and_retention(cluster):
+    c = cluster
+    c.register("train", {"data": WORKERS})
+    # Trainers save step 1 together: one job, committed.
+    saved = c.trainers("train", "save", 1, "--wait")
+    assert all(r.get("committed") for r in saved.values()), saved
+    assert len({r["job"] for r in saved.values()}) == 1
+    saved = c.trainers("train", "save", 2, "--wait")
+    assert all(r.get("committed") for r in saved.values()), saved
+    assert [ck["step"] for ck in c.client.checkpoints("train")] == [1, 2]
+    # Each trainer restores step 1 into its own tensors, on its own host.
+    checked = c.trainers("train", "check", 1)
+    assert all(r.get("equal") and r["restored"] == 1 for r in checked.values()), checked
+    job = c.client.verify("train", 2)
+    assert job.wait(60)["state"] == "succeeded"
+    # Restore onto another mesh of the same hosts: {x:2, y:2}, "w" unsharded there.
+    c.register("grid", {"x": 2, "y": 2})
+    c.client.restore("train", 2, target_mesh="grid").wait(60)
+    want = np.concatenate([np.arange(256 * 64, dtype=np.float32).reshape(256, 64) + 2 * 1000 + r * 1e6
+                           for r in range(WORKERS)])
+    for i in range(1, WORKERS + 1):
+        out = c.hosts.run(i, ["/usr/bin/python3", "-c",
+                              "import tessera, numpy as np, sys\n"
+                              "m = tessera.CheckpointManager('grid')\n"
+                              "w = m.attach('w', (1024, 64), 'float32', None)\n"
+                              "sys.stdout.write(w.tobytes().hex())\n"], env=c.env())
+        got = np.frombuffer(bytes.fromhex(out.strip()), dtype=np.float32).reshape(1024, 64)
+        assert np.array_equal(got, want), "host %d holds another resharded 'w'" % i
+    # Retention across hosts: keep the last 2.
+    c.client.set_retention("train", keep_last=2)
+    saved = c.trainers("train", "save", 3, "--wait")
+    assert all(r.get("committed") for r in saved.values()), saved
+    assert [ck["step"] for ck in c.client.checkpoints("train")] == [2, 3]
+    assert sorted(d for d in os.listdir(os.path.join(c.root, "train")) if d.startswith("step-")) == \
+        ["step-2", "step-3"]
+
+
+def test_all_reduce_across_hosts(cluster):
+    cluster.register("coll", {"data": WORKERS})
+    out = cluster.trainers("coll", "all_reduce")
+    assert [out[i]["sum"] for i in sorted(out)] == [10.0] * WORKERS, out
+
+
+def test_link_down_fails_the_save_naming_the_worker_then_it_rejoins(cluster):
+    c = cluster
+    c.register("lnk", {"data": WORKERS})
+    c.hosts.link_down(2)
+    try:
+        t0 = time.monotonic()
+        # Host 2's trainer still reaches its own worker; that worker cannot reach tesserad.
+        out = c.trainers("lnk", "save", 10, "--wait", hosts=[1, 3, 4])
+        errors = [r for r in out.values() if "error" in r]
+        assert errors, out
+        took = time.monotonic() - t0
+        detail = json.dumps(errors)
+        assert c.ids[2] in detail, detail
+        assert took < (LEASE_MS + 8000) / 1000.0, took
+        assert c.client.worker(c.ids[2])["state"] in ("dead", "suspect")
+    finally:
+        c.hosts.link_up(2)
+    c.wait_alive(2)
+    out = c.trainers("lnk", "save", 11, "--wait")
+    assert all(r.get("committed") for r in out.values()), out
+    assert 10 not in [ck["step"] for ck in c.client.checkpoints("lnk")]
