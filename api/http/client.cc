@@ -21,17 +21,22 @@ Result<RawResponse> Client::Send(const std::string& method, const std::string& p
                                  const std::string& body, const std::string& content_type) {
   httplib::Headers headers;
   if (!token_.empty()) headers.emplace("Authorization", "Bearer " + token_);
-  httplib::Result res{nullptr, httplib::Error::Unknown};
-  if (method == "GET") {
-    res = client_->Get(path, headers);
-  } else if (method == "DELETE") {
-    res = client_->Delete(path, headers, body, content_type);
-  } else if (method == "POST") {
-    res = client_->Post(path, headers, body, content_type);
-  } else if (method == "PUT") {
-    res = client_->Put(path, headers, body, content_type);
-  } else {
+  if (method != "GET" && method != "DELETE" && method != "POST" && method != "PUT") {
     return InvalidArgument("unsupported method " + method);
+  }
+  auto send = [&] {
+    if (method == "GET") return client_->Get(path, headers);
+    if (method == "DELETE") return client_->Delete(path, headers, body, content_type);
+    if (method == "POST") return client_->Post(path, headers, body, content_type);
+    return client_->Put(path, headers, body, content_type);
+  };
+  httplib::Result res = send();
+  // A kept-alive connection may have died unseen (the peer closed it while the
+  // link was down): an idempotent request goes again once, on a new connection.
+  if (!res && (res.error() == httplib::Error::Read || res.error() == httplib::Error::Write) &&
+      method != "POST") {
+    client_->stop();
+    res = send();
   }
   if (!res) {
     return Unavailable("cannot reach " + base_ + path + ": " + httplib::to_string(res.error()),
