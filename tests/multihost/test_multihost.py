@@ -4,6 +4,7 @@ they share only the network and the checkpoint root. Needs root."""
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -49,12 +50,13 @@ class Cluster:
             "--data-dir", "/tmp/tesserad", "--checkpoint-root", self.root, "--token", self.token,
             "--heartbeat-ms", str(HEARTBEAT_MS), "--lease-ms", str(LEASE_MS)], "tesserad.log")
 
-    def start_worker(self, i):
+    def start_worker(self, i, env=None, log=None):
+        """(Re)starts the worker of host i under its name h<i>."""
         p = self.hosts.start(i, [
             bin_path("tessera-worker"), "--server", self.url, "--token", self.token,
             "--name", "h%d" % i, "--local-listen", "127.0.0.1:7071",
             "--data-listen", "%s:7072" % self.hosts.addr(i), "--copy-threads", "1",
-            "--io-threads", "1"], "worker-%d.log" % i)
+            "--io-threads", "1"], log or "worker-%d.log" % i, env=env)
         self.ids[i] = p.wait_for(tessera.local._REGISTERED, 20.0)
         self.workers[i] = p
         return p
@@ -189,3 +191,49 @@ def test_link_down_fails_the_save_naming_the_worker_then_it_rejoins(cluster):
     assert all(r.get("committed") for r in out.values()), out
     states = {ck["step"]: ck["state"] for ck in c.client.checkpoints("lnk")}
     assert states == {10: "failed", 11: "committed"}, states
+
+
+def staging_dirs(cluster, mesh):
+    d = os.path.join(cluster.root, mesh)
+    return sorted(x for x in os.listdir(d) if x.startswith(".staging")) if os.path.isdir(d) else []
+
+
+def test_worker_frozen_mid_write_never_reaches_a_checkpoint(cluster):
+    c = cluster
+    c.register("frz", {"data": WORKERS})
+    out = c.trainers("frz", "save", 1, "--wait")
+    assert all(r.get("committed") for r in out.values()), out
+    # Host 3's worker, again under its name, now sleeps 1.5 s before writing a shard.
+    c.workers[3].stop()
+    before = c.ids[3]
+    p = c.start_worker(3, env=dict(os.environ, TESSERA_FAULT_TASK_DELAY="write:1500"),
+                       log="worker-3-delayed.log")
+    assert c.ids[3] == before
+    c.wait_alive(3)
+    savers = {i: c.hosts.popen(i, c.trainer_argv("frz", i, "save", 2, "--wait"), env=c.env())
+              for i in range(1, WORKERS + 1)}
+    # Freeze it while its write task sleeps: tesserad stops hearing from it.
+    deadline = time.monotonic() + 30
+    while not any(j.get("phase") == "write" and j.get("state") == "running"
+                  for j in c.client.jobs(mesh="frz")):
+        assert time.monotonic() < deadline, c.client.jobs(mesh="frz")
+        time.sleep(0.05)
+    os.kill(p.pid, signal.SIGSTOP)
+    try:
+        answers = {i: json.loads(s.communicate(timeout=60)[0].strip().splitlines()[-1])
+                   for i, s in savers.items() if i != 3}
+        failed = [r for r in answers.values() if "error" in r]
+        assert failed and c.ids[3] in json.dumps(failed), answers
+    finally:
+        os.kill(p.pid, signal.SIGCONT)
+    savers[3].communicate(timeout=60)
+    time.sleep(3)  # its late write runs now, after the job failed
+    states = {ck["step"]: ck["state"] for ck in c.client.checkpoints("frz")}
+    assert states == {1: "committed", 2: "failed"}, states
+    assert staging_dirs(c, "frz") == []
+    assert sorted(os.listdir(os.path.join(c.root, "frz"))) == ["step-1"]
+    checked = c.trainers("frz", "check", 1)
+    assert all(r.get("equal") for r in checked.values()), checked
+    # The worker carries on: the next save commits.
+    out = c.trainers("frz", "save", 3, "--wait")
+    assert all(r.get("committed") for r in out.values()), out
