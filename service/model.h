@@ -30,6 +30,10 @@ struct WorkerRecord {
   // Wakes this worker's long-poll alone (waited on with Service::mu_), so that
   // queueing a task or a report does not wake every worker's poll.
   std::shared_ptr<std::condition_variable> task_cv = std::make_shared<std::condition_variable>();
+  // Not persisted: the newest long-poll of this worker. An older one whose worker
+  // process died or whose connection broke unseen (its handler still waiting)
+  // gives way, so that no task is handed to a connection nobody reads.
+  uint64_t poll = 0;
 
   Json ToJson(int64_t now, const std::vector<std::string>& meshes) const;
   static WorkerRecord FromJson(const Json& j);

@@ -290,13 +290,16 @@ Result<Json> Service::PollTasks(const std::string& id, int64_t wait_ms) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
   // Hold the worker's wakeup: the record may be erased (DeleteWorker) while we wait.
   std::shared_ptr<std::condition_variable> wake = it->second.task_cv;
+  const uint64_t mine = ++polls_;
+  it->second.poll = mine;
+  wake->notify_all();  // an older poll of this worker gives way now
   wake->wait_until(lock, deadline, [&] {
     auto w = workers_.find(id);
-    return stopping_ || w == workers_.end() || !w->second.tasks.empty();
+    return stopping_ || w == workers_.end() || w->second.poll != mine || !w->second.tasks.empty();
   });
   it = workers_.find(id);
   Json tasks = Json::array();
-  if (it != workers_.end()) {
+  if (it != workers_.end() && it->second.poll == mine) {
     it->second.last_heartbeat_ms = std::max(it->second.last_heartbeat_ms, NowMs() - wait_ms);
     while (!it->second.tasks.empty()) {
       Json& task = it->second.tasks.front();

@@ -157,6 +157,7 @@ class Service {
   bool stopping_ = false;                              // GUARDED_BY(mu_)
   std::map<std::string, WorkerRecord> workers_;        // GUARDED_BY(mu_)
   std::vector<std::string> worker_order_;              // GUARDED_BY(mu_) registration order
+  uint64_t polls_ = 0;                                 // GUARDED_BY(mu_) long-polls started
   std::map<std::string, MeshRecord> meshes_;           // GUARDED_BY(mu_)
   std::map<std::string, CheckpointRecord> checkpoints_;  // GUARDED_BY(mu_) by key()
   std::map<std::string, JobRecord> jobs_;              // GUARDED_BY(mu_)

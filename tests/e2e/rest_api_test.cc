@@ -6,6 +6,7 @@
 #include <atomic>
 #include <random>
 #include <regex>
+#include <thread>
 
 #include "cluster_fixture.h"
 
@@ -135,6 +136,47 @@ TEST_F(Api, MeshRegistrationIsIdempotentAndChecked) {
   EXPECT_EQ(mesh["retention"]["keep_last"], 3) << mesh.dump();
   EXPECT_EQ(Send("DELETE", "/api/v1/meshes/idem").status, 204);
   EXPECT_EQ(Send("DELETE", "/api/v1/meshes/idem").status, 404);
+}
+
+// A worker whose process died mid long-poll, or whose connection broke unseen,
+// leaves a poll waiting in tesserad. Only the newest poll of a worker may take
+// its tasks: the older one gives way at once, with none.
+TEST_F(Api, OnlyTheNewestTaskPollOfAWorkerTakesItsTasks) {
+  auto reg = Json::parse(Send("POST", "/api/v1/workers", R"({"name":"polls","local_port":1})").body);
+  const std::string id = reg.value("id", "");
+  ASSERT_FALSE(id.empty()) << reg.dump();
+  ASSERT_EQ(Send("PUT", "/api/v1/meshes/polls",
+                 R"({"axes":[{"name":"x","size":1}],"self_test":false,"workers":[")" + id + R"("]})")
+                .status,
+            201);
+  const std::string polls = "/api/v1/workers/" + id + "/tasks?wait_ms=";
+  std::atomic<bool> stale_done{false};
+  Json stale;
+  std::thread older([&] {
+    stale = Json::parse(Send("GET", polls + "20000").body, nullptr, false);
+    stale_done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(stale_done) << "the first poll should be waiting";
+  // A newer poll (here one that does not wait) supersedes it; then a task is queued.
+  EXPECT_EQ(Json::parse(Send("GET", polls + "0").body), Json({{"tasks", Json::array()}}));
+  auto save = Json::parse(Send("POST", "/api/v1/meshes/polls/checkpoints", R"({"step":1})").body);
+  older.join();
+  EXPECT_EQ(stale, Json({{"tasks", Json::array()}})) << "a superseded poll took " << stale.dump();
+  Json fresh = Json::parse(Send("GET", polls + "10000").body, nullptr, false);
+  ASSERT_TRUE(fresh.is_object() && fresh["tasks"].size() == 1) << fresh.dump();
+  EXPECT_EQ(fresh["tasks"][0]["job"], save["job"]);
+  // End the job: the simulated worker fails its task, naming itself.
+  const std::string task = fresh["tasks"][0]["id"];
+  EXPECT_EQ(Send("POST", "/api/v1/workers/" + id + "/tasks/" + task + "/report",
+                 R"({"state":"failed","error":{"code":"internal","message":"simulated"}})")
+                .status,
+            200);
+  auto job = Json::parse(
+      Send("GET", "/api/v1/jobs/" + save["job"].get<std::string>() + "?wait_ms=10000").body);
+  EXPECT_EQ(job["state"], "failed") << job.dump();
+  EXPECT_EQ(Send("DELETE", "/api/v1/meshes/polls").status, 204);
+  EXPECT_EQ(Send("DELETE", "/api/v1/workers/" + id).status, 204);
 }
 
 TEST_F(Api, DashboardIsServedWithoutTheToken) {

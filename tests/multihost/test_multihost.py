@@ -240,8 +240,6 @@ def test_worker_frozen_mid_write_never_reaches_a_checkpoint(cluster):
     assert all(r.get("committed") for r in out.values()), out
 
 
-@pytest.mark.skip(reason="open defect: in 2 of 4 runs the save of step 2, right after host 2's "
-                  "worker restarted, stayed in its snapshot phase (all four trainers had saved)")
 def test_tesserad_killed_mid_save_and_restarted(cluster):
     c = cluster
     c.register("rst", {"data": WORKERS})
