@@ -24,8 +24,9 @@ packages=(
   # The Python client (python/) and its tests: Debian's python3 with numpy, and
   # torch for attach_state_dict and the training example.
   python3 python3-numpy python3-pytest python3-torch
-  # The multihost tests: hosts as network namespaces (ip) with their own mounts (unshare, nsenter).
-  iproute2 util-linux
+  # The multihost tests: hosts as network namespaces (ip) with their own mounts (unshare,
+  # nsenter), sharing the checkpoint root over sshfs from one host's sshd.
+  iproute2 util-linux sshfs openssh-server
 )
 missing=()
 for p in "${packages[@]}"; do

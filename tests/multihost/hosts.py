@@ -1,10 +1,14 @@
 """Hosts for multi-host tests, on one machine: each host is a network namespace with
 its own address on a bridge, and its own mount namespace with private /tmp and
 /dev/shm. Nothing passes between hosts except over the network and through the
-checkpoint root, which every host sees at the same path (a directory bind-shared
-by default, the way a NAS or a cluster file system would be).
+checkpoint root `shared`, which every host sees at the same path:
+  share="bind":  one directory of this machine, as a NAS would be;
+  share="sshfs": host 0 exports a directory over SSH (its own sshd, on its own
+                 address) and every other host mounts it with sshfs, so the files
+                 cross the network.
 
-Needs root (ip netns, unshare, nsenter from iproute2 and util-linux).
+Needs root (ip netns, unshare, nsenter from iproute2 and util-linux); sshfs needs
+sshfs, openssh-server and /dev/fuse.
 
     with Hosts(5) as hosts:                  # host 0 at 10.x.y.10, host 1 at .11, ...
         p = hosts.start(1, ["tessera-worker", ...], "worker-1.log")
@@ -30,19 +34,25 @@ def sh(*argv, check=True):
     return r.stdout
 
 
-def can_run():
+def can_run(share="bind"):
     """None when this process can build hosts, else why not."""
     if os.geteuid() != 0:
         return "needs root (network and mount namespaces)"
-    for tool in ("ip", "unshare", "nsenter"):
+    tools = ["ip", "unshare", "nsenter"]
+    if share == "sshfs":
+        tools += ["sshfs", "/usr/sbin/sshd", "ssh-keygen"]
+        if not os.path.exists("/dev/fuse"):
+            return "sshfs needs /dev/fuse"
+    for tool in tools:
         if shutil.which(tool) is None:
             return "needs %s" % tool
     return None
 
 
 class Hosts:
-    def __init__(self, n, dir=None):  # noqa: A002
+    def __init__(self, n, dir=None, share="bind"):  # noqa: A002
         self.n = n
+        self.share = share
         tag = "%05d" % (os.getpid() % 100000)
         self.bridge = "tsb" + tag
         # A /24 per test process, so that several runs never share addresses.
@@ -52,10 +62,15 @@ class Hosts:
         self.dir = dir or tempfile.mkdtemp(prefix="tessera-mh-", dir="/var/tmp")
         self.shared = os.path.join(self.dir, "shared")
         os.makedirs(self.shared, exist_ok=True)
+        # Where this process (outside the hosts) sees the shared files.
+        self.shared_here = self.shared if share == "bind" else os.path.join(self.dir, "export")
         self.anchors = []
         self.procs = []
+        self.daemons = []  # sshd and the sshfs mounts: killed before the hosts go
         try:
             self._build()
+            if share == "sshfs":
+                self._share_over_ssh()
         except BaseException:
             self.close()
             raise
@@ -85,6 +100,53 @@ class Hosts:
             if anchor.stdout.readline().strip() != b"ready":
                 raise RuntimeError("host %d: could not make its mount namespace" % i)
             self.anchors.append(anchor)
+
+    def _share_over_ssh(self):
+        """Host 0 serves <dir>/export with sshd on its address; every host mounts it at
+        `shared` (host 0 by a bind mount, the others with sshfs)."""
+        export = os.path.join(self.dir, "export")
+        ssh = os.path.join(self.dir, "ssh")
+        os.makedirs(export)
+        os.makedirs(ssh, mode=0o700)
+        for key in ("host", "client"):
+            sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", os.path.join(ssh, key))
+        shutil.copy(os.path.join(ssh, "client.pub"), os.path.join(ssh, "authorized_keys"))
+        config = os.path.join(ssh, "sshd_config")
+        with open(config, "w") as f:
+            f.write("ListenAddress %s:2222\nHostKey %s\nAuthorizedKeysFile %s\n"
+                    "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+                    "UsePAM no\nStrictModes no\nPidFile none\n"
+                    "Subsystem sftp internal-sftp\n"
+                    % (self.addr(0), os.path.join(ssh, "host"), os.path.join(ssh, "authorized_keys")))
+        os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege-separation directory
+        sshd = subprocess.Popen(self.command(0, ["/usr/sbin/sshd", "-D", "-e", "-f", config]),
+                                stdout=subprocess.DEVNULL,
+                                stderr=open(os.path.join(self.dir, "sshd.log"), "ab"))
+        self.daemons.append(sshd)
+        self.run(0, ["mount", "--bind", export, self.shared])
+        for i in range(1, self.n):
+            deadline = time.monotonic() + 10
+            while True:
+                # -f: stays in the foreground, so that it is killed with the hosts.
+                mount = subprocess.Popen(self.command(i, [
+                    "sshfs", "-f", "-p", "2222", "root@%s:%s" % (self.addr(0), export), self.shared,
+                    "-o", "IdentityFile=%s,StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null,"
+                          "LogLevel=ERROR,dir_cache=no,attr_timeout=0,entry_timeout=0"
+                          % os.path.join(ssh, "client")]),
+                    stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "sshfs-%d.log" % i), "ab"))
+                mounted = False
+                while mount.poll() is None and time.monotonic() < deadline and not mounted:
+                    mounted = self.run(i, ["sh", "-c", "grep -q ' %s fuse.sshfs ' /proc/mounts && echo y || true"
+                                           % self.shared]).strip() == "y"
+                    time.sleep(0.05)
+                if mounted:
+                    self.daemons.append(mount)
+                    break
+                mount.kill()
+                mount.wait()
+                if time.monotonic() > deadline:  # sshd may not have been listening yet
+                    raise RuntimeError("host %d could not mount %s over sshfs; see %s" % (
+                        i, export, os.path.join(self.dir, "sshfs-%d.log" % i)))
 
     def command(self, i, argv):
         """argv, run inside host i's namespaces."""
@@ -121,6 +183,9 @@ class Hosts:
                 p.kill()
             except Exception:  # noqa: BLE001 - best effort on the way out
                 pass
+        for d in reversed(self.daemons):
+            d.kill()
+            d.wait()
         for a in self.anchors:
             a.kill()
             a.wait()

@@ -17,6 +17,7 @@ import tessera  # noqa: E402  (hosts.py puts python/ on the path)
 
 WHY_NOT = can_run()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason="multi-host tests: %s" % WHY_NOT)
+SHARES = ["bind", "sshfs"]  # how the hosts share the checkpoint root (hosts.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON = os.path.join(HERE, "..", "..", "python")
@@ -34,7 +35,8 @@ class Cluster:
     def __init__(self, hosts):
         self.hosts = hosts
         self.token = "multihost-%d" % os.getpid()
-        self.root = os.path.join(hosts.shared, "checkpoints")
+        self.root = os.path.join(hosts.shared, "checkpoints")  # as every host sees it
+        self.root_here = os.path.join(hosts.shared_here, "checkpoints")  # as this test sees it
         self.url = "http://%s:7070" % hosts.addr(0)
         self.server = None
         self.workers = {}
@@ -95,9 +97,12 @@ class Cluster:
         raise AssertionError("worker %s did not come back alive" % self.ids[i])
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with Hosts(WORKERS + 1) as hosts:
+@pytest.fixture(scope="module", params=SHARES)
+def cluster(request):
+    why = can_run(request.param)
+    if why:
+        pytest.skip("multi-host tests with the root shared by %s: %s" % (request.param, why))
+    with Hosts(WORKERS + 1, share=request.param) as hosts:
         c = Cluster(hosts)
         yield c
         c.client.close()
@@ -118,6 +123,12 @@ def test_hosts_share_nothing_but_the_network_and_the_root(cluster):
     assert cluster.hosts.run(1, ["cat", marker]).strip() == "1"
     assert cluster.hosts.run(2, ["sh", "-c", "test -e %s && echo yes || echo no" % marker]).strip() == "no"
     assert not os.path.exists(marker)
+    # The checkpoint root: over sshfs, every worker host reaches it through the network.
+    for i in range(1, WORKERS + 1):
+        mounts = cluster.hosts.run(i, ["cat", "/proc/mounts"])
+        kind = next((line.split()[2] for line in mounts.splitlines()
+                     if line.split()[1] == cluster.hosts.shared), None)
+        assert kind == ("fuse.sshfs" if cluster.hosts.share == "sshfs" else None), (i, kind)
     # A worker's local API is on its host's loopback: host 0 (tesserad's, no worker) has
     # its own loopback, where nothing answers.
     out = cluster.hosts.run(0, ["/usr/bin/python3", "-c",
@@ -160,7 +171,7 @@ def test_save_restore_verify_reshard_and_retention(cluster):
     saved = c.trainers("train", "save", 3, "--wait")
     assert all(r.get("committed") for r in saved.values()), saved
     assert sorted(ck["step"] for ck in c.client.checkpoints("train")) == [2, 3]
-    assert sorted(d for d in os.listdir(os.path.join(c.root, "train")) if d.startswith("step-")) == \
+    assert sorted(d for d in os.listdir(os.path.join(c.root_here, "train")) if d.startswith("step-")) == \
         ["step-2", "step-3"]
 
 
@@ -195,7 +206,7 @@ def test_link_down_fails_the_save_naming_the_worker_then_it_rejoins(cluster):
 
 
 def staging_dirs(cluster, mesh):
-    d = os.path.join(cluster.root, mesh)
+    d = os.path.join(cluster.root_here, mesh)
     return sorted(x for x in os.listdir(d) if x.startswith(".staging")) if os.path.isdir(d) else []
 
 
@@ -232,7 +243,7 @@ def test_worker_frozen_mid_write_never_reaches_a_checkpoint(cluster):
     states = {ck["step"]: ck["state"] for ck in c.client.checkpoints("frz")}
     assert states == {1: "committed", 2: "failed"}, states
     assert staging_dirs(c, "frz") == []
-    assert sorted(os.listdir(os.path.join(c.root, "frz"))) == ["step-1"]
+    assert sorted(os.listdir(os.path.join(c.root_here, "frz"))) == ["step-1"]
     checked = c.trainers("frz", "check", 1)
     assert all(r.get("equal") for r in checked.values()), checked
     # The worker carries on: the next save commits.
@@ -271,7 +282,7 @@ def test_tesserad_killed_mid_save_and_restarted(cluster):
     assert all(j["state"] in ("succeeded", "failed") for j in jobs), jobs
     time.sleep(3.5)  # host 2's delayed write ends now, after the restart
     assert staging_dirs(c, "rst") == []
-    assert sorted(os.listdir(os.path.join(c.root, "rst"))) == ["step-1"]
+    assert sorted(os.listdir(os.path.join(c.root_here, "rst"))) == ["step-1"]
     checked = c.trainers("rst", "check", 1)
     assert all(r.get("equal") for r in checked.values()), checked
     c.workers[2].stop()
