@@ -29,6 +29,9 @@ packages=(
   # The multihost tests: hosts as network namespaces (ip) with their own mounts (unshare,
   # nsenter), sharing the checkpoint root over sshfs from one host's sshd.
   iproute2 util-linux sshfs openssh-server
+  # The s3 tests: a single-node Ceph with its S3 gateway (tools/s3/rgw.sh), and boto3
+  # for the S3 benchmark's peer.
+  ceph-mon ceph-osd radosgw ceph-common python3-boto3
 )
 missing=()
 for p in "${packages[@]}"; do
