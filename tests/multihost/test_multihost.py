@@ -210,26 +210,38 @@ def staging_dirs(cluster, mesh):
     return sorted(x for x in os.listdir(d) if x.startswith(".staging")) if os.path.isdir(d) else []
 
 
+def committed_then_slow_writer(c, mesh, host, delay_ms):
+    """Registers `mesh`, commits step 1, then restarts the worker of `host` (same name)
+    so that it sleeps `delay_ms` before writing a shard. Its new process."""
+    c.register(mesh, {"data": WORKERS})
+    out = c.trainers(mesh, "save", 1, "--wait")
+    assert all(r.get("committed") for r in out.values()), out
+    c.workers[host].stop()
+    before = c.ids[host]
+    p = c.start_worker(host, env=dict(os.environ, TESSERA_FAULT_TASK_DELAY="write:%d" % delay_ms),
+                       log="worker-%d-delayed.log" % host)
+    assert c.ids[host] == before
+    c.wait_alive(host)
+    return p
+
+
+def wait_for_write_phase(c, mesh):
+    deadline = time.monotonic() + 30
+    while not any(j.get("phase") == "write" and j.get("state") == "running"
+                  for j in c.client.jobs(mesh=mesh)):
+        assert time.monotonic() < deadline, [(j["id"], j["state"], j.get("phase"))
+                                             for j in c.client.jobs(mesh=mesh)]
+        time.sleep(0.05)
+
+
 def test_worker_frozen_mid_write_never_reaches_a_checkpoint(cluster):
     c = cluster
-    c.register("frz", {"data": WORKERS})
-    out = c.trainers("frz", "save", 1, "--wait")
-    assert all(r.get("committed") for r in out.values()), out
-    # Host 3's worker, again under its name, now sleeps 1.5 s before writing a shard.
-    c.workers[3].stop()
-    before = c.ids[3]
-    p = c.start_worker(3, env=dict(os.environ, TESSERA_FAULT_TASK_DELAY="write:1500"),
-                       log="worker-3-delayed.log")
-    assert c.ids[3] == before
-    c.wait_alive(3)
+    # Host 3's worker sleeps 1.5 s before writing a shard.
+    p = committed_then_slow_writer(c, "frz", 3, 1500)
     savers = {i: c.hosts.popen(i, c.trainer_argv("frz", i, "save", 2, "--wait"), env=c.env())
               for i in range(1, WORKERS + 1)}
     # Freeze it while its write task sleeps: tesserad stops hearing from it.
-    deadline = time.monotonic() + 30
-    while not any(j.get("phase") == "write" and j.get("state") == "running"
-                  for j in c.client.jobs(mesh="frz")):
-        assert time.monotonic() < deadline, c.client.jobs(mesh="frz")
-        time.sleep(0.05)
+    wait_for_write_phase(c, "frz")
     os.kill(p.pid, signal.SIGSTOP)
     try:
         answers = {i: json.loads(s.communicate(timeout=60)[0].strip().splitlines()[-1])
@@ -253,22 +265,11 @@ def test_worker_frozen_mid_write_never_reaches_a_checkpoint(cluster):
 
 def test_tesserad_killed_mid_save_and_restarted(cluster):
     c = cluster
-    c.register("rst", {"data": WORKERS})
-    out = c.trainers("rst", "save", 1, "--wait")
-    assert all(r.get("committed") for r in out.values()), out
     # Host 2's worker holds the save in its write phase for 3 s.
-    c.workers[2].stop()
-    c.start_worker(2, env=dict(os.environ, TESSERA_FAULT_TASK_DELAY="write:3000"),
-                   log="worker-2-delayed.log")
-    c.wait_alive(2)
+    committed_then_slow_writer(c, "rst", 2, 3000)
     savers = [c.hosts.popen(i, c.trainer_argv("rst", i, "save", 2), env=c.env())
               for i in range(1, WORKERS + 1)]
-    deadline = time.monotonic() + 30
-    while not any(j.get("phase") == "write" and j.get("state") == "running"
-                  for j in c.client.jobs(mesh="rst")):
-        assert time.monotonic() < deadline, [(j["id"], j["state"], j.get("phase"))
-                                             for j in c.client.jobs(mesh="rst")]
-        time.sleep(0.05)
+    wait_for_write_phase(c, "rst")
     c.server.kill()
     for s in savers:
         s.communicate(timeout=60)
