@@ -48,6 +48,22 @@ Result<std::optional<std::string>> OptionalString(const Json& obj, const std::st
   return std::optional<std::string>(it->get<std::string>());
 }
 
+Result<std::optional<std::vector<std::string>>> OptionalNameList(const Json& obj,
+                                                                 const std::string& field) {
+  auto it = obj.find(field);
+  if (it == obj.end() || it->is_null()) return std::optional<std::vector<std::string>>();
+  auto bad = [&] {
+    return InvalidArgument("field '" + field + "' must be a list of names", {{"field", field}});
+  };
+  if (!it->is_array()) return bad();
+  std::vector<std::string> names;
+  for (const auto& n : *it) {
+    if (!n.is_string()) return bad();
+    names.push_back(n.get<std::string>());
+  }
+  return std::optional<std::vector<std::string>>(std::move(names));
+}
+
 Result<std::string> RequiredString(const Json& obj, const std::string& field) {
   ASSIGN_OR_RETURN(auto v, OptionalString(obj, field));
   if (!v) return InvalidArgument("missing field '" + field + "'", {{"field", field}});

@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -26,6 +27,9 @@ Result<int64_t> RequiredInt(const Json& obj, const std::string& field);
 Result<std::optional<std::string>> OptionalString(const Json& obj, const std::string& field);
 Result<std::string> RequiredString(const Json& obj, const std::string& field);
 Result<std::optional<bool>> OptionalBool(const Json& obj, const std::string& field);
+// A list of strings (tensor names, say); anything else is invalid_argument.
+Result<std::optional<std::vector<std::string>>> OptionalNameList(const Json& obj,
+                                                                 const std::string& field);
 // Fails unless `obj` is an object; names `what`.
 Status RequireObject(const Json& obj, std::string_view what = "request body");
 

@@ -241,16 +241,9 @@ Result<Json> Service::StartSave(const std::string& mesh, const Json& body) {
   RETURN_IF_ERROR(RequireObject(body));
   ASSIGN_OR_RETURN(int64_t step, RequiredInt(body, "step"));
   if (step < 0) return InvalidArgument("step must be ≥ 0", {{"field", "step"}});
-  if (body.contains("tensors") && !body["tensors"].is_null()) {
-    if (!body["tensors"].is_array()) {
-      return InvalidArgument("field 'tensors' must be a list of names", {{"field", "tensors"}});
-    }
-    for (const auto& t : body["tensors"]) {
-      if (!t.is_string()) {
-        return InvalidArgument("field 'tensors' must be a list of names", {{"field", "tensors"}});
-      }
-      RETURN_IF_ERROR(ValidateName(t.get<std::string>(), "tensors"));
-    }
+  ASSIGN_OR_RETURN(auto tensors, OptionalNameList(body, "tensors"));
+  for (const std::string& t : tensors.value_or(std::vector<std::string>{})) {
+    RETURN_IF_ERROR(ValidateName(t, "tensors"));
   }
   ASSIGN_OR_RETURN(auto compression, OptionalString(body, "compression"));
   if (compression && *compression != "zstd" && *compression != "none") {

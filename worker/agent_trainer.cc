@@ -92,18 +92,7 @@ Result<Json> Agent::FollowJob(http::Client* client, const std::string& kind, con
 
 Result<Json> Agent::SaveFromTrainer(const std::string& mesh, int64_t step, const Json& body,
                                     TrainerSaves::Until until, int64_t timeout_ms) {
-  std::optional<std::vector<std::string>> names;
-  if (body.contains("tensors") && !body["tensors"].is_null()) {
-    if (!body["tensors"].is_array()) {
-      return InvalidArgument("field 'tensors' must be a list of names", {{"field", "tensors"}});
-    }
-    for (const auto& n : body["tensors"]) {
-      if (!n.is_string()) {
-        return InvalidArgument("field 'tensors' must be a list of names", {{"field", "tensors"}});
-      }
-    }
-    names = body["tensors"].get<std::vector<std::string>>();
-  }
+  ASSIGN_OR_RETURN(auto names, OptionalNameList(body, "tensors"));
   // The stall: one copy of this worker's shards. After it the trainer may go on.
   auto t0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(auto snap, store_->TakeSnapshot(mesh, names));
