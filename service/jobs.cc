@@ -417,10 +417,11 @@ Status Service::RunSave(const std::string& job_id) {
     SetPhase(job_id, "commit");
     lock.unlock();
     Status committed = storage::Commit(env_, options_.checkpoint_root, mesh_name, step, job_id);
-    auto index = committed.ok() ? storage::CheckpointIndex::Open(
-                                      env_, storage::CheckpointDir(options_.checkpoint_root,
-                                                                   mesh_name, step))
-                                : Result<storage::CheckpointIndex>(committed);
+    auto dir = committed.ok()
+                   ? storage::CommittedDir(env_, options_.checkpoint_root, mesh_name, step)
+                   : Result<std::string>(committed);
+    auto index = dir.ok() ? storage::CheckpointIndex::Open(env_, *dir)
+                          : Result<storage::CheckpointIndex>(dir.status());
     lock.lock();
     RETURN_IF_ERROR(index.status());
     CheckpointRecord& c = checkpoints_.at(key);
@@ -619,8 +620,9 @@ Status Service::RunRestore(const std::string& job_id) {
   std::unique_lock<std::mutex> lock(mu_);
   JobRecord& job0 = BeginJob(job_id);
   const Json request = job0.request;
-  const std::string dir =
-      storage::CheckpointDir(options_.checkpoint_root, job0.mesh, job0.step);
+  const std::string mesh_name = job0.mesh;
+  const int64_t step = job0.step;
+  std::string dir;
   const std::string target_name = request.value("target_mesh", job0.mesh);
   Json result;
   Status st = [&]() -> Status {
@@ -629,7 +631,10 @@ Status Service::RunRestore(const std::string& job_id) {
     const MeshRecord target = t->second;
     SetPhase(job_id, "plan");
     lock.unlock();
-    auto index = storage::CheckpointIndex::Open(env_, dir);
+    auto committed = storage::CommittedDir(env_, options_.checkpoint_root, mesh_name, step);
+    if (committed.ok()) dir = *committed;
+    auto index = committed.ok() ? storage::CheckpointIndex::Open(env_, dir)
+                                : Result<storage::CheckpointIndex>(committed.status());
     lock.lock();
     RETURN_IF_ERROR(index.status());
     // Tensors in the order asked for (SEMANTICS: names are restored in the order given).
@@ -738,11 +743,14 @@ Status Service::RunVerify(const std::string& job_id) {
   std::unique_lock<std::mutex> lock(mu_);
   JobRecord& job = BeginJob(job_id);
   SetPhase(job_id, "verify");
-  const std::string dir = storage::CheckpointDir(options_.checkpoint_root, job.mesh, job.step);
+  const std::string mesh_name = job.mesh;
+  const int64_t step = job.step;
   lock.unlock();
   storage::ThreadPool pool(2);
   auto last = std::chrono::steady_clock::now();
-  auto report = storage::VerifyCheckpoint(env_, dir, &pool, [&](uint64_t done, uint64_t total) {
+  auto dir = storage::CommittedDir(env_, options_.checkpoint_root, mesh_name, step);
+  auto report = !dir.ok() ? Result<storage::VerifyReport>(dir.status())
+                          : storage::VerifyCheckpoint(env_, *dir, &pool, [&](uint64_t done, uint64_t total) {
     auto now = std::chrono::steady_clock::now();
     if (now - last < std::chrono::milliseconds(100) && done != total) return;
     last = now;

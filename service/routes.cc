@@ -124,6 +124,9 @@ void Service::AddRoutes(http::Router* router) {
       [this](const Request& req) { return ReplyStatus(DeleteWorker(req.Param("id"))); },
       "deregister a worker");
 
+  add("POST", "/api/v1/gc", [this](const Request&) { return Reply(CollectGarbage()); },
+      "remove what failed saves left in the checkpoint root (also runs periodically)");
+
   // Checkpoints (before the plain mesh routes: mesh names may contain '/').
   add("POST", "/api/v1/meshes/{m+}/checkpoints", [this](const Request& req) {
     return WithBody(req, [&](const Json& b) { return Reply(StartSave(req.Param("m"), b), 202); });

@@ -93,8 +93,9 @@ Status Service::Recover() {
     for (int64_t step : *steps) {
       CheckpointRecord& c = checkpoints_[name + "@" + std::to_string(step)];
       if (c.state == "committed") continue;
-      auto index = storage::CheckpointIndex::Open(
-          env_, storage::CheckpointDir(options_.checkpoint_root, name, step));
+      auto dir = storage::CommittedDir(env_, options_.checkpoint_root, name, step);
+      if (!dir.ok()) continue;
+      auto index = storage::CheckpointIndex::Open(env_, *dir);
       if (!index.ok()) continue;
       c.mesh = name;
       c.step = step;
@@ -119,6 +120,7 @@ Status Service::Recover() {
 
 void Service::Start() {
   monitor_ = std::thread([this] { MonitorLoop(); });
+  if (options_.gc_interval_ms > 0) gc_ = std::thread([this] { GcLoop(); });
 }
 
 void Service::Stop() {
@@ -131,6 +133,7 @@ void Service::Stop() {
   if (coordination_) coordination_->Shutdown();
   events_.Shutdown();
   if (monitor_.joinable()) monitor_.join();
+  if (gc_.joinable()) gc_.join();
   job_threads_.JoinAll();
 }
 
@@ -154,6 +157,31 @@ void Service::MonitorLoop() {
                    state.c_str(), static_cast<long long>(age));
     }
     if (changed) cv_.notify_all();
+  }
+}
+
+Result<Json> Service::CollectGarbage() {
+  // A save's staging stays while the save is queued or running, including one
+  // that starts while this runs (its job exists before its staging does).
+  auto keep = [this](const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(id);
+    return it != jobs_.end() && (it->second.state == "queued" || it->second.state == "running");
+  };
+  ASSIGN_OR_RETURN(auto removed, storage::CollectGarbage(env_, options_.checkpoint_root, keep));
+  for (const auto& path : removed) std::fprintf(stderr, "garbage collected %s\n", path.c_str());
+  return Json{{"removed", removed}};
+}
+
+void Service::GcLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(options_.gc_interval_ms));
+    if (stopping_) break;
+    lock.unlock();
+    auto r = CollectGarbage();
+    if (!r.ok()) std::fprintf(stderr, "garbage collection: %s\n", r.status().ToString().c_str());
+    lock.lock();
   }
 }
 
@@ -261,7 +289,10 @@ Result<Json> Service::RegisterWorker(const Json& body) {
   cv_.notify_all();
   std::fprintf(stderr, "worker %s registered (%s, local port %d, %d devices)\n", wid.c_str(),
                w.host.c_str(), w.local_port, w.devices);
-  return Json{{"id", wid}, {"heartbeat_ms", options_.heartbeat_ms}, {"lease_ms", options_.lease_ms}};
+  Json reply = {{"id", wid}, {"heartbeat_ms", options_.heartbeat_ms}, {"lease_ms", options_.lease_ms},
+                {"checkpoint_root", options_.checkpoint_root}};
+  if (!options_.s3_endpoint.empty()) reply["s3_endpoint"] = options_.s3_endpoint;
+  return reply;
 }
 
 Result<Json> Service::Heartbeat(const std::string& id) {

@@ -32,11 +32,15 @@ namespace tessera::service {
 struct ServiceOptions {
   std::string data_dir;
   std::string checkpoint_root;
+  std::string s3_endpoint;      // of an s3:// root; told to workers
   int64_t heartbeat_ms = 500;   // told to workers
   int64_t suspect_ms = 1500;    // no heartbeat for this long → suspect
   int64_t lease_ms = 3000;      // → dead; jobs needing the worker fail
   int64_t job_timeout_ms = 30 * 60 * 1000;
   int64_t max_wait_ms = 60000;  // cap for long-polls
+  // Every this often, leftovers of failed saves (staging dirs, late writes of
+  // workers that were cut off, unfinished uploads) are removed; 0: at startup only.
+  int64_t gc_interval_ms = 5 * 60 * 1000;
 };
 
 class Service {
@@ -75,6 +79,9 @@ class Service {
   Result<Json> ListCheckpoints(const std::string& mesh);
   Result<Json> GetCheckpoint(const std::string& mesh, const std::string& step);
   Status DeleteCheckpoint(const std::string& mesh, const std::string& step);
+  // Removes what failed saves left in the checkpoint root (never a running
+  // save's staging): {"removed": [paths]}.
+  Result<Json> CollectGarbage();
   Result<Json> StartRestore(const std::string& mesh, const std::string& step, const Json& body);
   Result<Json> StartVerify(const std::string& mesh, const std::string& step);
   Result<Json> PutRetention(const std::string& mesh, const Json& body);
@@ -100,6 +107,7 @@ class Service {
   explicit Service(ServiceOptions options, storage::Env* env, std::unique_ptr<Catalog> catalog);
   Status Recover();
   void MonitorLoop();
+  void GcLoop();
 
   // REQUIRES: mu_ held for everything below until "jobs".
   void PersistWorker(const WorkerRecord& w);
@@ -166,6 +174,7 @@ class Service {
   std::map<std::string, RetentionPolicy> retention_;   // GUARDED_BY(mu_)
   storage::ThreadSet job_threads_;
   std::thread monitor_;
+  std::thread gc_;
 };
 
 // A random id such as "j-3f9a0c1d2b4e".

@@ -15,6 +15,7 @@
 #include "service/dashboard.h"
 #include "service/service.h"
 #include "storage/env.h"
+#include "storage/s3/s3_env.h"
 
 namespace {
 
@@ -52,17 +53,21 @@ tessera::Result<std::string> LoadToken(const std::string& flag, const std::strin
 
 int main(int argc, char** argv) {
   CLI::App app{"tesserad: Tessera control plane"};
-  std::string listen = "127.0.0.1:7070", data_dir = "tessera-data", root, token_flag, web_dir;
+  std::string listen = "127.0.0.1:7070", data_dir = "tessera-data", root, token_flag, web_dir,
+              s3_endpoint;
   int threads = 256;
-  int64_t heartbeat_ms = 500, lease_ms = 3000;
+  int64_t heartbeat_ms = 500, lease_ms = 3000, gc_interval_ms = 5 * 60 * 1000;
   app.add_option("--listen", listen, "host:port to bind (port 0: any free port)");
   app.add_option("--data-dir", data_dir, "catalog, token");
-  app.add_option("--checkpoint-root", root, "where checkpoints live (default <data-dir>/checkpoints)");
+  app.add_option("--checkpoint-root", root, "where checkpoints live: a directory every worker can reach, or s3://BUCKET/PREFIX (default <data-dir>/checkpoints)");
+  app.add_option("--s3-endpoint", s3_endpoint, "the S3 server of an s3:// root, e.g. http://10.0.0.5:7480 (else TESSERA_S3_ENDPOINT); workers learn it from here unless they set their own. Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION");
   app.add_option("--token", token_flag, "bearer token (else TESSERA_TOKEN, else <data-dir>/token)");
   app.add_option("--threads", threads, "HTTP threads; each worker's task long-poll, each SSE client and each waiting barrier, KV or sync call holds one, so keep it above the number of workers plus waiting ranks")
       ->check(CLI::Range(4, 4096));
   app.add_option("--heartbeat-ms", heartbeat_ms, "worker heartbeat interval")->check(CLI::Range(10, 60000));
   app.add_option("--lease-ms", lease_ms, "a worker silent this long is dead")->check(CLI::Range(50, 600000));
+  app.add_option("--gc-interval-ms", gc_interval_ms, "remove leftovers of failed saves this often (0: at startup only)")
+      ->check(CLI::Range(int64_t{0}, int64_t{86400000}));
   app.add_option("--web-dir", web_dir, "serve the dashboard from this directory (default: the copy built in)")
       ->check(CLI::ExistingDirectory);
   app.set_version_flag("--version", TESSERA_VERSION);
@@ -100,8 +105,11 @@ int main(int argc, char** argv) {
   tessera::service::ServiceOptions opts;
   opts.data_dir = data_dir;
   opts.checkpoint_root = root;
+  if (!s3_endpoint.empty()) tessera::storage::SetDefaultS3Endpoint(s3_endpoint);
+  if (tessera::storage::IsS3Path(root)) opts.s3_endpoint = tessera::storage::DefaultS3Endpoint();
   opts.heartbeat_ms = heartbeat_ms;
   opts.lease_ms = lease_ms;
+  opts.gc_interval_ms = gc_interval_ms;
   opts.suspect_ms = std::max<int64_t>(heartbeat_ms * 3, lease_ms / 2);
   auto service = tessera::service::Service::Create(opts, env);
   if (!service.ok()) {

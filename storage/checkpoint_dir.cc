@@ -1,9 +1,9 @@
 #include "storage/checkpoint_dir.h"
 
-#include <atomic>
-#include <chrono>
 #include <algorithm>
+#include <atomic>
 #include <charconv>
+#include <nlohmann/json.hpp>
 
 namespace tessera::storage {
 namespace {
@@ -11,12 +11,127 @@ namespace {
 constexpr std::string_view kStepPrefix = "step-";
 constexpr std::string_view kStagingPrefix = ".staging-";
 constexpr std::string_view kDeletingPrefix = ".deleting-";
+constexpr std::string_view kManifestSuffix = ".commit";
 
-bool ParseStep(std::string_view name, int64_t* step) {
+bool ParseStep(std::string_view name, int64_t* step, std::string_view suffix = "") {
   if (name.substr(0, kStepPrefix.size()) != kStepPrefix) return false;
+  if (name.size() < kStepPrefix.size() + suffix.size() ||
+      name.substr(name.size() - suffix.size()) != suffix) {
+    return false;
+  }
+  name.remove_suffix(suffix.size());
   std::string_view digits = name.substr(kStepPrefix.size());
   auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), *step);
   return ec == std::errc() && p == digits.data() + digits.size() && !digits.empty() && *step >= 0;
+}
+
+Status NotCommitted(const std::string& mesh, int64_t step) {
+  return NotFound("mesh " + mesh + " has no committed step " + std::to_string(step),
+                  {{"step", step}});
+}
+
+Status AlreadyCommitted(const std::string& mesh, int64_t step) {
+  return Conflict("step " + std::to_string(step) + " of mesh " + mesh + " is already committed",
+                  {{"step", step}});
+}
+
+// --- Object stores: the manifest ---------------------------------------------
+
+std::string ManifestPath(const std::string& root, const std::string& mesh, int64_t step) {
+  return JoinPath(MeshDir(root, mesh),
+                  std::string(kStepPrefix) + std::to_string(step) + std::string(kManifestSuffix));
+}
+
+std::string ManifestBody(const std::string& mesh, int64_t step, const std::string& staging_name) {
+  return nlohmann::json{{"format", "tessera-commit/1"}, {"mesh", mesh}, {"step", step},
+                        {"dir", staging_name}}
+      .dump();
+}
+
+// The name (in the mesh dir) of the prefix that the manifest of `step` commits.
+Result<std::string> ReadManifest(Env* env, const std::string& root, const std::string& mesh,
+                                 int64_t step) {
+  const std::string path = ManifestPath(root, mesh, step);
+  auto body = ReadWholeFile(env, path);
+  if (!body.ok()) {
+    if (body.status().code() == Code::kNotFound) return NotCommitted(mesh, step);
+    return body.status();
+  }
+  auto j = nlohmann::json::parse(*body, nullptr, false);
+  const std::string dir = j.is_object() && j.value("dir", nlohmann::json()).is_string()
+                              ? j["dir"].get<std::string>() : "";
+  const std::string expect = std::string(kStagingPrefix) + std::to_string(step) + "-";
+  if (dir.rfind(expect, 0) != 0 || dir.find('/') != std::string::npos) {
+    return DataLoss("commit manifest " + path + " does not name a staging prefix of step " +
+                        std::to_string(step),
+                    {{"file", path}});
+  }
+  return dir;
+}
+
+std::string StagingName(int64_t step, const std::string& id) {
+  return std::string(kStagingPrefix) + std::to_string(step) + "-" + id;
+}
+
+Status CommitObjects(Env* env, const std::string& root, const std::string& mesh, int64_t step,
+                     const std::string& id) {
+  const std::string name = StagingName(step, id);
+  Status st = env->PublishFile(ManifestPath(root, mesh, step), ManifestBody(mesh, step, name));
+  if (st.code() == Code::kConflict) {
+    // Ours already, if an earlier attempt of this very request succeeded unseen.
+    auto there = ReadManifest(env, root, mesh, step);
+    if (there.ok() && *there == name) return Status::Ok();
+    return AlreadyCommitted(mesh, step);
+  }
+  return st;
+}
+
+Status DeleteObjects(Env* env, const std::string& root, const std::string& mesh, int64_t step) {
+  ASSIGN_OR_RETURN(std::string dir, ReadManifest(env, root, mesh, step));
+  // The manifest goes first: from then on the step is gone, and the files are
+  // an unreferenced staging prefix that garbage collection removes if this stops.
+  RETURN_IF_ERROR(env->DeleteFile(ManifestPath(root, mesh, step)));
+  (void)env->DeleteTree(JoinPath(MeshDir(root, mesh), dir));
+  return Status::Ok();
+}
+
+using KeepFn = std::function<bool(const std::string&)>;
+
+// The job id of a staging dir name (".staging-<step>-<id>"), "" if it is none.
+std::string StagingId(std::string_view name) {
+  if (!name.starts_with(kStagingPrefix)) return "";
+  std::string_view rest = name.substr(kStagingPrefix.size());
+  const size_t dash = rest.find('-');
+  return dash == rest.npos ? "" : std::string(rest.substr(dash + 1));
+}
+
+Result<std::vector<std::string>> CollectObjectGarbage(Env* env, const std::string& root,
+                                                      const KeepFn& keep) {
+  std::vector<std::string> removed;
+  ASSIGN_OR_RETURN(auto meshes, env->ListDir(root));
+  for (const auto& m : meshes) {
+    const std::string dir = JoinPath(root, m);
+    ASSIGN_OR_RETURN(auto names, env->ListDir(dir));
+    std::set<std::string> referenced;
+    for (const auto& n : names) {
+      int64_t step;
+      if (!ParseStep(n, &step, kManifestSuffix)) continue;
+      // Mesh names are stored escaped; the manifest path is rebuilt from the dir.
+      auto body = ReadWholeFile(env, JoinPath(dir, n));
+      if (!body.ok()) return body.status();  // never guess what a manifest protects
+      auto j = nlohmann::json::parse(*body, nullptr, false);
+      if (j.is_object() && j.value("dir", nlohmann::json()).is_string()) {
+        referenced.insert(j["dir"].get<std::string>());
+      }
+    }
+    for (const auto& n : names) {
+      if (!n.starts_with(kStagingPrefix) || referenced.count(n) || keep(StagingId(n))) continue;
+      const std::string path = JoinPath(dir, n);
+      RETURN_IF_ERROR(env->DeleteTree(path));
+      removed.push_back(path);
+    }
+  }
+  return removed;
 }
 
 }  // namespace
@@ -34,29 +149,40 @@ std::string CheckpointDir(const std::string& root, const std::string& mesh, int6
 
 std::string StagingDir(const std::string& root, const std::string& mesh, int64_t step,
                        const std::string& id) {
-  return JoinPath(MeshDir(root, mesh),
-                  std::string(kStagingPrefix) + std::to_string(step) + "-" + id);
+  return JoinPath(MeshDir(root, mesh), StagingName(step, id));
+}
+
+Result<std::string> CommittedDir(Env* env, const std::string& root, const std::string& mesh,
+                                 int64_t step) {
+  if (env->IsObjectStore(root)) {
+    ASSIGN_OR_RETURN(std::string name, ReadManifest(env, root, mesh, step));
+    return JoinPath(MeshDir(root, mesh), name);
+  }
+  std::string dir = CheckpointDir(root, mesh, step);
+  if (!env->IsDirectory(dir)) return NotCommitted(mesh, step);
+  return dir;
 }
 
 Status CreateStaging(Env* env, const std::string& root, const std::string& mesh, int64_t step,
                      const std::string& id) {
-  if (env->Exists(CheckpointDir(root, mesh, step))) {
-    return Conflict("step " + std::to_string(step) + " of mesh " + mesh + " is already committed",
-                    {{"step", step}});
+  if (env->IsObjectStore(root)) {
+    auto there = ReadManifest(env, root, mesh, step);
+    if (there.ok()) return AlreadyCommitted(mesh, step);
+    if (there.status().code() != Code::kNotFound) return there.status();
+  } else if (env->Exists(CheckpointDir(root, mesh, step))) {
+    return AlreadyCommitted(mesh, step);
   }
   const std::string staging = StagingDir(root, mesh, step, id);
-  RETURN_IF_ERROR(env->DeleteTree(staging));
+  RETURN_IF_ERROR(env->DeleteTree(staging));  // (on an object store this also checks the bucket)
   return env->CreateDirs(staging);
 }
 
 Status Commit(Env* env, const std::string& root, const std::string& mesh, int64_t step,
               const std::string& id) {
+  if (env->IsObjectStore(root)) return CommitObjects(env, root, mesh, step, id);
   const std::string staging = StagingDir(root, mesh, step, id);
   const std::string final_dir = CheckpointDir(root, mesh, step);
-  if (env->Exists(final_dir)) {
-    return Conflict("step " + std::to_string(step) + " of mesh " + mesh + " is already committed",
-                    {{"step", step}});
-  }
+  if (env->Exists(final_dir)) return AlreadyCommitted(mesh, step);
   RETURN_IF_ERROR(env->SyncDir(staging));
   RETURN_IF_ERROR(env->Rename(staging, final_dir));
   Status st = env->SyncDir(MeshDir(root, mesh));
@@ -71,11 +197,9 @@ Status Commit(Env* env, const std::string& root, const std::string& mesh, int64_
 }
 
 Status DeleteCheckpoint(Env* env, const std::string& root, const std::string& mesh, int64_t step) {
+  if (env->IsObjectStore(root)) return DeleteObjects(env, root, mesh, step);
   const std::string dir = CheckpointDir(root, mesh, step);
-  if (!env->IsDirectory(dir)) {
-    return NotFound("mesh " + mesh + " has no committed step " + std::to_string(step),
-                    {{"step", step}});
-  }
+  if (!env->IsDirectory(dir)) return NotCommitted(mesh, step);
   static std::atomic<uint64_t> counter{0};
   const std::string doomed =
       JoinPath(MeshDir(root, mesh), std::string(kDeletingPrefix) + std::to_string(step) + "-" +
@@ -88,6 +212,15 @@ Status DeleteCheckpoint(Env* env, const std::string& root, const std::string& me
 Result<std::vector<int64_t>> ListSteps(Env* env, const std::string& root, const std::string& mesh) {
   std::vector<int64_t> steps;
   const std::string dir = MeshDir(root, mesh);
+  if (env->IsObjectStore(root)) {
+    ASSIGN_OR_RETURN(auto names, env->ListDir(dir));
+    for (const auto& n : names) {
+      int64_t step;
+      if (ParseStep(n, &step, kManifestSuffix)) steps.push_back(step);
+    }
+    std::sort(steps.begin(), steps.end());
+    return steps;
+  }
   if (!env->IsDirectory(dir)) return steps;
   ASSIGN_OR_RETURN(auto names, env->ListDir(dir));
   for (const auto& n : names) {
@@ -100,6 +233,12 @@ Result<std::vector<int64_t>> ListSteps(Env* env, const std::string& root, const 
 
 Result<std::vector<std::string>> CollectGarbage(Env* env, const std::string& root,
                                                 const std::set<std::string>& keep) {
+  return CollectGarbage(env, root, [&keep](const std::string& id) { return keep.count(id) > 0; });
+}
+
+Result<std::vector<std::string>> CollectGarbage(Env* env, const std::string& root,
+                                                const KeepFn& keep) {
+  if (env->IsObjectStore(root)) return CollectObjectGarbage(env, root, keep);
   std::vector<std::string> removed;
   if (!env->IsDirectory(root)) return removed;
   ASSIGN_OR_RETURN(auto meshes, env->ListDir(root));
@@ -110,9 +249,7 @@ Result<std::vector<std::string>> CollectGarbage(Env* env, const std::string& roo
     for (const auto& n : names) {
       const std::string path = JoinPath(dir, n);
       if (n.starts_with(kStagingPrefix)) {
-        std::string_view rest = std::string_view(n).substr(kStagingPrefix.size());
-        size_t dash = rest.find('-');
-        if (dash != rest.npos && keep.count(std::string(rest.substr(dash + 1)))) continue;
+        if (keep(StagingId(n))) continue;
       } else if (!n.starts_with(kDeletingPrefix)) {
         continue;
       }

@@ -1,11 +1,22 @@
-// Where checkpoints live and the commit protocol, written once:
+// Where checkpoints live and the commit protocol, written once.
+//
+// On a file system:
 //   <root>/<mesh>/.staging-<step>-<id>/   while being written
 //   <root>/<mesh>/step-<step>/            committed: one atomic rename
-// Commit = fsync staging dir → rename → fsync parent. A reader never sees a
-// partial checkpoint; staging leftovers of failed saves are garbage collected.
+// Commit = fsync staging dir → rename → fsync parent.
+//
+// On an object store (Env::IsObjectStore; there is no rename):
+//   <root>/<mesh>/.staging-<step>-<id>/   the files, written in place
+//   <root>/<mesh>/step-<step>.commit      the manifest naming that prefix
+// Commit = publish the manifest, once (If-None-Match: *). It is written last,
+// after the index, so its presence alone makes the checkpoint visible.
+//
+// Either way a reader never sees a partial checkpoint, and staging leftovers of
+// failed saves (and their unfinished uploads) are garbage collected.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -17,7 +28,14 @@ namespace tessera::storage {
 
 // <root>/<mesh>, with '/' in the mesh name escaped as %2F.
 std::string MeshDir(const std::string& root, const std::string& mesh);
+// Where `step` is when committed on a file system. Callers that may meet an
+// object store use CommittedDir.
 std::string CheckpointDir(const std::string& root, const std::string& mesh, int64_t step);
+// The directory holding the files of committed `step`: CheckpointDir on a file
+// system, the prefix the manifest names on an object store. not_found if the
+// step is not committed.
+Result<std::string> CommittedDir(Env* env, const std::string& root, const std::string& mesh,
+                                 int64_t step);
 std::string StagingDir(const std::string& root, const std::string& mesh, int64_t step,
                        const std::string& id);
 
@@ -41,6 +59,10 @@ Result<std::vector<int64_t>> ListSteps(Env* env, const std::string& root, const 
 
 // Removes staging and half-deleted dirs of every mesh under `root`, except
 // staging dirs whose id is in `keep` (saves still running). Returns the removed paths.
+// `keep(id)` is asked at the moment a staging dir is found, so a save that
+// starts while the collection runs is seen.
+Result<std::vector<std::string>> CollectGarbage(Env* env, const std::string& root,
+                                                const std::function<bool(const std::string&)>& keep);
 Result<std::vector<std::string>> CollectGarbage(Env* env, const std::string& root,
                                                 const std::set<std::string>& keep = {});
 

@@ -63,12 +63,24 @@ class Env {
   // fsync of a directory: makes its entries (creations, renames) durable.
   virtual Status SyncDir(const std::string& dir) = 0;
   virtual Result<uint64_t> FileSize(const std::string& path) = 0;
+
+  // True where `path` lives in an object store (s3://): no directories and no
+  // rename, so checkpoints there commit by publishing a manifest (checkpoint_dir.h).
+  virtual bool IsObjectStore(const std::string& path) {
+    (void)path;
+    return false;
+  }
+  // Creates `path` holding `data`, durably and atomically, and only if nothing has
+  // that name yet: conflict otherwise. Default: a synced temporary file renamed
+  // into place (Rename never replaces).
+  virtual Status PublishFile(const std::string& path, std::string_view data);
 };
 
 // The real file system. Never null; owned by the caller.
 std::unique_ptr<Env> NewPosixEnv();
 
-// Process-wide POSIX env for callers that do not inject one.
+// Process-wide env for callers that do not inject one: "s3://bucket/key" paths
+// go to the S3 object store (storage/s3/s3_env.h), every other path to POSIX.
 Env* DefaultEnv();
 
 // Whole-file helpers built on any Env.

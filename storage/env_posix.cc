@@ -328,10 +328,4 @@ class PosixEnv final : public Env {
 
 std::unique_ptr<Env> NewPosixEnv() { return std::make_unique<PosixEnv>(); }
 
-Env* DefaultEnv() {
-  // Leaked on purpose: usable from static destructors of other modules.
-  static Env* const env = NewPosixEnv().release();
-  return env;
-}
-
 }  // namespace tessera::storage

@@ -1,4 +1,5 @@
 // Whole-file and path helpers shared by every Env implementation.
+#include <atomic>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -20,6 +21,26 @@ Status WriteFileDurably(Env* env, const std::string& path, std::string_view data
   if (env->Exists(path)) RETURN_IF_ERROR(env->DeleteFile(path));
   RETURN_IF_ERROR(env->Rename(tmp, path));
   return env->SyncDir(ParentDir(path));
+}
+
+Status Env::PublishFile(const std::string& path, std::string_view data) {
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = path + ".publish-" + std::to_string(counter++);
+  {
+    ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, NewWritableFile(tmp));
+    Status st = file->Append(data.data(), data.size());
+    if (st.ok()) st = file->Sync();
+    if (st.ok()) st = file->Close();
+    if (!st.ok()) {
+      (void)DeleteFile(tmp);
+      return st;
+    }
+  }
+  if (Status st = Rename(tmp, path); !st.ok()) {
+    (void)DeleteFile(tmp);
+    return st;
+  }
+  return SyncDir(ParentDir(path));
 }
 
 Result<std::string> ReadWholeFile(Env* env, const std::string& path) {

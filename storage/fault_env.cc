@@ -152,4 +152,14 @@ Status FaultEnv::SyncDir(const std::string& dir) {
 
 Result<uint64_t> FaultEnv::FileSize(const std::string& path) { return base_->FileSize(path); }
 
+bool FaultEnv::IsObjectStore(const std::string& path) { return base_->IsObjectStore(path); }
+
+Status FaultEnv::PublishFile(const std::string& path, std::string_view data) {
+  // On a file system the default (write, sync, rename) passes each step through
+  // this Env's faults; an object store publishes in one request, one operation.
+  if (!base_->IsObjectStore(path)) return Env::PublishFile(path, data);
+  RETURN_IF_ERROR(Tick(Op::kCreate, path, data.size()));
+  return base_->PublishFile(path, data);
+}
+
 }  // namespace tessera::storage

@@ -43,6 +43,8 @@ class FaultEnv : public Env {
   Status Rename(const std::string& from, const std::string& to) override;
   Status SyncDir(const std::string& dir) override;
   Result<uint64_t> FileSize(const std::string& path) override;
+  bool IsObjectStore(const std::string& path) override;
+  Status PublishFile(const std::string& path, std::string_view data) override;
 
   // Counts one mutating operation on `path`; returns the injected error, if any.
   // Public so wrapped file objects can call it.

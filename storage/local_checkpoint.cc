@@ -57,7 +57,7 @@ Result<SaveSummary> SaveCheckpoint(Env* env, const SaveRequest& req) {
     (void)env->DeleteTree(StagingDir(req.root, req.mesh.name, req.step, req.id));
     return st;
   }
-  summary->dir = CheckpointDir(req.root, req.mesh.name, req.step);
+  ASSIGN_OR_RETURN(summary->dir, CommittedDir(env, req.root, req.mesh.name, req.step));
   return summary;
 }
 

@@ -6,6 +6,7 @@
 #include "api/names.h"
 #include "storage/index.h"
 #include "storage/rank_writer.h"
+#include "storage/s3/s3_env.h"
 #include "storage/read_planner.h"
 
 namespace tessera::worker {
@@ -119,6 +120,10 @@ Status Agent::Register(int64_t timeout_ms) {
     if (r.ok()) {
       id_ = r->value("id", "");
       heartbeat_ms_ = r->value("heartbeat_ms", int64_t{500});
+      // The object store's address, unless this host was given its own.
+      if (auto e = r->value("s3_endpoint", ""); !e.empty() && storage::DefaultS3Endpoint().empty()) {
+        storage::SetDefaultS3Endpoint(e);
+      }
       return Status::Ok();
     }
     // Only an unreachable server is worth waiting for; a refusal is final.

@@ -12,6 +12,7 @@
 #include "api/http/server.h"
 #include "storage/env.h"
 #include "storage/fault_env.h"
+#include "storage/s3/s3_env.h"
 #include "worker/agent.h"
 #include "worker/collective_api.h"
 #include "worker/collectives/tcp_transport.h"
@@ -39,7 +40,7 @@ bool SplitHostPort(const std::string& s, std::string* host, int* port) {
 int main(int argc, char** argv) {
   CLI::App app{"tessera-worker: Tessera worker agent"};
   std::string server = "http://127.0.0.1:7070", token, name, local = "127.0.0.1:0",
-              data = "127.0.0.1:0", shm_dir = "/dev/shm", advertise;
+              data = "127.0.0.1:0", shm_dir = "/dev/shm", advertise, s3_endpoint;
   int devices = 1, io_threads = 2, copy_threads = 2;
   app.add_option("--server", server, "tesserad address");
   app.add_option("--token", token, "bearer token (else TESSERA_TOKEN)");
@@ -51,6 +52,9 @@ int main(int argc, char** argv) {
                  "or 127.0.0.1 when that is 0.0.0.0)");
   app.add_option("--name", name, "stable worker name (id w-<name>)");
   app.add_option("--shm-dir", shm_dir, "where tensor mappings are created");
+  app.add_option("--s3-endpoint", s3_endpoint,
+                 "the S3 server as this host reaches it (else TESSERA_S3_ENDPOINT, else what "
+                 "tesserad was given); credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY");
   app.add_option("--io-threads", io_threads, "compression threads")->check(CLI::Range(1, 64));
   app.add_option("--copy-threads", copy_threads,
                  "threads copying a snapshot (the trainer's stall); with several workers on "
@@ -58,6 +62,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64));
   app.set_version_flag("--version", TESSERA_VERSION);
   CLI11_PARSE(app, argc, argv);
+  if (!s3_endpoint.empty()) tessera::storage::SetDefaultS3Endpoint(s3_endpoint);
   if (token.empty()) {
     if (const char* env = std::getenv("TESSERA_TOKEN")) token = env;
   }

@@ -201,6 +201,11 @@ class Client:
             body["keep_every_n_steps"] = keep_every_n_steps
         return self._call("PUT", "/meshes/%s/retention" % quote(mesh), body)
 
+    def collect_garbage(self):
+        """Removes what failed saves left in the checkpoint root (tesserad also does
+        this periodically); returns the removed paths."""
+        return self._call("POST", "/gc", {})["removed"]
+
     # -- jobs
 
     def jobs(self, state=None, kind=None, mesh=None, limit=None):

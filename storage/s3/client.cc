@@ -112,6 +112,7 @@ Result<Config> Config::FromEnvironment(std::string bucket, std::string endpoint)
   while (!c.endpoint.empty() && c.endpoint.back() == '/') c.endpoint.pop_back();
   c.credentials = {env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY"), env("AWS_SESSION_TOKEN")};
   if (std::string region = env("AWS_REGION"); !region.empty()) c.region = region;
+  c.fail_matching = env("TESSERA_FAULT_S3");
   if (c.endpoint.empty()) {
     return InvalidArgument("no S3 endpoint: pass --s3-endpoint or set TESSERA_S3_ENDPOINT",
                            {{"field", "s3_endpoint"}});
@@ -138,6 +139,16 @@ Client::Client(Config config) : config_(std::move(config)) {
 }
 
 Result<Client::Response> Client::SendOnce(const Request& r, std::string* transport_error) {
+  if (!config_.fail_matching.empty()) {
+    std::string what = r.method + " " + r.key + (r.query.empty() ? "" : "?" + CanonicalQuery(r.query));
+    if (what.find(config_.fail_matching) != std::string::npos) {
+      Response injected;
+      injected.status = 503;
+      injected.body = "<Error><Code>SlowDown</Code><Message>injected fault (TESSERA_FAULT_S3=" +
+                      config_.fail_matching + ")</Message></Error>";
+      return injected;
+    }
+  }
   const std::string path = "/" + config_.bucket + (r.key.empty() ? "" : "/" + r.key);
   std::string url = config_.endpoint + EncodePath(path);
   if (!r.query.empty()) url += "?" + CanonicalQuery(r.query);
@@ -314,11 +325,14 @@ Status Client::Delete(const std::string& key) {
   return r.status();
 }
 
-Result<std::vector<ObjectInfo>> Client::List(const std::string& prefix) {
+Result<std::vector<ObjectInfo>> Client::List(const std::string& prefix,
+                                             std::vector<std::string>* dirs, int max_keys) {
   std::vector<ObjectInfo> out;
   std::string token;
   do {
     Request req{"GET", "", {{"list-type", "2"}, {"prefix", prefix}}, {}, ""};
+    if (dirs) req.query.push_back({"delimiter", "/"});
+    if (max_keys > 0) req.query.push_back({"max-keys", std::to_string(max_keys)});
     if (!token.empty()) req.query.push_back({"continuation-token", token});
     ASSIGN_OR_RETURN(Response r, Call(req));
     size_t pos = 0, end = 0;
@@ -328,8 +342,14 @@ Result<std::vector<ObjectInfo>> Client::List(const std::string& prefix) {
       out.push_back({Tag(contents, "Key"), std::strtoull(Tag(contents, "Size").c_str(), nullptr, 10)});
       pos = end;
     }
+    for (pos = 0; dirs;) {
+      std::string common = Tag(r.body, "CommonPrefixes", pos, &end);
+      if (end == std::string::npos) break;
+      dirs->push_back(Tag(common, "Prefix"));
+      pos = end;
+    }
     token = Tag(r.body, "IsTruncated") == "true" ? Tag(r.body, "NextContinuationToken") : "";
-  } while (!token.empty());
+  } while (!token.empty() && max_keys <= 0);
   return out;
 }
 

@@ -34,6 +34,10 @@ struct Config {
   int request_timeout_ms = 300000;
   int64_t retry_budget_ms = 30000;  // total time one request may spend on retries
   int64_t first_backoff_ms = 50;
+  // Fault injection (tests): a request whose description "METHOD key?query"
+  // contains this text is answered 503 SlowDown without being sent. From
+  // TESSERA_FAULT_S3 by FromEnvironment.
+  std::string fail_matching;
 
   // endpoint from TESSERA_S3_ENDPOINT; credentials and region from
   // AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION.
@@ -62,8 +66,13 @@ class Client {
   Result<uint64_t> Size(const std::string& key);
   // Deleting a key that is not there succeeds (S3 semantics).
   Status Delete(const std::string& key);
-  // Every object whose key starts with `prefix`, in key order.
-  Result<std::vector<ObjectInfo>> List(const std::string& prefix);
+  // Every object whose key starts with `prefix`, in key order. With `dirs`, the
+  // listing stops at the next '/' after the prefix: keys below it are rolled up
+  // into `dirs` (their common prefixes, ending in '/') and not returned.
+  // max_keys > 0: one page of at most that many entries.
+  Result<std::vector<ObjectInfo>> List(const std::string& prefix,
+                                       std::vector<std::string>* dirs = nullptr,
+                                       int max_keys = 0);
 
   // Multipart upload: parts are 1-based and at least 5 MiB except the last.
   Result<std::string> StartUpload(const std::string& key);

@@ -1,11 +1,16 @@
 """Tessera across hosts: tesserad on host 0, a worker on each of hosts 1-4, each
 trainer inside its worker's host. Hosts are network + mount namespaces (hosts.py);
-they share only the network and the checkpoint root. Needs root."""
+they share only the network and the checkpoint store: one directory (bind), one
+exported over SSH (sshfs), or an S3 bucket on a Ceph RGW outside the hosts (s3).
+Needs root."""
 
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -17,7 +22,7 @@ import tessera  # noqa: E402  (hosts.py puts python/ on the path)
 
 WHY_NOT = can_run()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason="multi-host tests: %s" % WHY_NOT)
-SHARES = ["bind", "sshfs"]  # how the hosts share the checkpoint root (hosts.py)
+SHARES = ["bind", "sshfs", "s3"]  # how the hosts share the checkpoint store
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON = os.path.join(HERE, "..", "..", "python")
@@ -31,12 +36,97 @@ def bin_path(name):
     return os.path.join(os.path.abspath(d), name)
 
 
-class Cluster:
+class PosixStore:
+    """The checkpoint root as a directory every host sees (bind or sshfs)."""
+
     def __init__(self, hosts):
-        self.hosts = hosts
-        self.token = "multihost-%d" % os.getpid()
         self.root = os.path.join(hosts.shared, "checkpoints")  # as every host sees it
-        self.root_here = os.path.join(hosts.shared_here, "checkpoints")  # as this test sees it
+        self.here = os.path.join(hosts.shared_here, "checkpoints")  # as this test sees it
+        self.server_args = []
+
+    def names(self, mesh):
+        d = os.path.join(self.here, mesh)
+        return sorted(os.listdir(d)) if os.path.isdir(d) else []
+
+    def steps(self, mesh):
+        return sorted(int(n[5:]) for n in self.names(mesh) if n.startswith("step-"))
+
+    def leftovers(self, mesh):
+        return [n for n in self.names(mesh) if n.startswith((".staging", ".deleting"))]
+
+    def close(self):
+        pass
+
+
+class S3Store:
+    """The checkpoint root in a bucket of a Ceph RGW (tools/s3/rgw.sh) listening on the
+    hosts' bridge, outside every host. Only tesserad is told the endpoint; workers
+    learn it from tesserad, and get credentials from their environment."""
+
+    BUCKET = "tessera-multihost"
+
+    def __init__(self, hosts):
+        import boto3  # python3-boto3
+        self.dir = tempfile.mkdtemp(prefix="tessera-mh-rgw-", dir="/var/tmp")
+        script = os.path.join(HERE, "..", "..", "tools", "s3", "rgw.sh")
+        env = dict(os.environ, TESSERA_RGW_ADDR=hosts.net + ".1")
+        r = subprocess.run(["bash", script, "start", self.dir, "0"], env=env, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if r.returncode != 0:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise RuntimeError("tools/s3/rgw.sh start failed: " + r.stderr[-3000:])
+        self.vars = dict(line[len("export "):].split("=", 1) for line in r.stdout.splitlines()
+                         if line.startswith("export "))
+        self.endpoint = self.vars.pop("TESSERA_S3_ENDPOINT")
+        self.saved_env = {k: os.environ.get(k) for k in self.vars}
+        os.environ.update(self.vars)  # credentials, for every process started from here
+        self.s3 = boto3.client("s3", endpoint_url=self.endpoint,
+                               region_name=self.vars.get("AWS_REGION", "us-east-1"))
+        self.s3.create_bucket(Bucket=self.BUCKET)
+        self.root = "s3://%s/ckpt" % self.BUCKET
+        self.server_args = ["--s3-endpoint", self.endpoint]
+
+    def names(self, mesh):
+        prefix = "ckpt/%s/" % mesh
+        names = set()
+        for page in self.s3.get_paginator("list_objects_v2").paginate(
+                Bucket=self.BUCKET, Prefix=prefix, Delimiter="/"):
+            names.update(o["Key"][len(prefix):] for o in page.get("Contents", []))
+            names.update(p["Prefix"][len(prefix):-1] for p in page.get("CommonPrefixes", []))
+        uploads = self.s3.list_multipart_uploads(Bucket=self.BUCKET, Prefix=prefix)
+        names.update(u["Key"][len(prefix):].split("/")[0] for u in uploads.get("Uploads", []))
+        return sorted(names)
+
+    def steps(self, mesh):
+        return sorted(int(n[5:-7]) for n in self.names(mesh)
+                      if n.startswith("step-") and n.endswith(".commit"))
+
+    def leftovers(self, mesh):
+        """Staging prefixes that no commit manifest names."""
+        referenced = set()
+        for step in self.steps(mesh):
+            body = self.s3.get_object(Bucket=self.BUCKET, Key="ckpt/%s/step-%d.commit" % (mesh, step))
+            referenced.add(json.loads(body["Body"].read())["dir"])
+        return [n for n in self.names(mesh) if n.startswith(".staging") and n not in referenced]
+
+    def close(self):
+        for k, v in self.saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        script = os.path.join(HERE, "..", "..", "tools", "s3", "rgw.sh")
+        subprocess.run(["bash", script, "stop", self.dir], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Cluster:
+    def __init__(self, hosts, store):
+        self.hosts = hosts
+        self.store = store
+        self.token = "multihost-%d" % os.getpid()
+        self.root = store.root
         self.url = "http://%s:7070" % hosts.addr(0)
         self.server = None
         self.workers = {}
@@ -51,7 +141,8 @@ class Cluster:
         self.server = self.hosts.start(0, [
             bin_path("tesserad"), "--listen", "%s:7070" % self.hosts.addr(0),
             "--data-dir", "/tmp/tesserad", "--checkpoint-root", self.root, "--token", self.token,
-            "--heartbeat-ms", str(HEARTBEAT_MS), "--lease-ms", str(LEASE_MS)], log)
+            "--heartbeat-ms", str(HEARTBEAT_MS), "--lease-ms", str(LEASE_MS)] +
+            self.store.server_args, log)
 
     def start_worker(self, i, env=None, log=None):
         """(Re)starts the worker of host i under its name h<i>."""
@@ -102,10 +193,15 @@ def cluster(request):
     why = can_run(request.param)
     if why:
         pytest.skip("multi-host tests with the root shared by %s: %s" % (request.param, why))
-    with Hosts(WORKERS + 1, share=request.param) as hosts:
-        c = Cluster(hosts)
-        yield c
-        c.client.close()
+    share = "bind" if request.param == "s3" else request.param
+    with Hosts(WORKERS + 1, share=share) as hosts:
+        store = S3Store(hosts) if request.param == "s3" else PosixStore(hosts)
+        try:
+            c = Cluster(hosts, store)
+            yield c
+            c.client.close()
+        finally:
+            store.close()
 
 
 def test_workers_advertise_what_their_peers_can_reach(cluster):
@@ -171,8 +267,8 @@ def test_save_restore_verify_reshard_and_retention(cluster):
     saved = c.trainers("train", "save", 3, "--wait")
     assert all(r.get("committed") for r in saved.values()), saved
     assert sorted(ck["step"] for ck in c.client.checkpoints("train")) == [2, 3]
-    assert sorted(d for d in os.listdir(os.path.join(c.root_here, "train")) if d.startswith("step-")) == \
-        ["step-2", "step-3"]
+    assert c.store.steps("train") == [2, 3]
+    assert c.store.leftovers("train") == []
 
 
 def test_all_reduce_across_hosts(cluster):
@@ -203,11 +299,6 @@ def test_link_down_fails_the_save_naming_the_worker_then_it_rejoins(cluster):
     assert all(r.get("committed") for r in out.values()), out
     states = {ck["step"]: ck["state"] for ck in c.client.checkpoints("lnk")}
     assert states == {10: "failed", 11: "committed"}, states
-
-
-def staging_dirs(cluster, mesh):
-    d = os.path.join(cluster.root_here, mesh)
-    return sorted(x for x in os.listdir(d) if x.startswith(".staging")) if os.path.isdir(d) else []
 
 
 def committed_then_slow_writer(c, mesh, host, delay_ms):
@@ -254,8 +345,9 @@ def test_worker_frozen_mid_write_never_reaches_a_checkpoint(cluster):
     time.sleep(3)  # its late write runs now, after the job failed
     states = {ck["step"]: ck["state"] for ck in c.client.checkpoints("frz")}
     assert states == {1: "committed", 2: "failed"}, states
-    assert staging_dirs(c, "frz") == []
-    assert sorted(os.listdir(os.path.join(c.root_here, "frz"))) == ["step-1"]
+    c.client.collect_garbage()
+    assert c.store.leftovers("frz") == []
+    assert c.store.steps("frz") == [1]
     checked = c.trainers("frz", "check", 1)
     assert all(r.get("equal") for r in checked.values()), checked
     # The worker carries on: the next save commits.
@@ -282,8 +374,9 @@ def test_tesserad_killed_mid_save_and_restarted(cluster):
     jobs = [j for j in c.client.jobs(mesh="rst") if j.get("kind") == "save"]
     assert all(j["state"] in ("succeeded", "failed") for j in jobs), jobs
     time.sleep(3.5)  # host 2's delayed write ends now, after the restart
-    assert staging_dirs(c, "rst") == []
-    assert sorted(os.listdir(os.path.join(c.root_here, "rst"))) == ["step-1"]
+    c.client.collect_garbage()
+    assert c.store.leftovers("rst") == []
+    assert c.store.steps("rst") == [1]
     checked = c.trainers("rst", "check", 1)
     assert all(r.get("equal") for r in checked.values()), checked
     c.workers[2].stop()

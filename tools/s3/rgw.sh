@@ -14,6 +14,11 @@ set -euo pipefail
 
 # Per-daemon startup limit; a cold monitor, OSD and gateway each need a few seconds.
 TIMEOUT=${TESSERA_RGW_TIMEOUT:-60}
+# The address the gateway listens on (the monitor and OSD stay on 127.0.0.1): a
+# bridge's address makes it reachable from network namespaces on that bridge.
+ADDR=${TESSERA_RGW_ADDR:-127.0.0.1}
+# What the memstore OSD holds at most (it lives in memory).
+STORE_BYTES=${TESSERA_RGW_STORE_BYTES:-2147483648}
 # ceph-common depends on Debian's python3; a pyenv shim earlier in PATH may not have
 # what we use, so name it.
 PY=/usr/bin/python3
@@ -120,12 +125,12 @@ stop_dir() {
 # A port is taken if we cannot bind it. SO_REUSEADDR as the daemons use it, so a port
 # in TIME_WAIT from the previous run still counts as free.
 port_free() {
-  "$PY" - "$1" <<'EOF'
+  "$PY" - "$1" "${2:-127.0.0.1}" <<'EOF'
 import socket, sys
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 try:
-    s.bind(("127.0.0.1", int(sys.argv[1])))
+    s.bind((sys.argv[2], int(sys.argv[1])))
 except OSError:
     sys.exit(1)
 EOF
@@ -189,8 +194,8 @@ osd_up() { ceph_cli osd stat -f json | grep -q '"num_up_osds":1'; }
 # empty bucket list. bash's /dev/tcp spares a dependency on curl.
 http_up() {
   local fd line=
-  exec {fd}<>"/dev/tcp/127.0.0.1/$1" || return 1
-  printf 'GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&"$fd"
+  exec {fd}<>"/dev/tcp/$ADDR/$1" || return 1
+  printf 'GET / HTTP/1.0\r\nHost: %s\r\n\r\n' "$ADDR" >&"$fd"
   IFS= read -r -t 5 line <&"$fd" || true
   # Drain the rest, or RGW logs the early close as an error.
   read -r -t 5 -d '' _ <&"$fd" || true
@@ -279,12 +284,12 @@ osd data = $DIR/osd/\$name
 osd objectstore = memstore
 # Unused by memstore, but otherwise logged as a path under /var/lib/ceph.
 osd journal = \$osd_data/journal
-memstore device bytes = 2147483648
+memstore device bytes = $STORE_BYTES
 # Ceph derives the CRUSH weight from the size in TiB; 2 GiB would be a tiny weight.
 osd crush initial weight = 1
 
 [client.rgw.a]
-rgw frontends = beast endpoint=127.0.0.1:$2
+rgw frontends = beast endpoint=$ADDR:$2
 rgw data = $DIR/rgw
 # The default pool of 512 request threads is for production; tests need a few dozen.
 rgw thread pool size = 64
@@ -307,13 +312,13 @@ cmd_start() {
   if ((port == 0)); then
     port=$(free_port)
   else
-    port_free "$port" || die "port $port on 127.0.0.1 is in use (pass 0 to pick a free one)"
+    port_free "$port" "$ADDR" || die "port $port on $ADDR is in use (pass 0 to pick a free one)"
   fi
   # Nothing holds a picked port until its daemon binds it, so the two could coincide.
   mon_port=$(free_port)
   while ((mon_port == port)); do mon_port=$(free_port); done
   write_conf "$mon_port" "$port"
-  log "starting in $DIR (monitor 127.0.0.1:$mon_port, S3 127.0.0.1:$port)"
+  log "starting in $DIR (monitor 127.0.0.1:$mon_port, S3 $ADDR:$port)"
 
   # Whatever fails from here on, take down what was started.
   trap 'rc=$?; if ((rc)); then log "start failed; stopping $DIR"; stop_dir || true; fi' EXIT
@@ -362,13 +367,13 @@ cmd_start() {
 
   # AWS_DEFAULT_REGION too: botocore and the AWS CLI v1 read only that one.
   cat >"$DIR/env" <<EOF
-export TESSERA_S3_ENDPOINT=http://127.0.0.1:$port
+export TESSERA_S3_ENDPOINT=http://$ADDR:$port
 export AWS_ACCESS_KEY_ID=$access
 export AWS_SECRET_ACCESS_KEY=$secret_key
 export AWS_REGION=us-east-1
 export AWS_DEFAULT_REGION=us-east-1
 EOF
-  log "ready in $((SECONDS - t0))s: S3 on http://127.0.0.1:$port; stop with: $0 stop $DIR"
+  log "ready in $((SECONDS - t0))s: S3 on http://$ADDR:$port; stop with: $0 stop $DIR"
   cat "$DIR/env" >&3
 }
 
