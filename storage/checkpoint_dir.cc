@@ -116,8 +116,9 @@ Result<std::vector<std::string>> CollectObjectGarbage(Env* env, const std::strin
     for (const auto& n : names) {
       int64_t step;
       if (!ParseStep(n, &step, kManifestSuffix)) continue;
-      // Mesh names are stored escaped; the manifest path is rebuilt from the dir.
       auto body = ReadWholeFile(env, JoinPath(dir, n));
+      // Deleted since the listing: its step is gone, and so may its files be.
+      if (!body.ok() && body.status().code() == Code::kNotFound) continue;
       if (!body.ok()) return body.status();  // never guess what a manifest protects
       auto j = nlohmann::json::parse(*body, nullptr, false);
       if (j.is_object() && j.value("dir", nlohmann::json()).is_string()) {

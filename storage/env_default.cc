@@ -43,12 +43,14 @@ class RoutingEnv final : public Env {
     if (!IsS3Path(path)) return posix_.get();
     std::call_once(s3_once_, [this] {
       S3EnvOptions options;
-      // Tuning knobs for the object store's writes (MiB per part, parts per file, threads).
+      // Tuning knobs (MiB per part, parts in flight per file, upload threads).
       if (const char* v = std::getenv("TESSERA_S3_PART_MB")) {
         options.part_bytes = std::strtoull(v, nullptr, 10) << 20;
       }
       if (const char* v = std::getenv("TESSERA_S3_PARTS_IN_FLIGHT")) options.parts_in_flight = std::atoi(v);
       if (const char* v = std::getenv("TESSERA_S3_THREADS")) options.upload_threads = std::atoi(v);
+      // How long one request may keep retrying (5xx, SlowDown, resets) before failing.
+      if (const char* v = std::getenv("TESSERA_S3_RETRY_MS")) options.retry_budget_ms = std::atoll(v);
       s3_ = NewS3Env(options);
     });
     return s3_.get();

@@ -164,13 +164,15 @@ Status MergeFragments(Env* env, const std::string& dir, const std::vector<std::s
 
 Result<CheckpointIndex> CheckpointIndex::Open(Env* env, const std::string& dir) {
   const std::string path = JoinPath(dir, kIndexFile);
-  if (!env->Exists(path)) {
+  auto image = ReadWholeFile(env, path);
+  // Missing is said so; any other failure (a store refusing us) is passed on as is.
+  if (!image.ok() && image.status().code() == Code::kNotFound && !env->Exists(path)) {
     return NotFound("no " + std::string(kIndexFile) + " in " + dir +
                         " (not a checkpoint, or an unfinished one)",
                     {{"file", path}});
   }
-  ASSIGN_OR_RETURN(std::string image, ReadWholeFile(env, path));
-  ASSIGN_OR_RETURN(SqliteDb db, SqliteDb::FromImage(image, path));
+  if (!image.ok()) return image.status();
+  ASSIGN_OR_RETURN(SqliteDb db, SqliteDb::FromImage(*image, path));
   CheckpointIndex index;
 
   auto fail = [&](const std::string& why) { return Corrupt(path, why); };

@@ -50,6 +50,8 @@ class Process:
     def __init__(self, argv, log, env=None, ready=_LISTENING, timeout=20.0):
         self.argv = argv
         self.log = log
+        # A restarted program appends to its log: only what this run writes counts.
+        self.start = os.path.getsize(log) if os.path.exists(log) else 0
         with open(log, "ab") as out:
             self.popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, env=env,
@@ -58,7 +60,9 @@ class Process:
         self.url = self.wait_for(ready, timeout)
 
     def text(self):
+        """What this run has written to the log."""
         with open(self.log, "rb") as f:
+            f.seek(self.start)
             return f.read().decode("utf-8", "replace")
 
     def wait_for(self, pattern, timeout):
@@ -106,10 +110,14 @@ class LocalCluster:
     heartbeat_ms / lease_ms: liveness (short ones make a killed worker dead fast).
     dir: where the catalog, checkpoints, mappings and logs go (default: a fresh
     temporary directory, removed by stop()).
+    checkpoint_root: elsewhere for the checkpoints (a directory, or s3://BUCKET/PREFIX
+    with server_args=["--s3-endpoint", URL]); server_args / server_env: more flags
+    and environment for tesserad.
     """
 
     def __init__(self, workers=4, bin_dir=None, dir=None, devices_per_worker=1,  # noqa: A002
-                 heartbeat_ms=100, lease_ms=1500, token=None, copy_threads=1):
+                 heartbeat_ms=100, lease_ms=1500, token=None, copy_threads=1,
+                 checkpoint_root=None, server_args=(), server_env=None):
         self.bin_dir = find_bin_dir(bin_dir)
         self._own_dir = dir is None
         self.dir = dir or tempfile.mkdtemp(prefix="tessera-py-")
@@ -126,8 +134,11 @@ class LocalCluster:
             self.server_process = Process(
                 [os.path.join(self.bin_dir, "tesserad"), "--listen", "127.0.0.1:0",
                  "--data-dir", os.path.join(self.dir, "data"), "--token", self.token,
-                 "--heartbeat-ms", str(heartbeat_ms), "--lease-ms", str(lease_ms)],
-                os.path.join(self.dir, "tesserad.log"))
+                 "--heartbeat-ms", str(heartbeat_ms), "--lease-ms", str(lease_ms)] +
+                (["--checkpoint-root", checkpoint_root] if checkpoint_root else []) +
+                list(server_args),
+                os.path.join(self.dir, "tesserad.log"),
+                env=dict(os.environ, **server_env) if server_env else None)
             self.server = self.server_process.url
             for i in range(workers):
                 self.workers.append(None)
@@ -138,13 +149,14 @@ class LocalCluster:
             self.stop()
             raise
 
-    def start_worker(self, i):
-        """(Re)starts worker i under its stable name host<i>."""
+    def start_worker(self, i, env=None):
+        """(Re)starts worker i under its stable name host<i>; `env`: variables to add."""
         argv = [os.path.join(self.bin_dir, "tessera-worker"), "--server", self.server,
                 "--token", self.token, "--name", "host%d" % i,
                 "--devices", str(self.devices_per_worker), "--shm-dir", self.shm_dir,
                 "--copy-threads", str(self.copy_threads)]
-        p = Process(argv, os.path.join(self.dir, "worker-%d.log" % i))
+        p = Process(argv, os.path.join(self.dir, "worker-%d.log" % i),
+                    env=dict(os.environ, **env) if env else None)
         self.workers[i] = p
         self.worker_urls[i] = p.url
         self.worker_ids[i] = p.wait_for(_REGISTERED, 20.0)

@@ -1,0 +1,270 @@
+"""tesserad and 4 workers with their checkpoint root in an S3 bucket of a real Ceph
+RGW (tools/s3/rgw.sh; label s3, needs root): saves, restores, verify, delete and
+garbage collection over REST and from trainers, and the store's failures: a failed
+part, a failed commit, an unreachable store, bad credentials and a missing bucket,
+each named, each leaving earlier checkpoints intact."""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+import tessera  # noqa: E402
+from tessera.local import LocalCluster  # noqa: E402
+
+BUCKET = "tessera-cluster-test"
+SCRIPT = os.path.join(HERE, "..", "..", "tools", "s3", "rgw.sh")
+ROWS = 4 * 1024 * 1024  # 16 MiB of float32 per worker: shards span parts (8 MiB)
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the s3 tier starts Ceph: needs root")
+
+
+@pytest.fixture(scope="module")
+def rgw():
+    import boto3  # python3-boto3
+    d = tempfile.mkdtemp(prefix="tessera-s3-cluster-", dir="/var/tmp")
+    r = subprocess.run(["bash", SCRIPT, "start", d, "0"], text=True,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if r.returncode != 0:
+        shutil.rmtree(d, ignore_errors=True)
+        pytest.fail("tools/s3/rgw.sh start failed: " + r.stderr[-3000:])
+    env = dict(line[len("export "):].split("=", 1) for line in r.stdout.splitlines()
+               if line.startswith("export "))
+    endpoint = env.pop("TESSERA_S3_ENDPOINT")
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # credentials for every process started from here
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name=env.get("AWS_REGION", "us-east-1"))
+    s3.create_bucket(Bucket=BUCKET)
+    yield endpoint, s3
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    subprocess.run(["bash", SCRIPT, "stop", d], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def start_cluster(endpoint, prefix, server_env=None):
+    return LocalCluster(workers=4, heartbeat_ms=100, lease_ms=1500,
+                        checkpoint_root="s3://%s/%s" % (BUCKET, prefix),
+                        server_args=["--s3-endpoint", endpoint, "--gc-interval-ms", "0"],
+                        server_env=server_env)
+
+
+def keys(s3, prefix):
+    out = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+        out += [o["Key"][len(prefix):] for o in page.get("Contents", [])]
+    return sorted(out)
+
+
+def uploads(s3, prefix):
+    return s3.list_multipart_uploads(Bucket=BUCKET, Prefix=prefix).get("Uploads", [])
+
+
+def each(ms, fn):
+    with ThreadPoolExecutor(len(ms)) as pool:
+        return list(pool.map(lambda rm: fn(*rm), enumerate(ms)))
+
+
+class Trainers:
+    """4 trainers, one per worker, each holding a slice of 'w' (sharded) and 'b'."""
+
+    def __init__(self, cluster, mesh):
+        self.client = cluster.client(timeout=60)
+        self.client.register_mesh(mesh, {"data": 4}, workers=cluster.worker_ids)
+        self.mesh = mesh
+        self.cluster = cluster
+        self.ms = [self.connect(i) for i in range(4)]
+        self.arrays = each(self.ms, lambda r, m: self.attach(m))
+
+    def connect(self, i):
+        return tessera.CheckpointManager(self.mesh, worker=self.cluster.worker_urls[i], timeout=60)
+
+    @staticmethod
+    def attach(m):
+        return m.attach("w", (4 * ROWS,), "float32", ["data"]), m.attach("b", (16,), "float32")
+
+    def restart_worker(self, i, env=None):
+        """Restarts worker i (same name, so same id); its trainer attaches again."""
+        self.ms[i].close()
+        self.cluster.workers[i].stop()
+        self.cluster.start_worker(i, env=env)
+        self.ms[i] = self.connect(i)
+        self.arrays[i] = self.attach(self.ms[i])
+
+    @staticmethod
+    def values(value, rank):
+        # Random, so that compression leaves the shards larger than a part.
+        return np.random.default_rng(value * 10 + rank).standard_normal(ROWS, dtype=np.float32)
+
+    def fill(self, value):
+        for rank, (w, b) in enumerate(self.arrays):
+            w[:] = self.values(value, rank)
+            b[:] = value
+
+    def holds(self, value):
+        return all((w == self.values(value, rank)).all() and (b == value).all()
+                   for rank, (w, b) in enumerate(self.arrays))
+
+    def save(self, step):
+        """Every trainer saves `step`; the answers of their wait(), or their errors."""
+        def one(rank, m):
+            try:
+                return m.save(step).wait(timeout=90)
+            except tessera.TesseraError as e:
+                return e
+        return each(self.ms, one)
+
+    def close(self):
+        for m in self.ms:
+            m.close()
+        self.client.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(rgw):
+    c = start_cluster(rgw[0], "main")
+    yield c
+    c.stop()
+
+
+def test_save_restore_verify_delete_and_gc_in_a_bucket(rgw, cluster):
+    _, s3 = rgw
+    t = Trainers(cluster, "m1")
+    try:
+        t.fill(1)
+        assert all(r["state"] == "committed" for r in t.save(1))
+        t.fill(2)
+        assert all(r["state"] == "committed" for r in t.save(2))
+        # Committed = a manifest per step naming its staging prefix; shards, index.
+        names = keys(s3, "main/m1/")
+        assert "step-1.commit" in names and "step-2.commit" in names, names
+        assert sum(n.endswith("/index.sqlite") for n in names) == 2, names
+        assert sum("/shard-" in n for n in names) == 8, names
+        assert not any("fragment" in n for n in names), names
+        assert uploads(s3, "main/") == []
+        t.fill(0)
+        assert each(t.ms, lambda r, m: m.restore(1)) == [1] * 4
+        assert t.holds(1)
+        assert t.client.verify("m1", 2).wait(60)["state"] == "succeeded"
+        # Restore through REST, onto the same mesh.
+        t.fill(0)
+        assert t.client.restore("m1", 2).wait(60)["state"] == "succeeded"
+        assert t.holds(2)
+        # Delete: the manifest and every object of the step go.
+        t.client.delete_checkpoint("m1", 1)
+        assert [c["step"] for c in t.client.checkpoints("m1")] == [2]
+        names = keys(s3, "main/m1/")
+        assert "step-1.commit" not in names and len(names) == 1 + 1 + 4, names
+        assert t.client.collect_garbage() == []
+        # Retention: keep the last one.
+        t.client.set_retention("m1", keep_last=1)
+        t.fill(3)
+        assert all(r["state"] == "committed" for r in t.save(3))
+        assert [c["step"] for c in t.client.checkpoints("m1")] == [3]
+        assert [n for n in keys(s3, "main/m1/") if n.endswith(".commit")] == ["step-3.commit"]
+    finally:
+        t.close()
+
+
+def failed(answers):
+    errors = [a for a in answers if isinstance(a, tessera.TesseraError)]
+    assert errors, answers
+    return " ".join("%s %s %s" % (e.code, e, e.details) for e in errors)
+
+
+def test_a_failed_part_fails_the_save_naming_worker_and_part(rgw, cluster):
+    _, s3 = rgw
+    t = Trainers(cluster, "m2")
+    try:
+        t.fill(1)
+        assert all(r["state"] == "committed" for r in t.save(1))
+        # Worker 2's store answers every second part with 503 SlowDown.
+        t.restart_worker(2, env={"TESSERA_FAULT_S3": "partNumber=2&", "TESSERA_S3_RETRY_MS": "500"})
+        t.fill(2)
+        text = failed(t.save(2))
+        assert cluster.worker_ids[2] in text and "part 2" in text and BUCKET in text, text
+        states = {c["step"]: c["state"] for c in t.client.checkpoints("m2")}
+        assert states == {1: "committed", 2: "failed"}, states
+        # Nothing of step 2 is left: no objects, no unfinished upload.
+        assert uploads(s3, "main/m2/") == []
+        assert not any(n.startswith(".staging-2-") or n.startswith("step-2")
+                       for n in keys(s3, "main/m2/")), keys(s3, "main/m2/")
+        t.fill(0)
+        assert each(t.ms, lambda r, m: m.restore(1)) == [1] * 4 and t.holds(1)
+    finally:
+        t.restart_worker(2)
+        t.close()
+
+
+def test_unreachable_store_and_bad_credentials_are_named(rgw, cluster):
+    t = Trainers(cluster, "m3")
+    try:
+        t.fill(1)
+        assert all(r["state"] == "committed" for r in t.save(1))
+        # Worker 1 is given a store address where nothing listens.
+        t.restart_worker(1, env={"TESSERA_S3_ENDPOINT": "http://127.0.0.1:1",
+                                 "TESSERA_S3_RETRY_MS": "500"})
+        text = failed(t.save(2))
+        assert "unavailable" in text and "http://127.0.0.1:1" in text and BUCKET in text, text
+        assert cluster.worker_ids[1] in text, text
+        # ... then the right address but a wrong secret.
+        t.restart_worker(1, env={"AWS_SECRET_ACCESS_KEY": "wrong"})
+        text = failed(t.save(3))
+        assert "unauthenticated" in text and BUCKET in text and cluster.worker_ids[1] in text, text
+        states = {c["step"]: c["state"] for c in t.client.checkpoints("m3")}
+        assert states == {1: "committed", 2: "failed", 3: "failed"}, states
+        # A restore it cannot read is refused as such, not as a missing checkpoint.
+        with pytest.raises(tessera.TesseraError) as e:
+            t.ms[1].restore(1)
+        assert "unauthenticated" in str(e.value) or e.value.code == "unauthenticated", e.value
+        t.restart_worker(1)
+        t.fill(0)
+        assert each(t.ms, lambda r, m: m.restore(1)) == [1] * 4 and t.holds(1)
+    finally:
+        t.restart_worker(1)
+        t.close()
+
+
+def test_a_failed_commit_leaves_no_step(rgw):
+    endpoint, s3 = rgw
+    c = start_cluster(endpoint, "commit", server_env={"TESSERA_FAULT_S3": "step-2.commit",
+                                                      "TESSERA_S3_RETRY_MS": "500"})
+    t = Trainers(c, "m4")
+    try:
+        t.fill(1)
+        assert all(r["state"] == "committed" for r in t.save(1))
+        text = failed(t.save(2))
+        assert "step-2.commit" in text and endpoint in text, text
+        states = {ck["step"]: ck["state"] for ck in t.client.checkpoints("m4")}
+        assert states == {1: "committed", 2: "failed"}, states
+        assert [n for n in keys(s3, "commit/m4/") if n.endswith(".commit")] == ["step-1.commit"]
+        assert not any(n.startswith(".staging-2-") for n in keys(s3, "commit/m4/"))
+        t.fill(0)
+        assert each(t.ms, lambda r, m: m.restore(1)) == [1] * 4 and t.holds(1)
+    finally:
+        t.close()
+        c.stop()
+
+
+def test_a_missing_bucket_or_unreachable_store_stops_tesserad_at_start(rgw, tmp_path):
+    endpoint, _ = rgw
+    bins = os.environ.get("TESSERA_BIN") or os.path.join(HERE, "..", "..", "build", "bin")
+    for root, ep, want in [("s3://no-such-bucket-x/p", endpoint, "no-such-bucket-x"),
+                           ("s3://%s/p" % BUCKET, "http://127.0.0.1:1", "http://127.0.0.1:1")]:
+        r = subprocess.run([os.path.join(bins, "tesserad"), "--listen", "127.0.0.1:0",
+                            "--data-dir", str(tmp_path / "d"), "--checkpoint-root", root,
+                            "--s3-endpoint", ep], text=True, timeout=120,
+                           env=dict(os.environ, TESSERA_S3_RETRY_MS="500"),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert r.returncode != 0
+        assert want in r.stderr, r.stderr
