@@ -280,13 +280,22 @@ int main(int argc, char** argv) {
   app.add_option("--dir", dir, "where the cluster keeps its checkpoints");
   app.add_flag("--skip-control-plane", skip_scale, "skip the heartbeat and 64-rank benchmarks");
   app.add_flag("--only-control-plane", only_scale, "only the tiny-save scale benchmarks");
+  std::string root, s3_endpoint;
+  app.add_option("--checkpoint-root", root,
+                 "checkpoints elsewhere (s3://BUCKET/PREFIX): then only save and restore run, "
+                 "as s3_save and s3_restore");
+  app.add_option("--s3-endpoint", s3_endpoint, "the S3 server of an s3:// root");
   CLI11_PARSE(app, argc, argv);
+  const bool s3 = !root.empty();
+  if (s3) skip_scale = true;
 
   tools::ClusterOptions opts;
   opts.bin_dir = tools::SelfDir();
   opts.dir = dir + "/cluster-bench-" + std::to_string(::getpid());
   opts.heartbeat_ms = 500;
   opts.lease_ms = 5000;
+  opts.checkpoint_root = root;
+  if (!s3_endpoint.empty()) opts.server_args = {"--s3-endpoint", s3_endpoint};
   if (!skip_scale) {
     for (int n : {4, 16, 32}) TinySavesOfProcesses(opts, n, 7);
     for (int n : {64, 256}) TinySavesOfAgents(opts, n, 5);
@@ -323,7 +332,7 @@ int main(int argc, char** argv) {
   }
 
   // The stall's bound: copying one worker's share into memory already faulted in.
-  {
+  if (!s3) {
     std::vector<uint8_t> dst(per_worker);
     std::vector<double> t1, t4;
     for (int rep = 0; rep < 5; ++rep) {
@@ -386,7 +395,8 @@ int main(int argc, char** argv) {
       Json done = WaitJob(c, started["job"]);
       double secs = Secs(t0);
       const Json& ck = done["result"]["checkpoint"];
-      EmitLine({{"bench", "save"}, {"compression", compression}, {"rep", rep}, {"bytes", total},
+      EmitLine({{"bench", s3 ? "s3_save" : "save"}, {"compression", compression}, {"rep", rep},
+            {"bytes", total},
             {"time_s", secs}, {"GBps", total / secs / 1e9},
             {"stall_ms_max", *std::max_element(stall.begin(), stall.end()) * 1e3},
             {"stall_ms_median", Median(stall) * 1e3},
@@ -399,7 +409,7 @@ int main(int argc, char** argv) {
 
   // One trainer at a time: each stall is one worker's copy with the machine to
   // itself. The job completes once the fourth has called.
-  {
+  if (!s3) {
     std::vector<double> per_save;  // median over trainers, per save
     for (int rep = 0; rep < 3; ++rep) {
       ++step;
@@ -428,8 +438,14 @@ int main(int argc, char** argv) {
                    "restore");
     WaitJob(c, r["job"]);
     double secs = Secs(t0);
-    EmitLine({{"bench", "restore"}, {"rep", rep}, {"bytes", total}, {"time_s", secs},
-          {"GBps", total / secs / 1e9}});
+    EmitLine({{"bench", s3 ? "s3_restore" : "restore"}, {"rep", rep}, {"bytes", total},
+          {"time_s", secs}, {"GBps", total / secs / 1e9}});
+  }
+  if (s3) {  // the rest is about the control plane and the local disk
+    cluster.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(opts.dir, ec);
+    return 0;
   }
   // Reshard: the same tensors onto a {x:2, y:2} mesh, sharded over both axes.
   Check(c.PutMesh("grid", {{{"name", "x"}, {"size", 2}}, {{"name", "y"}, {"size", 2}}}), "grid");

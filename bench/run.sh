@@ -12,6 +12,8 @@
 #      tessera_bench_cluster         tesserad + 4 workers: stall, save, restore, reshard,
 #                                    500-worker heartbeats, a save across 64 ranks
 #      shared/peers/disk_fio.sh      again (pass 2), so the disk's drift is visible
+#      S3: a Ceph RGW from tools/s3/rgw.sh; bench/s3_boto3.py (boto3 upload_file and
+#      download_file of 1 GiB), tessera_bench_cluster with an s3:// root, boto3 again
 # 3. collectives: 4 ranks on loopback TCP, TESSERA_BENCH_ROUNDS rounds of
 #      shared/peers/allreduce_torch_gloo.py   torch.distributed Gloo
 #      tessera_bench_collectives              ours (4 processes, TcpTransport)
@@ -25,12 +27,14 @@
 #    every JSON line goes to bench/out/*.jsonl;
 # 4. bench/report.py turns them into bench/RESULTS.md.
 #
-# It installs nothing. About 6–7 minutes on the 2-vCPU VM (most of it the peers).
+# It installs nothing (tools/s3/rgw.sh installs Ceph if root and it is missing). About
+# 9 minutes on the 2-vCPU VM (most of it the peers).
 # On a machine shared with other builds, hold the build lock for the whole run so
 # that no compiler shares the cores with a measurement:
 #   flock /tmp/tessera-build.lock bash bench/run.sh
 # Knobs for quick trials (the report says when they differ from the defaults):
-#   TESSERA_BENCH_ONLY (all): "collectives" runs only part 3, "storage" only part 2;
+#   TESSERA_BENCH_ONLY (all): "collectives" runs only part 3, "storage" only part 2,
+#     "s3" only the S3 comparison of part 2;
 #     either writes bench/out/RESULTS.<part>.md and leaves bench/RESULTS.md alone;
 #   TESSERA_BENCH_SCALE (1.0), TESSERA_BENCH_REPEAT (2): the storage state and its runs;
 #   TESSERA_BENCH_ROUNDS (2): collectives rounds (gloo, ours, mpi, ours each).
@@ -48,8 +52,8 @@ rounds=${TESSERA_BENCH_ROUNDS:-2}
 die() { echo "bench/run.sh: $*" >&2; exit 1; }
 
 case "$only" in
-  all | storage | collectives) ;;
-  *) die "TESSERA_BENCH_ONLY must be all, storage or collectives (got '$only')" ;;
+  all | storage | collectives | s3) ;;
+  *) die "TESSERA_BENCH_ONLY must be all, storage, collectives or s3 (got '$only')" ;;
 esac
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "TESSERA_BENCH_ROUNDS must be a positive integer"
 want() { [ "$only" = all ] || [ "$only" = "$1" ]; }
@@ -141,6 +145,7 @@ skip() {
 
 targets=(tesserad)
 want storage && targets+=(tessera_bench_storage tessera_bench_cluster tessera-worker)
+[ "$only" = s3 ] && targets+=(tessera_bench_cluster tessera-worker)
 want collectives && targets+=(tessera_bench_collectives tessera_bench_rest_barrier)
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 step build "$out/build.log" bash -c \
@@ -166,7 +171,43 @@ fio_step() {
 
 # One temp dir on the disk the project writes to; every run writes below it.
 tmp=$(mktemp -d "$out/tmp.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+rgw_dir=""
+cleanup() {
+  [ -z "$rgw_dir" ] || bash tools/s3/rgw.sh stop "$rgw_dir" >/dev/null 2>&1 || true
+  rm -rf "$tmp" "$rgw_dir"
+}
+trap cleanup EXIT
+
+# The cluster on S3: a throwaway Ceph RGW (tools/s3/rgw.sh), boto3's upload_file /
+# download_file of 1 GiB to it, ours (save and restore of the same state), boto3 again.
+# Skipped, and said so in the report, when the gateway cannot start or boto3 is missing.
+s3_part() {
+  if ! "$py" -c 'import boto3' 2>/dev/null; then
+    skip s3 "python3-boto3 missing (apt-get install -y python3-boto3)"
+    return 0
+  fi
+  rgw_dir=$(mktemp -d /var/tmp/tessera-bench-rgw.XXXXXX)
+  local env
+  # Memory-backed OSD: room for two checkpoints and a boto3 object while deletes are collected.
+  if ! env=$(TESSERA_RGW_STORE_BYTES=$((6 << 30)) bash tools/s3/rgw.sh start "$rgw_dir" 0 \
+      2>"$out/rgw.log"); then
+    skip s3 "tools/s3/rgw.sh could not start Ceph RGW (needs root or ceph installed; see bench/out/rgw.log)"
+    return 0
+  fi
+  eval "$env"
+  "$py" -c 'import boto3, os; boto3.client("s3", endpoint_url=os.environ["TESSERA_S3_ENDPOINT"],
+    region_name=os.environ.get("AWS_REGION", "us-east-1")).create_bucket(Bucket="tessera-bench")'
+  local boto=("$py" bench/s3_boto3.py --endpoint "$TESSERA_S3_ENDPOINT" --bucket tessera-bench
+              --dir "$tmp" --repeat 2 --bytes "$(awk -v s="$scale" 'BEGIN { printf "%d", s * 1073741824 }')")
+  step s3_boto3_1 "$out/s3_boto3_1.jsonl" "${boto[@]}" || true
+  step s3_cluster "$out/s3_cluster.jsonl" build-bench/bin/tessera_bench_cluster --dir "$tmp" \
+    --scale "$scale" --repeat 2 --checkpoint-root s3://tessera-bench/cluster \
+    --s3-endpoint "$TESSERA_S3_ENDPOINT" || true
+  step s3_boto3_2 "$out/s3_boto3_2.jsonl" "${boto[@]}" || true
+  bash tools/s3/rgw.sh stop "$rgw_dir" >/dev/null 2>&1 || true
+  rm -rf "$rgw_dir"
+  rgw_dir=""
+}
 
 if want storage; then
   fio_step fio_pass1
@@ -177,7 +218,10 @@ if want storage; then
   step cluster "$out/cluster.jsonl" build-bench/bin/tessera_bench_cluster --dir "$tmp" \
     --scale "$scale" --repeat 3
   fio_step fio_pass2
+  s3_part
 fi
+
+[ "$only" = s3 ] && s3_part
 
 if want collectives; then
   # A failed run is reported (exit status in the steps table), not fatal: the other

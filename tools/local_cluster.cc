@@ -141,6 +141,10 @@ Status LocalCluster::StartServer(int port) {
       "--heartbeat-ms", std::to_string(options_.heartbeat_ms),
       "--lease-ms", std::to_string(options_.lease_ms),
       "--threads", std::to_string(options_.server_threads)};
+  if (!options_.checkpoint_root.empty()) {
+    argv.insert(argv.end(), {"--checkpoint-root", options_.checkpoint_root});
+  }
+  argv.insert(argv.end(), options_.server_args.begin(), options_.server_args.end());
   ASSIGN_OR_RETURN(server_, Spawn(argv, {}, dir_ + "/tesserad.log", 15000));
   return Status::Ok();
 }

@@ -27,6 +27,10 @@ struct ClusterOptions {
   int copy_threads = 1;      // per worker; several workers share this machine's cores
   // Extra environment for workers, by worker index (fault-injection hooks in tests).
   std::map<int, std::vector<std::string>> worker_env;
+  // Elsewhere for the checkpoints (a directory, or s3://BUCKET/PREFIX), and more
+  // tesserad flags (e.g. --s3-endpoint URL).
+  std::string checkpoint_root;
+  std::vector<std::string> server_args;
 };
 
 struct ChildProcess {
@@ -45,7 +49,9 @@ class LocalCluster {
   const std::string& url() const { return server_.url; }
   const std::string& token() const { return token_; }
   const std::string& dir() const { return dir_; }
-  std::string checkpoint_root() const { return dir_ + "/data/checkpoints"; }
+  std::string checkpoint_root() const {
+    return options_.checkpoint_root.empty() ? dir_ + "/data/checkpoints" : options_.checkpoint_root;
+  }
   int num_workers() const { return static_cast<int>(workers_.size()); }
   // Worker i's id ("w-worker-<i>") and local API URL.
   std::string worker_id(int i) const { return "w-worker-" + std::to_string(i); }

@@ -157,7 +157,8 @@ Result<Client::Response> Client::SendOnce(const Request& r, std::string* transpo
   sign.method = r.method;
   sign.path = path;
   sign.query = r.query;
-  sign.payload_sha256 = Sha256Hex(r.body);
+  sign.payload_sha256 =
+      r.body.size() >= kUnsignedPayloadBytes ? "UNSIGNED-PAYLOAD" : Sha256Hex(r.body);
   sign.amz_date = AmzDate(std::chrono::system_clock::now());
   sign.region = config_.region;
   sign.headers = r.headers;
@@ -185,6 +186,9 @@ Result<Client::Response> Client::SendOnce(const Request& r, std::string* transpo
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(config_.connect_timeout_ms));
   curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(config_.request_timeout_ms));
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
+                   std::max(1L, static_cast<long>(config_.stall_timeout_ms / 1000)));
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnBody);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &response.body);
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, OnHeader);

@@ -32,6 +32,9 @@ struct Config {
   Credentials credentials;
   int connect_timeout_ms = 5000;
   int request_timeout_ms = 300000;
+  // A request moving less than 1 byte/s for this long is abandoned (and retried):
+  // a full Ceph cluster, for one, holds writes rather than failing them.
+  int stall_timeout_ms = 30000;
   int64_t retry_budget_ms = 30000;  // total time one request may spend on retries
   int64_t first_backoff_ms = 50;
   // Fault injection (tests): a request whose description "METHOD key?query"
@@ -97,6 +100,11 @@ class Client {
     std::vector<std::pair<std::string, std::string>> headers;
     std::string_view body;
   };
+  // Bodies this large are sent as UNSIGNED-PAYLOAD: hashing them twice (here, and
+  // again by the server to check) costs CPU a bulk transfer needs, and shard data
+  // carries its own checksums, verified on every read. Smaller bodies (manifests,
+  // indexes) are signed.
+  static constexpr size_t kUnsignedPayloadBytes = 1 << 20;
   // Signs, sends and retries; any HTTP answer that is not retried is returned.
   Result<Response> Send(const Request& request);
   Result<Response> SendOnce(const Request& request, std::string* transport_error);

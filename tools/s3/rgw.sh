@@ -294,9 +294,10 @@ rgw data = $DIR/rgw
 # The default pool of 512 request threads is for production; tests need a few dozen.
 rgw thread pool size = 64
 # Deleted objects are collected after 2 hours by default: far longer than a test run,
-# during which they would pile up in the OSD's memory.
-rgw gc obj min wait = 30
-rgw gc processor period = 30
+# during which they would pile up in the OSD's memory, and a full OSD blocks every
+# write (Ceph holds them rather than failing them). Reclaim within seconds.
+rgw gc obj min wait = 5
+rgw gc processor period = 5
 EOF
 }
 
