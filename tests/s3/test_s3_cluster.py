@@ -124,6 +124,12 @@ class Trainers:
                 return e
         return each(self.ms, one)
 
+    def commit(self, step):
+        """Fills the state with `step`'s values and saves it; every trainer sees it committed."""
+        self.fill(step)
+        answers = self.save(step)
+        assert all(not isinstance(r, Exception) and r["state"] == "committed" for r in answers), answers
+
     def close(self):
         for m in self.ms:
             m.close()
@@ -141,10 +147,8 @@ def test_save_restore_verify_delete_and_gc_in_a_bucket(rgw, cluster):
     _, s3 = rgw
     t = Trainers(cluster, "m1")
     try:
-        t.fill(1)
-        assert all(r["state"] == "committed" for r in t.save(1))
-        t.fill(2)
-        assert all(r["state"] == "committed" for r in t.save(2))
+        t.commit(1)
+        t.commit(2)
         # Committed = a manifest per step naming its staging prefix; shards, index.
         names = keys(s3, "main/m1/")
         assert "step-1.commit" in names and "step-2.commit" in names, names
@@ -168,8 +172,7 @@ def test_save_restore_verify_delete_and_gc_in_a_bucket(rgw, cluster):
         assert t.client.collect_garbage() == []
         # Retention: keep the last one.
         t.client.set_retention("m1", keep_last=1)
-        t.fill(3)
-        assert all(r["state"] == "committed" for r in t.save(3))
+        t.commit(3)
         assert [c["step"] for c in t.client.checkpoints("m1")] == [3]
         assert [n for n in keys(s3, "main/m1/") if n.endswith(".commit")] == ["step-3.commit"]
     finally:
@@ -186,8 +189,7 @@ def test_a_failed_part_fails_the_save_naming_worker_and_part(rgw, cluster):
     _, s3 = rgw
     t = Trainers(cluster, "m2")
     try:
-        t.fill(1)
-        assert all(r["state"] == "committed" for r in t.save(1))
+        t.commit(1)
         # Worker 2's store answers every second part with 503 SlowDown.
         t.restart_worker(2, env={"TESSERA_FAULT_S3": "partNumber=2&", "TESSERA_S3_RETRY_MS": "500"})
         t.fill(2)
@@ -209,8 +211,7 @@ def test_a_failed_part_fails_the_save_naming_worker_and_part(rgw, cluster):
 def test_unreachable_store_and_bad_credentials_are_named(rgw, cluster):
     t = Trainers(cluster, "m3")
     try:
-        t.fill(1)
-        assert all(r["state"] == "committed" for r in t.save(1))
+        t.commit(1)
         # Worker 1 is given a store address where nothing listens.
         t.restart_worker(1, env={"TESSERA_S3_ENDPOINT": "http://127.0.0.1:1",
                                  "TESSERA_S3_RETRY_MS": "500"})
@@ -241,8 +242,7 @@ def test_a_failed_commit_leaves_no_step(rgw):
                                                       "TESSERA_S3_RETRY_MS": "500"})
     t = Trainers(c, "m4")
     try:
-        t.fill(1)
-        assert all(r["state"] == "committed" for r in t.save(1))
+        t.commit(1)
         text = failed(t.save(2))
         assert "step-2.commit" in text and endpoint in text, text
         states = {ck["step"]: ck["state"] for ck in t.client.checkpoints("m4")}
