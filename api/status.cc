@@ -17,6 +17,7 @@ constexpr CodeInfo kCodes[] = {
     {Code::kInvalidArgument, "invalid_argument", 400},
     {Code::kUnauthenticated, "unauthenticated", 401},
     {Code::kNotFound, "not_found", 404},
+    {Code::kMethodNotAllowed, "method_not_allowed", 405},
     {Code::kConflict, "conflict", 409},
     {Code::kPayloadTooLarge, "payload_too_large", 413},
     {Code::kUnavailable, "unavailable", 503},

@@ -18,6 +18,7 @@ enum class Code {
   kInvalidArgument,
   kUnauthenticated,
   kNotFound,
+  kMethodNotAllowed,
   kConflict,
   kPayloadTooLarge,
   kUnavailable,

@@ -73,9 +73,8 @@ Status CheckCollectiveBody(const Mesh& mesh, const Json& body) {
 
 Result<Json> Service::StartCollective(const std::string& mesh, const Json& body) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto m = meshes_.find(mesh);
-  if (m == meshes_.end()) return NotFound("no mesh " + mesh, {{"mesh", mesh}});
-  RETURN_IF_ERROR(CheckCollectiveBody(m->second.mesh, body));
+  ASSIGN_OR_RETURN(const MeshRecord* m, ReadyMesh(mesh));
+  RETURN_IF_ERROR(CheckCollectiveBody(m->mesh, body));
   JobRecord* job = NewJob("collective", mesh, -1, body);
   Launch(job->id, &Service::RunCollective);
   return Json{{"job", job->id}};

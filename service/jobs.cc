@@ -191,7 +191,7 @@ Result<std::map<int64_t, Json>> Service::RunTasks(std::unique_lock<std::mutex>& 
       }
       auto w = workers_.find(t.worker);
       if (w == workers_.end() || w->second.state == "dead") {
-        int64_t age = w == workers_.end() ? 0 : NowMs() - w->second.last_heartbeat_ms;
+        int64_t age = w == workers_.end() ? 0 : MonoMs() - w->second.last_heartbeat_mono_ms;
         return Unavailable(who() + " is dead: no heartbeat for " + std::to_string(age) + " ms",
                            {{"worker", t.worker}, {"rank", t.rank}});
       }
@@ -257,8 +257,7 @@ Result<Json> Service::StartSave(const std::string& mesh, const Json& body) {
     return InvalidArgument("field 'metadata' must be a JSON object", {{"field", "metadata"}});
   }
   std::lock_guard<std::mutex> lock(mu_);
-  auto m = meshes_.find(mesh);
-  if (m == meshes_.end()) return NotFound("no mesh " + mesh, {{"mesh", mesh}});
+  ASSIGN_OR_RETURN(const MeshRecord* m, ReadyMesh(mesh));
   const std::string key = mesh + "@" + std::to_string(step);
   auto existing = checkpoints_.find(key);
   if (existing != checkpoints_.end() && existing->second.state != "failed") {
@@ -267,8 +266,8 @@ Result<Json> Service::StartSave(const std::string& mesh, const Json& body) {
                         (c.state == "committed" ? "committed" : "being saved by job " + c.job),
                     {{"mesh", mesh}, {"step", step}, {"state", c.state}, {"job", c.job}});
   }
-  for (size_t rank = 0; rank < m->second.workers.size(); ++rank) {
-    const std::string& wid = m->second.workers[rank];
+  for (size_t rank = 0; rank < m->workers.size(); ++rank) {
+    const std::string& wid = m->workers[rank];
     auto w = workers_.find(wid);
     if (w == workers_.end() || w->second.state == "dead") {
       return Unavailable("worker " + wid + " (rank " + std::to_string(rank) + ") of mesh " + mesh +
@@ -297,7 +296,13 @@ Status Service::RunSave(const std::string& job_id) {
   const std::string mesh_name = job0.mesh;
   const int64_t step = job0.step;
   const Json request = job0.request;
-  const MeshRecord mesh = meshes_.at(mesh_name);
+  auto found = meshes_.find(mesh_name);
+  if (found == meshes_.end()) {
+    Status gone = NotFound("mesh " + mesh_name + " was deleted", {{"mesh", mesh_name}});
+    FinishJob(job_id, gone, Json());
+    return gone;
+  }
+  const MeshRecord mesh = found->second;
   const std::string key = mesh_name + "@" + std::to_string(step);
   const std::string staging =
       storage::StagingDir(options_.checkpoint_root, mesh_name, step, job_id);
@@ -467,6 +472,9 @@ Status Service::RunSave(const std::string& job_id) {
     lock.unlock();
     (void)env_->DeleteTree(staging);
     lock.lock();
+    // Workers still writing when the job failed may leave files behind it.
+    gc_due_ms_ = MonoMs() + options_.lease_ms;
+    cv_.notify_all();
   }
   FinishJob(job_id, st, result);
   return st;
@@ -589,17 +597,14 @@ Result<Json> Service::StartRestore(const std::string& mesh, const std::string& s
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(CheckpointRecord * c, FindCommitted(mesh, step));
   const std::string target_mesh = target.value_or(mesh);
-  auto t = meshes_.find(target_mesh);
-  if (t == meshes_.end()) {
-    return NotFound("no mesh " + target_mesh, {{"mesh", target_mesh}, {"field", "target_mesh"}});
-  }
+  ASSIGN_OR_RETURN(const MeshRecord* t, ReadyMesh(target_mesh, "target_mesh"));
   if (body.contains("workers") && !body["workers"].is_null()) {
     // Only these workers of the target mesh restore (a trainer restoring its own host).
     if (!body["workers"].is_array() || body["workers"].empty()) {
       return InvalidArgument("field 'workers' must be a non-empty list of worker ids",
                              {{"field", "workers"}});
     }
-    const auto& members = t->second.workers;
+    const auto& members = t->workers;
     for (const auto& w : body["workers"]) {
       if (!w.is_string() ||
           std::find(members.begin(), members.end(), w.get<std::string>()) == members.end()) {

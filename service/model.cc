@@ -10,11 +10,17 @@ int64_t NowMs() {
       .count();
 }
 
-Json WorkerRecord::ToJson(int64_t now, const std::vector<std::string>& meshes) const {
+int64_t MonoMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+Json WorkerRecord::ToJson(int64_t mono_now, const std::vector<std::string>& meshes) const {
   return {{"id", id},
           {"host", host},
           {"state", state},
-          {"last_heartbeat_ms_ago", std::max<int64_t>(0, now - last_heartbeat_ms)},
+          {"last_heartbeat_ms_ago", std::max<int64_t>(0, mono_now - last_heartbeat_mono_ms)},
           {"devices", devices},
           {"data_port", data_port},
           {"local_port", local_port},

@@ -15,7 +15,11 @@
 
 namespace tessera::service {
 
+// Wall-clock time (timestamps that people read).
 int64_t NowMs();
+// A monotonic clock for durations (liveness, ages): a step of the wall clock
+// must not mark every worker dead or alive at once.
+int64_t MonoMs();
 
 struct WorkerRecord {
   std::string id;
@@ -25,7 +29,7 @@ struct WorkerRecord {
   int devices = 1;
   std::string state = "alive";  // alive | suspect | dead
   int64_t registered_ms = 0;
-  int64_t last_heartbeat_ms = 0;
+  int64_t last_heartbeat_mono_ms = 0;  // MonoMs()
   std::deque<Json> tasks;  // not persisted: queued for the next long-poll
   // Wakes this worker's long-poll alone (waited on with Service::mu_), so that
   // queueing a task or a report does not wake every worker's poll.
@@ -35,7 +39,7 @@ struct WorkerRecord {
   // gives way, so that no task is handed to a connection nobody reads.
   uint64_t poll = 0;
 
-  Json ToJson(int64_t now, const std::vector<std::string>& meshes) const;
+  Json ToJson(int64_t mono_now, const std::vector<std::string>& meshes) const;
   static WorkerRecord FromJson(const Json& j);
 };
 
@@ -43,6 +47,9 @@ struct MeshRecord {
   Mesh mesh;
   std::vector<std::string> workers;  // by rank
   int64_t created_ms = 0;
+  // Registered, but its self-test is running: visible to its workers (who read
+  // it), and no job may start on it until the test passes.
+  bool self_testing = false;
 
   Json ToJson() const;  // API.md: axes, devices_per_worker, workers, devices
   static Result<MeshRecord> FromJson(const Json& j);

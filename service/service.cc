@@ -37,13 +37,13 @@ Result<std::unique_ptr<Service>> Service::Create(ServiceOptions options, storage
 }
 
 Status Service::Recover() {
-  const int64_t now = NowMs();
+  const int64_t now = MonoMs();
   ASSIGN_OR_RETURN(auto workers, catalog_->All("workers"));
   for (const auto& j : workers) {
     WorkerRecord w = WorkerRecord::FromJson(j);
     // Give workers one lease to heartbeat again after our restart.
     w.state = "suspect";
-    w.last_heartbeat_ms = now;
+    w.last_heartbeat_mono_ms = now;
     worker_order_.push_back(w.id);
     workers_[w.id] = std::move(w);
   }
@@ -120,7 +120,7 @@ Status Service::Recover() {
 
 void Service::Start() {
   monitor_ = std::thread([this] { MonitorLoop(); });
-  if (options_.gc_interval_ms > 0) gc_ = std::thread([this] { GcLoop(); });
+  gc_ = std::thread([this] { GcLoop(); });
 }
 
 void Service::Stop() {
@@ -141,11 +141,11 @@ void Service::MonitorLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
     cv_.wait_for(lock, std::chrono::milliseconds(100));
-    const int64_t now = NowMs();
+    const int64_t now = MonoMs();
     bool changed = false;
     for (auto& [id, w] : workers_) {
       if (w.state == "dead") continue;
-      int64_t age = now - w.last_heartbeat_ms;
+      int64_t age = now - w.last_heartbeat_mono_ms;
       std::string state = age > options_.lease_ms ? "dead" : age > options_.suspect_ms ? "suspect" : "alive";
       if (state == w.state) continue;
       w.state = state;
@@ -175,9 +175,23 @@ Result<Json> Service::CollectGarbage() {
 
 void Service::GcLoop() {
   std::unique_lock<std::mutex> lock(mu_);
+  const int64_t interval = options_.gc_interval_ms;
+  int64_t next = interval > 0 ? MonoMs() + interval : 0;
   while (!stopping_) {
-    cv_.wait_for(lock, std::chrono::milliseconds(options_.gc_interval_ms));
-    if (stopping_) break;
+    // Due at the next period, or sooner after a failed save (gc_due_ms_).
+    int64_t due = next;
+    if (gc_due_ms_ > 0 && (due == 0 || gc_due_ms_ < due)) due = gc_due_ms_;
+    if (due == 0) {
+      cv_.wait(lock);
+      continue;
+    }
+    const int64_t now = MonoMs();
+    if (now < due) {
+      cv_.wait_for(lock, std::chrono::milliseconds(due - now));  // woken early by any event
+      continue;
+    }
+    gc_due_ms_ = 0;
+    if (interval > 0) next = now + interval;
     lock.unlock();
     auto r = CollectGarbage();
     if (!r.ok()) std::fprintf(stderr, "garbage collection: %s\n", r.status().ToString().c_str());
@@ -188,7 +202,7 @@ void Service::GcLoop() {
 // ---------------------------------------------------------------- persistence
 
 void Service::PersistWorker(const WorkerRecord& w) {
-  Status st = catalog_->Put("workers", w.id, w.ToJson(NowMs(), {}));
+  Status st = catalog_->Put("workers", w.id, w.ToJson(MonoMs(), {}));
   if (!st.ok()) std::fprintf(stderr, "catalog: %s\n", st.ToString().c_str());
 }
 
@@ -283,9 +297,9 @@ Result<Json> Service::RegisterWorker(const Json& body) {
   w.local_port = static_cast<int>(local_port);
   w.devices = static_cast<int>(devices.value_or(1));
   w.state = "alive";
-  w.last_heartbeat_ms = now;
+  w.last_heartbeat_mono_ms = MonoMs();
   PersistWorker(w);
-  events_.Publish("worker", w.ToJson(now, MeshesOfWorker(wid)));
+  events_.Publish("worker", w.ToJson(w.last_heartbeat_mono_ms, MeshesOfWorker(wid)));
   cv_.notify_all();
   std::fprintf(stderr, "worker %s registered (%s, local port %d, %d devices)\n", wid.c_str(),
                w.host.c_str(), w.local_port, w.devices);
@@ -302,8 +316,8 @@ Result<Json> Service::Heartbeat(const std::string& id) {
     return NotFound("unknown worker " + id + "; register again", {{"worker", id}});
   }
   WorkerRecord& w = it->second;
-  const int64_t now = NowMs();
-  w.last_heartbeat_ms = now;
+  const int64_t now = MonoMs();
+  w.last_heartbeat_mono_ms = now;
   if (w.state != "alive") {
     w.state = "alive";
     PersistWorker(w);
@@ -331,7 +345,8 @@ Result<Json> Service::PollTasks(const std::string& id, int64_t wait_ms) {
   it = workers_.find(id);
   Json tasks = Json::array();
   if (it != workers_.end() && it->second.poll == mine) {
-    it->second.last_heartbeat_ms = std::max(it->second.last_heartbeat_ms, NowMs() - wait_ms);
+    it->second.last_heartbeat_mono_ms =
+        std::max(it->second.last_heartbeat_mono_ms, MonoMs() - wait_ms);
     while (!it->second.tasks.empty()) {
       Json& task = it->second.tasks.front();
       // Delivered is running: the worker reports only the outcome and progress.
@@ -394,7 +409,7 @@ Status Service::ReportTask(const std::string& worker, const std::string& task, c
 Json Service::ListWorkers() {
   std::lock_guard<std::mutex> lock(mu_);
   Json out = Json::array();
-  const int64_t now = NowMs();
+  const int64_t now = MonoMs();
   for (const auto& id : worker_order_) {
     out.push_back(workers_.at(id).ToJson(now, MeshesOfWorker(id)));
   }
@@ -405,7 +420,7 @@ Result<Json> Service::GetWorker(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return NotFound("no worker " + id, {{"worker", id}});
-  return it->second.ToJson(NowMs(), MeshesOfWorker(id));
+  return it->second.ToJson(MonoMs(), MeshesOfWorker(id));
 }
 
 Status Service::DeleteWorker(const std::string& id) {
@@ -451,6 +466,10 @@ Result<std::pair<int, Json>> Service::PutMesh(const std::string& name, const Jso
   auto existing = meshes_.find(name);
   if (existing != meshes_.end()) {
     const MeshRecord& m = existing->second;
+    if (m.self_testing) {
+      return Unavailable("mesh " + name + " is running its self-test; try again when it ends",
+                         {{"mesh", name}});
+    }
     if (m.mesh == mesh && (!wanted || *wanted == m.workers)) return std::make_pair(200, m.ToJson());
     return Conflict("mesh " + name + " is already registered as " + m.mesh.ToString() + " with " +
                         std::to_string(m.mesh.devices_per_worker) +
@@ -500,6 +519,7 @@ Result<std::pair<int, Json>> Service::PutMesh(const std::string& name, const Jso
     }
   }
   MeshRecord rec{mesh, chosen, NowMs()};
+  rec.self_testing = self_test.value_or(true);
   meshes_[name] = rec;
   PersistMesh(rec);
   Json out = rec.ToJson();
@@ -511,7 +531,9 @@ Result<std::pair<int, Json>> Service::PutMesh(const std::string& name, const Jso
     lock.unlock();
     Status st = RunMeshInit(job_id);
     lock.lock();
+    if (st.ok()) meshes_.at(name).self_testing = false;
     if (!st.ok()) {
+      // No job can have started on it (ReadyMesh refuses a mesh under test).
       meshes_.erase(name);
       (void)catalog_->Delete("meshes", name);
       return st.WithContext("mesh " + name + " failed its self-test (job " + job_id +
@@ -564,6 +586,19 @@ Status Service::DeleteMesh(const std::string& name) {
 }
 
 // ---------------------------------------------------------------- preemption
+
+Result<const MeshRecord*> Service::ReadyMesh(const std::string& name,
+                                             const std::string& field) const {
+  auto it = meshes_.find(name);
+  Json details = {{"mesh", name}};
+  if (!field.empty()) details["field"] = field;
+  if (it == meshes_.end()) return NotFound("no mesh " + name, details);
+  if (it->second.self_testing) {
+    return Unavailable("mesh " + name + " is running its self-test; no job can start on it yet",
+                       details);
+  }
+  return &it->second;
+}
 
 Status Service::CheckMesh(const std::string& name) const {
   return meshes_.count(name) ? Status::Ok() : NotFound("no mesh " + name, {{"mesh", name}});

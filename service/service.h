@@ -39,7 +39,8 @@ struct ServiceOptions {
   int64_t job_timeout_ms = 30 * 60 * 1000;
   int64_t max_wait_ms = 60000;  // cap for long-polls
   // Every this often, leftovers of failed saves (staging dirs, late writes of
-  // workers that were cut off, unfinished uploads) are removed; 0: at startup only.
+  // workers that were cut off, unfinished uploads) are removed; 0: only at
+  // startup and one lease after each failed save.
   int64_t gc_interval_ms = 5 * 60 * 1000;
 };
 
@@ -120,6 +121,9 @@ class Service {
   void QueueTask(WorkerRecord* w, Json task);
   std::vector<std::string> MeshesOfWorker(const std::string& id) const;
   Status CheckMesh(const std::string& name) const;  // not_found naming the mesh
+  // The mesh, once its self-test has passed: not_found, or unavailable while
+  // the test runs. REQUIRES: mu_ held.
+  Result<const MeshRecord*> ReadyMesh(const std::string& name, const std::string& field = "") const;
   Json MeshJson(const MeshRecord& m) const;          // the record plus its retention policy
   bool WorkerBusy(const std::string& id) const;
   Result<CheckpointRecord*> FindCommitted(const std::string& mesh, const std::string& step);
@@ -175,6 +179,10 @@ class Service {
   storage::ThreadSet job_threads_;
   std::thread monitor_;
   std::thread gc_;
+  // When the GC thread should run early (MonoMs), 0: not before its period.
+  // A failed save sets it one lease ahead: by then the workers that were still
+  // writing have ended, and what they wrote after the failure goes.
+  int64_t gc_due_ms_ = 0;  // GUARDED_BY(mu_)
 };
 
 // A random id such as "j-3f9a0c1d2b4e".

@@ -153,7 +153,7 @@ Status LocalCluster::StartWorker(int i) {
   std::vector<std::string> argv = {options_.bin_dir + "/tessera-worker",
                                    "--server", server_.url,
                                    "--token", token_,
-                                   "--name", "worker-" + std::to_string(i),
+                                   "--name", options_.worker_name_prefix + std::to_string(i),
                                    "--devices", std::to_string(options_.devices_per_worker),
                                    "--copy-threads", std::to_string(options_.copy_threads)};
   auto env = options_.worker_env.count(i) ? options_.worker_env.at(i) : std::vector<std::string>{};

@@ -31,6 +31,7 @@ struct ClusterOptions {
   // tesserad flags (e.g. --s3-endpoint URL).
   std::string checkpoint_root;
   std::vector<std::string> server_args;
+  std::string worker_name_prefix = "worker-";  // worker i is named <prefix><i>
 };
 
 struct ChildProcess {
@@ -54,7 +55,9 @@ class LocalCluster {
   }
   int num_workers() const { return static_cast<int>(workers_.size()); }
   // Worker i's id ("w-worker-<i>") and local API URL.
-  std::string worker_id(int i) const { return "w-worker-" + std::to_string(i); }
+  std::string worker_id(int i) const {
+    return "w-" + options_.worker_name_prefix + std::to_string(i);
+  }
   const std::string& worker_url(int i) const { return workers_.at(i).url; }
   pid_t worker_pid(int i) const { return workers_.at(i).pid; }
   pid_t server_pid() const { return server_.pid; }

@@ -118,7 +118,14 @@ Status Agent::Register(int64_t timeout_ms) {
   while (true) {
     auto r = client.Call("POST", "/api/v1/workers", body);
     if (r.ok()) {
-      id_ = r->value("id", "");
+      const std::string id = r->value("id", "");
+      if (id_.empty()) {
+        id_ = id;
+      } else if (id != id_) {
+        // Never rewritten: other threads read id_ without a lock.
+        return Internal("tesserad re-registered worker " + id_ + " as " + id,
+                        {{"worker", id_}});
+      }
       heartbeat_ms_ = r->value("heartbeat_ms", int64_t{500});
       // The object store's address, unless this host was given its own.
       if (auto e = r->value("s3_endpoint", ""); !e.empty() && storage::DefaultS3Endpoint().empty()) {
@@ -155,10 +162,10 @@ void Agent::HeartbeatLoop() {
   http::Client client(options_.server, options_.token, 5, /*keep_alive=*/false);
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
-    cv_.wait_for(lock, std::chrono::milliseconds(heartbeat_ms_));
+    cv_.wait_for(lock, std::chrono::milliseconds(heartbeat_ms_.load()));
     if (stopping_) break;
     lock.unlock();
-    auto r = client.Call("POST", "/api/v1/workers/" + id_ + "/heartbeat");
+    auto r = client.Call("POST", "/api/v1/workers/" + http::PercentEncodeSegment(id_) + "/heartbeat");
     if (!r.ok() && r.status().code() == Code::kNotFound) {
       // tesserad lost us (a fresh catalog): register again under the same id.
       Status st = Register(1000);
@@ -175,7 +182,7 @@ void Agent::TaskLoop() {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) return;
     }
-    auto r = client.Call("GET", "/api/v1/workers/" + id_ + "/tasks?wait_ms=5000");
+    auto r = client.Call("GET", "/api/v1/workers/" + http::PercentEncodeSegment(id_) + "/tasks?wait_ms=5000");
     if (!r.ok()) {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(200));
@@ -194,7 +201,8 @@ void Agent::Report(http::Client* client, const std::string& task, const std::str
   if (!error.ok()) body["error"] = ErrorBody(error)["error"];
   // The outcome must arrive: retry while tesserad is unreachable (e.g. restarting).
   for (int attempt = 0; attempt < 50; ++attempt) {
-    auto r = client->Call("POST", "/api/v1/workers/" + id_ + "/tasks/" + task + "/report", body);
+    auto r = client->Call("POST", "/api/v1/workers/" + http::PercentEncodeSegment(id_) + "/tasks/" +
+                                     http::PercentEncodeSegment(task) + "/report", body);
     if (r.ok() || r.status().code() != Code::kUnavailable || state == "running") return;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }

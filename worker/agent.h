@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -95,7 +96,9 @@ class Agent {
   // agent_trainer.cc
   void AddTrainerRoutes(http::Router* router);
   // Starts or joins the save job of a trainer's snapshot, follows it to its end.
-  void FollowTrainerSave(const std::string& mesh, int64_t step, Json body);
+  // Starts or joins the job of an in-loop save and follows it until `deadline`.
+  void FollowTrainerSave(const std::string& mesh, int64_t step, Json body,
+                         std::chrono::steady_clock::time_point deadline);
   // The job's final record once it succeeded; its error once it failed.
   Result<Json> FollowJob(http::Client* client, const std::string& kind, const std::string& job,
                          int64_t timeout_ms);
@@ -106,8 +109,10 @@ class Agent {
   storage::Env* env_;
   TensorStore* store_ = nullptr;
   MeshCollectives* collectives_ = nullptr;
+  // Set by the first Register, before Start(); a re-registration (from the
+  // heartbeat thread) must get the same id back, so every thread may read it.
   std::string id_;
-  int64_t heartbeat_ms_ = 500;
+  std::atomic<int64_t> heartbeat_ms_{500};
   storage::ThreadPool io_pool_;
   http::ClientPool clients_;  // to tesserad, for task reports
 

@@ -25,6 +25,10 @@ constexpr int64_t kMaxWaitMs = 60 * 1000;
 constexpr int64_t kMaxRestoreMs = 3600 * 1000;
 // How long the background start of a save retries an unreachable tesserad.
 constexpr int64_t kStartRetryMs = 30 * 1000;
+// How long an in-loop save may take, from the trainer's call to the commit, unless
+// the body's deadline_ms says otherwise; then it is cancelled and reported failed.
+constexpr int64_t kDefaultSaveDeadlineMs = 30 * 60 * 1000;
+constexpr int64_t kMaxSaveDeadlineMs = 24 * 3600 * 1000;
 
 Result<std::string> MeshQuery(const Request& req) {
   ASSIGN_OR_RETURN(std::string mesh, http::RequiredQuery(req, "mesh"));
@@ -93,6 +97,13 @@ Result<Json> Agent::FollowJob(http::Client* client, const std::string& kind, con
 Result<Json> Agent::SaveFromTrainer(const std::string& mesh, int64_t step, const Json& body,
                                     TrainerSaves::Until until, int64_t timeout_ms) {
   ASSIGN_OR_RETURN(auto names, OptionalNameList(body, "tensors"));
+  ASSIGN_OR_RETURN(std::optional<int64_t> deadline, OptionalInt(body, "deadline_ms"));
+  if (deadline && (*deadline < 1 || *deadline > kMaxSaveDeadlineMs)) {
+    return InvalidArgument("deadline_ms must be 1.." + std::to_string(kMaxSaveDeadlineMs),
+                           {{"field", "deadline_ms"}});
+  }
+  Json job_body = body;
+  job_body.erase("deadline_ms");  // ours, not the job's
   // The stall: one copy of this worker's shards. After it the trainer may go on.
   auto t0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(auto snap, store_->TakeSnapshot(mesh, names));
@@ -104,7 +115,11 @@ Result<Json> Agent::SaveFromTrainer(const std::string& mesh, int64_t step, const
   }
   cv_.notify_all();
   trainer_saves_.Snapshotted(mesh, step);
-  task_threads_.Spawn([this, mesh, step, body] { FollowTrainerSave(mesh, step, body); });
+  const auto until_ms = std::chrono::steady_clock::now() +
+                       std::chrono::milliseconds(deadline.value_or(kDefaultSaveDeadlineMs));
+  task_threads_.Spawn([this, mesh, step, job_body, until_ms] {
+    FollowTrainerSave(mesh, step, job_body, until_ms);
+  });
   Json out = {{"checkpoint", {{"mesh", mesh}, {"step", step}}},
               {"snapshot_ms", snapshot_ms},
               {"snapshot_bytes", snap->bytes()}};
@@ -115,7 +130,8 @@ Result<Json> Agent::SaveFromTrainer(const std::string& mesh, int64_t step, const
   return out;
 }
 
-void Agent::FollowTrainerSave(const std::string& mesh, int64_t step, Json body) {
+void Agent::FollowTrainerSave(const std::string& mesh, int64_t step, Json body,
+                              std::chrono::steady_clock::time_point deadline) {
   http::Client client(options_.server, options_.token, 30);
   body["step"] = step;
   body["wait_for_trainer"] = true;
@@ -151,7 +167,21 @@ void Agent::FollowTrainerSave(const std::string& mesh, int64_t step, Json body) 
     }
   }
   trainer_saves_.Started(mesh, step, job);
-  auto ended = FollowJob(&client, "save", job, int64_t{24} * 3600 * 1000);
+  const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           deadline - std::chrono::steady_clock::now())
+                           .count();
+  auto ended = FollowJob(&client, "save", job, std::max<int64_t>(left, 1));
+  if (!ended.ok() && ended.status().code() == Code::kDeadlineExceeded) {
+    // Out of time: the job must not commit behind the trainer's back.
+    auto cancelled = client.Call("POST", "/api/v1/jobs/" + http::PercentEncodeSegment(job) + "/cancel",
+                                 Json::object());
+    ended = Status(Code::kDeadlineExceeded,
+                   "the save of step " + std::to_string(step) + " of mesh " + mesh +
+                       " (job " + job + ") passed its deadline; " +
+                       (cancelled.ok() ? "it was cancelled"
+                                       : "cancelling it failed: " + cancelled.status().ToString()),
+                   {{"job", job}, {"mesh", mesh}, {"step", step}});
+  }
   if (!ended.ok()) drop_snapshot();  // a job that failed before taking it
   trainer_saves_.Ended(mesh, step, ended.status());
 }

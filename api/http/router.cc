@@ -107,11 +107,9 @@ Response Router::Dispatch(Request req) const {
   const Route* route = Match(&req, &wrong_method);
   if (!route) {
     if (wrong_method) {
-      Response r = Response::Error(
-          InvalidArgument("method " + req.method + " is not allowed on " + req.path,
-                          {{"field", "method"}}));
-      r.status = 405;
-      return r;
+      return Response::Error(Status(Code::kMethodNotAllowed,
+                                    "method " + req.method + " is not allowed on " + req.path,
+                                    {{"field", "method"}}));
     }
     return Response::Error(NotFound("no such endpoint: " + req.method + " " + req.path,
                                     {{"field", "path"}}));
@@ -137,11 +135,13 @@ std::string PercentDecode(std::string_view s) {
   return out;
 }
 
-std::string PercentEncode(std::string_view s) {
+namespace {
+
+std::string Encode(std::string_view s, bool keep_slash) {
   static const char* hex = "0123456789ABCDEF";
   std::string out;
   for (unsigned char c : s) {
-    if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/') {
+    if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
       out += static_cast<char>(c);
     } else {
       out += '%';
@@ -151,6 +151,11 @@ std::string PercentEncode(std::string_view s) {
   }
   return out;
 }
+
+}  // namespace
+
+std::string PercentEncode(std::string_view s) { return Encode(s, true); }
+std::string PercentEncodeSegment(std::string_view s) { return Encode(s, false); }
 
 Result<int64_t> QueryInt(const Request& req, const std::string& key, int64_t fallback) {
   auto v = req.Query(key);

@@ -72,6 +72,8 @@ class Router {
 
 std::string PercentDecode(std::string_view s);
 std::string PercentEncode(std::string_view s);  // everything but unreserved chars and '/'
+// For a value that must stay one path segment ({id} routes): '/' too.
+std::string PercentEncodeSegment(std::string_view s);
 
 // Parses an integer query parameter; absent → fallback; malformed → invalid_argument.
 Result<int64_t> QueryInt(const Request& req, const std::string& key, int64_t fallback);

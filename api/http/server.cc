@@ -37,13 +37,56 @@ Server::Server(std::shared_ptr<Router> router, ServerOptions options)
     listen_fd_ = sock;
   });
   auto handler = [this](const httplib::Request& req, httplib::Response& res) { Handle(&req, &res); };
-  for (const char* pattern : {".*"}) {
-    s.Get(pattern, handler);
-    s.Post(pattern, handler);
-    s.Put(pattern, handler);
-    s.Delete(pattern, handler);
-    s.Patch(pattern, handler);
-  }
+  // Bodies are read here, whatever their Content-Type: left to httplib, a body
+  // that says it is a form (curl --data-binary's default) is capped at 8 KiB,
+  // and tensor bytes are not forms. The size limit still applies (413).
+  auto with_body = [this](const httplib::Request& req, httplib::Response& res,
+                          const httplib::ContentReader& reader) {
+    // An answer without reading (the rest of) the body: the connection then closes.
+    auto refuse = [&res](const Status& st) {
+      Response r = Response::Error(st);
+      res.status = r.status;
+      res.set_header("Connection", "close");
+      res.set_content(r.body, "application/json");
+    };
+    if (req.is_multipart_form_data()) {
+      // Nothing here takes forms, and httplib's form parser is not ours to feed.
+      reader([](const httplib::MultipartFormData&) { return false; },
+             [](const char*, size_t) { return false; });
+      return refuse(InvalidArgument(
+          "multipart/form-data bodies are not accepted; send the bytes as the body "
+          "(curl --data-binary @FILE)",
+          {{"field", "content-type"}}));
+    }
+    std::string body;
+    bool too_large = false;
+    const size_t limit = options_.max_body_bytes;
+    const bool read = reader([&](const char* data, size_t n) {
+      if (body.size() + n > limit) {
+        too_large = true;
+        return false;
+      }
+      body.append(data, n);
+      return true;
+    });
+    // httplib refuses a declared Content-Length over the limit itself (status 413).
+    if (too_large || res.status == 413) {
+      return refuse(Status(Code::kPayloadTooLarge,
+                           "request body too large: more than " + std::to_string(limit) + " bytes",
+                           {{"field", "body"}, {"limit", limit}}));
+    }
+    if (!read) {
+      return refuse(InvalidArgument(
+          "could not read the request body (cut short, or a bad chunked encoding)",
+          {{"field", "body"}}));
+    }
+    Handle(&req, &res, &body);
+  };
+  s.Get(".*", handler);
+  s.Post(".*", with_body);
+  s.Put(".*", with_body);
+  s.Patch(".*", with_body);
+  s.Delete(".*", handler);
   s.set_exception_handler([](const httplib::Request& req, httplib::Response& res,
                              std::exception_ptr ep) {
     std::string what = "unknown exception";
@@ -109,7 +152,7 @@ void Server::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Server::Handle(const void* raw_req, void* raw_res) {
+void Server::Handle(const void* raw_req, void* raw_res, std::string* body) {
   const auto& hreq = *static_cast<const httplib::Request*>(raw_req);
   auto& hres = *static_cast<httplib::Response*>(raw_res);
   auto t0 = std::chrono::steady_clock::now();
@@ -124,7 +167,7 @@ void Server::Handle(const void* raw_req, void* raw_res) {
     for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     req.headers[lower] = v;
   }
-  req.body = hreq.body;
+  req.body = body != nullptr ? std::move(*body) : hreq.body;
 
   Response res;
   std::string pattern;

@@ -49,7 +49,8 @@ class Server {
   int port() const { return port_; }
 
  private:
-  void Handle(const void* raw_req, void* raw_res);
+  // `body`: the request body when it was read by a content reader (else hreq's).
+  void Handle(const void* raw_req, void* raw_res, std::string* body = nullptr);
 
   std::shared_ptr<Router> router_;
   ServerOptions options_;

@@ -3,6 +3,7 @@
 // culprit, leave no visible checkpoint for that step, and leave the earlier
 // checkpoint verifiable and restorable.
 #include <filesystem>
+#include <thread>
 
 #include "cluster_fixture.h"
 #include "storage/checkpoint_dir.h"
@@ -131,6 +132,66 @@ TEST(DiskFull, SaveFailsWithResourceExhaustedNamingTheWorker) {
   EXPECT_EQ(j["error"]["code"], "resource_exhausted") << j.dump();
   EXPECT_EQ(j["error"]["details"]["worker"], c->worker_id(1));
   ExpectNoTrace(*c, "two", 1);
+}
+
+// A mesh is usable once its self-test has passed: a save asked for while the
+// test runs is refused (503 naming the mesh) rather than started on a mesh
+// that may yet be withdrawn.
+TEST(MeshSelfTest, NoJobStartsOnAMeshUnderTest) {
+  tools::ClusterOptions opts;
+  opts.worker_env[0] = {"TESSERA_FAULT_TASK_DELAY=mesh_init:2000"};
+  auto c = StartCluster(opts);
+  ASSERT_TRUE(c);
+  std::thread registering([&] { EXPECT_TRUE(c->PutMesh("two", MeshToJson(kTwo)["axes"]).ok()); });
+  // Wait until the mesh is visible (its self-test is running), then try to save.
+  Result<Json> save = NotFound("");
+  for (int i = 0; i < 400; ++i) {
+    if (c->Call("GET", "/api/v1/meshes/two").ok()) {
+      save = c->Call("POST", "/api/v1/meshes/two/checkpoints", {{"step", 1}});
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  registering.join();
+  ASSERT_FALSE(save.ok());
+  EXPECT_EQ(save.status().code(), Code::kUnavailable) << save.status().ToString();
+  EXPECT_EQ(save.status().details().value("mesh", ""), "two");
+  EXPECT_NE(save.status().message().find("self-test"), std::string::npos);
+  // Registered now: the same request is taken (it fails later: no tensors pushed).
+  EXPECT_TRUE(c->Call("POST", "/api/v1/meshes/two/checkpoints", {{"step", 1}}).ok());
+}
+
+// An in-loop save has a deadline (body deadline_ms): past it, the trainer hears
+// deadline_exceeded naming the job, and the job is cancelled, never committed.
+TEST(TrainerSave, PassesItsDeadlineAndIsCancelled) {
+  tools::ClusterOptions opts;
+  opts.worker_env[1] = {"TESSERA_FAULT_TASK_DELAY=write:4000"};
+  auto c = StartCluster(opts);
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->PutMesh("two", MeshToJson(kTwo)["axes"]).ok());
+  Push(*c, kTwo, Weights(1));
+  for (int w = 0; w < 2; ++w) {
+    http::Client local(c->worker_url(w));
+    auto r = local.Call("POST", "/v1/save?mesh=two&step=1", {{"deadline_ms", 800}});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+  http::Client local(c->worker_url(0));
+  auto waited = local.Call("GET", "/v1/saves/1?mesh=two&wait=committed&timeout_ms=20000");
+  ASSERT_FALSE(waited.ok());
+  EXPECT_EQ(waited.status().code(), Code::kDeadlineExceeded) << waited.status().ToString();
+  const std::string job = waited.status().details().value("job", "");
+  EXPECT_FALSE(job.empty()) << waited.status().ToString();
+  EXPECT_NE(waited.status().message().find("cancelled"), std::string::npos);
+  auto ended = c->WaitJob(job);
+  ASSERT_TRUE(ended.ok());
+  EXPECT_EQ((*ended)["state"], "cancelled") << ended->dump();
+  auto ck = c->Call("GET", "/api/v1/meshes/two/checkpoints/1");
+  ASSERT_TRUE(ck.ok());
+  EXPECT_NE((*ck)["state"], "committed");
+  // Bad deadlines are refused up front.
+  auto bad = local.Call("POST", "/v1/save?mesh=two&step=2", {{"deadline_ms", 0}});
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(bad.status().details().value("field", ""), "deadline_ms");
 }
 
 }  // namespace

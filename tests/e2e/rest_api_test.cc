@@ -112,7 +112,7 @@ TEST_F(Api, BadInputGetsTheRightError) {
       {"POST", "/api/v1/workers", R"({"local_port":"x"})", 400, "invalid_argument", "local_port"},
       {"POST", "/api/v1/workers", R"({"local_port":70000})", 400, "invalid_argument", "local_port"},
       {"GET", "/api/v1/no/such/thing", "", 404, "not_found", "path"},
-      {"DELETE", "/api/v1/cluster", "", 405, "invalid_argument", "method"},
+      {"DELETE", "/api/v1/cluster", "", 405, "method_not_allowed", "method"},
       {"POST", "/api/v1/meshes/two/checkpoints", big, 413, "payload_too_large", ""},
   };
   for (const auto& c : cases) ExpectError(Send(c.method, c.path, c.body), c);

@@ -83,6 +83,25 @@ TEST(SaveRestore, EveryDtypeAndLayoutRoundTripsAndReshards) {
   }
 }
 
+// Names may contain '/': a worker named rack/7-<i> heartbeats, gets its tasks,
+// saves and restores like any other.
+TEST(SaveRestore, WorkersWithSlashesInTheirNames) {
+  tools::ClusterOptions opts;
+  opts.worker_name_prefix = "rack/7-";
+  auto c = StartCluster(opts);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->worker_id(2), "w-rack/7-2");
+  auto worker = c->Call("GET", "/api/v1/workers/" + http::PercentEncodeSegment(c->worker_id(2)));
+  ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+  EXPECT_EQ((*worker)["state"], "alive");
+  ASSERT_TRUE(c->PutMesh("m", MeshToJson(kMesh)["axes"]).ok());  // its self-test runs tasks
+  auto saved = MixedTensors(5);
+  for (const auto& t : saved) Push(*c, kMesh, t);
+  SaveAndWait(*c, "m", 1);
+  Json r = RestoreAndWait(*c, "m", "1", {{"tensors", {"t/int32"}}});
+  EXPECT_EQ(r["state"], "succeeded") << r.dump();
+}
+
 TEST(SaveRestore, SubsetInOrderWithDtypeAndShapeChecks) {
   auto c = StartCluster();
   ASSERT_TRUE(c);

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -197,10 +198,15 @@ def test_a_failed_part_fails_the_save_naming_worker_and_part(rgw, cluster):
         assert cluster.worker_ids[2] in text and "part 2" in text and BUCKET in text, text
         states = {c["step"]: c["state"] for c in t.client.checkpoints("m2")}
         assert states == {1: "committed", 2: "failed"}, states
-        # Nothing of step 2 is left: no objects, no unfinished upload.
-        assert uploads(s3, "main/m2/") == []
-        assert not any(n.startswith(".staging-2-") or n.startswith("step-2")
-                       for n in keys(s3, "main/m2/")), keys(s3, "main/m2/")
+        # Nothing of step 2 is left: no objects, no unfinished upload. Workers still
+        # writing when the job failed are collected one lease later (1.5 s here).
+        deadline = time.monotonic() + 30
+        while True:
+            left = [n for n in keys(s3, "main/m2/") if n.startswith((".staging-2-", "step-2"))]
+            if (not left and uploads(s3, "main/m2/") == []) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert left == [] and uploads(s3, "main/m2/") == [], left
         t.fill(0)
         assert each(t.ms, lambda r, m: m.restore(1)) == [1] * 4 and t.holds(1)
     finally:

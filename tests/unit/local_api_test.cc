@@ -249,6 +249,24 @@ TEST_F(LocalApiTest, OverARealSocket) {
   auto list = client.Call("GET", "/v1/tensors");
   ASSERT_TRUE(list.ok());
   EXPECT_EQ(list->size(), 2u);
+
+  // curl --data-binary @file says its body is a form; the bytes are taken as they are.
+  const std::string form_bytes = Pattern(128 * 1024 * 4, 9);  // float32[128,1024] local of [256,1024]
+  auto form = client.Send("PUT", "/v1/tensors/f?mesh=m&device=3&dtype=float32&shape=256,1024"
+                                 "&layout=data,unsharded",
+                          form_bytes, "application/x-www-form-urlencoded");
+  ASSERT_TRUE(form.ok());
+  EXPECT_EQ(form->status, 204) << form->body;
+  auto back = client.Send("GET", "/v1/tensors/f?mesh=m&device=3");
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(back->body == form_bytes);
+  // A multipart form is refused as such (400 naming the Content-Type), not a crash.
+  auto multipart = client.Send("PUT", "/v1/tensors/g?mesh=m&device=3&dtype=float32&shape=4&layout=unsharded",
+                               "--b\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\n1234\r\n--b--\r\n",
+                               "multipart/form-data; boundary=b");
+  ASSERT_TRUE(multipart.ok());
+  EXPECT_EQ(multipart->status, 400) << multipart->body;
+  EXPECT_EQ(Json::parse(multipart->body)["error"]["details"]["field"], "content-type");
   owned_client.reset();  // an idle keep-alive connection would hold Stop() for 5 s
   server.Stop();
 }
