@@ -26,6 +26,18 @@ const std::map<std::string, std::string> kCounterHelp = {
     {"tessera_preemption_syncs_total", "Preemption sync-point calls by outcome."},
 };
 
+// Gauges that Render is given, with their help lines.
+const std::map<std::string, std::string> kGaugeHelp = {
+    {"tessera_barriers_open", "Barriers with ranks waiting."},
+    {"tessera_preemption_notices", "Meshes with a pending preemption notice."},
+    {"tessera_kv_keys", "Keys in the coordination KV store."},
+    {"tessera_workers", "Registered workers by liveness state."},
+    {"tessera_jobs", "Jobs by state and kind."},
+    {"tessera_checkpoints_committed", "Committed checkpoints."},
+    {"tessera_checkpoint_stored_bytes", "Bytes of committed checkpoints in storage."},
+    {"tessera_meshes", "Registered meshes."},
+};
+
 }  // namespace
 
 std::string OutcomeLabel(const Status& status) {
@@ -82,14 +94,20 @@ std::string Metrics::Render(
     std::vector<double> v = s.recent;
     std::sort(v.begin(), v.end());
     for (double q : {0.5, 0.9, 0.99}) {
-      double value = v.empty() ? 0 : v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
-      out << name << "{quantile=\"" << q << "\"} " << value << "\n";
+      out << name << "{quantile=\"" << q << "\"} ";
+      // No observations: no quantile either (NaN, as Prometheus' own clients write it).
+      if (v.empty()) {
+        out << "NaN\n";
+      } else {
+        out << v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))] << "\n";
+      }
     }
     out << name << "_sum " << s.sum << "\n" << name << "_count " << s.count << "\n";
   };
   for (const auto& [name, series] : counters_) {
     auto help = kCounterHelp.find(name);
-    if (help != kCounterHelp.end()) out << "# HELP " << name << " " << help->second << "\n";
+    out << "# HELP " << name << " "
+        << (help != kCounterHelp.end() ? help->second : std::string("Counter.")) << "\n";
     out << "# TYPE " << name << " counter\n";
     for (const auto& [labels, n] : series) {
       out << name << (labels.empty() ? "" : "{" + labels + "}") << " " << n << "\n";
@@ -98,6 +116,9 @@ std::string Metrics::Render(
   summary("tessera_save_duration_seconds", "Duration of successful saves.", save_seconds_);
   summary("tessera_restore_duration_seconds", "Duration of successful restores.", restore_seconds_);
   for (const auto& [name, series] : gauges) {
+    auto help = kGaugeHelp.find(name);
+    out << "# HELP " << name << " "
+        << (help != kGaugeHelp.end() ? help->second : std::string("Gauge.")) << "\n";
     out << "# TYPE " << name << " gauge\n";
     for (const auto& [labels, value] : series) {
       out << name << (labels.empty() ? "" : "{" + labels + "}") << " " << value << "\n";

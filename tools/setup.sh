@@ -32,6 +32,8 @@ packages=(
   # The s3 tests: a single-node Ceph with its S3 gateway (tools/s3/rgw.sh), and boto3
   # for the S3 benchmark's peer.
   ceph-mon ceph-osd radosgw ceph-common python3-boto3
+  # promtool (Prometheus' linter) checks tesserad's /metrics in the REST tests.
+  prometheus
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -2,10 +2,15 @@
 // registration rules, events (SSE), metrics, and a bounded random-request fuzz
 // after which the server is healthy and still saves.
 #include <httplib.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <fstream>
 #include <random>
 #include <regex>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "cluster_fixture.h"
@@ -191,6 +196,39 @@ TEST_F(Api, DashboardIsServedWithoutTheToken) {
               {"GET", "/assets/nope.js", "", 404, "not_found", "path"});
   // The page itself is open; what it calls is not.
   EXPECT_EQ(Send("GET", "/api/v1/cluster", "", false).status, 401);
+}
+
+// The exposition passes Prometheus' own linter: every metric has HELP and TYPE,
+// and a summary with no observations reports NaN quantiles, not 0.
+TEST_F(Api, MetricsPassPromtool) {
+  auto m = Send("GET", "/metrics", "", false);
+  ASSERT_EQ(m.status, 200);
+  std::istringstream lines(m.body);
+  std::set<std::string> helped;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("# HELP ", 0) == 0) helped.insert(line.substr(7, line.find(' ', 7) - 7));
+    if (line.rfind("# TYPE ", 0) == 0) {
+      const std::string name = line.substr(7, line.find(' ', 7) - 7);
+      EXPECT_TRUE(helped.count(name)) << "no HELP before " << line;
+    }
+  }
+  // No restore has run on this cluster: its summary has no quantiles yet.
+  EXPECT_NE(m.body.find("tessera_restore_duration_seconds{quantile=\"0.5\"} NaN"), std::string::npos)
+      << m.body;
+  const std::string file = "/tmp/tessera-metrics-" + std::to_string(::getpid()) + ".txt";
+  {
+    std::ofstream out(file);
+    out << m.body;
+  }
+  ASSERT_EQ(std::system("command -v promtool >/dev/null"), 0)
+      << "promtool is missing (Debian's prometheus package; bash tools/setup.sh installs it)";
+  const std::string cmd = "promtool check metrics < " + file + " > " + file + ".out 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream report(file + ".out");
+  std::string text((std::istreambuf_iterator<char>(report)), {});
+  EXPECT_EQ(rc, 0) << text;
+  std::remove(file.c_str());
+  std::remove((file + ".out").c_str());
 }
 
 TEST_F(Api, EventsStreamJobProgressAndMetricsCount) {
