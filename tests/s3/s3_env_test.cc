@@ -230,14 +230,12 @@ TEST_F(S3EnvTest, AWriterKilledBetweenPartsIsCollected) {
   ASSERT_TRUE(SaveCheckpoint(env_.get(), Request(root_, 1)).ok());
   ASSERT_TRUE(CreateStaging(env_.get(), root_, "m", 2, "dead").ok());
   const std::string shard = JoinPath(StagingDir(root_, "m", 2, "dead"), "shard-0.tsr");
+  // The writer is this binary again, in a process of its own (exec, so that it
+  // starts clean: no threads or connections inherited), killed between parts.
   const pid_t child = fork();
   if (child == 0) {
-    // A fresh Env in the child: its own connections and threads.
-    auto env = NewEnv();
-    auto f = env->NewWritableFile(shard);
-    const std::string data = Pattern(3 * kPart, 5);
-    if (!f.ok() || !(*f)->Append(data.data(), data.size()).ok()) _exit(2);
-    _exit(0);  // dies between parts: no Sync, no abort
+    execl("/proc/self/exe", "s3_env_test", "--write-parts-and-die", shard.c_str(), nullptr);
+    _exit(127);
   }
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
@@ -290,7 +288,21 @@ TEST_F(S3EnvTest, AnUnreachableStoreBadCredentialsAndAMissingBucketAreNamed) {
 }  // namespace
 }  // namespace tessera::storage
 
+// The writer of AWriterKilledBetweenPartsIsCollected: three parts sent, then
+// gone without completing or aborting the upload.
+int WriteAndDie(const std::string& path) {
+  tessera::storage::S3EnvOptions o;
+  o.part_bytes = tessera::storage::kPart;
+  o.parts_in_flight = 1;  // each part acknowledged before the next is sent
+  auto env = tessera::storage::NewS3Env(o);
+  auto f = env->NewWritableFile(path);
+  const std::string data = tessera::storage::Pattern(3 * tessera::storage::kPart + 1, 5);
+  if (!f.ok() || !(*f)->Append(data.data(), data.size()).ok()) _exit(2);
+  _exit(0);  // parts sent, the upload neither completed nor aborted
+}
+
 int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "--write-parts-and-die") return WriteAndDie(argv[2]);
   ::testing::InitGoogleTest(&argc, argv);
   ::testing::AddGlobalTestEnvironment(new tessera::storage::s3::Rgw);
   return RUN_ALL_TESTS();
