@@ -92,7 +92,7 @@ JobRecord& Service::BeginJob(const std::string& job_id) {
   JobRecord& job = jobs_.at(job_id);
   job.state = "running";
   job.started_ms = NowMs();
-  PersistJob(job);
+  (void)PersistJob(job);
   PublishJob(job);
   return job;
 }
@@ -110,7 +110,7 @@ void Service::SetPhase(const std::string& job_id, const std::string& phase) {
   JobRecord& job = jobs_.at(job_id);
   ClosePhase(&job);
   job.phase = phase;
-  PersistJob(job);
+  (void)PersistJob(job);
   PublishJob(job);
   cv_.notify_all();
 }
@@ -132,7 +132,7 @@ void Service::FinishJob(const std::string& job_id, const Status& status, Json re
     job.state = "failed";
     job.error = ErrorBody(status)["error"];
   }
-  PersistJob(job);
+  (void)PersistJob(job);
   PublishJob(job);
   cv_.notify_all();
   std::fprintf(stderr, "job %s (%s %s step %lld) %s%s\n", job.id.c_str(), job.kind.c_str(),
@@ -283,8 +283,12 @@ Result<Json> Service::StartSave(const std::string& mesh, const Json& body) {
   c.created_ms = NowMs();
   c.metadata = body.value("metadata", Json::object());
   if (c.metadata.is_null()) c.metadata = Json::object();
+  if (Status st = PersistCheckpoint(c); !st.ok()) {
+    jobs_.erase(job->id);
+    (void)catalog_->Delete("jobs", job->id);
+    return st.WithContext("the save of step " + std::to_string(step) + " was not started");
+  }
   checkpoints_[key] = c;
-  PersistCheckpoint(c);
   events_.Publish("checkpoint", c.Summary());
   Launch(job->id, &Service::RunSave);
   return Json{{"job", job->id}, {"checkpoint", c.Summary()}};
@@ -309,7 +313,7 @@ Status Service::RunSave(const std::string& job_id) {
   auto set_checkpoint_state = [&](const std::string& state) {
     CheckpointRecord& c = checkpoints_.at(key);
     c.state = state;
-    PersistCheckpoint(c);
+    (void)PersistCheckpoint(c);
     events_.Publish("checkpoint", c.Summary());
   };
   Json result;
@@ -458,7 +462,7 @@ Status Service::RunSave(const std::string& job_id) {
     if (c.state != "committed") {
       c.state = "failed";
       c.error = ErrorBody(st)["error"];
-      PersistCheckpoint(c);
+      (void)PersistCheckpoint(c);
       events_.Publish("checkpoint", c.Summary());
     }
     // Workers drop their snapshots; the staging dir goes.

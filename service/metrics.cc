@@ -24,6 +24,7 @@ const std::map<std::string, std::string> kCounterHelp = {
     {"tessera_barrier_waits_total", "Barrier arrivals by outcome."},
     {"tessera_kv_ops_total", "KV store operations by op and outcome."},
     {"tessera_preemption_syncs_total", "Preemption sync-point calls by outcome."},
+    {"tessera_catalog_write_failures_total", "Catalog writes that failed, by table."},
 };
 
 // Gauges that Render is given, with their help lines.

@@ -49,9 +49,11 @@ void Service::AddRoutes(http::Router* router) {
     }
     router->Add({std::move(method), std::move(pattern), std::move(h), std::move(help), auth});
   };
-  add("GET", "/healthz", [](const Request&) {
-    return Response::Json(200, {{"status", "ok"}, {"version", TESSERA_VERSION}});
-  }, "liveness", false);
+  add("GET", "/healthz", [this](const Request&) {
+    Json health = Health();
+    health["version"] = TESSERA_VERSION;
+    return Response::Json(health["status"] == "ok" ? 200 : 503, health);
+  }, "liveness; 503 degraded once a catalog write has failed", false);
   add("GET", "/metrics", [this](const Request&) {
     Response r;
     r.body = RenderMetrics();

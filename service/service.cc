@@ -68,7 +68,7 @@ Status Service::Recover() {
       r.state = "failed";
       r.ended_ms = now;
       r.error = ErrorBody(Unavailable("tesserad restarted while the job was running"))["error"];
-      PersistJob(r);
+      (void)PersistJob(r);
     }
     job_order_.push_back(r.id);
     jobs_[r.id] = std::move(r);
@@ -79,7 +79,7 @@ Status Service::Recover() {
     if (c.state != "committed" && c.state != "failed") {
       c.state = "failed";
       c.error = ErrorBody(Unavailable("tesserad restarted during the save"))["error"];
-      PersistCheckpoint(c);
+      (void)PersistCheckpoint(c);
     }
     checkpoints_[c.key()] = std::move(c);
   }
@@ -112,7 +112,7 @@ Status Service::Recover() {
                              {"logical_bytes", t.meta.logical_bytes()},
                              {"stored_bytes", t.stored_bytes}});
       }
-      PersistCheckpoint(c);
+      (void)PersistCheckpoint(c);
     }
   }
   return Status::Ok();
@@ -151,7 +151,7 @@ void Service::MonitorLoop() {
       w.state = state;
       changed = true;
       if (state == "dead") w.tasks.clear();
-      PersistWorker(w);
+      (void)PersistWorker(w);
       events_.Publish("worker", w.ToJson(now, MeshesOfWorker(id)));
       std::fprintf(stderr, "worker %s is %s (no heartbeat for %lld ms)\n", id.c_str(),
                    state.c_str(), static_cast<long long>(age));
@@ -201,24 +201,36 @@ void Service::GcLoop() {
 
 // ---------------------------------------------------------------- persistence
 
-void Service::PersistWorker(const WorkerRecord& w) {
-  Status st = catalog_->Put("workers", w.id, w.ToJson(MonoMs(), {}));
-  if (!st.ok()) std::fprintf(stderr, "catalog: %s\n", st.ToString().c_str());
+Status Service::Persist(const std::string& table, const std::string& key, const Json& doc) {
+  Status st = catalog_->Put(table, key, doc);
+  if (!st.ok()) {
+    st = st.WithContext("catalog " + table + "/" + key);
+    std::fprintf(stderr, "catalog: %s\n", st.ToString().c_str());
+    catalog_failures_++;
+    metrics_.Count("tessera_catalog_write_failures_total", "table=\"" + table + "\"");
+    std::lock_guard<std::mutex> lock(catalog_error_mu_);
+    catalog_error_ = ErrorBody(st)["error"];
+  }
+  return st;
 }
 
-void Service::PersistMesh(const MeshRecord& m) {
-  Status st = catalog_->Put("meshes", m.mesh.name, m.ToJson());
-  if (!st.ok()) std::fprintf(stderr, "catalog: %s\n", st.ToString().c_str());
+Status Service::PersistWorker(const WorkerRecord& w) {
+  return Persist("workers", w.id, w.ToJson(MonoMs(), {}));
 }
 
-void Service::PersistCheckpoint(const CheckpointRecord& c) {
-  Status st = catalog_->Put("checkpoints", c.key(), c.ToJson());
-  if (!st.ok()) std::fprintf(stderr, "catalog: %s\n", st.ToString().c_str());
+Status Service::PersistMesh(const MeshRecord& m) { return Persist("meshes", m.mesh.name, m.ToJson()); }
+
+Status Service::PersistCheckpoint(const CheckpointRecord& c) {
+  return Persist("checkpoints", c.key(), c.ToJson());
 }
 
-void Service::PersistJob(const JobRecord& j) {
-  Status st = catalog_->Put("jobs", j.id, j.ToJson());
-  if (!st.ok()) std::fprintf(stderr, "catalog: %s\n", st.ToString().c_str());
+Status Service::PersistJob(const JobRecord& j) { return Persist("jobs", j.id, j.ToJson()); }
+
+Json Service::Health() const {
+  if (catalog_failures_.load() == 0) return {{"status", "ok"}};
+  std::lock_guard<std::mutex> lock(catalog_error_mu_);
+  return {{"status", "degraded"},
+          {"catalog", {{"write_failures", catalog_failures_.load()}, {"last_error", catalog_error_}}}};
 }
 
 void Service::PublishJob(const JobRecord& j) {
@@ -298,7 +310,7 @@ Result<Json> Service::RegisterWorker(const Json& body) {
   w.devices = static_cast<int>(devices.value_or(1));
   w.state = "alive";
   w.last_heartbeat_mono_ms = MonoMs();
-  PersistWorker(w);
+  (void)PersistWorker(w);
   events_.Publish("worker", w.ToJson(w.last_heartbeat_mono_ms, MeshesOfWorker(wid)));
   cv_.notify_all();
   std::fprintf(stderr, "worker %s registered (%s, local port %d, %d devices)\n", wid.c_str(),
@@ -320,7 +332,7 @@ Result<Json> Service::Heartbeat(const std::string& id) {
   w.last_heartbeat_mono_ms = now;
   if (w.state != "alive") {
     w.state = "alive";
-    PersistWorker(w);
+    (void)PersistWorker(w);
     events_.Publish("worker", w.ToJson(now, MeshesOfWorker(id)));
     cv_.notify_all();
   }
@@ -520,8 +532,10 @@ Result<std::pair<int, Json>> Service::PutMesh(const std::string& name, const Jso
   }
   MeshRecord rec{mesh, chosen, NowMs()};
   rec.self_testing = self_test.value_or(true);
+  if (Status st = PersistMesh(rec); !st.ok()) {
+    return st.WithContext("mesh " + name + " is not registered");
+  }
   meshes_[name] = rec;
-  PersistMesh(rec);
   Json out = rec.ToJson();
   if (self_test.value_or(true)) {
     // Seed 000: the workers merge the device table over the new mesh; a worker
@@ -683,7 +697,7 @@ JobRecord* Service::NewJob(const std::string& kind, const std::string& mesh, int
   j.created_ms = NowMs();
   job_order_.push_back(j.id);
   JobRecord& ref = jobs_[j.id] = std::move(j);
-  PersistJob(ref);
+  (void)PersistJob(ref);
   PublishJob(ref);
   return &ref;
 }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -83,6 +84,8 @@ class Service {
   // Removes what failed saves left in the checkpoint root (never a running
   // save's staging): {"removed": [paths]}.
   Result<Json> CollectGarbage();
+  // {"status": "ok"} or, after a catalog write failed, "degraded" with the error.
+  Json Health() const;
   Result<Json> StartRestore(const std::string& mesh, const std::string& step, const Json& body);
   Result<Json> StartVerify(const std::string& mesh, const std::string& step);
   Result<Json> PutRetention(const std::string& mesh, const Json& body);
@@ -111,10 +114,14 @@ class Service {
   void GcLoop();
 
   // REQUIRES: mu_ held for everything below until "jobs".
-  void PersistWorker(const WorkerRecord& w);
-  void PersistMesh(const MeshRecord& m);
-  void PersistCheckpoint(const CheckpointRecord& c);
-  void PersistJob(const JobRecord& j);
+  // Catalog writes. A failure is never silent: it is logged, counted, kept for
+  // /healthz (which then answers 503 degraded), and returned, so that a request
+  // whose record cannot be written fails and leaves memory as it was.
+  Status PersistWorker(const WorkerRecord& w);
+  Status PersistMesh(const MeshRecord& m);
+  Status PersistCheckpoint(const CheckpointRecord& c);
+  Status PersistJob(const JobRecord& j);
+  Status Persist(const std::string& table, const std::string& key, const Json& doc);
   void PublishJob(const JobRecord& j);
   // Queues a task for a worker's next long-poll and wakes that poll.
   // REQUIRES: mu_ held.
@@ -183,6 +190,9 @@ class Service {
   // A failed save sets it one lease ahead: by then the workers that were still
   // writing have ended, and what they wrote after the failure goes.
   int64_t gc_due_ms_ = 0;  // GUARDED_BY(mu_)
+  std::atomic<uint64_t> catalog_failures_{0};
+  Json catalog_error_;  // GUARDED_BY(catalog_error_mu_): the last failed write
+  mutable std::mutex catalog_error_mu_;
 };
 
 // A random id such as "j-3f9a0c1d2b4e".

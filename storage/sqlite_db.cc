@@ -41,6 +41,7 @@ Result<bool> SqliteStmt::Step() {
   std::string msg = std::string("sqlite: ") + sqlite3_errmsg(db_);
   if ((code & 0xff) == SQLITE_CORRUPT || (code & 0xff) == SQLITE_NOTADB) return DataLoss(msg);
   if ((code & 0xff) == SQLITE_CONSTRAINT) return Conflict(msg);
+  if ((code & 0xff) == SQLITE_FULL) return ResourceExhausted(msg);
   return Internal(msg);
 }
 

@@ -2,7 +2,11 @@
 // mid-save and restarted, a full disk. Each must fail the job naming the
 // culprit, leave no visible checkpoint for that step, and leave the earlier
 // checkpoint verifiable and restorable.
+#include <unistd.h>
+
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "cluster_fixture.h"
@@ -192,6 +196,44 @@ TEST(TrainerSave, PassesItsDeadlineAndIsCancelled) {
   auto bad = local.Call("POST", "/v1/save?mesh=two&step=2", {{"deadline_ms", 0}});
   EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
   EXPECT_EQ(bad.status().details().value("field", ""), "deadline_ms");
+}
+
+// A catalog that cannot be written (its disk is full) is never silent: the
+// request whose record it refuses fails naming the catalog, memory stays as it
+// was, and /healthz says degraded. Needs root for a small tmpfs.
+TEST(CatalogFull, AMeshTheCatalogCannotRecordIsNotRegistered) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: mounts a 16 MiB tmpfs as the data dir";
+  char tmpl[] = "/tmp/tessera-catalog-full-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  ASSERT_EQ(std::system(("mount -t tmpfs -o size=16m tmpfs " + dir).c_str()), 0);
+  {
+    tools::ClusterOptions opts;
+    opts.dir = dir;
+    opts.workers = 2;
+    auto c = StartCluster(opts);
+    ASSERT_TRUE(c);
+    // Fill the disk.
+    {
+      std::ofstream fill(dir + "/fill", std::ios::binary);
+      const std::string block(64 * 1024, 'x');
+      while (fill.write(block.data(), block.size()) && fill.flush()) {
+      }
+    }
+    auto r = c->PutMesh("two", MeshToJson(kTwo)["axes"]);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), Code::kResourceExhausted) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("catalog meshes/two"), std::string::npos)
+        << r.status().ToString();
+    EXPECT_EQ(c->Call("GET", "/api/v1/meshes/two").status().code(), Code::kNotFound);
+    http::Client client(c->url());
+    auto health = client.Send("GET", "/healthz");
+    ASSERT_TRUE(health.ok());
+    EXPECT_EQ(health->status, 503) << health->body;
+    EXPECT_NE(health->body.find("degraded"), std::string::npos) << health->body;
+  }
+  EXPECT_EQ(std::system(("umount " + dir).c_str()), 0);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
