@@ -48,6 +48,13 @@ std::string ManifestBody(const std::string& mesh, int64_t step, const std::strin
       .dump();
 }
 
+// The "dir" a manifest's body names, "" if it names none.
+std::string ManifestDir(std::string_view body) {
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  return j.is_object() && j.value("dir", nlohmann::json()).is_string() ? j["dir"].get<std::string>()
+                                                                        : "";
+}
+
 // The name (in the mesh dir) of the prefix that the manifest of `step` commits.
 Result<std::string> ReadManifest(Env* env, const std::string& root, const std::string& mesh,
                                  int64_t step) {
@@ -57,9 +64,7 @@ Result<std::string> ReadManifest(Env* env, const std::string& root, const std::s
     if (body.status().code() == Code::kNotFound) return NotCommitted(mesh, step);
     return body.status();
   }
-  auto j = nlohmann::json::parse(*body, nullptr, false);
-  const std::string dir = j.is_object() && j.value("dir", nlohmann::json()).is_string()
-                              ? j["dir"].get<std::string>() : "";
+  const std::string dir = ManifestDir(*body);
   const std::string expect = std::string(kStagingPrefix) + std::to_string(step) + "-";
   if (dir.rfind(expect, 0) != 0 || dir.find('/') != std::string::npos) {
     return DataLoss("commit manifest " + path + " does not name a staging prefix of step " +
@@ -120,10 +125,7 @@ Result<std::vector<std::string>> CollectObjectGarbage(Env* env, const std::strin
       // Deleted since the listing: its step is gone, and so may its files be.
       if (!body.ok() && body.status().code() == Code::kNotFound) continue;
       if (!body.ok()) return body.status();  // never guess what a manifest protects
-      auto j = nlohmann::json::parse(*body, nullptr, false);
-      if (j.is_object() && j.value("dir", nlohmann::json()).is_string()) {
-        referenced.insert(j["dir"].get<std::string>());
-      }
+      referenced.insert(ManifestDir(*body));
     }
     for (const auto& n : names) {
       if (!n.starts_with(kStagingPrefix) || referenced.count(n) || keep(StagingId(n))) continue;

@@ -6,11 +6,8 @@ Needs root."""
 
 import json
 import os
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -18,6 +15,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from hosts import Hosts, can_run  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "s3"))
+from rgw import Rgw  # noqa: E402
 import tessera  # noqa: E402  (hosts.py puts python/ on the path)
 
 WHY_NOT = can_run()
@@ -66,23 +65,8 @@ class S3Store:
     BUCKET = "tessera-multihost"
 
     def __init__(self, hosts):
-        import boto3  # python3-boto3
-        self.dir = tempfile.mkdtemp(prefix="tessera-mh-rgw-", dir="/var/tmp")
-        script = os.path.join(HERE, "..", "..", "tools", "s3", "rgw.sh")
-        env = dict(os.environ, TESSERA_RGW_ADDR=hosts.net + ".1")
-        r = subprocess.run(["bash", script, "start", self.dir, "0"], env=env, text=True,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        if r.returncode != 0:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            raise RuntimeError("tools/s3/rgw.sh start failed: " + r.stderr[-3000:])
-        self.vars = dict(line[len("export "):].split("=", 1) for line in r.stdout.splitlines()
-                         if line.startswith("export "))
-        self.endpoint = self.vars.pop("TESSERA_S3_ENDPOINT")
-        self.saved_env = {k: os.environ.get(k) for k in self.vars}
-        os.environ.update(self.vars)  # credentials, for every process started from here
-        self.s3 = boto3.client("s3", endpoint_url=self.endpoint,
-                               region_name=self.vars.get("AWS_REGION", "us-east-1"))
-        self.s3.create_bucket(Bucket=self.BUCKET)
+        self.rgw = Rgw(self.BUCKET, addr=hosts.net + ".1")
+        self.endpoint, self.s3 = self.rgw.endpoint, self.rgw.s3
         self.root = "s3://%s/ckpt" % self.BUCKET
         self.server_args = ["--s3-endpoint", self.endpoint]
 
@@ -110,15 +94,7 @@ class S3Store:
         return [n for n in self.names(mesh) if n.startswith(".staging") and n not in referenced]
 
     def close(self):
-        for k, v in self.saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        script = os.path.join(HERE, "..", "..", "tools", "s3", "rgw.sh")
-        subprocess.run(["bash", script, "stop", self.dir], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self.rgw.stop()
 
 
 class Cluster:

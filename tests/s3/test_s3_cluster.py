@@ -5,10 +5,8 @@ part, a failed commit, an unreachable store, bad credentials and a missing bucke
 each named, each leaving earlier checkpoints intact."""
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -19,9 +17,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 import tessera  # noqa: E402
 from tessera.local import LocalCluster  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "s3"))
+from rgw import Rgw  # noqa: E402
 
 BUCKET = "tessera-cluster-test"
-SCRIPT = os.path.join(HERE, "..", "..", "tools", "s3", "rgw.sh")
 ROWS = 4 * 1024 * 1024  # 16 MiB of float32 per worker: shards span parts (8 MiB)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the s3 tier starts Ceph: needs root")
@@ -29,28 +28,12 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the s3 tier starts Ce
 
 @pytest.fixture(scope="module")
 def rgw():
-    import boto3  # python3-boto3
-    d = tempfile.mkdtemp(prefix="tessera-s3-cluster-", dir="/var/tmp")
-    r = subprocess.run(["bash", SCRIPT, "start", d, "0"], text=True,
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    if r.returncode != 0:
-        shutil.rmtree(d, ignore_errors=True)
-        pytest.fail("tools/s3/rgw.sh start failed: " + r.stderr[-3000:])
-    env = dict(line[len("export "):].split("=", 1) for line in r.stdout.splitlines()
-               if line.startswith("export "))
-    endpoint = env.pop("TESSERA_S3_ENDPOINT")
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # credentials for every process started from here
-    s3 = boto3.client("s3", endpoint_url=endpoint, region_name=env.get("AWS_REGION", "us-east-1"))
-    s3.create_bucket(Bucket=BUCKET)
-    yield endpoint, s3
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    subprocess.run(["bash", SCRIPT, "stop", d], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    shutil.rmtree(d, ignore_errors=True)
+    try:
+        store = Rgw(BUCKET)
+    except RuntimeError as e:
+        pytest.fail(str(e))
+    yield store.endpoint, store.s3
+    store.stop()
 
 
 def start_cluster(endpoint, prefix, server_env=None):
