@@ -25,6 +25,9 @@ const std::map<std::string, std::string> kCounterHelp = {
     {"tessera_kv_ops_total", "KV store operations by op and outcome."},
     {"tessera_preemption_syncs_total", "Preemption sync-point calls by outcome."},
     {"tessera_catalog_write_failures_total", "Catalog writes that failed, by table."},
+    {"tessera_http_connections_dropped_total",
+     "HTTP connections the server closed unserved: header not in time (408), over a "
+     "connection cap, header too large (431), failed TLS handshake."},
 };
 
 // Gauges that Render is given, with their help lines.
@@ -37,6 +40,7 @@ const std::map<std::string, std::string> kGaugeHelp = {
     {"tessera_checkpoints_committed", "Committed checkpoints."},
     {"tessera_checkpoint_stored_bytes", "Bytes of committed checkpoints in storage."},
     {"tessera_meshes", "Registered meshes."},
+    {"tessera_http_connections_waiting", "HTTP connections waiting for a whole request."},
 };
 
 }  // namespace
@@ -75,7 +79,8 @@ void Metrics::Count(const std::string& name, const std::string& labels) {
 }
 
 std::string Metrics::Render(
-    const std::map<std::string, std::map<std::string, double>>& gauges) const {
+    const std::map<std::string, std::map<std::string, double>>& gauges,
+    const std::map<std::string, std::map<std::string, double>>& counters) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::ostringstream out;
   out << "# HELP tessera_http_requests_total HTTP requests by route, method and status code.\n"
@@ -105,26 +110,21 @@ std::string Metrics::Render(
     }
     out << name << "_sum " << s.sum << "\n" << name << "_count " << s.count << "\n";
   };
-  for (const auto& [name, series] : counters_) {
-    auto help = kCounterHelp.find(name);
-    out << "# HELP " << name << " "
-        << (help != kCounterHelp.end() ? help->second : std::string("Counter.")) << "\n";
-    out << "# TYPE " << name << " counter\n";
+  // One metric family: HELP, TYPE and a line per label set.
+  auto family = [&out](const std::string& name, const std::map<std::string, std::string>& helps,
+                       const char* type, const auto& series) {
+    auto help = helps.find(name);
+    out << "# HELP " << name << " " << (help != helps.end() ? help->second : std::string(type))
+        << "\n# TYPE " << name << " " << type << "\n";
     for (const auto& [labels, n] : series) {
       out << name << (labels.empty() ? "" : "{" + labels + "}") << " " << n << "\n";
     }
-  }
+  };
+  for (const auto& [name, series] : counters_) family(name, kCounterHelp, "counter", series);
+  for (const auto& [name, series] : counters) family(name, kCounterHelp, "counter", series);
   summary("tessera_save_duration_seconds", "Duration of successful saves.", save_seconds_);
   summary("tessera_restore_duration_seconds", "Duration of successful restores.", restore_seconds_);
-  for (const auto& [name, series] : gauges) {
-    auto help = kGaugeHelp.find(name);
-    out << "# HELP " << name << " "
-        << (help != kGaugeHelp.end() ? help->second : std::string("Gauge.")) << "\n";
-    out << "# TYPE " << name << " gauge\n";
-    for (const auto& [labels, value] : series) {
-      out << name << (labels.empty() ? "" : "{" + labels + "}") << " " << value << "\n";
-    }
-  }
+  for (const auto& [name, series] : gauges) family(name, kGaugeHelp, "gauge", series);
   return out.str();
 }
 

@@ -20,9 +20,10 @@ class Metrics {
   // Adds one to counter `name` (declared in kCounterHelp of metrics.cc) with
   // the label set `labels`, e.g. Count("tessera_kv_ops_total", "op=\"put\"").
   void Count(const std::string& name, const std::string& labels);
-  // Renders counters plus the given gauges: name → (label set → value).
-  std::string Render(
-      const std::map<std::string, std::map<std::string, double>>& gauges) const;
+  // Renders counters plus the given gauges and outside counters (kept by
+  // someone else, e.g. the HTTP server): name → (label set → value).
+  std::string Render(const std::map<std::string, std::map<std::string, double>>& gauges,
+                     const std::map<std::string, std::map<std::string, double>>& counters = {}) const;
 
  private:
   struct Summary {

@@ -767,7 +767,17 @@ std::string Service::RenderMetrics() {
     gauges["tessera_checkpoint_stored_bytes"][""] = stored;
     gauges["tessera_meshes"][""] = meshes_.size();
   }
-  return metrics_.Render(gauges);
+  std::map<std::string, std::map<std::string, double>> counters;
+  if (server_stats_) {
+    const http::ServerStats st = server_stats_();
+    gauges["tessera_http_connections_waiting"][""] = static_cast<double>(st.waiting);
+    auto& dropped = counters["tessera_http_connections_dropped_total"];
+    dropped["reason=\"header_timeout\""] = static_cast<double>(st.header_timeouts);
+    dropped["reason=\"over_cap\""] = static_cast<double>(st.evicted);
+    dropped["reason=\"header_too_large\""] = static_cast<double>(st.header_too_large);
+    dropped["reason=\"tls_handshake\""] = static_cast<double>(st.tls_failures);
+  }
+  return metrics_.Render(gauges, counters);
 }
 
 }  // namespace tessera::service

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "api/http/router.h"
+#include "api/http/server.h"
 #include "api/json_codec.h"
 #include "api/status.h"
 #include "service/catalog.h"
@@ -105,6 +106,8 @@ class Service {
   Result<Json> SyncPreemption(const std::string& mesh, const Json& body);
 
   Json Cluster();
+  // Where RenderMetrics finds the HTTP server's connection counts. Set before Start.
+  void SetServerStats(std::function<http::ServerStats()> stats) { server_stats_ = std::move(stats); }
   std::string RenderMetrics();
 
  private:
@@ -168,6 +171,7 @@ class Service {
   storage::Env* env_;
   std::unique_ptr<Catalog> catalog_;
   EventBus events_;
+  std::function<http::ServerStats()> server_stats_;
   Metrics metrics_;
   std::unique_ptr<Coordination> coordination_;  // its own locks; never waits under mu_
 

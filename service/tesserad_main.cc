@@ -54,8 +54,8 @@ tessera::Result<std::string> LoadToken(const std::string& flag, const std::strin
 int main(int argc, char** argv) {
   CLI::App app{"tesserad: Tessera control plane"};
   std::string listen = "127.0.0.1:7070", data_dir = "tessera-data", root, token_flag, web_dir,
-              s3_endpoint;
-  int threads = 256;
+              s3_endpoint, tls_cert, tls_key;
+  int threads = 256, header_timeout_s = 10;
   int64_t heartbeat_ms = 500, lease_ms = 3000, gc_interval_ms = 5 * 60 * 1000;
   app.add_option("--listen", listen, "host:port to bind (port 0: any free port)");
   app.add_option("--data-dir", data_dir, "catalog, token");
@@ -68,6 +68,11 @@ int main(int argc, char** argv) {
   app.add_option("--lease-ms", lease_ms, "a worker silent this long is dead")->check(CLI::Range(50, 600000));
   app.add_option("--gc-interval-ms", gc_interval_ms, "remove leftovers of failed saves this often (0: at startup only)")
       ->check(CLI::Range(int64_t{0}, int64_t{86400000}));
+  app.add_option("--tls-cert", tls_cert, "serve HTTPS with this PEM certificate chain (with --tls-key); clients verify it with --tls-ca / TESSERA_TLS_CA")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-key", tls_key, "the PEM private key of --tls-cert")->check(CLI::ExistingFile);
+  app.add_option("--header-timeout-s", header_timeout_s, "a client must send a whole request header within this; slower ones get 408")
+      ->check(CLI::Range(1, 3600));
   app.add_option("--web-dir", web_dir, "serve the dashboard from this directory (default: the copy built in)")
       ->check(CLI::ExistingDirectory);
   app.set_version_flag("--version", TESSERA_VERSION);
@@ -127,6 +132,12 @@ int main(int argc, char** argv) {
   sopts.max_body_bytes = 2 << 20;
   sopts.read_timeout_s = 120;
   sopts.write_timeout_s = 120;
+  sopts.header_timeout_s = header_timeout_s;
+  sopts.tls_cert_file = tls_cert;
+  sopts.tls_key_file = tls_key;
+  // Heartbeats, task polls and reports keep threads of their own.
+  sopts.reserved_prefix = "/api/v1/workers/";
+  sopts.reserved_threads = 8;
   auto* metrics = (*service)->metrics();
   sopts.on_request = [metrics](const tessera::http::Request& req, const std::string& pattern,
                                int status, double) {
@@ -138,9 +149,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", bound.status().ToString().c_str());
     return 1;
   }
-  std::printf("listening on http://%s:%d\n", host.c_str(), *bound);
+  const char* scheme = server.tls() ? "https" : "http";
+  std::printf("listening on %s://%s:%d\n", scheme, host.c_str(), *bound);
   std::printf("token: %s\n", token->c_str());
-  std::printf("dashboard: http://%s:%d/#token=%s\n", host.c_str(), *bound, token->c_str());
+  std::printf("dashboard: %s://%s:%d/#token=%s\n", scheme, host.c_str(), *bound, token->c_str());
+  (*service)->SetServerStats([&server] { return server.stats(); });
   std::printf("data dir: %s, checkpoint root: %s\n", data_dir.c_str(), root.c_str());
   std::fflush(stdout);
   (*service)->Start();

@@ -67,7 +67,7 @@ Result<ChildProcess> Spawn(const std::vector<std::string>& argv, const std::vect
     ::_exit(127);
   }
   child.pid = pid;
-  static const std::regex listening("listening on (http://[0-9.]+:[0-9]+)");
+  static const std::regex listening("listening on (https?://[0-9.]+:[0-9]+)");
   const int64_t deadline = NowMs() + timeout_ms;
   while (NowMs() < deadline) {
     std::string text = ReadFile(log).substr(start);

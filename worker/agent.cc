@@ -432,7 +432,9 @@ void Agent::AddRoutes(http::Router* router) {
     return r.ok() ? http::Response::Json(200, *r) : http::Response::Error(r.status());
   }, "reached_preemption_sync_point(step): {sync, sync_step}", false});
   router->Add({"GET", "/healthz", [this](const http::Request&) {
-    return http::Response::Json(200, {{"status", "ok"}, {"worker", id_}});
+    return http::Response::Json(200, {{"status", "ok"}, {"worker", id_},
+                                      {"data_port", {{"refused_connections",
+                                                      collectives::RefusedConnections()}}}});
   }, "liveness", false});
 }
 

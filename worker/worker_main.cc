@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "api/http/server.h"
+#include "api/http/tls.h"
 #include "storage/env.h"
 #include "storage/fault_env.h"
 #include "storage/s3/s3_env.h"
@@ -39,11 +40,13 @@ bool SplitHostPort(const std::string& s, std::string* host, int* port) {
 
 int main(int argc, char** argv) {
   CLI::App app{"tessera-worker: Tessera worker agent"};
-  std::string server = "http://127.0.0.1:7070", token, name, local = "127.0.0.1:0",
+  std::string server = "http://127.0.0.1:7070", token, tls_ca, name, local = "127.0.0.1:0",
               data = "127.0.0.1:0", shm_dir = "/dev/shm", advertise, s3_endpoint;
   int devices = 1, io_threads = 2, copy_threads = 2;
   app.add_option("--server", server, "tesserad address");
   app.add_option("--token", token, "bearer token (else TESSERA_TOKEN)");
+  app.add_option("--tls-ca", tls_ca, "PEM file of the CA that signed tesserad's certificate, for an https:// --server (else TESSERA_TLS_CA, else the system's CAs)")
+      ->check(CLI::ExistingFile);
   app.add_option("--devices", devices, "devices this worker owns")->check(CLI::Range(1, 4096));
   app.add_option("--local-listen", local, "local API host:port (loopback only)");
   app.add_option("--data-listen", data, "data-plane host:port for collectives");
@@ -83,7 +86,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int bound_data = (*listener)->port();
-  auto acceptor = tessera::collectives::TcpAcceptor::Start(std::move(listener).value());
+  // Only peers that prove they know the cluster's token join a group through it.
+  auto data_key = tessera::collectives::DeriveDataPortKey(token);
+  if (!data_key.ok()) {
+    std::fprintf(stderr, "error: data plane: %s\n", data_key.status().ToString().c_str());
+    return 1;
+  }
+  if (token.empty()) {
+    std::fprintf(stderr,
+                 "warning: no --token: the data port admits any peer that speaks its protocol\n");
+  }
+  auto acceptor = tessera::collectives::TcpAcceptor::Start(std::move(listener).value(), *data_key);
   if (!acceptor.ok()) {
     std::fprintf(stderr, "error: data plane: %s\n", acceptor.status().ToString().c_str());
     return 1;
@@ -113,6 +126,7 @@ int main(int argc, char** argv) {
 
   tessera::worker::AgentOptions aopts;
   aopts.task_delay_ms = delays;
+  if (!tls_ca.empty()) tessera::http::SetDefaultCaFile(tls_ca);
   aopts.server = server;
   aopts.token = token;
   aopts.name = name;
@@ -145,12 +159,13 @@ int main(int argc, char** argv) {
   tessera::http::ServerOptions hopts;
   hopts.host = "127.0.0.1";
   hopts.port = local_port;
-  // Each open trainer connection holds a thread (cpp-httplib), and saves,
-  // restores and collectives wait in theirs: room for several trainers' threads.
+  // A request in progress holds a thread, and saves, restores and collectives
+  // wait in theirs: room for several trainers' threads.
   hopts.threads = 64;
   hopts.max_body_bytes = size_t{64} << 30;  // tensor shards
   hopts.read_timeout_s = 300;
   hopts.write_timeout_s = 300;
+  hopts.body_timeout_s = 3600;  // a shard of many GiB
   tessera::http::Server http(router, hopts);
   auto bound = http.Bind();
   if (!bound.ok()) {

@@ -4,6 +4,8 @@
 
 #include <mutex>
 
+#include "api/http/tls.h"
+
 namespace tessera::http {
 
 Client::Client(const std::string& base, std::string token, int timeout_s, bool keep_alive)
@@ -13,6 +15,11 @@ Client::Client(const std::string& base, std::string token, int timeout_s, bool k
   client_->set_write_timeout(timeout_s, 0);
   client_->set_keep_alive(keep_alive);
   client_->set_tcp_nodelay(true);
+  if (base_.rfind("https://", 0) == 0) {
+    const std::string ca = DefaultCaFile();
+    if (!ca.empty()) client_->set_ca_cert_path(ca.c_str());
+    client_->enable_server_certificate_verification(true);
+  }
 }
 
 Client::~Client() = default;
@@ -39,8 +46,14 @@ Result<RawResponse> Client::Send(const std::string& method, const std::string& p
     res = send();
   }
   if (!res) {
-    return Unavailable("cannot reach " + base_ + path + ": " + httplib::to_string(res.error()),
-                       {{"address", base_}});
+    std::string why = httplib::to_string(res.error());
+    if (res.error() == httplib::Error::SSLServerVerification) {
+      why += " (the server's certificate is not signed by a trusted CA: pass --tls-ca or set "
+             "TESSERA_TLS_CA to the CA's PEM file)";
+    } else if (res.error() == httplib::Error::SSLConnection) {
+      why += " (is the server speaking HTTPS?)";
+    }
+    return Unavailable("cannot reach " + base_ + path + ": " + why, {{"address", base_}});
   }
   RawResponse out;
   out.status = res->status;

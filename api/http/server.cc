@@ -1,11 +1,21 @@
 #include "api/http/server.h"
 
 #include <httplib.h>
+#include <netdb.h>
+#include <openssl/ssl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+
+#include "api/http/connection.h"
+#include "api/http/gate.h"
+#include "api/http/tls.h"
 
 namespace tessera::http {
 
@@ -19,23 +29,52 @@ bool BearerMatches(const std::string& header, const std::string& token) {
   return diff == 0;
 }
 
+// httplib's request parser and dispatcher, fed one connection at a time by Serve.
+class Server::Core : public httplib::Server {
+ public:
+  bool ServeOne(httplib::Stream& strm, bool close, bool& closed) {
+    return process_request(strm, close, closed, nullptr);
+  }
+};
+
+namespace {
+
+// Set by a handler whose response closes the connection (Connection: close):
+// whatever the client sent after is not read, so the connection cannot be reused.
+thread_local bool t_close_after = false;
+
+void MarkClose(httplib::Response& res) {
+  res.set_header("Connection", "close");
+  t_close_after = true;
+}
+
+// Lets this process hold as many connections as its hard limit allows: the
+// default soft limit (1024) is below what the gate is built to hold.
+void RaiseFileLimit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
+bool StartsWithNoCase(std::string_view s, std::string_view prefix) {
+  if (s.size() < prefix.size()) return false;
+  for (size_t i = 0; i < prefix.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(s[i])) != prefix[i]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Server::Server(std::shared_ptr<Router> router, ServerOptions options)
-    : router_(std::move(router)), options_(std::move(options)),
-      server_(std::make_unique<httplib::Server>()) {
-  auto& s = *server_;
-  const int threads = options_.threads;
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    : router_(std::move(router)), options_(std::move(options)), core_(std::make_unique<Core>()),
+      tls_(nullptr, SSL_CTX_free) {
+  auto& s = *core_;
   s.set_payload_max_length(options_.max_body_bytes);
-  s.set_read_timeout(options_.read_timeout_s, 0);
-  s.set_write_timeout(options_.write_timeout_s, 0);
-  s.set_keep_alive_max_count(1000);
+  s.set_keep_alive_max_count(kMaxRequestsPerConnection);
   s.set_keep_alive_timeout(options_.keep_alive_timeout_s);
-  s.set_tcp_nodelay(true);  // small responses must not wait for delayed ACKs
-  // Remember the listening socket, so that Bind can raise its backlog.
-  s.set_socket_options([this](int sock) {
-    httplib::default_socket_options(sock);
-    listen_fd_ = sock;
-  });
   auto handler = [this](const httplib::Request& req, httplib::Response& res) { Handle(&req, &res); };
   // Bodies are read here, whatever their Content-Type: left to httplib, a body
   // that says it is a form (curl --data-binary's default) is capped at 8 KiB,
@@ -46,7 +85,7 @@ Server::Server(std::shared_ptr<Router> router, ServerOptions options)
     auto refuse = [&res](const Status& st) {
       Response r = Response::Error(st);
       res.status = r.status;
-      res.set_header("Connection", "close");
+      MarkClose(res);
       res.set_content(r.body, "application/json");
     };
     if (req.is_multipart_form_data()) {
@@ -103,6 +142,8 @@ Server::Server(std::shared_ptr<Router> router, ServerOptions options)
   });
   // httplib's own rejections (oversized body, bad request line) get the JSON body too.
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    // After a refused request line or body, the rest of what the client sent is unread.
+    if (res.status == 400 || res.status == 413 || res.status == 414) MarkClose(res);
     if (!res.body.empty()) return;
     if (res.status == 400 && (req.method == "POST" || req.method == "PUT") &&
         !req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) {
@@ -125,31 +166,165 @@ Server::Server(std::shared_ptr<Router> router, ServerOptions options)
 Server::~Server() { Stop(); }
 
 Result<int> Server::Bind() {
-  if (options_.port == 0) {
-    port_ = server_->bind_to_any_port(options_.host);
-  } else {
-    port_ = server_->bind_to_port(options_.host, options_.port) ? options_.port : -1;
+  const std::string where = options_.host + ":" + std::to_string(options_.port);
+  if (!options_.tls_cert_file.empty() || !options_.tls_key_file.empty()) {
+    ASSIGN_OR_RETURN(SslCtxPtr ctx, MakeServerContext(options_.tls_cert_file, options_.tls_key_file));
+    tls_.reset(ctx.release());
   }
-  if (port_ <= 0) {
-    return Unavailable("cannot listen on " + options_.host + ":" + std::to_string(options_.port),
-                       {{"field", "listen"}});
+  RaiseFileLimit();
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string port = std::to_string(options_.port);
+  if (int rc = ::getaddrinfo(options_.host.c_str(), port.c_str(), &hints, &res); rc != 0) {
+    return Unavailable("cannot listen on " + where + ": " + gai_strerror(rc), {{"field", "listen"}});
   }
-  // cpp-httplib listens with a backlog of 5: when more clients connect at once
-  // (16 workers reporting a phase together), the kernel drops the extra SYNs and
-  // each client retries a second later. Listening again only changes the backlog.
-  if (listen_fd_ >= 0) (void)::listen(listen_fd_, kListenBacklog);
+  std::string err = "no address";
+  for (addrinfo* ai = res; ai != nullptr && listen_fd_ < 0; ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) {
+      err = std::strerror(errno);
+      continue;
+    }
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || ::listen(fd, kListenBacklog) != 0) {
+      err = std::strerror(errno);
+      ::close(fd);
+      continue;
+    }
+    listen_fd_ = fd;
+  }
+  ::freeaddrinfo(res);
+  if (listen_fd_ < 0) {
+    return Unavailable("cannot listen on " + where + ": " + err, {{"field", "listen"}});
+  }
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len);
+  port_ = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                         : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
   return port_;
 }
 
 void Server::Start() {
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  if (started_.exchange(true) || listen_fd_ < 0) return;
+  pool_ = std::make_unique<httplib::ThreadPool>(static_cast<size_t>(std::max(1, options_.threads)));
+  if (!options_.reserved_prefix.empty()) {
+    reserved_pool_ = std::make_unique<httplib::ThreadPool>(
+        static_cast<size_t>(std::max(1, options_.reserved_threads)));
+  }
+  GateOptions g;
+  g.header_timeout_ms = options_.header_timeout_s * 1000;
+  g.idle_timeout_ms = options_.keep_alive_timeout_s * 1000;
+  g.max_header_bytes = options_.max_header_bytes;
+  g.max_waiting_per_peer = options_.max_waiting_per_peer;
+  g.max_waiting = options_.max_waiting;
+  gate_ = std::make_unique<Gate>(listen_fd_, tls_.get(), g,
+                                 [this](std::shared_ptr<Conn> c) { Dispatch(std::move(c)); });
+  Status st = gate_->Start();
+  if (!st.ok()) std::fprintf(stderr, "error: %s\n", st.message().c_str());
 }
 
-void Server::Run() { server_->listen_after_bind(); }
+void Server::Run() {
+  Start();
+  std::unique_lock<std::mutex> l(mu_);
+  stopped_cv_.wait(l, [this] { return stopping_.load(); });
+}
 
 void Server::Stop() {
-  if (server_) server_->stop();
-  if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopping_.exchange(true)) return;
+  }
+  stopped_cv_.notify_all();
+  if (gate_) gate_->Stop();  // no new requests
+  {
+    // Requests in progress get a moment to answer (the service has woken its
+    // waiters by now); then a handler still blocked reading or writing fails.
+    std::unique_lock<std::mutex> l(mu_);
+    stopped_cv_.wait_for(l, std::chrono::milliseconds(kStopGraceMs), [this] { return active_.empty(); });
+    for (Conn* c : active_) ::shutdown(c->fd, SHUT_RDWR);
+  }
+  if (pool_) pool_->shutdown();
+  if (reserved_pool_) reserved_pool_->shutdown();
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  listen_fd_ = -1;
+}
+
+ServerStats Server::stats() const {
+  ServerStats out;
+  if (!gate_) return out;
+  const GateStats& g = gate_->stats();
+  out.waiting = g.waiting;
+  out.header_timeouts = g.header_timeouts;
+  out.evicted = g.evicted;
+  out.header_too_large = g.header_too_large;
+  out.tls_failures = g.tls_failures;
+  return out;
+}
+
+bool Server::Reserved(const Conn& c) const {
+  if (options_.reserved_prefix.empty()) return false;
+  std::string_view head(c.buf.data() + c.pos, c.buf.size() - c.pos);
+  size_t start = head.find_first_not_of("\r\n");
+  if (start == std::string_view::npos) return false;
+  head.remove_prefix(start);
+  size_t eol = head.find('\n');
+  std::string_view line = head.substr(0, eol);
+  size_t sp = line.find(' ');
+  if (sp == std::string_view::npos) return false;
+  std::string_view target = line.substr(sp + 1);
+  if (target.compare(0, options_.reserved_prefix.size(), options_.reserved_prefix) != 0) return false;
+  if (options_.token.empty()) return true;
+  // Only requests that carry the token: a stranger cannot take these threads.
+  while (eol != std::string_view::npos) {
+    head.remove_prefix(eol + 1);
+    eol = head.find('\n');
+    std::string_view h = head.substr(0, eol);
+    if (!h.empty() && h.back() == '\r') h.remove_suffix(1);
+    if (h.empty()) break;
+    if (StartsWithNoCase(h, "authorization:")) {
+      std::string_view v = h.substr(14);
+      while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+      return BearerMatches(std::string(v), options_.token);
+    }
+  }
+  return false;
+}
+
+void Server::Dispatch(std::shared_ptr<Conn> c) {
+  httplib::ThreadPool* pool = Reserved(*c) ? reserved_pool_.get() : pool_.get();
+  pool->enqueue([this, c = std::move(c)]() mutable { Serve(std::move(c)); });
+}
+
+void Server::Serve(std::shared_ptr<Conn> c) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopping_) return;
+    active_.insert(c.get());
+  }
+  bool keep = false;
+  for (;;) {
+    ++c->requests;
+    const bool last = c->requests >= kMaxRequestsPerConnection;
+    ConnStream strm(*c, options_.read_timeout_s * 1000, options_.write_timeout_s * 1000,
+                    SteadyMs() + int64_t{options_.body_timeout_s} * 1000);
+    t_close_after = false;
+    bool closed = false;
+    const bool ok = core_->ServeOne(strm, last, closed);
+    keep = ok && !closed && !last && !t_close_after && !stopping_;
+    // A pipelined request already here is served on this thread.
+    if (!keep || !c->HeaderComplete()) break;
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    active_.erase(c.get());
+  }
+  stopped_cv_.notify_all();
+  if (keep && gate_) gate_->Return(std::move(c));
 }
 
 void Server::Handle(const void* raw_req, void* raw_res, std::string* body) {
@@ -191,6 +366,7 @@ void Server::Handle(const void* raw_req, void* raw_res, std::string* body) {
   }
   hres.status = res.status;
   for (const auto& [k, v] : res.headers) hres.set_header(k, v);
+  if (hres.get_header_value("Connection") == "close") t_close_after = true;
   if (res.stream) {
     auto stream = res.stream;
     hres.set_chunked_content_provider(

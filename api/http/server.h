@@ -1,64 +1,113 @@
-// An HTTP server around a Router with the project's one error policy: every
-// failure is API.md's JSON error, an exception handler catches the rest, body
-// size and timeouts are bounded, the thread pool is sized explicitly (long-polls
-// and barriers block threads), and /api/v1/* routes need the bearer token.
+// An HTTP(S) server around a Router with the project's one error policy: every
+// failure is API.md's JSON error, an exception handler catches the rest, and
+// /api/v1/* routes need the bearer token. Hostile clients are bounded: a
+// connection gets a handler thread only once its whole header has arrived
+// (gate.h), headers and bodies have deadlines, sizes are capped, and a
+// reserved pool keeps threads for worker traffic.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
-#include <thread>
 
 #include "api/http/router.h"
 #include "api/status.h"
 
 namespace httplib {
-class Server;
+class ThreadPool;
 }
+typedef struct ssl_ctx_st SSL_CTX;
 
 namespace tessera::http {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;                          // 0: any free port
-  int threads = 32;
+  int threads = 32;                      // handler threads (long-polls and barriers hold one)
   size_t max_body_bytes = 64ull << 20;   // larger bodies get 413 payload_too_large
   std::string token;                     // empty: no auth
-  int read_timeout_s = 30;
-  int write_timeout_s = 30;
-  // How long an idle keep-alive connection stays open. cpp-httplib watches
-  // each one by polling every ~10 ms, so idle connections cost CPU: keep it short.
-  int keep_alive_timeout_s = 1;
+  int read_timeout_s = 30;               // no byte of a body for this long: the request fails
+  int write_timeout_s = 30;              // no byte of a response moves for this long: dropped
+  int header_timeout_s = 10;             // a whole request header must arrive within this
+  int body_timeout_s = 300;              // a whole request (header and body) within this
+  // How long an idle kept-alive connection stays open. It waits in the gate's
+  // epoll set, not on a thread, so it costs only its descriptor.
+  int keep_alive_timeout_s = 5;
+  size_t max_header_bytes = 64 << 10;    // larger headers get 431
+  // Connections waiting for their request, per peer address and in all; over
+  // a cap, the one that has waited longest is closed.
+  size_t max_waiting_per_peer = 1024;
+  size_t max_waiting = 16384;
+  // Requests whose path starts with `reserved_prefix` (and that carry the
+  // token, when there is one) run on `reserved_threads` threads of their own,
+  // so that other clients cannot take every handler thread from them.
+  std::string reserved_prefix;
+  int reserved_threads = 4;
+  // HTTPS when both are set (PEM files).
+  std::string tls_cert_file;
+  std::string tls_key_file;
   // Called after every request: the route pattern ("" if none), status, duration.
   std::function<void(const Request&, const std::string& pattern, int status, double ms)> on_request;
 };
+
+// What the server has refused or dropped, for metrics.
+struct ServerStats {
+  uint64_t waiting = 0;           // connections waiting for a request now
+  uint64_t header_timeouts = 0;   // closed with 408: header not whole in time
+  uint64_t evicted = 0;           // closed over a connection cap
+  uint64_t header_too_large = 0;  // closed with 431
+  uint64_t tls_failures = 0;      // failed TLS handshakes
+};
+
+class Gate;
+struct Conn;
 
 class Server {
  public:
   Server(std::shared_ptr<Router> router, ServerOptions options);
   ~Server();
 
-  // Binds the socket; returns the bound port.
+  // Binds the socket (and loads the TLS certificate); returns the bound port.
   Result<int> Bind();
-  // Serves in a background thread. REQUIRES: Bind() ok.
+  // Serves in background threads. REQUIRES: Bind() ok.
   void Start();
-  // Serves on the calling thread until Stop().
+  // Serves until Stop().
   void Run();
   void Stop();
   int port() const { return port_; }
+  bool tls() const { return !options_.tls_cert_file.empty(); }
+  ServerStats stats() const;
 
  private:
+  class Core;
   // `body`: the request body when it was read by a content reader (else hreq's).
   void Handle(const void* raw_req, void* raw_res, std::string* body = nullptr);
+  void Dispatch(std::shared_ptr<Conn> c);
+  // Serves requests on `c` until it closes or has to wait for its next one.
+  void Serve(std::shared_ptr<Conn> c);
+  bool Reserved(const Conn& c) const;
 
   std::shared_ptr<Router> router_;
   ServerOptions options_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  std::unique_ptr<Core> core_;
+  std::unique_ptr<SSL_CTX, void (*)(SSL_CTX*)> tls_;
+  std::unique_ptr<Gate> gate_;
+  std::unique_ptr<httplib::ThreadPool> pool_;
+  std::unique_ptr<httplib::ThreadPool> reserved_pool_;
   int port_ = 0;
-  int listen_fd_ = -1;  // the listening socket, once bound
+  int listen_fd_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> started_{false};
+  std::mutex mu_;
+  std::condition_variable stopped_cv_;  // stopping_ set, or active_ shrank
+  std::set<Conn*> active_;  // GUARDED_BY(mu_): connections a handler is serving
   static constexpr int kListenBacklog = 1024;
+  static constexpr int kMaxRequestsPerConnection = 1000;
+  static constexpr int kStopGraceMs = 2000;
 };
 
 // Constant-time check of "Authorization: Bearer <token>".

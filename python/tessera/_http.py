@@ -3,7 +3,9 @@ endpoint, a timeout on every call, and every failure as a TesseraError."""
 
 import http.client
 import json
+import os
 import socket
+import ssl
 import threading
 import urllib.parse
 
@@ -24,6 +26,25 @@ class _Connection(http.client.HTTPConnection):
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
+class _TlsConnection(http.client.HTTPSConnection):
+    """HTTPSConnection with Nagle off."""
+
+    def connect(self):
+        super().connect()
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def tls_context(tls_ca=None):
+    """An SSL context that verifies servers against `tls_ca` (a PEM file), else
+    $TESSERA_TLS_CA, else the system's CAs."""
+    cafile = tls_ca or os.environ.get("TESSERA_TLS_CA") or None
+    try:
+        return ssl.create_default_context(cafile=cafile)
+    except (OSError, ssl.SSLError) as e:
+        raise TesseraError("invalid_argument", "cannot load the TLS CA file %r: %s" % (cafile, e),
+                           0, {"field": "tls_ca", "file": cafile}) from None
+
+
 def quote(text):
     """Percent-encodes a path segment or query value (keeps '/', as the routes expect)."""
     return urllib.parse.quote(str(text), safe="/")
@@ -40,16 +61,17 @@ def query(params):
 class Endpoint:
     """One HTTP server (tesserad or a worker's local API)."""
 
-    def __init__(self, url, what, token=None, timeout=60.0):
+    def __init__(self, url, what, token=None, timeout=60.0, tls_ca=None):
         parsed = urllib.parse.urlsplit(url if "://" in url else "http://" + url)
-        if parsed.scheme != "http" or not parsed.hostname:
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise TesseraError("invalid_argument",
-                               "%s address %r is not an http://host:port URL" % (what, url),
+                               "%s address %r is not an http(s)://host:port URL" % (what, url),
                                0, {"field": what, "endpoint": url})
-        self.url = "http://%s" % parsed.netloc
+        self.url = "%s://%s" % (parsed.scheme, parsed.netloc)
         self.what = what
         self.host = parsed.hostname
-        self.port = parsed.port or 80
+        self.port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        self._tls = tls_context(tls_ca) if parsed.scheme == "https" else None
         self.token = token
         self.timeout = float(timeout)
         self._local = threading.local()
@@ -64,7 +86,11 @@ class Endpoint:
     def _connection(self):
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = _Connection(self.host, self.port, timeout=self.timeout)
+            if self._tls is not None:
+                conn = _TlsConnection(self.host, self.port, timeout=self.timeout,
+                                      context=self._tls)
+            else:
+                conn = _Connection(self.host, self.port, timeout=self.timeout)
             self._local.conn = conn
         return conn
 
@@ -109,6 +135,16 @@ class Endpoint:
                 conn.close()
                 raise self._no_answer(method, path, "no answer within %g s" % timeout,
                                       "deadline_exceeded") from None
+            except ssl.SSLCertVerificationError as e:
+                conn.close()
+                raise self._no_answer(
+                    method, path, "its certificate is not trusted (%s): pass tls_ca= or set "
+                    "TESSERA_TLS_CA to the PEM file of the CA that signed it" % e.verify_message,
+                    "unavailable") from None
+            except ssl.SSLError as e:
+                conn.close()
+                raise self._no_answer(method, path, "TLS failed (%s); is it serving HTTPS?" % e,
+                                      "unavailable") from None
             except ConnectionRefusedError:
                 conn.close()
                 raise self._no_answer(method, path, "connection refused", "unavailable") from None

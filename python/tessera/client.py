@@ -74,13 +74,15 @@ class Client:
     server: its URL (default: env TESSERA_SERVER, else http://127.0.0.1:7070).
     token:  the bearer token (default: env TESSERA_TOKEN).
     timeout: seconds for each call (long-polls add their own wait on top).
+    tls_ca: for an https:// server, the PEM file of the CA that signed its
+            certificate (default: env TESSERA_TLS_CA, else the system's CAs).
     Every method raises TesseraError on failure.
     """
 
-    def __init__(self, server=None, token=None, timeout=60.0):
+    def __init__(self, server=None, token=None, timeout=60.0, tls_ca=None):
         server = server or os.environ.get("TESSERA_SERVER") or DEFAULT_SERVER
         token = token if token is not None else os.environ.get("TESSERA_TOKEN")
-        self._http = Endpoint(server, "tesserad", token=token, timeout=timeout)
+        self._http = Endpoint(server, "tesserad", token=token, timeout=timeout, tls_ca=tls_ca)
         self.server = self._http.url
 
     def close(self):

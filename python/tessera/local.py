@@ -19,7 +19,7 @@ import time
 from .client import Client
 from .errors import TesseraError
 
-_LISTENING = re.compile(r"listening on (http://[0-9.]+:[0-9]+)")
+_LISTENING = re.compile(r"listening on (https?://[0-9.]+:[0-9]+)")
 _REGISTERED = re.compile(r"registered as (\S+)")
 
 
@@ -42,6 +42,24 @@ def find_bin_dir(bin_dir=None):
     raise TesseraError("not_found", "no tesserad found in %s: set TESSERA_BIN to the directory "
                        "holding tesserad and tessera-worker" % [c for c in candidates if c], 0,
                        {"field": "bin_dir"})
+
+
+def make_self_signed_cert(directory, host="127.0.0.1"):
+    """Writes tls-cert.pem and tls-key.pem (a self-signed certificate for `host`,
+    made by the openssl command) into `directory`; returns the certificate's path."""
+    cert = os.path.join(directory, "tls-cert.pem")
+    key = os.path.join(directory, "tls-key.pem")
+    san = "IP:" + host if host.replace(".", "").isdigit() else "DNS:" + host
+    try:
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:prime256v1", "-nodes", "-days", "30", "-subj",
+                        "/CN=" + host, "-addext", "subjectAltName=" + san, "-keyout", key,
+                        "-out", cert], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise TesseraError("unavailable", "cannot make a TLS certificate with openssl: %s" % e,
+                           0, {"field": "tls"}) from None
+    os.chmod(key, 0o600)
+    return cert
 
 
 class Process:
@@ -117,7 +135,7 @@ class LocalCluster:
 
     def __init__(self, workers=4, bin_dir=None, dir=None, devices_per_worker=1,  # noqa: A002
                  heartbeat_ms=100, lease_ms=1500, token=None, copy_threads=1,
-                 checkpoint_root=None, server_args=(), server_env=None):
+                 checkpoint_root=None, server_args=(), server_env=None, tls=False):
         self.bin_dir = find_bin_dir(bin_dir)
         self._own_dir = dir is None
         self.dir = dir or tempfile.mkdtemp(prefix="tessera-py-")
@@ -127,6 +145,12 @@ class LocalCluster:
         self.devices_per_worker = devices_per_worker
         self.copy_threads = copy_threads
         self.server = None
+        # tls: tesserad serves HTTPS with a self-signed certificate made here,
+        # which workers and client() trust (tls_ca).
+        self.tls_ca = make_self_signed_cert(self.dir) if tls else None
+        if tls:
+            server_args = list(server_args) + [
+                "--tls-cert", self.tls_ca, "--tls-key", os.path.join(self.dir, "tls-key.pem")]
         self.workers = []
         self.worker_ids = []
         self.worker_urls = []
@@ -155,6 +179,8 @@ class LocalCluster:
                 "--token", self.token, "--name", "host%d" % i,
                 "--devices", str(self.devices_per_worker), "--shm-dir", self.shm_dir,
                 "--copy-threads", str(self.copy_threads)]
+        if self.tls_ca:
+            argv += ["--tls-ca", self.tls_ca]
         p = Process(argv, os.path.join(self.dir, "worker-%d.log" % i),
                     env=dict(os.environ, **env) if env else None)
         self.workers[i] = p
@@ -166,11 +192,15 @@ class LocalCluster:
         self.workers[i].kill()
 
     def client(self, timeout=60.0):
-        return Client(self.server, self.token, timeout=timeout)
+        return Client(self.server, self.token, timeout=timeout, tls_ca=self.tls_ca)
 
     def env(self):
-        """Environment variables for a program using this cluster (TESSERA_SERVER, _TOKEN)."""
-        return {"TESSERA_SERVER": self.server, "TESSERA_TOKEN": self.token}
+        """Environment variables for a program using this cluster (TESSERA_SERVER,
+        _TOKEN, and _TLS_CA when it serves HTTPS)."""
+        env = {"TESSERA_SERVER": self.server, "TESSERA_TOKEN": self.token}
+        if self.tls_ca:
+            env["TESSERA_TLS_CA"] = self.tls_ca
+        return env
 
     def stop(self):
         """Kills every process (SIGKILL: the mappings are files under dir/shm, which

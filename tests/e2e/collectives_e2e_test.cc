@@ -1,15 +1,25 @@
 // Collectives and coordination through real processes: tesserad + 4 workers on
 // loopback, mesh {data:2, model:2}, driven through the workers' local API (SPMD
 // calls from 4 threads, one per "trainer") and through REST collectives jobs.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <random>
 #include <thread>
 
 #include "cluster_fixture.h"
+#include "worker/collectives/hash.h"
+#include "worker/collectives/tcp_wire.h"
 
 namespace tessera::e2e {
 namespace {
@@ -479,6 +489,118 @@ TEST_F(CollectivesE2E, PreemptionSyncPointThroughTheLocalApi) {
   EXPECT_EQ((*state)["sync_step"], 8);
   ASSERT_TRUE(cluster_->Call("DELETE", "/api/v1/meshes/m/preemption").ok());
   EXPECT_EQ(ask(1, 9)["sync"], false);
+}
+
+// The data port admits only peers that prove they know the cluster's token. A
+// stranger who can reach worker 0's data port and knows the mesh's group id
+// tries to join it as rank 1 before the group re-forms: it is refused, logged
+// and counted (/healthz), and the mesh's collectives go on without it.
+TEST_F(CollectivesE2E, AStrangerAtADataPortIsRefusedAndTheMeshGoesOn) {
+  // Worker 0's data port, as tesserad lists it for the other workers.
+  auto workers = cluster_->Call("GET", "/api/v1/workers");
+  ASSERT_TRUE(workers.ok()) << workers.status().ToString();
+  int port = 0;
+  for (const Json& w : *workers) {
+    if (w.value("id", "") == cluster_->worker_id(0)) port = w.value("data_port", 0);
+  }
+  ASSERT_GT(port, 0) << workers->dump();
+  auto refused = [&]() -> int64_t {
+    http::Client local(cluster_->worker_url(0), "", 10);
+    auto health = local.Call("GET", "/healthz");
+    if (!health.ok() || !health->contains("data_port")) return -1;
+    return (*health)["data_port"].value("refused_connections", int64_t{-1});
+  };
+  const int64_t before = refused();
+  ASSERT_GE(before, 0);
+  // The id of the mesh-wide group, as the workers name it.
+  std::string def = kMesh.ToString() + "/1";
+  for (int r = 0; r < 4; ++r) def += "/" + cluster_->worker_id(r);
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx",
+                static_cast<unsigned long long>(collectives::HashString(def)));
+  const std::string group = "mesh/m#" + std::string(hex);
+
+  auto connect = [&] {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    timeval tv{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+  };
+  auto send = [](int fd, const std::string& bytes) {
+    EXPECT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(bytes.size()));
+  };
+  // Everything the worker sends until it closes (or 5 s pass: then "open").
+  auto read_to_end = [](int fd) {
+    std::string got;
+    char buf[4096];
+    while (true) {
+      const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n == 0 || (n < 0 && errno == ECONNRESET)) return got;
+      if (n < 0) return got + "(still open)";
+      got.append(buf, static_cast<size_t>(n));
+    }
+  };
+
+  // A hello of the current protocol claiming rank 1 of the mesh, then a made-up proof.
+  int forged = connect();
+  collectives::wire::Hello hello{1, 0, 4, group, {}};
+  hello.nonce[0] = 7;
+  send(forged, collectives::wire::EncodeHello(hello));
+  char challenge[collectives::wire::kChallengeBytes];
+  ASSERT_EQ(::recv(forged, challenge, sizeof(challenge), MSG_WAITALL),
+            static_cast<ssize_t>(sizeof(challenge)));
+  send(forged, collectives::wire::EncodeProof({}));
+  EXPECT_EQ(read_to_end(forged), "");
+  ::close(forged);
+  // A hello as peers sent it before the data port asked for a proof: version 1,
+  // no nonce. It is told why, and closed.
+  int old = connect();
+  std::string old_hello;
+  for (uint32_t v : {collectives::wire::kHelloMagic, 1u, 1u, 0u, 4u,
+                     static_cast<uint32_t>(group.size())}) {
+    old_hello.append(reinterpret_cast<const char*>(&v), 4);
+  }
+  send(old, old_hello + group);
+  const std::string answer = read_to_end(old);
+  ::close(old);
+  auto reply = collectives::wire::DecodeReply(collectives::wire::AsBytes(answer));
+  ASSERT_TRUE(reply.ok() && reply->value) << answer;
+  EXPECT_FALSE(reply->value->accepted);
+  EXPECT_NE(reply->value->reason.find("protocol version 2"), std::string::npos)
+      << reply->value->reason;
+
+  int64_t now = before;
+  for (int i = 0; i < 100 && now < before + 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    now = refused();
+  }
+  EXPECT_EQ(now, before + 2);
+  std::ifstream log_file(cluster_->worker_log(0));
+  const std::string log((std::istreambuf_iterator<char>(log_file)),
+                        std::istreambuf_iterator<char>());
+  EXPECT_NE(log.find("refused a connection from 127.0.0.1:"), std::string::npos) << log;
+  EXPECT_NE(log.find("claiming to be rank 1 of group '" + group + "'"), std::string::npos) << log;
+
+  // A mismatch poisons the mesh's group, so the next call forms it again: only
+  // the real workers take part.
+  auto mixed = OnWorkers(4, [&](int r) {
+    return r == 3 ? Collective(r, "all_gather", "dtype=float32&shape=2", Floats({1, 2}))
+                  : Collective(r, "all_reduce", "dtype=float32&shape=2", Floats({1, 2}));
+  });
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(mixed[r].status, 409) << mixed[r].body;
+  auto after = OnWorkers(4, [&](int r) {
+    return Collective(r, "all_reduce", "dtype=int32&shape=1", std::string("\x01\0\0\0", 4));
+  });
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(after[r].status, 200) << after[r].body;
+    EXPECT_EQ(after[r].body, std::string("\x04\0\0\0", 4));
+  }
 }
 
 // Last in the suite: it kills a worker.

@@ -1,18 +1,27 @@
-// TcpTransport: the mesh handshake, framing, and how a peer's goodbye, abort or
-// death reaches the other ranks. Ops over TCP are covered by collectives_test.
+// TcpTransport: the mesh handshake (and the proof of the key that comes with it),
+// framing, the wire format, and how a peer's goodbye, abort or death reaches the
+// other ranks. Ops over TCP are covered by collectives_test.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <thread>
 
+#include "worker/collectives/auth.h"
 #include "worker/collectives/collectives.h"
 #include "worker/collectives/local_mesh.h"
 #include "worker/collectives/tcp_transport.h"
+#include "worker/collectives/tcp_wire.h"
 
 namespace tessera::collectives {
 namespace {
@@ -284,6 +293,483 @@ TEST(TcpTransport, LargeAllReduceOverTheRing) {
   }
   for (int64_t i = 0; i < count; i += 4099) {
     ASSERT_EQ(x[0].values<float>()[i], static_cast<float>(6 + 4 * (i % 7))) << i;
+  }
+}
+
+// ---- The data port's handshake: only peers that know the key join ----
+
+DataPortKey KeyOf(const std::string& token) {
+  auto key = DeriveDataPortKey(token);
+  EXPECT_TRUE(key.ok()) << key.status().ToString();
+  return key.ok() ? *key : DataPortKey{};
+}
+
+struct Acceptors {
+  std::vector<std::unique_ptr<TcpAcceptor>> acceptors;
+  std::vector<std::string> addresses;
+};
+
+// One data port per key, in rank order.
+Acceptors StartAcceptors(const std::vector<DataPortKey>& keys) {
+  Acceptors a;
+  for (const DataPortKey& key : keys) {
+    auto listener = TcpListener::Bind("127.0.0.1", 0);
+    EXPECT_TRUE(listener.ok()) << listener.status().ToString();
+    auto acceptor = TcpAcceptor::Start(std::move(listener).value(), key);
+    EXPECT_TRUE(acceptor.ok()) << acceptor.status().ToString();
+    a.addresses.push_back((*acceptor)->address());
+    a.acceptors.push_back(std::move(acceptor).value());
+  }
+  return a;
+}
+
+// Forms group `id` over every acceptor and sums rank + 1 over it: the status of
+// each rank (internal if the sum is wrong).
+std::vector<Status> FormAndSum(Acceptors& a, const std::string& id,
+                               std::chrono::milliseconds timeout = 10s) {
+  const int n = static_cast<int>(a.acceptors.size());
+  std::vector<Status> st(n);
+  RunRanks(n, [&](int r) {
+    auto t = TcpTransport::Connect(
+        *a.acceptors[r], a.addresses,
+        {.rank = r, .size = n, .group_id = id, .connect_timeout = timeout});
+    if (!t.ok()) {
+      st[r] = t.status();
+      return;
+    }
+    Group group(std::move(t).value(), id);
+    Tensor x = Tensor::Zeros(DType::kInt32, {1});
+    x.values<int32_t>()[0] = r + 1;
+    st[r] = AllReduce(group, x);
+    if (st[r].ok() && x.values<int32_t>()[0] != n * (n + 1) / 2) st[r] = Internal("wrong sum");
+  });
+  return st;
+}
+
+bool EventuallyTrue(const std::function<bool()>& condition,
+                    std::chrono::milliseconds timeout = 5s) {
+  const auto deadline = Clock::now() + timeout;
+  while (!condition()) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+// A plain blocking TCP connection to 127.0.0.1:`port`, as a stranger opens one.
+class RawClient {
+ public:
+  explicit RawClient(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  ~RawClient() { Close(); }
+  RawClient(const RawClient&) = delete;
+  RawClient& operator=(const RawClient&) = delete;
+
+  bool connected() const { return connected_; }
+  void Close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  bool Send(const std::string& bytes) {
+    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(bytes.size());
+  }
+  // Exactly n bytes, or what came before the end of the stream or `timeout`.
+  std::string Read(size_t n, std::chrono::milliseconds timeout = 5s) {
+    std::string out;
+    const auto deadline = Clock::now() + timeout;
+    while (out.size() < n) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, PollTimeoutMs(deadline)) <= 0) break;
+      char buf[4096];
+      const ssize_t r = ::recv(fd_, buf, std::min(sizeof(buf), n - out.size()), 0);
+      if (r <= 0) break;
+      out.append(buf, static_cast<size_t>(r));
+    }
+    return out;
+  }
+  // True once the other side closed (end of stream or reset) within `timeout`;
+  // whatever came before is dropped.
+  bool ClosedWithin(std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    while (true) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, PollTimeoutMs(deadline)) <= 0) return false;
+      char buf[4096];
+      const ssize_t r = ::recv(fd_, buf, sizeof(buf), 0);
+      if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) return true;
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+};
+
+// The bytes of a version 1 hello (what peers sent before the handshake).
+std::string OldHello(uint32_t from, uint32_t to, uint32_t size, const std::string& group) {
+  std::string out;
+  for (uint32_t v : {wire::kHelloMagic, 1u, from, to, size, static_cast<uint32_t>(group.size())}) {
+    out.append(reinterpret_cast<const char*>(&v), 4);
+  }
+  return out + group;
+}
+
+wire::Hello NewHello(uint32_t from, uint32_t to, uint32_t size, const std::string& group) {
+  wire::Hello h{from, to, size, group, {}};
+  EXPECT_TRUE(RandomBytes(h.nonce).ok());
+  return h;
+}
+
+TEST(TcpAuth, KeysAreHkdfSha256OfTheToken) {
+  // HMAC-SHA256 itself: RFC 4231 test case 2 (a key shorter than a block is
+  // zero-padded, so "Jefe" and "Jefe" followed by zeros are the same key).
+  DataPortKey jefe;
+  std::memcpy(jefe.bytes.data(), "Jefe", 4);
+  const std::string data = "what do ya want for nothing?";
+  const ConstBytes part(reinterpret_cast<const uint8_t*>(data.data()), data.size());
+  auto mac = HmacSha256(jefe, std::span<const ConstBytes>(&part, 1));
+  ASSERT_TRUE(mac.ok());
+  const uint8_t want[] = {0x5b, 0xdc, 0xc1, 0x46, 0xbf, 0x60, 0x75, 0x4e, 0x6a, 0x04, 0x24,
+                          0x26, 0x08, 0x95, 0x75, 0xc7, 0x5a, 0x00, 0x3f, 0x08, 0x9d, 0x27,
+                          0x39, 0x83, 0x9d, 0xec, 0x58, 0xb9, 0x64, 0xec, 0x38, 0x43};
+  EXPECT_TRUE(std::equal(mac->begin(), mac->end(), std::begin(want)));
+
+  // HKDF (RFC 5869) without salt: PRK = HMAC(zeros, token); key = HMAC(PRK, info | 0x01).
+  for (const std::string token : {"tessera-local-1234", ""}) {
+    const ConstBytes ikm(reinterpret_cast<const uint8_t*>(token.data()), token.size());
+    auto prk = HmacSha256(DataPortKey{}, std::span<const ConstBytes>(&ikm, 1));
+    ASSERT_TRUE(prk.ok());
+    DataPortKey prk_key;
+    prk_key.bytes = *prk;
+    const uint8_t one = 1;
+    const ConstBytes expand[] = {
+        ConstBytes(reinterpret_cast<const uint8_t*>(kDataPortKeyInfo.data()),
+                   kDataPortKeyInfo.size()),
+        ConstBytes(&one, 1)};
+    auto okm = HmacSha256(prk_key, expand);
+    ASSERT_TRUE(okm.ok());
+    EXPECT_EQ(KeyOf(token).bytes, *okm) << "token '" << token << "'";
+  }
+  EXPECT_NE(KeyOf("a").bytes, KeyOf("b").bytes);
+  EXPECT_NE(KeyOf("").bytes, DataPortKey{}.bytes);
+  EXPECT_TRUE(ConstantTimeEqual(KeyOf("a").bytes, KeyOf("a").bytes));
+  EXPECT_FALSE(ConstantTimeEqual(KeyOf("a").bytes, KeyOf("b").bytes));
+}
+
+TEST(TcpAuth, AGroupWithTheRightKeyFormsAndAllReduces) {
+  const DataPortKey key = KeyOf("cluster token");
+  Acceptors a = StartAcceptors({key, key, key});
+  for (const Status& st : FormAndSum(a, "g")) EXPECT_TRUE(st.ok()) << st.ToString();
+  for (const auto& acceptor : a.acceptors) EXPECT_EQ(acceptor->refused(), 0u);
+}
+
+TEST(TcpAuth, AConnectorWithAnotherKeyIsRefusedAndTheGroupStillForms) {
+  const DataPortKey key = KeyOf("cluster token");
+  Acceptors a = StartAcceptors({key, key});
+  const uint64_t refused_before = RefusedConnections();
+  // A stranger who knows the group id and the addresses but not the token tries
+  // to join as rank 1 (from a listener of its own).
+  auto own = TcpListener::Bind("127.0.0.1", 0);
+  ASSERT_TRUE(own.ok());
+  const std::vector<std::string> addresses = {a.addresses[0], (*own)->address()};
+  auto stranger = TcpTransport::Connect(std::move(own).value(), addresses,
+                                        {.rank = 1, .size = 2, .group_id = "g",
+                                         .connect_timeout = 5s, .key = KeyOf("a guess")});
+  ASSERT_FALSE(stranger.ok());
+  EXPECT_EQ(stranger.status().code(), Code::kUnauthenticated) << stranger.status().ToString();
+  EXPECT_NE(stranger.status().message().find("the data port at " + a.addresses[0] +
+                                             " (rank 0) did not prove it knows the cluster secret"),
+            std::string::npos)
+      << stranger.status().message();
+  EXPECT_NE(stranger.status().message().find("rank 1 of group 'g'"), std::string::npos)
+      << stranger.status().message();
+  EXPECT_EQ(Detail(stranger.status(), "peer_rank"), 0);
+  // Rank 0's data port saw it give up without a proof.
+  EXPECT_TRUE(EventuallyTrue([&] { return a.acceptors[0]->refused() == 1; }))
+      << a.acceptors[0]->refused();
+  EXPECT_GE(RefusedConnections(), refused_before + 1);
+  // The real ranks are not disturbed.
+  for (const Status& st : FormAndSum(a, "g")) EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(a.acceptors[0]->refused(), 1u);
+  EXPECT_EQ(a.acceptors[1]->refused(), 0u);
+}
+
+TEST(TcpAuth, AnAcceptorWithAnotherKeyIsDetectedByTheConnector) {
+  // Rank 0's data port was given another token (or is a rogue listener at its
+  // address): rank 1 finds out before it proves anything.
+  Acceptors a = StartAcceptors({KeyOf("another token"), KeyOf("cluster token")});
+  std::vector<Status> st = FormAndSum(a, "g", 1500ms);
+  EXPECT_EQ(st[1].code(), Code::kUnauthenticated) << st[1].ToString();
+  EXPECT_NE(st[1].message().find("rank 1 of group 'g': the data port at " + a.addresses[0] +
+                                 " (rank 0) did not prove it knows the cluster secret"),
+            std::string::npos)
+      << st[1].message();
+  EXPECT_EQ(st[0].code(), Code::kDeadlineExceeded) << st[0].ToString();
+  EXPECT_EQ(Detail(st[0], "missing_ranks"), (std::vector<int>{1}));
+  EXPECT_EQ(a.acceptors[0]->refused(), 1u);
+}
+
+TEST(TcpAuth, RawStrangersAreRefusedAndCounted) {
+  const DataPortKey key = KeyOf("cluster token");
+  Acceptors a = StartAcceptors({key, key});
+  TcpAcceptor& port = *a.acceptors[0];
+  uint64_t refused = 0;
+  auto expect_refused = [&](RawClient& c, const std::string& what) {
+    EXPECT_TRUE(c.ClosedWithin(5s)) << what << ": still open";
+    EXPECT_TRUE(EventuallyTrue([&] { return port.refused() == refused + 1; }))
+        << what << ": " << port.refused() << " refused, want " << refused + 1;
+    refused = port.refused();
+  };
+
+  {  // A version 1 hello, as every peer sent it before the handshake: it hears why.
+    RawClient c(port.port());
+    ASSERT_TRUE(c.connected());
+    ASSERT_TRUE(c.Send(OldHello(1, 0, 2, "g")));
+    const std::string head = c.Read(wire::kReplyHeadBytes);
+    ASSERT_EQ(head.size(), wire::kReplyHeadBytes);
+    uint32_t reason_len = 0;
+    std::memcpy(&reason_len, head.data() + 8, 4);
+    auto reply = wire::DecodeReply(wire::AsBytes(head + c.Read(reason_len)));
+    ASSERT_TRUE(reply.ok() && reply->value) << reply.status().ToString();
+    EXPECT_FALSE(reply->value->accepted);
+    EXPECT_NE(reply->value->reason.find("protocol version 2, the connecting peer version 1"),
+              std::string::npos)
+        << reply->value->reason;
+    expect_refused(c, "an old hello");
+  }
+  {  // Bytes of another protocol.
+    RawClient c(port.port());
+    ASSERT_TRUE(c.Send("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+    expect_refused(c, "garbage");
+  }
+  {  // A hello without the key: its proof is made up.
+    RawClient c(port.port());
+    ASSERT_TRUE(c.Send(wire::EncodeHello(NewHello(1, 0, 2, "g"))));
+    auto challenge = wire::DecodeChallenge(wire::AsBytes(c.Read(wire::kChallengeBytes)));
+    ASSERT_TRUE(challenge.ok() && challenge->value) << challenge.status().ToString();
+    wire::Proof guess;
+    ASSERT_TRUE(RandomBytes(guess.mac).ok());
+    ASSERT_TRUE(c.Send(wire::EncodeProof(guess)));
+    expect_refused(c, "a made-up proof");
+  }
+  {  // A hello, then the connection closes instead of a proof.
+    RawClient c(port.port());
+    ASSERT_TRUE(c.Send(wire::EncodeHello(NewHello(1, 0, 2, "g"))));
+    ASSERT_EQ(c.Read(wire::kChallengeBytes).size(), wire::kChallengeBytes);
+    c.Close();
+    EXPECT_TRUE(EventuallyTrue([&] { return port.refused() == refused + 1; })) << "closed";
+    refused = port.refused();
+  }
+  {  // Silence: dropped after the hello timeout, and the data port serves others meanwhile.
+    RawClient silent(port.port());
+    RawClient half(port.port());  // half a hello, then silence
+    ASSERT_TRUE(half.Send(wire::EncodeHello(NewHello(1, 0, 2, "g")).substr(0, 10)));
+    std::this_thread::sleep_for(50ms);
+    const auto start = Clock::now();
+    for (const Status& st : FormAndSum(a, "g")) EXPECT_TRUE(st.ok()) << st.ToString();
+    EXPECT_LT(Clock::now() - start, 1500ms) << "the handshakes of strangers held the port up";
+    EXPECT_EQ(port.refused(), refused);
+    EXPECT_TRUE(silent.ClosedWithin(TcpAcceptor::kHelloTimeout + 3s));
+    EXPECT_TRUE(half.ClosedWithin(3s));
+    EXPECT_TRUE(EventuallyTrue([&] { return port.refused() == refused + 2; })) << "silence";
+    refused = port.refused();
+  }
+  EXPECT_EQ(a.acceptors[1]->refused(), 0u);
+}
+
+TEST(TcpAuth, AReplayedProofIsRefused) {
+  const DataPortKey key = KeyOf("cluster token");
+  Acceptors a = StartAcceptors({key});
+  TcpAcceptor& port = *a.acceptors[0];
+  // An exchange of rank 1 of group "g" with rank 0's data port, done right (this
+  // test knows the key), and recorded.
+  const wire::Hello hello = NewHello(1, 0, 2, "g");
+  const std::string hello_bytes = wire::EncodeHello(hello);
+  std::string recorded_proof;
+  {
+    RawClient c(port.port());
+    ASSERT_TRUE(c.Send(hello_bytes));
+    auto challenge = wire::DecodeChallenge(wire::AsBytes(c.Read(wire::kChallengeBytes)));
+    ASSERT_TRUE(challenge.ok() && challenge->value);
+    auto mac_a = wire::HandshakeMac(key, wire::Side::kAcceptor, wire::AsBytes(hello_bytes),
+                                    challenge->value->nonce);
+    ASSERT_TRUE(mac_a.ok());
+    EXPECT_EQ(*mac_a, challenge->value->mac);
+    auto mac_c = wire::HandshakeMac(key, wire::Side::kConnector, wire::AsBytes(hello_bytes),
+                                    challenge->value->nonce);
+    ASSERT_TRUE(mac_c.ok());
+    recorded_proof = wire::EncodeProof({*mac_c});
+    ASSERT_TRUE(c.Send(recorded_proof));
+    // Rank 0 joining group "g" takes it as rank 1.
+    std::unique_ptr<TcpTransport> t0;
+    std::thread rank0([&] {
+      auto t = TcpTransport::Connect(
+          port, {a.addresses[0], "127.0.0.1:1"},
+          {.rank = 0, .size = 2, .group_id = "g", .connect_timeout = 5s});
+      EXPECT_TRUE(t.ok()) << t.status().ToString();
+      if (t.ok()) t0 = std::move(t).value();
+    });
+    const std::string head = c.Read(wire::kReplyHeadBytes);
+    rank0.join();
+    auto reply = wire::DecodeReply(wire::AsBytes(head));
+    ASSERT_TRUE(reply.ok() && reply->value) << reply.status().ToString();
+    EXPECT_TRUE(reply->value->accepted);
+    EXPECT_EQ(port.refused(), 0u);
+  }
+  // The same hello and proof again: the data port's challenge has a new nonce.
+  RawClient c(port.port());
+  ASSERT_TRUE(c.Send(hello_bytes));
+  ASSERT_EQ(c.Read(wire::kChallengeBytes).size(), wire::kChallengeBytes);
+  ASSERT_TRUE(c.Send(recorded_proof));
+  EXPECT_TRUE(c.ClosedWithin(5s));
+  EXPECT_TRUE(EventuallyTrue([&] { return port.refused() == 1; })) << port.refused();
+}
+
+TEST(TcpAuth, AListenerRefusesAStrangerAndStillJoins) {
+  // Connect with a listener (forked processes, tests) runs the same handshake.
+  const DataPortKey key = KeyOf("cluster token");
+  Listeners l = BindLoopback(2);
+  const uint64_t refused_before = RefusedConnections();
+  const int port = std::stoi(l.addresses[0].substr(l.addresses[0].rfind(':') + 1));
+  RawClient stranger(port);
+  ASSERT_TRUE(stranger.Send(wire::EncodeHello(NewHello(1, 0, 2, "g"))));
+  std::vector<Status> st(2);
+  RunRanks(2, [&](int r) {
+    if (r == 1) std::this_thread::sleep_for(100ms);  // after the stranger
+    auto t = TcpTransport::Connect(
+        std::move(l.listeners[r]), l.addresses,
+        {.rank = r, .size = 2, .group_id = "g", .connect_timeout = 10s, .key = key});
+    st[r] = t.status();
+  });
+  for (const Status& s : st) EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(stranger.ClosedWithin(5s));
+  EXPECT_EQ(RefusedConnections(), refused_before + 1);
+}
+
+TEST(TcpAuth, RefusalsAreLoggedAtMostOnceASecond) {
+  std::this_thread::sleep_for(1100ms);  // past the line of an earlier test
+  const DataPortKey key = KeyOf("cluster token");
+  Acceptors a = StartAcceptors({key});
+  TcpAcceptor& port = *a.acceptors[0];
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 5; ++i) {
+    RawClient c(port.port());
+    ASSERT_TRUE(c.Send(wire::EncodeHello(NewHello(1, 0, 2, "mesh/x#1\nforged line"))));
+    ASSERT_EQ(c.Read(wire::kChallengeBytes).size(), wire::kChallengeBytes);
+    ASSERT_TRUE(c.Send(wire::EncodeProof({})));
+    EXPECT_TRUE(c.ClosedWithin(5s));
+  }
+  EXPECT_TRUE(EventuallyTrue([&] { return port.refused() == 5; })) << port.refused();
+  std::this_thread::sleep_for(2500ms);  // the rest are summed up once their second is over
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  std::vector<std::string> lines;
+  for (size_t pos = 0, nl; (nl = log.find('\n', pos)) != std::string::npos; pos = nl + 1) {
+    lines.push_back(log.substr(pos, nl - pos));
+  }
+  ASSERT_EQ(lines.size(), 2u) << log;
+  EXPECT_NE(lines[0].find("data port " + port.address() + ": refused a connection from 127.0.0.1:"),
+            std::string::npos)
+      << lines[0];
+  // The claimed group, escaped: a stranger cannot write lines of its own.
+  EXPECT_NE(lines[0].find("claiming to be rank 1 of group 'mesh/x#1\\x0aforged line'"),
+            std::string::npos)
+      << lines[0];
+  EXPECT_NE(lines[0].find("its proof is wrong"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find("4 more connections were refused, not logged"), std::string::npos)
+      << lines[1];
+}
+
+// ---- The wire format ----
+
+TEST(TcpWire, EveryMessageRoundTripsAndItsPrefixesNeedMore) {
+  wire::Hello hello = NewHello(3, 1, 8, "mesh/m#0123456789abcdef");
+  wire::Challenge challenge;
+  ASSERT_TRUE(RandomBytes(challenge.nonce).ok());
+  ASSERT_TRUE(RandomBytes(challenge.mac).ok());
+  wire::Proof proof;
+  ASSERT_TRUE(RandomBytes(proof.mac).ok());
+  const wire::Reply reply{false, "it is in group 'a', this rank in group 'b'"};
+  const wire::FrameHeader header{wire::FrameKind::kAbort, 12345};
+
+  auto check = [](const std::string& bytes, auto decode, const auto& want, const char* what) {
+    auto whole = decode(wire::AsBytes(bytes + "trailing"));
+    ASSERT_TRUE(whole.ok() && whole->value) << what << ": " << whole.status().ToString();
+    EXPECT_TRUE(*whole->value == want) << what;
+    EXPECT_EQ(whole->length, bytes.size()) << what;
+    for (size_t n = 0; n < bytes.size(); ++n) {
+      auto part = decode(wire::AsBytes(bytes.substr(0, n)));
+      ASSERT_TRUE(part.ok()) << what << " prefix " << n << ": " << part.status().ToString();
+      EXPECT_FALSE(part->value) << what << " prefix " << n;
+      EXPECT_GT(part->length, n) << what << " prefix " << n;
+      EXPECT_LE(part->length, bytes.size()) << what << " prefix " << n;
+    }
+  };
+  check(wire::EncodeHello(hello), &wire::DecodeHello, hello, "hello");
+  check(wire::EncodeChallenge(challenge), &wire::DecodeChallenge, challenge, "challenge");
+  check(wire::EncodeProof(proof), &wire::DecodeProof, proof, "proof");
+  check(wire::EncodeReply(reply), &wire::DecodeReply, reply, "reply");
+  check(wire::EncodeFrameHeader(header), &wire::DecodeFrameHeader, header, "frame header");
+  EXPECT_EQ(wire::EncodeFrameHeader(header).size(), wire::kFrameHeaderBytes);
+}
+
+TEST(TcpWire, DecodersRefuseWhatCannotBeginAMessage) {
+  auto field = [](const auto& result) {
+    return result.ok() ? std::string("(ok)") : Detail(result.status(), "field").dump();
+  };
+  std::string hello = wire::EncodeHello(NewHello(1, 0, 2, "g"));
+  EXPECT_EQ(field(wire::DecodeHello(wire::AsBytes(std::string("GET / HTTP/1.1")))), "\"magic\"");
+  EXPECT_EQ(field(wire::DecodeChallenge(wire::AsBytes(hello))), "\"magic\"");
+  EXPECT_EQ(field(wire::DecodeProof(wire::AsBytes(hello))), "\"magic\"");
+  EXPECT_EQ(field(wire::DecodeFrameHeader(wire::AsBytes(hello))), "\"magic\"");
+  // Another version is named as soon as it is there, whatever follows.
+  auto old = wire::DecodeHello(wire::AsBytes(OldHello(1, 0, 2, "g").substr(0, 8)));
+  ASSERT_FALSE(old.ok());
+  EXPECT_EQ(Detail(old.status(), "peer_version"), 1);
+  std::string long_id = hello;
+  const uint32_t huge = wire::kMaxGroupIdBytes + 1;
+  std::memcpy(long_id.data() + 20, &huge, 4);
+  EXPECT_EQ(field(wire::DecodeHello(wire::AsBytes(long_id))), "\"group_id\"");
+  std::string reply = wire::EncodeReply({true, ""});
+  reply[4] = 7;
+  EXPECT_EQ(field(wire::DecodeReply(wire::AsBytes(reply))), "\"accepted\"");
+  std::string frame = wire::EncodeFrameHeader({wire::FrameKind::kData, 1});
+  frame[4] = 9;
+  EXPECT_EQ(field(wire::DecodeFrameHeader(wire::AsBytes(frame))), "\"kind\"");
+  frame = wire::EncodeFrameHeader({wire::FrameKind::kData, wire::kMaxFrameBytes + 1});
+  EXPECT_EQ(field(wire::DecodeFrameHeader(wire::AsBytes(frame))), "\"length\"");
+}
+
+TEST(TcpWire, HandshakeMacsAreBoundToTheHelloTheNonceAndTheSide) {
+  const DataPortKey key = KeyOf("cluster token");
+  const wire::Hello hello = NewHello(1, 0, 2, "g");
+  Nonce nonce{};
+  ASSERT_TRUE(RandomBytes(nonce).ok());
+  auto mac = [&](const DataPortKey& k, wire::Side side, wire::Hello h, const Nonce& n) {
+    auto m = wire::HandshakeMac(k, side, wire::AsBytes(wire::EncodeHello(h)), n);
+    EXPECT_TRUE(m.ok());
+    return m.ok() ? *m : Mac{};
+  };
+  const Mac base = mac(key, wire::Side::kConnector, hello, nonce);
+  EXPECT_EQ(base, mac(key, wire::Side::kConnector, hello, nonce));
+  EXPECT_NE(base, mac(key, wire::Side::kAcceptor, hello, nonce));
+  EXPECT_NE(base, mac(KeyOf("another token"), wire::Side::kConnector, hello, nonce));
+  Nonce other_nonce = nonce;
+  other_nonce[0] ^= 1;
+  EXPECT_NE(base, mac(key, wire::Side::kConnector, hello, other_nonce));
+  for (auto change : std::vector<std::function<void(wire::Hello&)>>{
+           [](wire::Hello& h) { h.group_id = "h"; }, [](wire::Hello& h) { h.from_rank = 2; },
+           [](wire::Hello& h) { h.to_rank = 1; }, [](wire::Hello& h) { h.size = 3; },
+           [](wire::Hello& h) { h.nonce[31] ^= 1; }}) {
+    wire::Hello h = hello;
+    change(h);
+    EXPECT_NE(base, mac(key, wire::Side::kConnector, h, nonce));
   }
 }
 

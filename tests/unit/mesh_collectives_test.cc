@@ -136,7 +136,7 @@ TEST(TcpAcceptor, ServesManyGroupsOnOnePort) {
   for (int r = 0; r < kRanks; ++r) {
     auto l = collectives::TcpListener::Bind("127.0.0.1", 0);
     ASSERT_TRUE(l.ok());
-    auto a = collectives::TcpAcceptor::Start(std::move(*l));
+    auto a = collectives::TcpAcceptor::Start(std::move(*l), collectives::DataPortKey{});
     ASSERT_TRUE(a.ok());
     addresses.push_back("rank" + std::to_string(r) + "@" + (*a)->address());
     acceptors.push_back(std::move(*a));
@@ -196,7 +196,8 @@ struct Workers {
     std::vector<std::string> ids;
     for (int r = 0; r < n; ++r) {
       auto listener = collectives::TcpListener::Bind("127.0.0.1", 0);
-      auto a = collectives::TcpAcceptor::Start(std::move(listener).value());
+      auto a = collectives::TcpAcceptor::Start(std::move(listener).value(),
+                                               collectives::DataPortKey{});
       addresses.push_back((*a)->address());
       acceptors.push_back(std::move(*a));
       ids.push_back("w-" + std::to_string(r));

@@ -8,6 +8,8 @@ namespace tessera::collectives {
 
 Result<std::vector<std::unique_ptr<Transport>>> ConnectLoopbackMesh(
     int size, const std::string& group_id, std::chrono::milliseconds timeout) {
+  // Loopback ports are open to every local user: the mesh has a key of its own.
+  ASSIGN_OR_RETURN(const DataPortKey key, RandomDataPortKey());
   std::vector<std::unique_ptr<TcpListener>> listeners;
   std::vector<std::string> addresses;
   for (int r = 0; r < size; ++r) {
@@ -20,7 +22,7 @@ Result<std::vector<std::unique_ptr<Transport>>> ConnectLoopbackMesh(
   RunRanks(size, [&](int r) {
     auto joined = TcpTransport::Connect(
         std::move(listeners[r]), addresses,
-        {.rank = r, .size = size, .group_id = group_id, .connect_timeout = timeout});
+        {.rank = r, .size = size, .group_id = group_id, .connect_timeout = timeout, .key = key});
     if (joined.ok()) {
       mesh[r] = std::move(joined).value();
     } else {

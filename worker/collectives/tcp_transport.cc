@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <new>
@@ -23,13 +25,9 @@
 namespace tessera::collectives {
 namespace {
 
-constexpr uint32_t kFrameMagic = 0x46435354;  // "TSCF"
-constexpr uint32_t kHelloMagic = 0x48435354;  // "TSCH"
-constexpr uint32_t kProtocolVersion = 1;
-constexpr size_t kFrameHeaderBytes = 16;
-// Larger lengths can only come from a corrupt stream; refuse before allocating.
-constexpr uint64_t kMaxFrameBytes = uint64_t{1} << 40;
-constexpr size_t kMaxGroupIdBytes = 4096;
+using wire::kFrameHeaderBytes;
+using wire::kMaxGroupIdBytes;
+
 constexpr std::chrono::milliseconds kRetryDelay{20};
 constexpr std::chrono::milliseconds kAbortSendTimeout{1000};
 // How long Close waits for a sender it woke to let go of a connection.
@@ -67,13 +65,6 @@ class Fd {
  private:
   int fd_ = -1;
 };
-
-void PutU32(std::string& out, uint32_t v) { out.append(reinterpret_cast<const char*>(&v), 4); }
-uint32_t GetU32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 
 // "host:port" or "[v6]:port" → (host, port). A "name@" prefix (who listens
 // there, for messages) is skipped.
@@ -154,44 +145,76 @@ Status ReadFull(int fd, void* data, size_t n, Deadline deadline, const std::stri
   return Status::Ok();
 }
 
-struct Hello {
-  uint32_t from_rank = 0;
-  uint32_t to_rank = 0;
-  uint32_t size = 0;
-  std::string group_id;
-};
-
-std::string EncodeHello(const Hello& h) {
-  std::string out;
-  PutU32(out, kHelloMagic);
-  PutU32(out, kProtocolVersion);
-  PutU32(out, h.from_rank);
-  PutU32(out, h.to_rank);
-  PutU32(out, h.size);
-  PutU32(out, static_cast<uint32_t>(h.group_id.size()));
-  return out + h.group_id;
-}
-
-std::string EncodeReply(bool accepted, const std::string& reason) {
-  std::string out;
-  PutU32(out, kHelloMagic);
-  PutU32(out, accepted ? 1 : 0);
-  PutU32(out, static_cast<uint32_t>(reason.size()));
-  return out + reason;
-}
-
-Result<std::string> ReadString(int fd, size_t max, Deadline deadline, const std::string& what) {
-  uint8_t len_bytes[4];
-  RETURN_IF_ERROR(ReadFull(fd, len_bytes, 4, deadline, what));
-  uint32_t len = GetU32(len_bytes);
-  if (len > max) return InvalidArgument(what + ": string of " + std::to_string(len) + " bytes");
-  std::string s(len, '\0');
-  RETURN_IF_ERROR(ReadFull(fd, s.data(), len, deadline, what));
-  return s;
-}
-
 std::string Describe(const std::string& group_id, int rank) {
   return "rank " + std::to_string(rank) + " of group '" + group_id + "'";
+}
+
+// Reads one whole message that starts with the bytes `buf` already holds,
+// asking the decoder how much more it needs.
+template <typename T>
+Result<T> ReadMessage(int fd, Result<wire::Decoded<T>> (*decode)(wire::Bytes), std::string buf,
+                      Deadline deadline, const std::string& what) {
+  while (true) {
+    auto decoded = decode(wire::AsBytes(buf));
+    if (!decoded.ok()) return Unavailable(what + ": " + decoded.status().message());
+    if (decoded->value) return std::move(*decoded->value);
+    const size_t have = buf.size();
+    buf.resize(decoded->length);
+    RETURN_IF_ERROR(ReadFull(fd, buf.data() + have, buf.size() - have, deadline, what));
+  }
+}
+
+// The connecting side of the handshake (tcp_wire.h) on a fresh connection to
+// rank `peer` at `address`: hello, check the acceptor's proof, prove, verdict.
+Status ClientHandshake(int fd, int peer, const std::string& address, const TcpOptions& o,
+                       Deadline deadline) {
+  const std::string self = Describe(o.group_id, o.rank);
+  const std::string them = "rank " + std::to_string(peer) + " at " + address;
+  const std::string what = "handshake with " + them;
+  wire::Hello hello{static_cast<uint32_t>(o.rank), static_cast<uint32_t>(peer),
+                    static_cast<uint32_t>(o.size), o.group_id, {}};
+  RETURN_IF_ERROR(RandomBytes(hello.nonce));
+  const std::string hello_bytes = wire::EncodeHello(hello);
+  RETURN_IF_ERROR(WriteFull(fd, hello_bytes.data(), hello_bytes.size(), deadline, what));
+
+  // A challenge, or a reply refusing at once (a data port of another version).
+  std::string first(4, '\0');
+  if (Status st = ReadFull(fd, first.data(), first.size(), deadline, what); !st.ok()) {
+    if (st.code() != Code::kUnavailable) return st;
+    return Unavailable(self + ": " + st.message() +
+                           " before answering the hello (a data port of another version?)",
+                       {{"peer_rank", peer}});
+  }
+  const uint32_t magic = wire::PeekMagic(wire::AsBytes(first)).value_or(0);
+  if (magic != wire::kChallengeMagic && magic != wire::kHelloMagic) {
+    return Unavailable(self + ": " + address + " (rank " + std::to_string(peer) +
+                       ") is not a Tessera collectives endpoint");
+  }
+  if (magic == wire::kChallengeMagic) {
+    ASSIGN_OR_RETURN(wire::Challenge challenge,
+                     ReadMessage(fd, &wire::DecodeChallenge, std::move(first), deadline, what));
+    ASSIGN_OR_RETURN(Mac expected, wire::HandshakeMac(o.key, wire::Side::kAcceptor,
+                                                      wire::AsBytes(hello_bytes), challenge.nonce));
+    if (!ConstantTimeEqual(expected, challenge.mac)) {
+      return Status(Code::kUnauthenticated,
+                    self + ": the data port at " + address + " (rank " + std::to_string(peer) +
+                        ") did not prove it knows the cluster secret (are both given the same "
+                        "token?)",
+                    {{"peer_rank", peer}});
+    }
+    ASSIGN_OR_RETURN(Mac mine, wire::HandshakeMac(o.key, wire::Side::kConnector,
+                                                  wire::AsBytes(hello_bytes), challenge.nonce));
+    const std::string proof = wire::EncodeProof({mine});
+    RETURN_IF_ERROR(WriteFull(fd, proof.data(), proof.size(), deadline, what));
+    first.clear();
+  }
+  ASSIGN_OR_RETURN(wire::Reply reply,
+                   ReadMessage(fd, &wire::DecodeReply, std::move(first), deadline, what));
+  if (!reply.accepted) {
+    return InvalidArgument(self + ": " + them + " refused the connection: " + reply.reason,
+                           {{"peer_rank", peer}});
+  }
+  return Status::Ok();
 }
 
 // Connects to rank `peer` at `address` and has the hello accepted.
@@ -223,22 +246,7 @@ Result<Fd> ConnectTo(int peer, const std::string& address, const TcpOptions& o, 
         continue;
       }
       SetNoDelay(fd.get());
-      const std::string what = "handshake with rank " + std::to_string(peer) + " at " + address;
-      std::string hello = EncodeHello({static_cast<uint32_t>(o.rank), static_cast<uint32_t>(peer),
-                                       static_cast<uint32_t>(o.size), o.group_id});
-      RETURN_IF_ERROR(WriteFull(fd.get(), hello.data(), hello.size(), deadline, what));
-      uint8_t head[8];
-      RETURN_IF_ERROR(ReadFull(fd.get(), head, sizeof(head), deadline, what));
-      ASSIGN_OR_RETURN(std::string reason, ReadString(fd.get(), 1 << 16, deadline, what));
-      if (GetU32(head) != kHelloMagic) {
-        return Unavailable(self + ": " + address + " (rank " + std::to_string(peer) +
-                           ") is not a Tessera collectives endpoint");
-      }
-      if (GetU32(head + 4) != 1) {
-        return InvalidArgument(self + ": rank " + std::to_string(peer) + " at " + address +
-                                   " refused the connection: " + reason,
-                               {{"peer_rank", peer}});
-      }
+      RETURN_IF_ERROR(ClientHandshake(fd.get(), peer, address, o, deadline));
       return fd;
     }
     if (Clock::now() + kRetryDelay >= deadline) {
@@ -251,26 +259,247 @@ Result<Fd> ConnectTo(int peer, const std::string& address, const TcpOptions& o, 
   }
 }
 
-// Reads the hello of a freshly accepted connection; nullopt for a connection that
-// is not a Tessera peer (to be dropped).
-std::optional<Hello> ReadHello(int fd, Deadline deadline) {
-  const std::string what = "reading a hello";
-  uint8_t head[24];
-  if (!ReadFull(fd, head, sizeof(head), deadline, what).ok() || GetU32(head) != kHelloMagic ||
-      GetU32(head + 4) != kProtocolVersion) {
-    return std::nullopt;
+// "10.0.0.5:51234" or "[::1]:51234": the other end of an accepted connection.
+std::string RemoteName(const sockaddr_storage& addr, socklen_t len) {
+  char host[NI_MAXHOST], port[NI_MAXSERV];
+  if (::getnameinfo(reinterpret_cast<const sockaddr*>(&addr), len, host, sizeof(host), port,
+                    sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return "an unknown address";
   }
-  Hello h{GetU32(head + 8), GetU32(head + 12), GetU32(head + 16), ""};
-  uint32_t id_len = GetU32(head + 20);
-  if (id_len > kMaxGroupIdBytes) return std::nullopt;
-  h.group_id.resize(id_len);
-  if (!ReadFull(fd, h.group_id.data(), id_len, deadline, what).ok()) return std::nullopt;
-  return h;
+  return addr.ss_family == AF_INET6 ? "[" + std::string(host) + "]:" + port
+                                    : std::string(host) + ":" + port;
+}
+
+// A stranger's group id, fit for one line of a log: printable ASCII, the rest
+// escaped, cut short.
+std::string Printable(const std::string& s) {
+  constexpr size_t kMax = 200;
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < kMax; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      char esc[5];
+      std::snprintf(esc, sizeof(esc), "\\x%02x", c);
+      out += esc;
+    }
+  }
+  if (s.size() > kMax) out += "... (" + std::to_string(s.size()) + " bytes)";
+  return out;
+}
+
+// The accepting side of the handshake (tcp_wire.h) of one connection. Driven by
+// the socket's readiness, so that one thread can run many at once; a blocking
+// caller polls events() itself.
+class ServerHandshake {
+ public:
+  ServerHandshake(Fd fd, std::string remote, const DataPortKey& key, Deadline deadline)
+      : fd_(std::move(fd)), remote_(std::move(remote)), key_(key), deadline_(deadline) {}
+
+  // Does what the socket allows now. true: the peer proved it knows the key
+  // (hello() is its hello); false: wait for events() on fd(), until deadline();
+  // an error: refuse the connection, for that reason.
+  Result<bool> Step() {
+    while (true) {
+      switch (stage_) {
+        case Stage::kHello:
+        case Stage::kProof: {
+          ASSIGN_OR_RETURN(std::optional<size_t> want, Consume());
+          if (!want) continue;  // a whole message: the stage moved on
+          const size_t have = in_.size();
+          in_.resize(*want);
+          const ssize_t r = ::recv(fd_.get(), in_.data() + have, *want - have, 0);
+          in_.resize(have + static_cast<size_t>(std::max<ssize_t>(r, 0)));
+          if (r > 0) continue;
+          if (r == 0) return Unavailable(ClosedText());
+          if (errno == EINTR) continue;
+          if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
+          return Unavailable("the connection broke: " + BrokenText(errno));
+        }
+        case Stage::kChallenge:
+        case Stage::kRefusing: {
+          const ssize_t w = ::send(fd_.get(), out_.data() + out_sent_, out_.size() - out_sent_,
+                                   MSG_NOSIGNAL);
+          if (w < 0 && errno == EINTR) continue;
+          if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+          if (w < 0) {
+            if (stage_ == Stage::kRefusing) return refusal_;
+            return Unavailable("the connection broke: " + BrokenText(errno));
+          }
+          out_sent_ += static_cast<size_t>(w);
+          if (out_sent_ < out_.size()) continue;
+          if (stage_ == Stage::kRefusing) return refusal_;
+          stage_ = Stage::kProof;
+          continue;
+        }
+        case Stage::kDone:
+          return true;
+      }
+    }
+  }
+
+  // The error of a handshake still unfinished at its deadline.
+  Status TimedOut() const {
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline_ - started_).count();
+    return DeadlineExceeded(stage_ == Stage::kHello
+                                ? "it sent no whole hello within " + std::to_string(ms) + " ms"
+                                : "it did not complete the handshake within " +
+                                      std::to_string(ms) + " ms");
+  }
+
+  int fd() const { return fd_.get(); }
+  short events() const {
+    return stage_ == Stage::kChallenge || stage_ == Stage::kRefusing ? POLLOUT : POLLIN;
+  }
+  Deadline deadline() const { return deadline_; }
+  const std::string& remote() const { return remote_; }
+  // REQUIRES: Step() returned true.
+  const wire::Hello& hello() const { return *hello_; }
+  Fd TakeFd() { return std::move(fd_); }
+
+  // " (claiming to be rank 1 of group 'g')", once its hello was read.
+  std::string Claim() const {
+    if (!hello_) return "";
+    return " (claiming to be rank " + std::to_string(hello_->from_rank) + " of group '" +
+           Printable(hello_->group_id) + "')";
+  }
+
+ private:
+  enum class Stage { kHello, kChallenge, kProof, kRefusing, kDone };
+
+  // Decodes what in_ holds. nullopt: it held a whole message, acted upon (the
+  // stage moved on); else how many bytes in_ must hold to go on.
+  Result<std::optional<size_t>> Consume() {
+    if (stage_ == Stage::kHello) {
+      auto decoded = wire::DecodeHello(wire::AsBytes(in_));
+      if (!decoded.ok()) {
+        const nlohmann::json& d = decoded.status().details();
+        if (d.is_object() && d.contains("peer_version")) {
+          // Another release: tell it why (version 1 peers read this reply too).
+          out_ = wire::EncodeReply({false, "this data port speaks collectives protocol version " +
+                                               std::to_string(wire::kProtocolVersion) +
+                                               ", the connecting peer version " +
+                                               d["peer_version"].dump() +
+                                               " (are all workers of one release?)"});
+          stage_ = Stage::kRefusing;
+          refusal_ = InvalidArgument("it speaks collectives protocol version " +
+                                     d["peer_version"].dump() + ", this data port version " +
+                                     std::to_string(wire::kProtocolVersion));
+          return std::optional<size_t>();
+        }
+        return InvalidArgument("it sent no Tessera hello: " + decoded.status().message());
+      }
+      if (!decoded->value) return std::optional<size_t>(decoded->length);
+      hello_ = std::move(*decoded->value);
+      hello_bytes_ = std::move(in_);
+      in_.clear();
+      wire::Challenge challenge;
+      RETURN_IF_ERROR(RandomBytes(challenge.nonce));
+      nonce_s_ = challenge.nonce;
+      ASSIGN_OR_RETURN(challenge.mac, wire::HandshakeMac(key_, wire::Side::kAcceptor,
+                                                         wire::AsBytes(hello_bytes_), nonce_s_));
+      out_ = wire::EncodeChallenge(challenge);
+      out_sent_ = 0;
+      stage_ = Stage::kChallenge;
+      return std::optional<size_t>();
+    }
+    auto decoded = wire::DecodeProof(wire::AsBytes(in_));
+    if (!decoded.ok()) {
+      return InvalidArgument("it answered the challenge with something else: " +
+                             decoded.status().message());
+    }
+    if (!decoded->value) return std::optional<size_t>(decoded->length);
+    ASSIGN_OR_RETURN(Mac expected, wire::HandshakeMac(key_, wire::Side::kConnector,
+                                                      wire::AsBytes(hello_bytes_), nonce_s_));
+    if (!ConstantTimeEqual(expected, decoded->value->mac)) {
+      return Status(Code::kUnauthenticated,
+                    "its proof is wrong: it does not know the cluster secret (another token?)");
+    }
+    stage_ = Stage::kDone;
+    return std::optional<size_t>();
+  }
+
+  std::string ClosedText() const {
+    if (stage_ == Stage::kProof) {
+      return "it closed the connection instead of proving it knows the cluster secret (another "
+             "token?)";
+    }
+    return in_.empty() ? "it closed the connection without a hello"
+                       : "it closed the connection in the middle of its hello";
+  }
+
+  Fd fd_;
+  std::string remote_;
+  const DataPortKey& key_;
+  const Deadline started_ = Clock::now();
+  Deadline deadline_;
+  Stage stage_ = Stage::kHello;
+  std::string in_;  // the message being read
+  std::string hello_bytes_;
+  std::optional<wire::Hello> hello_;
+  Nonce nonce_s_{};
+  std::string out_;  // the message being written
+  size_t out_sent_ = 0;
+  Status refusal_;  // kRefusing: the error once the reply is out
+};
+
+// Every refusal of the process: counted, and logged to stderr at most once a
+// second (the lines a flood would add are counted and summed up instead).
+std::atomic<uint64_t> g_refused{0};
+
+struct RefusalLog {
+  std::mutex mu;
+  Clock::time_point last{};  // GUARDED_BY(mu) of the last line
+  uint64_t unlogged = 0;     // GUARDED_BY(mu) refusals since then, not logged
+};
+
+RefusalLog& TheRefusalLog() {
+  static RefusalLog* log = new RefusalLog;  // never destroyed: acceptor threads may outlive statics
+  return *log;
+}
+
+constexpr std::chrono::seconds kRefusalLogInterval{1};
+
+std::string Unlogged(uint64_t n) {
+  return std::to_string(n) + " more connection" + (n == 1 ? " was" : "s were") +
+         " refused, not logged";
+}
+
+void NoteRefusal(std::atomic<uint64_t>* counter, const std::string& port,
+                 const ServerHandshake& h, const Status& why) {
+  if (counter != nullptr) counter->fetch_add(1);
+  const uint64_t total = g_refused.fetch_add(1) + 1;
+  RefusalLog& log = TheRefusalLog();
+  std::lock_guard<std::mutex> lock(log.mu);
+  const auto now = Clock::now();
+  if (log.last != Clock::time_point{} && now - log.last < kRefusalLogInterval) {
+    ++log.unlogged;
+    return;
+  }
+  std::string earlier = log.unlogged > 0 ? "; before it, " + Unlogged(log.unlogged) : "";
+  std::fprintf(stderr, "%s: refused a connection from %s%s: %s (%llu refused in all%s)\n",
+               port.c_str(), h.remote().c_str(), h.Claim().c_str(), why.message().c_str(),
+               static_cast<unsigned long long>(total), earlier.c_str());
+  log.last = now;
+  log.unlogged = 0;
+}
+
+// Logs the refusals a flood kept from the log, once their second is over.
+void FlushRefusalLog(const std::string& port) {
+  RefusalLog& log = TheRefusalLog();
+  std::lock_guard<std::mutex> lock(log.mu);
+  const auto now = Clock::now();
+  if (log.unlogged == 0 || now - log.last < kRefusalLogInterval) return;
+  std::fprintf(stderr, "%s: %s (%llu refused in all)\n", port.c_str(),
+               Unlogged(log.unlogged).c_str(), static_cast<unsigned long long>(g_refused.load()));
+  log.last = now;
+  log.unlogged = 0;
 }
 
 // Checks a hello against this rank's options and answers it. Returns the peer's
 // rank once accepted; an error for a peer that does not match.
-Result<int> AnswerHello(int fd, const Hello& h, const TcpOptions& o, Deadline deadline,
+Result<int> AnswerHello(int fd, const wire::Hello& h, const TcpOptions& o, Deadline deadline,
                         const std::set<int>& waiting) {
   const std::string self = Describe(o.group_id, o.rank);
   const int from = static_cast<int>(h.from_rank);
@@ -287,7 +516,7 @@ Result<int> AnswerHello(int fd, const Hello& h, const TcpOptions& o, Deadline de
     reason = "rank " + std::to_string(from) +
              (from > o.rank && from < o.size ? " is already connected" : " is not expected here");
   }
-  std::string reply = EncodeReply(reason.empty(), reason);
+  std::string reply = wire::EncodeReply({reason.empty(), reason});
   Status sent = WriteFull(fd, reply.data(), reply.size(), deadline, "answering a hello");
   if (!reason.empty()) {
     return InvalidArgument(self + ": refused a connection from rank " + std::to_string(from) +
@@ -306,21 +535,35 @@ Status WaitingTimeout(const TcpOptions& o, const std::set<int>& waiting) {
                           {{"missing_ranks", missing}});
 }
 
-// Accepts one connection from a higher rank. Returns (-1, empty) for a connection
-// that is not a Tessera peer (ignored); an error for a peer that does not match.
-Result<std::pair<int, Fd>> AcceptOne(int listen_fd, const TcpOptions& o, Deadline deadline,
+// Accepts one connection from a higher rank on the listener `listen_fd` (at
+// `listen_address`). Returns (-1, empty) for a connection that failed the
+// handshake (refused and ignored); an error for a peer that does not match.
+Result<std::pair<int, Fd>> AcceptOne(int listen_fd, const std::string& listen_address,
+                                     const TcpOptions& o, Deadline deadline,
                                      const std::set<int>& waiting) {
   if (!WaitFor(listen_fd, POLLIN, deadline)) return WaitingTimeout(o, waiting);
-  Fd fd(::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+  sockaddr_storage addr{};
+  socklen_t addr_len = sizeof(addr);
+  Fd fd(::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &addr_len,
+                  SOCK_CLOEXEC | SOCK_NONBLOCK));
   if (fd.get() < 0) return std::make_pair(-1, Fd());  // e.g. the client gave up already
   SetNoDelay(fd.get());
-  std::optional<Hello> h = ReadHello(fd.get(), deadline);
-  if (!h) return std::make_pair(-1, Fd());
-  ASSIGN_OR_RETURN(int from, AnswerHello(fd.get(), *h, o, deadline, waiting));
-  return std::make_pair(from, std::move(fd));
+  ServerHandshake h(std::move(fd), RemoteName(addr, addr_len), o.key,
+                    std::min(deadline, Clock::now() + TcpAcceptor::kHelloTimeout));
+  Result<bool> done = h.Step();
+  while (done.ok() && !*done) {
+    done = WaitFor(h.fd(), h.events(), h.deadline()) ? h.Step() : Result<bool>(h.TimedOut());
+  }
+  if (!done.ok()) {
+    NoteRefusal(nullptr, Describe(o.group_id, o.rank) + " (listening on " + listen_address + ")",
+                h, done.status());
+    return std::make_pair(-1, Fd());
+  }
+  ASSIGN_OR_RETURN(int from, AnswerHello(h.fd(), h.hello(), o, deadline, waiting));
+  return std::make_pair(from, h.TakeFd());
 }
 
-// True while the peer has neither closed nor sent anything past its hello.
+// True while the peer has neither closed nor sent anything past its proof.
 bool StillWaiting(int fd) {
   uint8_t byte;
   ssize_t r = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
@@ -328,6 +571,8 @@ bool StillWaiting(int fd) {
 }
 
 }  // namespace
+
+uint64_t RefusedConnections() { return g_refused.load(); }
 
 // ---- TcpListener ----
 
@@ -343,7 +588,10 @@ Result<std::unique_ptr<TcpListener>> TcpListener::Bind(const std::string& host, 
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> info_owner(info, ::freeaddrinfo);
   std::string last_error = "no address";
   for (addrinfo* ai = info; ai != nullptr; ai = ai->ai_next) {
-    Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+    // Non-blocking: a connection that is gone by the time poll said it is there
+    // must not block accept until the next one.
+    Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                   ai->ai_protocol));
     if (fd.get() < 0) {
       last_error = "socket: " + ErrnoText(errno);
       continue;
@@ -388,7 +636,7 @@ struct TcpTransport::Peer {
 };
 
 struct TcpAcceptor::Pending {
-  Hello hello;
+  wire::Hello hello;
   Fd fd;
   Clock::time_point arrived;
 };
@@ -398,12 +646,14 @@ Result<std::unique_ptr<TcpTransport>> TcpTransport::Connect(
     const TcpOptions& o) {
   if (listener == nullptr) return InvalidArgument("TcpTransport::Connect needs a listener");
   return Join(addresses, o, [&](Deadline deadline, const std::set<int>& waiting) {
-    return AcceptOne(listener->fd_, o, deadline, waiting);
+    return AcceptOne(listener->fd_, listener->address(), o, deadline, waiting);
   });
 }
 
 Result<std::unique_ptr<TcpTransport>> TcpTransport::Connect(
-    TcpAcceptor& acceptor, const std::vector<std::string>& addresses, const TcpOptions& o) {
+    TcpAcceptor& acceptor, const std::vector<std::string>& addresses, const TcpOptions& options) {
+  TcpOptions o = options;
+  o.key = acceptor.key_;
   return Join(addresses, o,
               [&](Deadline deadline, const std::set<int>& waiting) -> Result<std::pair<int, Fd>> {
                 std::unique_ptr<TcpAcceptor::Pending> incoming =
@@ -454,15 +704,17 @@ Result<std::unique_ptr<TcpTransport>> TcpTransport::Join(const std::vector<std::
 
 // ---- TcpAcceptor ----
 
-Result<std::unique_ptr<TcpAcceptor>> TcpAcceptor::Start(std::unique_ptr<TcpListener> listener) {
+Result<std::unique_ptr<TcpAcceptor>> TcpAcceptor::Start(std::unique_ptr<TcpListener> listener,
+                                                        const DataPortKey& key) {
   if (listener == nullptr) return InvalidArgument("TcpAcceptor::Start needs a listener");
   int stop_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (stop_fd < 0) return Unavailable("eventfd: " + ErrnoText(errno));
-  return std::unique_ptr<TcpAcceptor>(new TcpAcceptor(std::move(listener), stop_fd));
+  return std::unique_ptr<TcpAcceptor>(new TcpAcceptor(std::move(listener), key, stop_fd));
 }
 
-TcpAcceptor::TcpAcceptor(std::unique_ptr<TcpListener> listener, int stop_fd)
-    : listener_(std::move(listener)), stop_fd_(stop_fd) {
+TcpAcceptor::TcpAcceptor(std::unique_ptr<TcpListener> listener, const DataPortKey& key,
+                         int stop_fd)
+    : listener_(std::move(listener)), key_(key), stop_fd_(stop_fd) {
   thread_ = std::thread([this] { AcceptLoop(); });
 }
 
@@ -474,34 +726,66 @@ TcpAcceptor::~TcpAcceptor() {
 }
 
 void TcpAcceptor::AcceptLoop() {
+  const std::string port = "data port " + listener_->address();
+  // Connections in the middle of their handshake; touched by this thread only.
+  std::vector<std::unique_ptr<ServerHandshake>> handshakes;
+  std::vector<pollfd> fds;
   while (true) {
-    pollfd fds[2] = {{listener_->fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-    int rc = ::poll(fds, 2, 1000);
+    fds.assign({{listener_->fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}});
+    Deadline wake = Clock::now() + std::chrono::seconds(1);
+    for (const auto& h : handshakes) {
+      fds.push_back({h->fd(), h->events(), 0});
+      wake = std::min(wake, h->deadline());
+    }
+    int rc = ::poll(fds.data(), fds.size(), PollTimeoutMs(wake));
     if (rc < 0 && errno != EINTR) return;
-    if (fds[1].revents != 0) return;
+    if (rc > 0 && fds[1].revents != 0) return;
+    const auto now = Clock::now();
     {
       // Connections nobody took (their group never formed here) expire.
       std::lock_guard<std::mutex> lock(mu_);
-      const auto now = Clock::now();
       for (auto it = pending_.begin(); it != pending_.end();) {
         it = now - it->second->arrived > kPendingLifetime ? pending_.erase(it) : std::next(it);
       }
     }
+    FlushRefusalLog(port);
+    // Handshakes go on as their sockets allow; the late and the failed are refused,
+    // the proven wait for their group.
+    for (size_t i = 0; i < handshakes.size(); ++i) {
+      ServerHandshake& h = *handshakes[i];
+      Result<bool> done = rc > 0 && fds[i + 2].revents != 0 ? h.Step() : Result<bool>(false);
+      if (done.ok() && !*done && now >= h.deadline()) done = h.TimedOut();
+      if (!done.ok()) {
+        NoteRefusal(&refused_, port, h, done.status());
+        handshakes[i].reset();
+      } else if (*done) {
+        auto pending = std::make_unique<Pending>();
+        pending->hello = h.hello();
+        pending->fd = h.TakeFd();
+        pending->arrived = now;
+        handshakes[i].reset();
+        std::lock_guard<std::mutex> lock(mu_);
+        pending_.emplace(pending->hello.group_id, std::move(pending));
+        cv_.notify_all();
+      }
+    }
+    std::erase(handshakes, nullptr);
     if (rc <= 0 || (fds[0].revents & POLLIN) == 0) continue;
-    Fd fd(::accept4(listener_->fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    sockaddr_storage addr{};
+    socklen_t addr_len = sizeof(addr);
+    Fd fd(::accept4(listener_->fd_, reinterpret_cast<sockaddr*>(&addr), &addr_len,
+                    SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (fd.get() < 0) continue;
     SetNoDelay(fd.get());
-    // A hello is a few bytes sent right after connecting; a client that is slower
-    // than this is not a peer.
-    std::optional<Hello> hello = ReadHello(fd.get(), Clock::now() + kHelloTimeout);
-    if (!hello) continue;
-    auto pending = std::make_unique<Pending>();
-    pending->hello = std::move(*hello);
-    pending->fd = std::move(fd);
-    pending->arrived = Clock::now();
-    std::lock_guard<std::mutex> lock(mu_);
-    pending_.emplace(pending->hello.group_id, std::move(pending));
-    cv_.notify_all();
+    auto h = std::make_unique<ServerHandshake>(std::move(fd), RemoteName(addr, addr_len), key_,
+                                               Clock::now() + kHelloTimeout);
+    if (handshakes.size() >= kMaxHandshakes) {
+      NoteRefusal(&refused_, port, *h,
+                  ResourceExhausted(std::to_string(kMaxHandshakes) +
+                                    " other connections are in the middle of their handshake"));
+      continue;
+    }
+    handshakes.push_back(std::move(h));  // its hello comes with the next poll
   }
 }
 
@@ -570,11 +854,7 @@ Status TcpTransport::SendFrame(int peer_rank, FrameKind kind, std::span<const Co
   uint64_t length = 0;
   for (ConstBytes part : parts) length += part.size();
   uint8_t header[kFrameHeaderBytes];
-  const uint32_t magic = kFrameMagic;
-  const uint32_t kind_value = static_cast<uint32_t>(kind);
-  std::memcpy(header, &magic, 4);
-  std::memcpy(header + 4, &kind_value, 4);
-  std::memcpy(header + 8, &length, 8);
+  wire::EncodeFrameHeader({kind, length}, header);
 
   std::vector<iovec> iov;
   iov.reserve(parts.size() + 1);
@@ -727,16 +1007,13 @@ bool TcpTransport::ReadFrom(int peer_rank) {
     }
     peer.header_filled += static_cast<size_t>(got);
     if (peer.header_filled < kFrameHeaderBytes) continue;
-    uint32_t magic, kind;
-    uint64_t length;
-    std::memcpy(&magic, peer.header, 4);
-    std::memcpy(&kind, peer.header + 4, 4);
-    std::memcpy(&length, peer.header + 8, 8);
-    if (magic != kFrameMagic || kind < 1 || kind > 3 || length > kMaxFrameBytes) {
+    auto decoded = wire::DecodeFrameHeader(wire::Bytes(peer.header, kFrameHeaderBytes));
+    if (!decoded.ok() || !decoded->value) {
       PeerLost(peer_rank, "corrupt frame header");
       return false;
     }
-    peer.kind = static_cast<FrameKind>(kind);
+    peer.kind = decoded->value->kind;
+    const uint64_t length = decoded->value->length;
     try {
       peer.payload = mailbox_.Allocate(length);
     } catch (const std::bad_alloc&) {

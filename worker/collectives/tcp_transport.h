@@ -5,16 +5,22 @@
 // plane's KV store, or the parent of forked processes), then every rank calls
 // TcpTransport::Connect. Rank i connects to every rank j < i and accepts every
 // rank j > i. The connecting side opens with a hello carrying the group id, the
-// world size and both ranks; the accepting side checks all of them and answers
+// world size and both ranks; then both sides prove that they know the group's
+// key (a challenge-response with HMAC-SHA256, bound to the hello: tcp_wire.h).
+// A connection that fails the proof never reaches a group: the accepting side
+// closes it, logs it (at most a line a second) and counts it (refused()); the
+// connecting side fails naming the peer that did not prove it. Then the
+// accepting side checks the hello's group id, world size and ranks and answers
 // with an acceptance or the reason for a refusal, so a mismatch fails on both
 // sides with a message saying what differs.
 //
 // On the wire every message is a frame: a 16-byte header (magic, kind, length)
-// and the payload. Senders write header and payload with one sendmsg (no copy into
-// a staging buffer). One background thread per transport polls every connection
-// and reads whole frames into per-peer queues, so a Send never waits for the peer
-// to call Recv and a ring of blocking sends cannot deadlock. Kinds besides data:
-// goodbye (Close), and abort (carries the error that poisoned the sender).
+// and the payload (tcp_wire.h). Senders write header and payload with one
+// sendmsg (no copy into a staging buffer). One background thread per transport
+// polls every connection and reads whole frames into per-peer queues, so a Send
+// never waits for the peer to call Recv and a ring of blocking sends cannot
+// deadlock. Kinds besides data: goodbye (Close), and abort (carries the error
+// that poisoned the sender).
 // Byte order is the host's: the mesh is homogeneous.
 #pragma once
 
@@ -28,7 +34,9 @@
 #include <thread>
 #include <vector>
 
+#include "worker/collectives/auth.h"
 #include "worker/collectives/mailbox.h"
+#include "worker/collectives/tcp_wire.h"
 #include "worker/collectives/transport.h"
 
 namespace tessera::collectives {
@@ -42,7 +50,16 @@ struct TcpOptions {
   // For the whole of Connect: reaching lower ranks (retrying refused connections,
   // since they may not listen yet) and being reached by higher ones.
   std::chrono::milliseconds connect_timeout{30000};
+  // The secret every rank of the group shares (Connect with a listener); a
+  // connection whose other side does not prove it knows the same key is refused.
+  // Connect through a TcpAcceptor uses the acceptor's key instead.
+  DataPortKey key{};
 };
+
+// Connections that a data port (TcpAcceptor) or a listener of this process
+// refused since it started: they failed the handshake (no proof, a wrong one, a
+// stranger's bytes, another protocol version, too slow).
+uint64_t RefusedConnections();
 
 class TcpAcceptor;
 
@@ -68,12 +85,18 @@ class TcpListener {
 };
 
 // A process's data port, shared by every group it joins: accepts connections,
-// reads their hellos and hands each to the Connect of the group it names, so
-// one well-known port serves any number of groups (one per mesh, per axis...).
-// A connection whose group never forms here is dropped after kPendingLifetime.
+// runs their handshakes (many at once, on one thread) and hands each connection
+// that proved it knows `key` to the Connect of the group its hello names, so one
+// well-known port serves any number of groups (one per mesh, per axis...). A
+// connection that does not complete the handshake within kHelloTimeout, or fails
+// it, is closed, logged and counted; one whose group never forms here is dropped
+// after kPendingLifetime.
 class TcpAcceptor {
  public:
-  static Result<std::unique_ptr<TcpAcceptor>> Start(std::unique_ptr<TcpListener> listener);
+  // `key`: the process's data-port key (DeriveDataPortKey of the cluster's
+  // token); every group joined through this acceptor uses it, both ways.
+  static Result<std::unique_ptr<TcpAcceptor>> Start(std::unique_ptr<TcpListener> listener,
+                                                    const DataPortKey& key);
   ~TcpAcceptor();
   TcpAcceptor(const TcpAcceptor&) = delete;
   TcpAcceptor& operator=(const TcpAcceptor&) = delete;
@@ -81,20 +104,29 @@ class TcpAcceptor {
   const std::string& address() const { return listener_->address(); }
   int port() const { return listener_->port(); }
 
+  // Connections this acceptor refused (see RefusedConnections).
+  uint64_t refused() const { return refused_.load(); }
+
   static constexpr std::chrono::seconds kPendingLifetime{60};
+  // From a connection's arrival to its proof: a hello and a proof are a few bytes
+  // sent at once; a client that is slower than this is not a peer.
   static constexpr std::chrono::seconds kHelloTimeout{2};
+  // Connections in the middle of their handshake at once; more are refused.
+  static constexpr size_t kMaxHandshakes = 256;
 
  private:
   friend class TcpTransport;
   struct Pending;
-  TcpAcceptor(std::unique_ptr<TcpListener> listener, int stop_fd);
+  TcpAcceptor(std::unique_ptr<TcpListener> listener, const DataPortKey& key, int stop_fd);
   void AcceptLoop();
   // The oldest live connection for `group_id`, waiting until `deadline`; null on timeout.
   std::unique_ptr<Pending> Take(const std::string& group_id,
                                 std::chrono::steady_clock::time_point deadline);
 
   std::unique_ptr<TcpListener> listener_;
+  const DataPortKey key_;
   int stop_fd_;
+  std::atomic<uint64_t> refused_{0};
   std::mutex mu_;
   std::condition_variable cv_;
   std::multimap<std::string, std::unique_ptr<Pending>> pending_;  // GUARDED_BY(mu_) by group
@@ -108,7 +140,8 @@ class TcpTransport final : public Transport {
   // peer in messages ("w-b@10.0.0.2:7071"). The listener is closed once every
   // higher rank has connected.
   // Errors: invalid_argument for bad options or a peer that does not match
-  // (group id, world size, ranks), naming both sides' values; deadline_exceeded
+  // (group id, world size, ranks), naming both sides' values; unauthenticated
+  // naming a lower rank whose end did not prove it knows the key; deadline_exceeded
   // naming the ranks that could not be reached or never connected
   // (details.missing_ranks); unavailable for other connection failures.
   static Result<std::unique_ptr<TcpTransport>> Connect(std::unique_ptr<TcpListener> listener,
@@ -132,7 +165,7 @@ class TcpTransport final : public Transport {
 
  private:
   struct Peer;
-  enum class FrameKind : uint32_t { kData = 1, kGoodbye = 2, kAbort = 3 };
+  using FrameKind = wire::FrameKind;
 
   TcpTransport(int rank, std::string group_id, std::vector<std::unique_ptr<Peer>> peers);
   template <typename AcceptFn>

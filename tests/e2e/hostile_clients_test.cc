@@ -1,0 +1,182 @@
+// Clients that open connections and never finish a request (a trickled header,
+// one line at a time) stall neither tesserad nor a worker's local API: health
+// checks answer, workers stay alive, saves succeed, and the trickled headers
+// meet their deadline (408) and are counted.
+#include <arpa/inet.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <regex>
+#include <thread>
+
+#include "cluster_fixture.h"
+
+namespace tessera::e2e {
+namespace {
+
+// `n` connections to `url`, each sending a request header one line per second
+// and never its end. A connection the server closes is opened again, so `n`
+// stay open; the server's 408 answers are counted.
+class Trickler {
+ public:
+  Trickler(const std::string& url, int n) : port_(std::stoi(url.substr(url.rfind(':') + 1))) {
+    rlimit lim{};
+    ::getrlimit(RLIMIT_NOFILE, &lim);
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+    for (int i = 0; i < n; ++i) fds_.push_back(Open());
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~Trickler() {
+    stop_ = true;
+    thread_.join();
+    for (int fd : fds_) ::close(fd);
+  }
+  int open() const { return open_; }
+  int answered_408() const { return answered_408_; }
+
+ private:
+  int Open() {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port_));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+        !Send(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n")) {
+      ::close(fd);
+      return -1;
+    }
+    return fd;
+  }
+  static bool Send(int fd, const std::string& s) {
+    return ::send(fd, s.data(), s.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(s.size());
+  }
+  void Loop() {
+    while (!stop_) {
+      int open = 0;
+      for (int& fd : fds_) {
+        if (stop_) return;
+        pollfd p{fd, POLLIN, 0};
+        bool closed = fd < 0;
+        if (!closed && ::poll(&p, 1, 0) > 0) {
+          char buf[512];
+          ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+          if (n > 0 && std::string(buf, static_cast<size_t>(n)).rfind("HTTP/1.1 408", 0) == 0) {
+            answered_408_++;
+          }
+          closed = true;
+        }
+        if (!closed) closed = !Send(fd, "X-Trickle: 1\r\n");
+        if (closed) {
+          if (fd >= 0) ::close(fd);
+          fd = Open();
+        }
+        open += fd >= 0;
+      }
+      open_ = open;
+      for (int i = 0; i < 10 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+
+  const int port_;
+  std::vector<int> fds_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> open_{0};
+  std::atomic<int> answered_408_{0};
+  std::thread thread_;
+};
+
+// Times `n` calls of `fn` (which must succeed); prints and returns the slowest in ms.
+template <typename Fn>
+double TimeCalls(const char* what, int n, Fn fn) {
+  std::vector<double> ms;
+  for (int i = 0; i < n; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    fn();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                     .count());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::sort(ms.begin(), ms.end());
+  std::printf("%s with 1000 trickling connections open: p50 %.2f ms, max %.2f ms\n", what,
+              ms[ms.size() / 2], ms.back());
+  return ms.back();
+}
+
+const Mesh kMesh{"two", {{"data", 2}}, 1};
+
+TEST(HostileClients, TrickledHeadersStallNeitherTesseradNorItsWorkers) {
+  tools::ClusterOptions opts;
+  opts.workers = 2;
+  opts.server_args = {"--header-timeout-s", "3"};
+  auto c = StartCluster(opts);
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->PutMesh("two", MeshToJson(kMesh)["axes"]).ok());
+  Push(*c, kMesh, MakeGlobal("w", DType::kFloat32, {64, 64}, Layout{{"data", "unsharded"}}, 1));
+
+  Trickler slow(c->url(), 1000);
+  for (int i = 0; i < 100 && slow.open() < 1000; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(slow.open(), 1000);
+  http::Client health(c->url(), "", 5);
+  TimeCalls("GET /healthz", 20, [&] {
+    auto r = health.Send("GET", "/healthz");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->status, 200) << r->body;
+  });
+
+  // Heartbeats get through: a save succeeds and every worker is alive.
+  Json job = SaveAndWait(*c, "two", 1);
+  EXPECT_EQ(job["state"], "succeeded") << job.dump();
+  auto workers = c->Call("GET", "/api/v1/workers");
+  ASSERT_TRUE(workers.ok());
+  ASSERT_EQ(workers->size(), 2u);
+  for (const auto& w : *workers) EXPECT_EQ(w["state"], "alive") << w.dump();
+
+  // The trickled headers meet their deadline, and the drops are counted.
+  for (int i = 0; i < 100 && slow.answered_408() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_GT(slow.answered_408(), 0);
+  auto metrics = c->Client().Send("GET", "/metrics");
+  ASSERT_TRUE(metrics.ok());
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      metrics->body, m,
+      std::regex("tessera_http_connections_dropped_total\\{reason=\"header_timeout\"\\} ([0-9]+)")))
+      << metrics->body;
+  EXPECT_GT(std::stoi(m[1]), 0);
+}
+
+TEST(HostileClients, TrickledHeadersDoNotStallALocalApi) {
+  tools::ClusterOptions opts;
+  opts.workers = 2;
+  auto c = StartCluster(opts);
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->PutMesh("two", MeshToJson(kMesh)["axes"]).ok());
+
+  Trickler slow(c->worker_url(0), 1000);
+  for (int i = 0; i < 100 && slow.open() < 1000; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(slow.open(), 1000);
+  http::Client local(c->worker_url(0), "", 5);
+  TimeCalls("GET /v1/tensors (local API)", 20, [&] {
+    auto r = local.Call("GET", "/v1/tensors");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  });
+  // A trainer pushes its shards and saves through that API meanwhile.
+  const GlobalTensor t = MakeGlobal("w", DType::kFloat32, {64, 64}, Layout{{"data", "unsharded"}}, 2);
+  Push(*c, kMesh, t);
+  Json job = SaveAndWait(*c, "two", 2);
+  EXPECT_EQ(job["state"], "succeeded") << job.dump();
+}
+
+}  // namespace
+}  // namespace tessera::e2e

@@ -1,0 +1,237 @@
+// The HTTP server against clients that are slow, greedy or confused: a
+// trickled header holds no thread and meets a deadline, connections over a
+// per-peer cap and oversized headers are refused, worker traffic has threads
+// of its own, pipelined requests are all answered, and HTTPS is verified.
+#include "api/http/server.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "api/http/client.h"
+#include "api/http/tls.h"
+
+namespace tessera::http {
+namespace {
+
+int Connect(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  return fd;
+}
+
+void SendText(int fd, const std::string& s) {
+  ASSERT_EQ(::send(fd, s.data(), s.size(), MSG_NOSIGNAL), static_cast<ssize_t>(s.size()));
+}
+
+// What the server sends until it closes (or `timeout_ms` passes).
+std::string ReadUntilClosed(int fd, int timeout_ms) {
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return out;
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return out;
+    out.append(buf, static_cast<size_t>(n));
+  }
+}
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    router_ = std::make_shared<Router>();
+    router_->Add({"GET", "/ping", [](const Request&) { return Response::Json(200, {{"ok", true}}); },
+                  "", false});
+    router_->Add({"GET", "/block", [this](const Request&) {
+                    blocked_++;
+                    while (!release_) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                    return Response::Json(200, {{"blocked", true}});
+                  }, "", false});
+    router_->Add({"GET", "/w/x", [](const Request&) { return Response::Json(200, {{"w", 1}}); },
+                  "", true});
+  }
+  void TearDown() override { release_ = true; }
+
+  std::unique_ptr<Server> Serve(ServerOptions o) {
+    o.port = 0;
+    auto s = std::make_unique<Server>(router_, o);
+    auto port = s->Bind();
+    EXPECT_TRUE(port.ok()) << port.status().ToString();
+    s->Start();
+    return s;
+  }
+  static std::string Url(const Server& s, const char* scheme = "http") {
+    return std::string(scheme) + "://127.0.0.1:" + std::to_string(s.port());
+  }
+
+  std::shared_ptr<Router> router_;
+  std::atomic<int> blocked_{0};
+  std::atomic<bool> release_{false};
+};
+
+TEST_F(HttpServerTest, TrickledHeadersHoldNoThread) {
+  ServerOptions o;
+  o.threads = 2;
+  auto server = Serve(o);
+  std::vector<int> slow;
+  for (int i = 0; i < 200; ++i) {
+    slow.push_back(Connect(server->port()));
+    SendText(slow.back(), "GET /ping HTTP/1.1\r\nHost: x\r\n");
+  }
+  for (int fd : slow) SendText(fd, "X-Slow: 1\r\n");
+  Client client(Url(*server), "", 5);
+  for (int i = 0; i < 20; ++i) {
+    auto r = client.Call("GET", "/ping");
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status().ToString();
+  }
+  EXPECT_EQ(server->stats().waiting, 200u);
+  // A trickled header that is finished at last is served like any other.
+  SendText(slow[0], "\r\n");
+  EXPECT_NE(ReadUntilClosed(slow[0], 2000).find("200 OK"), std::string::npos);
+  for (int fd : slow) ::close(fd);
+}
+
+TEST_F(HttpServerTest, AHeaderNotWholeInTimeGets408) {
+  ServerOptions o;
+  o.header_timeout_s = 1;
+  auto server = Serve(o);
+  int fd = Connect(server->port());
+  SendText(fd, "GET /ping HTTP/1.1\r\n");
+  const std::string got = ReadUntilClosed(fd, 5000);
+  ::close(fd);
+  EXPECT_EQ(got.rfind("HTTP/1.1 408", 0), 0u) << got;
+  EXPECT_NE(got.find("\"deadline_exceeded\""), std::string::npos) << got;
+  EXPECT_NE(got.find("\"field\":\"header\""), std::string::npos) << got;
+  EXPECT_EQ(server->stats().header_timeouts, 1u);
+  // A connection that never sends a byte meets the same deadline.
+  int silent = Connect(server->port());
+  EXPECT_EQ(ReadUntilClosed(silent, 5000).rfind("HTTP/1.1 408", 0), 0u);
+  ::close(silent);
+}
+
+TEST_F(HttpServerTest, OverThePerPeerCapTheLongestWaitingGoes) {
+  ServerOptions o;
+  o.max_waiting_per_peer = 5;
+  auto server = Serve(o);
+  std::vector<int> fds;
+  for (int i = 0; i < 8; ++i) {
+    fds.push_back(Connect(server->port()));
+    SendText(fds.back(), "GET /ping HTTP/1.1\r\n");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // arrival order
+  }
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(ReadUntilClosed(fds[i], 3000), "") << i;  // closed, unanswered
+  EXPECT_EQ(server->stats().evicted, 3u);
+  SendText(fds[7], "\r\n");
+  EXPECT_NE(ReadUntilClosed(fds[7], 2000).find("200 OK"), std::string::npos);
+  for (int fd : fds) ::close(fd);
+}
+
+TEST_F(HttpServerTest, AnOversizedHeaderGets431) {
+  ServerOptions o;
+  o.max_header_bytes = 1024;
+  auto server = Serve(o);
+  int fd = Connect(server->port());
+  SendText(fd, "GET /ping HTTP/1.1\r\nX-Big: " + std::string(4096, 'a'));
+  const std::string got = ReadUntilClosed(fd, 3000);
+  ::close(fd);
+  EXPECT_EQ(got.rfind("HTTP/1.1 431", 0), 0u) << got;
+  EXPECT_NE(got.find("\"limit\":1024"), std::string::npos) << got;
+  EXPECT_EQ(server->stats().header_too_large, 1u);
+}
+
+TEST_F(HttpServerTest, PipelinedRequestsAreAllAnswered) {
+  auto server = Serve({});
+  int fd = Connect(server->port());
+  SendText(fd, "GET /ping HTTP/1.1\r\nHost: x\r\n\r\nGET /ping HTTP/1.1\r\nHost: x\r\n\r\n"
+               "GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  const std::string got = ReadUntilClosed(fd, 3000);
+  ::close(fd);
+  size_t n = 0;
+  for (size_t at = got.find("HTTP/1.1 200"); at != std::string::npos;
+       at = got.find("HTTP/1.1 200", at + 1)) {
+    ++n;
+  }
+  EXPECT_EQ(n, 3u) << got;
+}
+
+TEST_F(HttpServerTest, WorkerTrafficHasThreadsOfItsOwn) {
+  ServerOptions o;
+  o.threads = 1;
+  o.token = "secret";
+  o.reserved_prefix = "/w/";
+  o.reserved_threads = 1;
+  auto server = Serve(o);
+  // Another client takes the only general thread.
+  std::thread holder([&] { (void)Client(Url(*server), "", 30).Call("GET", "/block"); });
+  while (blocked_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto r = Client(Url(*server), "secret", 5).Call("GET", "/w/x");
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  release_ = true;
+  holder.join();
+}
+
+// A self-signed certificate for 127.0.0.1 made by the openssl command.
+std::string MakeCert(const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  const std::string cmd =
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+      "-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 -keyout " + dir +
+      "/key.pem -out " + dir + "/cert.pem 2>/dev/null";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  return dir;
+}
+
+TEST_F(HttpServerTest, ServesHttpsToClientsThatTrustItsCa) {
+  const std::string dir = MakeCert(::testing::TempDir() + "/tls-" + std::to_string(::getpid()));
+  ServerOptions o;
+  o.tls_cert_file = dir + "/cert.pem";
+  o.tls_key_file = dir + "/key.pem";
+  auto server = Serve(o);
+  ASSERT_TRUE(server->tls());
+
+  SetDefaultCaFile(dir + "/cert.pem");
+  auto ok = Client(Url(*server, "https"), "", 5).Call("GET", "/ping");
+  EXPECT_TRUE(ok.ok()) << ok.status().ToString();
+
+  // Another CA: the server is not trusted, and the error says what to do.
+  const std::string other = MakeCert(dir + "/other");
+  SetDefaultCaFile(other + "/cert.pem");
+  auto untrusted = Client(Url(*server, "https"), "", 5).Call("GET", "/ping");
+  EXPECT_EQ(untrusted.status().code(), Code::kUnavailable);
+  EXPECT_NE(untrusted.status().message().find("TESSERA_TLS_CA"), std::string::npos)
+      << untrusted.status().ToString();
+
+  // Plain HTTP to the HTTPS port fails at once instead of hanging.
+  auto plain = Client(Url(*server), "", 5).Call("GET", "/ping");
+  EXPECT_FALSE(plain.ok());
+  EXPECT_GE(server->stats().tls_failures, 1u);
+  SetDefaultCaFile("");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(HttpServerTest, TlsFilesThatCannotBeLoadedAreNamed) {
+  ServerOptions o;
+  o.tls_cert_file = "/nonexistent/cert.pem";
+  o.tls_key_file = "/nonexistent/key.pem";
+  Server server(router_, o);
+  auto port = server.Bind();
+  ASSERT_FALSE(port.ok());
+  EXPECT_EQ(port.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(port.status().message().find("/nonexistent/cert.pem"), std::string::npos);
+  EXPECT_EQ(port.status().details()["field"], "tls-cert");
+}
+
+}  // namespace
+}  // namespace tessera::http
