@@ -1,5 +1,7 @@
 #include "api/json_codec.h"
 
+#include <cstdint>
+
 namespace tessera {
 namespace {
 
@@ -7,9 +9,39 @@ Status TypeError(const std::string& field, const char* expected) {
   return InvalidArgument("field '" + field + "' must be " + expected, {{"field", field}});
 }
 
+// The offset of the first '[' or '{' nested deeper than kMaxJsonDepth, or npos.
+// Exact for valid JSON, which is all that matters: anything else fails to parse.
+size_t TooDeepAt(std::string_view text) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) return i;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return std::string_view::npos;
+}
+
 }  // namespace
 
 Result<Json> ParseJson(std::string_view text, std::string_view what) {
+  if (size_t at = TooDeepAt(text); at != std::string_view::npos) {
+    return InvalidArgument(std::string(what) + " nests arrays and objects deeper than " +
+                               std::to_string(kMaxJsonDepth) + " levels at byte " +
+                               std::to_string(at),
+                           {{"field", what}});
+  }
   try {
     return Json::parse(text);
   } catch (const Json::exception& e) {
@@ -32,6 +64,9 @@ Result<std::optional<int64_t>> OptionalInt(const Json& obj, const std::string& f
   auto it = obj.find(field);
   if (it == obj.end() || it->is_null()) return std::optional<int64_t>();
   if (!it->is_number_integer()) return TypeError(field, "an integer");
+  if (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t{INT64_MAX}) {
+    return TypeError(field, "an integer below 2^63");
+  }
   return std::optional<int64_t>(it->get<int64_t>());
 }
 

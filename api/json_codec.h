@@ -17,7 +17,13 @@ namespace tessera {
 
 using Json = nlohmann::json;
 
-// Parses text as JSON; a syntax error is invalid_argument with the position.
+// Arrays and objects nested deeper than this are refused: copying, comparing or
+// printing a JSON value recurses once per level, so a deeper document (a 2 MiB
+// body holds a million levels) would overflow the stack.
+inline constexpr int kMaxJsonDepth = 512;
+
+// Parses text as JSON; a syntax error, or nesting deeper than kMaxJsonDepth, is
+// invalid_argument with the position.
 Result<Json> ParseJson(std::string_view text, std::string_view what = "request body");
 
 // Field readers for objects from untrusted input. `field` names it in errors.

@@ -33,6 +33,7 @@ Status Mesh::Validate() const {
   RETURN_IF_ERROR(ValidateName(name, "mesh"));
   if (axes.empty()) return InvalidArgument("mesh needs at least one axis", {{"field", "axes"}});
   std::set<std::string> seen;
+  int64_t devices = 1;  // ≤ 2^20 · 65536: no overflow
   for (size_t i = 0; i < axes.size(); ++i) {
     const std::string field = "axes[" + std::to_string(i) + "]";
     const auto& a = axes[i];
@@ -51,12 +52,13 @@ Status Mesh::Validate() const {
                                  "; sizes must be 1..65536",
                              {{"field", field + ".size"}});
     }
+    devices *= a.size;
+    if (devices > (1 << 20)) {
+      return InvalidArgument("mesh has more than 2^20 devices", {{"field", "axes"}});
+    }
   }
-  if (num_devices() > (1 << 20)) {
-    return InvalidArgument("mesh has more than 2^20 devices", {{"field", "axes"}});
-  }
-  if (devices_per_worker < 1 || num_devices() % devices_per_worker != 0) {
-    return InvalidArgument("the mesh's " + std::to_string(num_devices()) +
+  if (devices_per_worker < 1 || devices % devices_per_worker != 0) {
+    return InvalidArgument("the mesh's " + std::to_string(devices) +
                                " devices are not divisible by devices_per_worker=" +
                                std::to_string(devices_per_worker),
                            {{"field", "devices_per_worker"}});

@@ -49,7 +49,9 @@ Status CheckShapeSize(const Shape& shape, std::string_view field) {
   }
   int64_t n = 1;
   for (int64_t d : shape) {
-    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > kMaxElements) {
+    // Each dimension too: with a zero elsewhere the product stays 0, and slice
+    // ends (offset + length) must not overflow.
+    if (d < 0 || d > kMaxElements || __builtin_mul_overflow(n, d, &n) || n > kMaxElements) {
       return InvalidArgument("shape [" + ShapeToString(shape) + "] is too large (at most 2^48 elements)",
                              {{"field", field}});
     }

@@ -20,7 +20,8 @@ std::string ShapeToString(const Shape& shape);
 inline constexpr size_t kMaxRank = 32;
 inline constexpr int64_t kMaxElements = int64_t{1} << 48;
 
-// Rank ≤ kMaxRank, dims ≥ 0, product ≤ kMaxElements (no overflow anywhere after).
+// Rank ≤ kMaxRank, 0 ≤ dims ≤ kMaxElements, product ≤ kMaxElements (no overflow
+// anywhere after, offset + length of a slice included).
 Status CheckShapeSize(const Shape& shape, std::string_view field = "shape");
 // Parses "8,4"; dims must be non-negative integers. Errors name `field`.
 Result<Shape> ParseShape(std::string_view text, std::string_view field = "shape");

@@ -222,7 +222,7 @@ void TinySavesOfProcesses(const tools::ClusterOptions& base, int workers, int sa
   TinySaves(c, "tiny", workers, "processes", saves, [&] {
     const std::string shard = storage::SyntheticBytes(DType::kFloat32, 1024, 5);
     for (int w = 0; w < workers; ++w) {
-      http::Client local(c.worker_url(w));
+      http::Client local = c.WorkerClient(w);
       auto r = local.Send("PUT", "/v1/tensors/x?mesh=tiny&device=" + std::to_string(w) +
                                      "&dtype=float32&shape=" + std::to_string(1024 * workers) +
                                      "&layout=data",
@@ -313,7 +313,7 @@ int main(int argc, char** argv) {
     Mapped m{"layer" + std::to_string(i) + ".weight",
              std::max<int64_t>(4, static_cast<int64_t>(912 * (i % 8 + 1) * scale) / 4 * 4), {}};
     for (int w = 0; w < 4; ++w) {
-      http::Client local(c.worker_url(w));
+      http::Client local = c.WorkerClient(w);
       Json r = Check(local.Call("POST", "/v1/tensors/" + m.name + "/mapping?mesh=bench&device=" +
                                             std::to_string(w) + "&dtype=float32&shape=" +
                                             std::to_string(m.rows) + ",1024&layout=data,unsharded",
@@ -377,7 +377,7 @@ int main(int argc, char** argv) {
       for (int w = 0; w < 4; ++w) {
         trainers.emplace_back([&, w] {
           auto s = Clock::now();
-          http::Client local(c.worker_url(w), "", 600);
+          http::Client local = c.WorkerClient(w, 600);
           auto r = local.Call("POST", "/v1/save?mesh=bench&step=" + std::to_string(step),
                               {{"compression", compression}});
           stall[w] = Secs(s);
@@ -388,7 +388,7 @@ int main(int argc, char** argv) {
       if (!answers[0].contains("snapshot_ms")) Die("save", Internal(answers[0].dump()));
       std::vector<double> snap;
       for (auto& a : answers) snap.push_back(a.value("snapshot_ms", 0.0));
-      http::Client local(c.worker_url(0), "", 600);
+      http::Client local = c.WorkerClient(0, 600);
       Json started = Check(local.Call("GET", "/v1/saves/" + std::to_string(step) +
                                                  "?mesh=bench&wait=started"),
                            "save job");
@@ -416,14 +416,14 @@ int main(int argc, char** argv) {
       DeletePrevious(c, step);
       std::vector<double> stall;
       for (int w = 0; w < 4; ++w) {
-        http::Client local(c.worker_url(w), "", 600);
+        http::Client local = c.WorkerClient(w, 600);
         auto s = Clock::now();
         auto r = local.Call("POST", "/v1/save?mesh=bench&step=" + std::to_string(step),
                             {{"compression", "none"}});
         stall.push_back(Secs(s) * 1e3);
         if (!r.ok()) Die("solo save", r.status());
       }
-      http::Client local(c.worker_url(0), "", 600);
+      http::Client local = c.WorkerClient(0, 600);
       Json started = Check(local.Call("GET", "/v1/saves/" + std::to_string(step) +
                                                  "?mesh=bench&wait=started"),
                            "solo save job");

@@ -8,10 +8,10 @@ while read -r device worker; do
   local_api=$(worker_url "$worker")
   head -c 32 /dev/urandom > "$TESSERA_STATE/w.$device"    # 4x2 float32
   head -c 32 /dev/urandom > "$TESSERA_STATE/bias.$device" # 8 float32
-  curl -sS -f -X PUT --data-binary @"$TESSERA_STATE/w.$device" \
+  wcurl -sS -f -X PUT --data-binary @"$TESSERA_STATE/w.$device" \
     "$local_api/v1/tensors/layer0/w?mesh=demo&device=$device&dtype=float32&shape=8,4&layout=data,model"
-  curl -sS -f -X PUT --data-binary @"$TESSERA_STATE/bias.0" \
+  wcurl -sS -f -X PUT --data-binary @"$TESSERA_STATE/bias.0" \
     "$local_api/v1/tensors/layer0/bias?mesh=demo&device=$device&dtype=float32&shape=8&layout=unsharded"
   echo "device $device on $worker: pushed layer0/w and layer0/bias"
 done
-curl -sS "$(worker_url w-host0)/v1/tensors" | jq -c '.[]'
+wcurl -sS "$(worker_url w-host0)/v1/tensors" | jq -c '.[]'

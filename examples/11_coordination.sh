@@ -38,7 +38,7 @@ api POST /api/v1/meshes/demo/preemption '{"reason": "maintenance"}' | jq -c '{no
 pids=()
 steps=(5 7 6 7)
 for i in 0 1 2 3; do
-  curl -sS -f "$(worker_url "w-host$i")/v1/preemption?mesh=demo&step=${steps[$i]}" \
+  wcurl -sS -f "$(worker_url "w-host$i")/v1/preemption?mesh=demo&step=${steps[$i]}" \
     > "$TESSERA_STATE/sync-$i.json" &
   pids+=($!)
 done
@@ -46,6 +46,6 @@ for p in "${pids[@]}"; do wait "$p"; done
 for i in 0 1 2 3; do
   jq -r "\"w-host$i at step ${steps[$i]}: sync \(.sync), sync step \(.sync_step)\"" "$TESSERA_STATE/sync-$i.json"
 done
-echo "w-host0 at step 8: $(curl -sS -f "$(worker_url w-host0)/v1/preemption?mesh=demo&step=8")"
+echo "w-host0 at step 8: $(wcurl -sS -f "$(worker_url w-host0)/v1/preemption?mesh=demo&step=8")"
 api GET /api/v1/meshes/demo/preemption | jq -c '{noticed, sync_step, reported_steps}'
 api DELETE /api/v1/meshes/demo/preemption > /dev/null && echo "notice cleared for the restarted job"

@@ -10,7 +10,7 @@ pids=()
 while read -r device worker; do
   /usr/bin/python3 -c "import struct,sys; sys.stdout.buffer.write(struct.pack('<2f', $device, 1))" \
     > "$TESSERA_STATE/in.$device"
-  curl -sS -f -X POST --data-binary @"$TESSERA_STATE/in.$device" -o "$TESSERA_STATE/out.$device" \
+  wcurl -sS -f -X POST --data-binary @"$TESSERA_STATE/in.$device" -o "$TESSERA_STATE/out.$device" \
     "$(worker_url "$worker")/v1/collectives/all_reduce?mesh=demo&axes=data&dtype=float32&shape=2&reduce=sum" &
   pids+=($!)
 done < <(api GET /api/v1/meshes/demo | jq -r '.devices[] | "\(.device) \(.worker)"')
@@ -21,7 +21,7 @@ done
 # The same barrier on every worker (sync_global_devices): all four must arrive.
 pids=()
 while read -r worker; do
-  curl -sS -f -X POST -d '{}' "$(worker_url "$worker")/v1/barriers/after-step-1?mesh=demo" > /dev/null &
+  wcurl -sS -f -X POST -d '{}' "$(worker_url "$worker")/v1/barriers/after-step-1?mesh=demo" > /dev/null &
   pids+=($!)
 done < <(api GET /api/v1/meshes/demo | jq -r '.workers[]')
 for p in "${pids[@]}"; do wait "$p"; done

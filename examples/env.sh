@@ -22,3 +22,14 @@ api() {
 
 # worker_url ID: the local API of a worker.
 worker_url() { api GET "/api/v1/workers/$1" | jq -r .local_api; }
+
+# wcurl [CURL ARGS...] URL: curl to a worker's local API (URL last), with the
+# worker's local credential: a file only the worker's user can read, by default
+# /tmp/tessera-<uid>/local-<port>.key (or $TESSERA_LOCAL_CREDENTIAL).
+wcurl() {
+  local url=${!#} port
+  port=${url#*://*:}
+  port=${port%%/*}
+  local file=${TESSERA_LOCAL_CREDENTIAL:-/tmp/tessera-$(id -u)/local-$port.key}
+  curl -H "Authorization: Bearer $(cat "$file")" "$@"
+}

@@ -29,7 +29,7 @@ Json MissingRanks(const std::map<int64_t, int64_t>& arrived, int64_t world) {
 Result<Json> Barriers::Arrive(const std::string& name, int64_t rank, int64_t world,
                               int64_t timeout_ms) {
   const auto start = std::chrono::steady_clock::now();
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (stopping_) {
     Status st = Unavailable("tesserad is shutting down", {{"barrier", name}});
     CountWait(st);
@@ -74,14 +74,16 @@ Result<Json> Barriers::Arrive(const std::string& name, int64_t rank, int64_t wor
     Publish({{"name", name}, {"action", "completed"}, {"world", world}, {"generation", generation}});
     ForgetIdle();
     lock.unlock();
-    cv_.notify_all();
+    cv_.NotifyAll();
     CountWait(Status::Ok());
     Json out = done;
     out["waited_ms"] = waited();
     return out;
   }
-  cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-               [&] { return stopping_ || b->generation != generation; });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!stopping_ && b->generation == generation) {
+    if (!cv_.WaitUntil(mu_, deadline)) break;
+  }
   if (b->generation != generation) {
     lock.unlock();
     CountWait(Status::Ok());
@@ -114,7 +116,7 @@ Result<Json> Barriers::Arrive(const std::string& name, int64_t rank, int64_t wor
 }
 
 Json Barriers::List() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const int64_t now = NowMs();
   Json out = Json::array();
   for (const auto& [name, b] : barriers_) {
@@ -130,7 +132,7 @@ Json Barriers::List() {
 }
 
 int64_t Barriers::open_count() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   int64_t n = 0;
   for (const auto& [name, b] : barriers_) n += b->arrived.empty() ? 0 : 1;
   return n;
@@ -138,10 +140,10 @@ int64_t Barriers::open_count() {
 
 void Barriers::Shutdown() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void Barriers::ForgetIdle() {

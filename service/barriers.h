@@ -11,15 +11,14 @@
 // Thread-safe; waiting holds only this object's mutex (released while blocked).
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "api/json_codec.h"
 #include "api/status.h"
+#include "api/thread_annotations.h"
 #include "service/events.h"
 #include "service/metrics.h"
 
@@ -55,17 +54,17 @@ class Barriers {
     int64_t opened_ms = 0;               // first arrival of the current round
   };
   // Drops idle barriers (their generation counts) once there are many names.
-  void ForgetIdle();  // REQUIRES: mu_
+  void ForgetIdle() REQUIRES(mu_);
   void Publish(Json event);
   void CountWait(const Status& outcome);
 
   EventBus* events_;
   Metrics* metrics_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
   // Waiters hold a reference, so forgetting a name never strands one.
-  std::map<std::string, std::shared_ptr<Barrier>> barriers_;  // GUARDED_BY(mu_)
+  std::map<std::string, std::shared_ptr<Barrier>> barriers_ GUARDED_BY(mu_);
 };
 
 }  // namespace tessera::service

@@ -51,7 +51,7 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& data_dir) {
 
 Status Catalog::Put(const std::string& table, const std::string& key, const Json& doc) {
   if (!KnownTable(table)) return Internal("unknown catalog table " + table);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ASSIGN_OR_RETURN(auto stmt,
                    db_.Prepare("INSERT INTO " + table +
                                "(key, seq, doc) VALUES(?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM " +
@@ -61,14 +61,14 @@ Status Catalog::Put(const std::string& table, const std::string& key, const Json
 
 Status Catalog::Delete(const std::string& table, const std::string& key) {
   if (!KnownTable(table)) return Internal("unknown catalog table " + table);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ASSIGN_OR_RETURN(auto stmt, db_.Prepare("DELETE FROM " + table + " WHERE key = ?1"));
   return stmt.Bind(1, key).Run();
 }
 
 Result<std::vector<Json>> Catalog::All(const std::string& table) {
   if (!KnownTable(table)) return Internal("unknown catalog table " + table);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ASSIGN_OR_RETURN(auto stmt, db_.Prepare("SELECT doc FROM " + table + " ORDER BY seq"));
   std::vector<Json> out;
   while (true) {

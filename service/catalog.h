@@ -5,12 +5,12 @@
 //   workers(id)  meshes(name)  checkpoints(mesh, step)  jobs(id)  retention(mesh)  kv(key)
 #pragma once
 
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "api/json_codec.h"
 #include "api/status.h"
+#include "api/thread_annotations.h"
 #include "storage/sqlite_db.h"
 
 namespace tessera::service {
@@ -30,8 +30,8 @@ class Catalog {
 
  private:
   explicit Catalog(storage::SqliteDb db) : db_(std::move(db)) {}
-  std::mutex mu_;
-  storage::SqliteDb db_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  storage::SqliteDb db_ GUARDED_BY(mu_);
 };
 
 }  // namespace tessera::service

@@ -72,7 +72,7 @@ Status CheckCollectiveBody(const Mesh& mesh, const Json& body) {
 }  // namespace
 
 Result<Json> Service::StartCollective(const std::string& mesh, const Json& body) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ASSIGN_OR_RETURN(const MeshRecord* m, ReadyMesh(mesh));
   RETURN_IF_ERROR(CheckCollectiveBody(m->mesh, body));
   JobRecord* job = NewJob("collective", mesh, -1, body);
@@ -81,8 +81,7 @@ Result<Json> Service::StartCollective(const std::string& mesh, const Json& body)
 }
 
 // One task per worker of the mesh, each running `request` as its rank.
-Result<std::map<int64_t, Json>> Service::RunCollectiveTasks(std::unique_lock<std::mutex>& lock,
-                                                            const std::string& job_id,
+Result<std::map<int64_t, Json>> Service::RunCollectiveTasks(const std::string& job_id,
                                                             const MeshRecord& mesh,
                                                             const std::string& kind,
                                                             const Json& request,
@@ -98,7 +97,7 @@ Result<std::map<int64_t, Json>> Service::RunCollectiveTasks(std::unique_lock<std
   }
   // The workers' own timeout fires first and names the ranks that did not join;
   // this one only covers a worker that never picks its task up.
-  auto results = RunTasks(lock, job_id, mesh.workers, tasks, 0, timeout_ms + 5000);
+  auto results = RunTasks(job_id, mesh.workers, tasks, 0, timeout_ms + 5000);
   if (!results.ok()) {
     // Workers still inside the collective stop now, with the reason.
     for (const auto& wid : mesh.workers) {
@@ -111,23 +110,23 @@ Result<std::map<int64_t, Json>> Service::RunCollectiveTasks(std::unique_lock<std
                                {"error", ErrorBody(results.status())["error"]}});
       }
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   return results;
 }
 
 Status Service::RunCollective(const std::string& job_id) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   JobRecord& job = BeginJob(job_id);
   const Json request = job.request;
   Json result;
-  Status st = [&]() -> Status {
+  Status st = [&]() REQUIRES(mu_) -> Status {
     auto m = meshes_.find(job.mesh);
     if (m == meshes_.end()) return NotFound("mesh " + job.mesh + " was deleted", {{"mesh", job.mesh}});
     const MeshRecord mesh = m->second;
     SetPhase(job_id, request.value("op", "collective"));
     ASSIGN_OR_RETURN(auto results,
-                     RunCollectiveTasks(lock, job_id, mesh, "collective", request,
+                     RunCollectiveTasks(job_id, mesh, "collective", request,
                                         request.value("timeout_ms", int64_t{30000})));
     result = results.at(0);
     result.erase("bytes");
@@ -141,16 +140,16 @@ Status Service::RunCollective(const std::string& job_id) {
 }
 
 Status Service::RunMeshInit(const std::string& job_id) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   JobRecord& job = BeginJob(job_id);
   const int64_t timeout_ms = job.request.value("timeout_ms", int64_t{10000});
   Json result;
-  Status st = [&]() -> Status {
+  Status st = [&]() REQUIRES(mu_) -> Status {
     auto m = meshes_.find(job.mesh);
     if (m == meshes_.end()) return NotFound("mesh " + job.mesh + " was deleted", {{"mesh", job.mesh}});
     const MeshRecord mesh = m->second;
     SetPhase(job_id, "self_test");
-    ASSIGN_OR_RETURN(auto results, RunCollectiveTasks(lock, job_id, mesh, "mesh_init", Json::object(),
+    ASSIGN_OR_RETURN(auto results, RunCollectiveTasks(job_id, mesh, "mesh_init", Json::object(),
                                                       timeout_ms));
     // The merged table must be the same on every worker.
     const std::string digest = results.at(0).value("digest", "");

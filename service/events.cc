@@ -4,16 +4,19 @@ namespace tessera::service {
 
 void EventBus::Publish(const std::string& type, Json data) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     events_.push_back({++seq_, type, std::move(data)});
     while (events_.size() > keep_) events_.pop_front();
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 std::vector<Event> EventBus::WaitAfter(uint64_t after, std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, timeout, [&] { return shutdown_ || seq_ > after; });
+  MutexLock lock(mu_);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!shutdown_ && seq_ <= after) {
+    if (!cv_.WaitUntil(mu_, deadline)) break;
+  }
   std::vector<Event> out;
   for (const auto& e : events_) {
     if (e.seq > after) out.push_back(e);
@@ -22,16 +25,16 @@ std::vector<Event> EventBus::WaitAfter(uint64_t after, std::chrono::milliseconds
 }
 
 uint64_t EventBus::last_seq() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return seq_;
 }
 
 void EventBus::Shutdown() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     shutdown_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 std::string FormatSse(const Event& e) {

@@ -3,14 +3,13 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "api/json_codec.h"
+#include "api/thread_annotations.h"
 
 namespace tessera::service {
 
@@ -31,11 +30,11 @@ class EventBus {
   void Shutdown();
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Event> events_;  // GUARDED_BY(mu_)
-  uint64_t seq_ = 0;          // GUARDED_BY(mu_)
-  bool shutdown_ = false;     // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<Event> events_ GUARDED_BY(mu_);
+  uint64_t seq_ GUARDED_BY(mu_) = 0;
+  bool shutdown_ GUARDED_BY(mu_) = false;
   size_t keep_;
 };
 

@@ -112,7 +112,7 @@ void Service::SetPhase(const std::string& job_id, const std::string& phase) {
   job.phase = phase;
   (void)PersistJob(job);
   PublishJob(job);
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void Service::FinishJob(const std::string& job_id, const Status& status, Json result) {
@@ -134,14 +134,13 @@ void Service::FinishJob(const std::string& job_id, const Status& status, Json re
   }
   (void)PersistJob(job);
   PublishJob(job);
-  cv_.notify_all();
+  cv_.NotifyAll();
   std::fprintf(stderr, "job %s (%s %s step %lld) %s%s\n", job.id.c_str(), job.kind.c_str(),
                job.mesh.c_str(), static_cast<long long>(job.step), job.state.c_str(),
                status.ok() ? "" : (": " + status.message()).c_str());
 }
 
-Result<std::map<int64_t, Json>> Service::RunTasks(std::unique_lock<std::mutex>& lock,
-                                                  const std::string& job_id,
+Result<std::map<int64_t, Json>> Service::RunTasks(const std::string& job_id,
                                                   const std::vector<std::string>& workers,
                                                   const std::map<int64_t, Json>& payloads,
                                                   uint64_t total_bytes, int64_t timeout_ms) {
@@ -172,7 +171,7 @@ Result<std::map<int64_t, Json>> Service::RunTasks(std::unique_lock<std::mutex>& 
     }
     PublishJob(job);
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   const auto deadline =
       std::chrono::steady_clock::now() +
       std::chrono::milliseconds(timeout_ms >= 0 ? timeout_ms : options_.job_timeout_ms);
@@ -184,7 +183,9 @@ Result<std::map<int64_t, Json>> Service::RunTasks(std::unique_lock<std::mutex>& 
     std::vector<int64_t> pending;
     for (const auto& [tid, t] : job.tasks) {
       if (t.state == "succeeded") continue;
-      auto who = [&t] { return "worker " + t.worker + " (rank " + std::to_string(t.rank) + ")"; };
+      auto who = [&t = t] {
+        return "worker " + t.worker + " (rank " + std::to_string(t.rank) + ")";
+      };
       if (t.state == "failed") {
         Status st = StatusFromErrorJson(t.error);
         return st.WithContext(who()).WithDetail("worker", t.worker).WithDetail("rank", t.rank);
@@ -208,7 +209,7 @@ Result<std::map<int64_t, Json>> Service::RunTasks(std::unique_lock<std::mutex>& 
                                   " waiting for ranks " + Json(pending).dump(),
                               {{"missing_ranks", pending}});
     }
-    cv_.wait_for(lock, std::chrono::milliseconds(200));
+    cv_.WaitFor(mu_, std::chrono::milliseconds(200));
   }
 }
 
@@ -256,7 +257,7 @@ Result<Json> Service::StartSave(const std::string& mesh, const Json& body) {
   if (body.contains("metadata") && !body["metadata"].is_null() && !body["metadata"].is_object()) {
     return InvalidArgument("field 'metadata' must be a JSON object", {{"field", "metadata"}});
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ASSIGN_OR_RETURN(const MeshRecord* m, ReadyMesh(mesh));
   const std::string key = mesh + "@" + std::to_string(step);
   auto existing = checkpoints_.find(key);
@@ -284,6 +285,7 @@ Result<Json> Service::StartSave(const std::string& mesh, const Json& body) {
   c.metadata = body.value("metadata", Json::object());
   if (c.metadata.is_null()) c.metadata = Json::object();
   if (Status st = PersistCheckpoint(c); !st.ok()) {
+    job_order_.erase(std::remove(job_order_.begin(), job_order_.end(), job->id), job_order_.end());
     jobs_.erase(job->id);
     (void)catalog_->Delete("jobs", job->id);
     return st.WithContext("the save of step " + std::to_string(step) + " was not started");
@@ -295,7 +297,7 @@ Result<Json> Service::StartSave(const std::string& mesh, const Json& body) {
 }
 
 Status Service::RunSave(const std::string& job_id) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   JobRecord& job0 = BeginJob(job_id);
   const std::string mesh_name = job0.mesh;
   const int64_t step = job0.step;
@@ -310,14 +312,16 @@ Status Service::RunSave(const std::string& job_id) {
   const std::string key = mesh_name + "@" + std::to_string(step);
   const std::string staging =
       storage::StagingDir(options_.checkpoint_root, mesh_name, step, job_id);
-  auto set_checkpoint_state = [&](const std::string& state) {
+  auto set_checkpoint_state = [&](const std::string& state) REQUIRES(mu_) {
     CheckpointRecord& c = checkpoints_.at(key);
     c.state = state;
     (void)PersistCheckpoint(c);
     events_.Publish("checkpoint", c.Summary());
   };
   Json result;
-  Status st = [&]() -> Status {
+  // The lambda drops mu_ around I/O with mu_.unlock() / mu_.lock(): the
+  // thread-safety analysis follows those, not calls on the captured `lock`.
+  Status st = [&]() REQUIRES(mu_) -> Status {
     // 1. Snapshot: every worker copies its local shards; the trainer may go on.
     SetPhase(job_id, "snapshot");
     std::map<int64_t, Json> snap;
@@ -326,7 +330,7 @@ Status Service::RunSave(const std::string& job_id) {
                  {"step", step}, {"tensors", request.value("tensors", Json())},
                  {"wait_for_trainer", request.value("wait_for_trainer", false)}};
     }
-    ASSIGN_OR_RETURN(auto snapshots, RunTasks(lock, job_id, mesh.workers, snap, 0));
+    ASSIGN_OR_RETURN(auto snapshots, RunTasks(job_id, mesh.workers, snap, 0));
 
     // 2. Plan: every worker must hold every tensor, identically described.
     std::vector<storage::TensorMeta> metas;
@@ -381,9 +385,9 @@ Status Service::RunSave(const std::string& job_id) {
                              {{"mesh", mesh_name}});
     }
     auto plan = storage::PlanSave(mesh.mesh, metas);
-    lock.unlock();
+    mu_.unlock();
     Status created = storage::CreateStaging(env_, options_.checkpoint_root, mesh_name, step, job_id);
-    lock.lock();
+    mu_.lock();
     RETURN_IF_ERROR(created);
     set_checkpoint_state("writing");
 
@@ -404,7 +408,7 @@ Status Service::RunSave(const std::string& job_id) {
                                           {"lengths", p.slice.lengths}});
       total += p.bytes;
     }
-    ASSIGN_OR_RETURN(auto written, RunTasks(lock, job_id, mesh.workers, writes, total));
+    ASSIGN_OR_RETURN(auto written, RunTasks(job_id, mesh.workers, writes, total));
 
     // 4. Barrier passed (every writer reported) → merge → commit.
     SetPhase(job_id, "merge");
@@ -418,20 +422,20 @@ Status Service::RunSave(const std::string& job_id) {
     storage::CheckpointMeta meta{mesh.mesh, step, request.value("metadata", Json::object()),
                                  NowMs()};
     if (meta.metadata.is_null()) meta.metadata = Json::object();
-    lock.unlock();
+    mu_.unlock();
     Status merged = storage::MergeFragments(env_, staging, fragments, meta);
-    lock.lock();
+    mu_.lock();
     RETURN_IF_ERROR(merged);
     if (jobs_.at(job_id).cancel_requested) return CancelledStatus(job_id);
     SetPhase(job_id, "commit");
-    lock.unlock();
+    mu_.unlock();
     Status committed = storage::Commit(env_, options_.checkpoint_root, mesh_name, step, job_id);
     auto dir = committed.ok()
                    ? storage::CommittedDir(env_, options_.checkpoint_root, mesh_name, step)
                    : Result<std::string>(committed);
     auto index = dir.ok() ? storage::CheckpointIndex::Open(env_, *dir)
                           : Result<storage::CheckpointIndex>(dir.status());
-    lock.lock();
+    mu_.lock();
     RETURN_IF_ERROR(index.status());
     CheckpointRecord& c = checkpoints_.at(key);
     c.tensors = Json::array();
@@ -451,9 +455,9 @@ Status Service::RunSave(const std::string& job_id) {
 
     // 5. Retention.
     SetPhase(job_id, "retention");
-    lock.unlock();
+    mu_.unlock();
     Status retained = ApplyRetention(mesh_name);
-    lock.lock();
+    mu_.lock();
     if (!retained.ok()) result["retention_error"] = ErrorBody(retained)["error"];
     return Status::Ok();
   }();
@@ -472,13 +476,13 @@ Status Service::RunSave(const std::string& job_id) {
         QueueTask(&w->second, {{"id", NewId("t")}, {"job", job_id}, {"kind", "abort"}});
       }
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
     lock.unlock();
     (void)env_->DeleteTree(staging);
     lock.lock();
     // Workers still writing when the job failed may leave files behind it.
     gc_due_ms_ = MonoMs() + options_.lease_ms;
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   FinishJob(job_id, st, result);
   return st;
@@ -487,7 +491,7 @@ Status Service::RunSave(const std::string& job_id) {
 Status Service::ApplyRetention(const std::string& mesh) {
   std::vector<int64_t> doomed;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto p = retention_.find(mesh);
     if (p == retention_.end()) return Status::Ok();
     std::vector<int64_t> steps;
@@ -506,7 +510,7 @@ Status Service::ApplyRetention(const std::string& mesh) {
 // ---------------------------------------------------------------- checkpoints
 
 Result<Json> Service::ListCheckpoints(const std::string& mesh) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<const CheckpointRecord*> list;
   for (const auto& [k, c] : checkpoints_) {
     if (c.mesh == mesh) list.push_back(&c);
@@ -519,7 +523,7 @@ Result<Json> Service::ListCheckpoints(const std::string& mesh) {
 }
 
 Result<Json> Service::GetCheckpoint(const std::string& mesh, const std::string& step) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (step == "latest") {
     ASSIGN_OR_RETURN(CheckpointRecord * c, FindCommitted(mesh, step));
     return c->ToJson();
@@ -537,7 +541,7 @@ Status Service::DeleteCheckpoint(const std::string& mesh, const std::string& ste
   ASSIGN_OR_RETURN(int64_t step, ParseStep(step_text));
   const std::string key = mesh + "@" + std::to_string(step);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = checkpoints_.find(key);
     if (it == checkpoints_.end()) {
       return NotFound("mesh " + mesh + " has no checkpoint at step " + std::to_string(step),
@@ -555,7 +559,7 @@ Status Service::DeleteCheckpoint(const std::string& mesh, const std::string& ste
   }
   Status st = storage::DeleteCheckpoint(env_, options_.checkpoint_root, mesh, step);
   if (!st.ok() && st.code() != Code::kNotFound) return st;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   checkpoints_.erase(key);
   RETURN_IF_ERROR(catalog_->Delete("checkpoints", key));
   events_.Publish("checkpoint", {{"mesh", mesh}, {"step", step}, {"state", "deleted"}});
@@ -572,7 +576,7 @@ Result<Json> Service::PutRetention(const std::string& mesh, const Json& body) {
   }
   RetentionPolicy p{keep_last.value_or(0), every.value_or(0)};
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!meshes_.count(mesh)) return NotFound("no mesh " + mesh, {{"mesh", mesh}});
     retention_[mesh] = p;
     Json doc = p.ToJson();
@@ -598,7 +602,7 @@ Result<Json> Service::StartRestore(const std::string& mesh, const std::string& s
     return InvalidArgument("field 'layouts' must be an object {tensor: layout}",
                            {{"field", "layouts"}});
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ASSIGN_OR_RETURN(CheckpointRecord * c, FindCommitted(mesh, step));
   const std::string target_mesh = target.value_or(mesh);
   ASSIGN_OR_RETURN(const MeshRecord* t, ReadyMesh(target_mesh, "target_mesh"));
@@ -626,7 +630,7 @@ Result<Json> Service::StartRestore(const std::string& mesh, const std::string& s
 }
 
 Status Service::RunRestore(const std::string& job_id) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   JobRecord& job0 = BeginJob(job_id);
   const Json request = job0.request;
   const std::string mesh_name = job0.mesh;
@@ -634,17 +638,18 @@ Status Service::RunRestore(const std::string& job_id) {
   std::string dir;
   const std::string target_name = request.value("target_mesh", job0.mesh);
   Json result;
-  Status st = [&]() -> Status {
+  // Drops mu_ through mu_ itself, as RunSave does.
+  Status st = [&]() REQUIRES(mu_) -> Status {
     auto t = meshes_.find(target_name);
     if (t == meshes_.end()) return NotFound("no mesh " + target_name, {{"mesh", target_name}});
     const MeshRecord target = t->second;
     SetPhase(job_id, "plan");
-    lock.unlock();
+    mu_.unlock();
     auto committed = storage::CommittedDir(env_, options_.checkpoint_root, mesh_name, step);
     if (committed.ok()) dir = *committed;
     auto index = committed.ok() ? storage::CheckpointIndex::Open(env_, dir)
                                 : Result<storage::CheckpointIndex>(committed.status());
-    lock.lock();
+    mu_.lock();
     RETURN_IF_ERROR(index.status());
     // Tensors in the order asked for (SEMANTICS: names are restored in the order given).
     std::vector<storage::TensorMeta> wanted;
@@ -724,7 +729,7 @@ Status Service::RunRestore(const std::string& job_id) {
       payloads[r] = {{"kind", "restore"}, {"mesh", MeshToJson(target.mesh)}, {"rank", r},
                      {"dir", dir}, {"tensors", tensors}};
     }
-    ASSIGN_OR_RETURN(auto done, RunTasks(lock, job_id, target.workers, payloads, total));
+    ASSIGN_OR_RETURN(auto done, RunTasks(job_id, target.workers, payloads, total));
     uint64_t read = 0;
     for (const auto& [rank, res] : done) read += res.value("stored_bytes_read", uint64_t{0});
     Json names_out = Json::array();
@@ -741,7 +746,7 @@ Status Service::RunRestore(const std::string& job_id) {
 // ---------------------------------------------------------------- verify
 
 Result<Json> Service::StartVerify(const std::string& mesh, const std::string& step) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ASSIGN_OR_RETURN(CheckpointRecord * c, FindCommitted(mesh, step));
   JobRecord* job = NewJob("verify", mesh, c->step, Json::object());
   Launch(job->id, &Service::RunVerify);
@@ -749,7 +754,7 @@ Result<Json> Service::StartVerify(const std::string& mesh, const std::string& st
 }
 
 Status Service::RunVerify(const std::string& job_id) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   JobRecord& job = BeginJob(job_id);
   SetPhase(job_id, "verify");
   const std::string mesh_name = job.mesh;
@@ -763,7 +768,7 @@ Status Service::RunVerify(const std::string& job_id) {
     auto now = std::chrono::steady_clock::now();
     if (now - last < std::chrono::milliseconds(100) && done != total) return;
     last = now;
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     JobRecord& j = jobs_.at(job_id);
     j.done_bytes = done;
     j.total_bytes = total;

@@ -10,7 +10,7 @@ namespace tessera::service {
 
 Status KvStore::Load() {
   ASSIGN_OR_RETURN(auto docs, catalog_->All("kv"));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& doc : docs) {
     if (!doc.is_object() || !doc.contains("key") || !doc["key"].is_string()) continue;
     const std::string key = doc["key"];
@@ -35,20 +35,23 @@ Status KvStore::Put(const std::string& key, std::string value) {
     CountOp("put", st);
     return st;
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Status st = catalog_->Put(
       "kv", key, {{"key", key}, {"value_b64", Base64Encode(value)}, {"updated_at", NowMs()}});
   if (st.ok()) values_[key] = std::move(value);
   lock.unlock();
-  if (st.ok()) cv_.notify_all();
+  if (st.ok()) cv_.NotifyAll();
   CountOp("put", st);
   return st.ok() ? st : st.WithContext("storing KV key " + key).WithDetail("key", key);
 }
 
 Result<std::string> KvStore::Get(const std::string& key, int64_t wait_ms) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(0, wait_ms)),
-               [&] { return stopping_ || values_.count(key); });
+  MutexLock lock(mu_);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<int64_t>(0, wait_ms));
+  while (!stopping_ && !values_.count(key)) {
+    if (!cv_.WaitUntil(mu_, deadline)) break;
+  }
   auto it = values_.find(key);
   if (it != values_.end()) {
     std::string value = it->second;
@@ -66,7 +69,7 @@ Result<std::string> KvStore::Get(const std::string& key, int64_t wait_ms) {
 std::vector<std::string> KvStore::Keys(const std::string& prefix) {
   std::vector<std::string> out;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (auto it = values_.lower_bound(prefix); it != values_.end(); ++it) {
       if (it->first.compare(0, prefix.size(), prefix) != 0) break;
       out.push_back(it->first);
@@ -77,7 +80,7 @@ std::vector<std::string> KvStore::Keys(const std::string& prefix) {
 }
 
 Status KvStore::Delete(const std::string& key) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Status st;
   if (!values_.count(key)) {
     st = NotFound("no KV key " + key, {{"key", key}});
@@ -91,16 +94,16 @@ Status KvStore::Delete(const std::string& key) {
 }
 
 int64_t KvStore::size() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return static_cast<int64_t>(values_.size());
 }
 
 void KvStore::Shutdown() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void KvStore::CountOp(const char* op, const Status& outcome) {

@@ -7,14 +7,13 @@
 // Thread-safe; a waiting Get holds only this object's mutex (released while blocked).
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "api/status.h"
+#include "api/thread_annotations.h"
 #include "service/catalog.h"
 #include "service/metrics.h"
 
@@ -55,10 +54,10 @@ class KvStore {
 
   Catalog* catalog_;
   Metrics* metrics_;
-  std::mutex mu_;  // also orders catalog writes, so the file and the map agree
-  std::condition_variable cv_;
-  bool stopping_ = false;                     // GUARDED_BY(mu_)
-  std::map<std::string, std::string> values_;  // GUARDED_BY(mu_)
+  Mutex mu_;  // also orders catalog writes, so the file and the map agree
+  CondVar cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::map<std::string, std::string> values_ GUARDED_BY(mu_);
 };
 
 }  // namespace tessera::service

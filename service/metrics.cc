@@ -50,7 +50,7 @@ std::string OutcomeLabel(const Status& status) {
 }
 
 void Metrics::CountRequest(const std::string& route, const std::string& method, int status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   requests_[route + "|" + method + "|" + std::to_string(status)]++;
 }
 
@@ -62,26 +62,26 @@ void Metrics::Observe(Summary* s, double v) {
 }
 
 void Metrics::ObserveSave(double seconds, uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Observe(&save_seconds_, seconds);
   saved_bytes_ += bytes;
 }
 
 void Metrics::ObserveRestore(double seconds, uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Observe(&restore_seconds_, seconds);
   restored_bytes_ += bytes;
 }
 
 void Metrics::Count(const std::string& name, const std::string& labels) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   counters_[name][labels]++;
 }
 
 std::string Metrics::Render(
     const std::map<std::string, std::map<std::string, double>>& gauges,
     const std::map<std::string, std::map<std::string, double>>& counters) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::ostringstream out;
   out << "# HELP tessera_http_requests_total HTTP requests by route, method and status code.\n"
       << "# TYPE tessera_http_requests_total counter\n";

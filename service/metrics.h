@@ -4,11 +4,11 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "api/status.h"
+#include "api/thread_annotations.h"
 
 namespace tessera::service {
 
@@ -32,11 +32,13 @@ class Metrics {
     std::vector<double> recent;  // for quantiles, bounded
   };
   static void Observe(Summary* s, double v);
-  mutable std::mutex mu_;
-  std::map<std::string, uint64_t> requests_;  // GUARDED_BY(mu_) "route|method|code"
-  Summary save_seconds_, restore_seconds_;    // GUARDED_BY(mu_)
-  uint64_t saved_bytes_ = 0, restored_bytes_ = 0;
-  std::map<std::string, std::map<std::string, uint64_t>> counters_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<std::string, uint64_t> requests_ GUARDED_BY(mu_);  // "route|method|code"
+  Summary save_seconds_ GUARDED_BY(mu_);
+  Summary restore_seconds_ GUARDED_BY(mu_);
+  uint64_t saved_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t restored_bytes_ GUARDED_BY(mu_) = 0;
+  std::map<std::string, std::map<std::string, uint64_t>> counters_ GUARDED_BY(mu_);
 };
 
 // `outcome="ok"` or `outcome="<error code>"`: the label of operations that can fail.

@@ -2,7 +2,6 @@
 // catalog stores) and FromJson (for loading the catalog).
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -12,6 +11,7 @@
 
 #include "api/json_codec.h"
 #include "api/mesh.h"
+#include "api/thread_annotations.h"
 
 namespace tessera::service {
 
@@ -33,7 +33,7 @@ struct WorkerRecord {
   std::deque<Json> tasks;  // not persisted: queued for the next long-poll
   // Wakes this worker's long-poll alone (waited on with Service::mu_), so that
   // queueing a task or a report does not wake every worker's poll.
-  std::shared_ptr<std::condition_variable> task_cv = std::make_shared<std::condition_variable>();
+  std::shared_ptr<CondVar> task_cv = std::make_shared<CondVar>();
   // Not persisted: the newest long-poll of this worker. An older one whose worker
   // process died or whose connection broke unseen (its handler still waiting)
   // gives way, so that no task is handed to a connection nobody reads.

@@ -20,7 +20,7 @@ std::string Preemption::CatalogKey(const std::string& mesh) { return kKeyPrefix 
 
 Status Preemption::Load() {
   ASSIGN_OR_RETURN(auto docs, catalog_->All("kv"));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& doc : docs) {
     if (!doc.is_object() || !doc.contains("key") || !doc["key"].is_string()) continue;
     const std::string key = doc["key"];
@@ -67,7 +67,7 @@ Status Preemption::Persist(const std::string& mesh, const Record& r) {
 }
 
 Result<Json> Preemption::Notice(const std::string& mesh, const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = notices_.find(mesh);
   if (it != notices_.end()) return ToJson(mesh, &it->second);
   Record r;
@@ -83,26 +83,26 @@ Result<Json> Preemption::Notice(const std::string& mesh, const std::string& reas
 }
 
 Json Preemption::State(const std::string& mesh) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = notices_.find(mesh);
   return ToJson(mesh, it == notices_.end() ? nullptr : &it->second);
 }
 
 Status Preemption::Clear(const std::string& mesh) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!notices_.count(mesh)) return Status::Ok();
     RETURN_IF_ERROR(catalog_->Delete("kv", CatalogKey(mesh)));
     notices_.erase(mesh);
     Publish({{"mesh", mesh}, {"action", "cleared"}});
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   return Status::Ok();
 }
 
 Result<Json> Preemption::Sync(const std::string& mesh, const std::vector<std::string>& workers,
                               const std::string& worker, int64_t step, int64_t timeout_ms) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (stopping_) {
     return CountSync(Unavailable("tesserad is shutting down", {{"mesh", mesh}, {"worker", worker}}));
   }
@@ -141,7 +141,7 @@ Result<Json> Preemption::Sync(const std::string& mesh, const std::vector<std::st
     Publish({{"mesh", mesh}, {"action", "sync_step"}, {"sync_step", *r.sync_step}});
     const int64_t sync_step = *r.sync_step;
     lock.unlock();
-    cv_.notify_all();
+    cv_.NotifyAll();
     return CountSync(decided(sync_step));
   }
   // Losing a report to a failed write only costs a re-report after a restart.
@@ -150,15 +150,17 @@ Result<Json> Preemption::Sync(const std::string& mesh, const std::vector<std::st
   }
   const uint64_t epoch = r.epoch;
   // Re-found after every wake: Clear() may erase the record meanwhile.
-  auto current = [&]() -> Record* {
+  auto current = [&]() REQUIRES(mu_) -> Record* {
     auto n = notices_.find(mesh);
     return n == notices_.end() || n->second.epoch != epoch ? nullptr : &n->second;
   };
-  cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] {
-    Record* c = current();
-    return stopping_ || !c || c->sync_step.has_value();
-  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   Record* c = current();
+  while (!stopping_ && c && !c->sync_step.has_value()) {
+    const bool woken = cv_.WaitUntil(mu_, deadline);
+    c = current();
+    if (!woken) break;
+  }
   if (c && c->sync_step) return CountSync(decided(*c->sync_step));
   if (stopping_) {
     return CountSync(Unavailable("tesserad is shutting down", {{"mesh", mesh}, {"worker", worker}}));
@@ -184,16 +186,16 @@ Result<Json> Preemption::Sync(const std::string& mesh, const std::vector<std::st
 }
 
 int64_t Preemption::noticed_count() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return static_cast<int64_t>(notices_.size());
 }
 
 void Preemption::Shutdown() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void Preemption::Publish(Json event) {

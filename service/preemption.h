@@ -17,16 +17,15 @@
 // Thread-safe; waiting holds only this object's mutex (released while blocked).
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "api/json_codec.h"
 #include "api/status.h"
+#include "api/thread_annotations.h"
 #include "service/catalog.h"
 #include "service/events.h"
 #include "service/metrics.h"
@@ -72,18 +71,18 @@ class Preemption {
   };
   static std::string CatalogKey(const std::string& mesh);
   Json ToJson(const std::string& mesh, const Record* r) const;  // r null: no notice
-  Status Persist(const std::string& mesh, const Record& r);     // REQUIRES: mu_
+  Status Persist(const std::string& mesh, const Record& r) REQUIRES(mu_);
   void Publish(Json event);
   Result<Json> CountSync(Result<Json> outcome);
 
   Catalog* catalog_;
   EventBus* events_;
   Metrics* metrics_;
-  std::mutex mu_;  // also orders catalog writes
-  std::condition_variable cv_;
-  bool stopping_ = false;                  // GUARDED_BY(mu_)
-  uint64_t next_epoch_ = 1;                // GUARDED_BY(mu_)
-  std::map<std::string, Record> notices_;  // GUARDED_BY(mu_) by mesh
+  Mutex mu_;  // also orders catalog writes
+  CondVar cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  uint64_t next_epoch_ GUARDED_BY(mu_) = 1;
+  std::map<std::string, Record> notices_ GUARDED_BY(mu_);  // by mesh
 };
 
 }  // namespace tessera::service

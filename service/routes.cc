@@ -41,7 +41,7 @@ void Service::AddRoutes(http::Router* router) {
         {"m", "mesh"}, {"name", "mesh"}, {"barrier", "barrier"}, {"key", "key"}};
     for (const auto& [param, field] : kNamed) {
       if (pattern.find("{" + std::string(param) + "+}") == std::string::npos) continue;
-      h = [h = std::move(h), param, field](const Request& req) {
+      h = [h = std::move(h), param = param, field = field](const Request& req) {
         Status st = CheckName(req, param, field);
         return st.ok() ? h(req) : Response::Error(st);
       };
@@ -86,7 +86,7 @@ void Service::AddRoutes(http::Router* router) {
       }
       auto events = events_.WaitAfter(*cursor, std::chrono::seconds(15));
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         if (stopping_) return false;
       }
       if (events.empty()) return write(": keep-alive\n\n");

@@ -37,6 +37,8 @@ Result<std::unique_ptr<Service>> Service::Create(ServiceOptions options, storage
 }
 
 Status Service::Recover() {
+  // Nothing else runs yet; the lock keeps the rules of mu_ uniform.
+  MutexLock lock(mu_);
   const int64_t now = MonoMs();
   ASSIGN_OR_RETURN(auto workers, catalog_->All("workers"));
   for (const auto& j : workers) {
@@ -125,11 +127,11 @@ void Service::Start() {
 
 void Service::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
-    for (auto& [id, w] : workers_) w.task_cv->notify_all();
+    for (auto& [id, w] : workers_) w.task_cv->NotifyAll();
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (coordination_) coordination_->Shutdown();
   events_.Shutdown();
   if (monitor_.joinable()) monitor_.join();
@@ -138,9 +140,9 @@ void Service::Stop() {
 }
 
 void Service::MonitorLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (!stopping_) {
-    cv_.wait_for(lock, std::chrono::milliseconds(100));
+    cv_.WaitFor(mu_, std::chrono::milliseconds(100));
     const int64_t now = MonoMs();
     bool changed = false;
     for (auto& [id, w] : workers_) {
@@ -156,7 +158,7 @@ void Service::MonitorLoop() {
       std::fprintf(stderr, "worker %s is %s (no heartbeat for %lld ms)\n", id.c_str(),
                    state.c_str(), static_cast<long long>(age));
     }
-    if (changed) cv_.notify_all();
+    if (changed) cv_.NotifyAll();
   }
 }
 
@@ -164,7 +166,7 @@ Result<Json> Service::CollectGarbage() {
   // A save's staging stays while the save is queued or running, including one
   // that starts while this runs (its job exists before its staging does).
   auto keep = [this](const std::string& id) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = jobs_.find(id);
     return it != jobs_.end() && (it->second.state == "queued" || it->second.state == "running");
   };
@@ -174,7 +176,7 @@ Result<Json> Service::CollectGarbage() {
 }
 
 void Service::GcLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const int64_t interval = options_.gc_interval_ms;
   int64_t next = interval > 0 ? MonoMs() + interval : 0;
   while (!stopping_) {
@@ -182,12 +184,12 @@ void Service::GcLoop() {
     int64_t due = next;
     if (gc_due_ms_ > 0 && (due == 0 || gc_due_ms_ < due)) due = gc_due_ms_;
     if (due == 0) {
-      cv_.wait(lock);
+      cv_.Wait(mu_);
       continue;
     }
     const int64_t now = MonoMs();
     if (now < due) {
-      cv_.wait_for(lock, std::chrono::milliseconds(due - now));  // woken early by any event
+      cv_.WaitFor(mu_, std::chrono::milliseconds(due - now));  // woken early by any event
       continue;
     }
     gc_due_ms_ = 0;
@@ -208,7 +210,7 @@ Status Service::Persist(const std::string& table, const std::string& key, const 
     std::fprintf(stderr, "catalog: %s\n", st.ToString().c_str());
     catalog_failures_++;
     metrics_.Count("tessera_catalog_write_failures_total", "table=\"" + table + "\"");
-    std::lock_guard<std::mutex> lock(catalog_error_mu_);
+    MutexLock lock(catalog_error_mu_);
     catalog_error_ = ErrorBody(st)["error"];
   }
   return st;
@@ -228,7 +230,7 @@ Status Service::PersistJob(const JobRecord& j) { return Persist("jobs", j.id, j.
 
 Json Service::Health() const {
   if (catalog_failures_.load() == 0) return {{"status", "ok"}};
-  std::lock_guard<std::mutex> lock(catalog_error_mu_);
+  MutexLock lock(catalog_error_mu_);
   return {{"status", "degraded"},
           {"catalog", {{"write_failures", catalog_failures_.load()}, {"last_error", catalog_error_}}}};
 }
@@ -240,7 +242,7 @@ void Service::PublishJob(const JobRecord& j) {
 
 void Service::QueueTask(WorkerRecord* w, Json task) {
   w->tasks.push_back(std::move(task));
-  w->task_cv->notify_all();
+  w->task_cv->NotifyAll();
 }
 
 std::vector<std::string> Service::MeshesOfWorker(const std::string& id) const {
@@ -295,7 +297,7 @@ Result<Json> Service::RegisterWorker(const Json& body) {
   } else {
     wid = NewId("w");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const int64_t now = NowMs();
   auto [it, inserted] = workers_.try_emplace(wid);
   WorkerRecord& w = it->second;
@@ -312,7 +314,7 @@ Result<Json> Service::RegisterWorker(const Json& body) {
   w.last_heartbeat_mono_ms = MonoMs();
   (void)PersistWorker(w);
   events_.Publish("worker", w.ToJson(w.last_heartbeat_mono_ms, MeshesOfWorker(wid)));
-  cv_.notify_all();
+  cv_.NotifyAll();
   std::fprintf(stderr, "worker %s registered (%s, local port %d, %d devices)\n", wid.c_str(),
                w.host.c_str(), w.local_port, w.devices);
   Json reply = {{"id", wid}, {"heartbeat_ms", options_.heartbeat_ms}, {"lease_ms", options_.lease_ms},
@@ -322,7 +324,7 @@ Result<Json> Service::RegisterWorker(const Json& body) {
 }
 
 Result<Json> Service::Heartbeat(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) {
     return NotFound("unknown worker " + id + "; register again", {{"worker", id}});
@@ -334,26 +336,27 @@ Result<Json> Service::Heartbeat(const std::string& id) {
     w.state = "alive";
     (void)PersistWorker(w);
     events_.Publish("worker", w.ToJson(now, MeshesOfWorker(id)));
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   return Json{{"state", w.state}, {"heartbeat_ms", options_.heartbeat_ms}};
 }
 
 Result<Json> Service::PollTasks(const std::string& id, int64_t wait_ms) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return NotFound("unknown worker " + id, {{"worker", id}});
   wait_ms = std::clamp<int64_t>(wait_ms, 0, options_.max_wait_ms);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
   // Hold the worker's wakeup: the record may be erased (DeleteWorker) while we wait.
-  std::shared_ptr<std::condition_variable> wake = it->second.task_cv;
+  std::shared_ptr<CondVar> wake = it->second.task_cv;
   const uint64_t mine = ++polls_;
   it->second.poll = mine;
-  wake->notify_all();  // an older poll of this worker gives way now
-  wake->wait_until(lock, deadline, [&] {
+  wake->NotifyAll();  // an older poll of this worker gives way now
+  while (true) {
     auto w = workers_.find(id);
-    return stopping_ || w == workers_.end() || w->second.poll != mine || !w->second.tasks.empty();
-  });
+    if (stopping_ || w == workers_.end() || w->second.poll != mine || !w->second.tasks.empty()) break;
+    if (!wake->WaitUntil(mu_, deadline)) break;
+  }
   it = workers_.find(id);
   Json tasks = Json::array();
   if (it != workers_.end() && it->second.poll == mine) {
@@ -382,7 +385,7 @@ Status Service::ReportTask(const std::string& worker, const std::string& task, c
   if (state != "running" && state != "succeeded" && state != "failed") {
     return InvalidArgument("state must be running, succeeded or failed", {{"field", "state"}});
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto owner = task_jobs_.find(task);
   if (owner == task_jobs_.end()) {
     // A late report of a task whose job has ended or moved on is harmless.
@@ -414,12 +417,12 @@ Status Service::ReportTask(const std::string& worker, const std::string& task, c
   // Events at most every 100 ms per job (a phase change publishes anyway): a
   // report of each of N workers must not cost N² of JSON.
   if (state == "failed" || NowMs() - job.published_ms >= 100) PublishJob(job);
-  if (ended) cv_.notify_all();
+  if (ended) cv_.NotifyAll();
   return Status::Ok();
 }
 
 Json Service::ListWorkers() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Json out = Json::array();
   const int64_t now = MonoMs();
   for (const auto& id : worker_order_) {
@@ -429,20 +432,20 @@ Json Service::ListWorkers() {
 }
 
 Result<Json> Service::GetWorker(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return NotFound("no worker " + id, {{"worker", id}});
   return it->second.ToJson(MonoMs(), MeshesOfWorker(id));
 }
 
 Status Service::DeleteWorker(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return NotFound("no worker " + id, {{"worker", id}});
   if (WorkerBusy(id)) {
     return Conflict("worker " + id + " is in a running job", {{"worker", id}});
   }
-  it->second.task_cv->notify_all();
+  it->second.task_cv->NotifyAll();
   workers_.erase(it);
   worker_order_.erase(std::remove(worker_order_.begin(), worker_order_.end(), id),
                       worker_order_.end());
@@ -474,7 +477,7 @@ Result<std::pair<int, Json>> Service::PutMesh(const std::string& name, const Jso
   if (self_test_ms && (*self_test_ms < 1 || *self_test_ms > 600000)) {
     return InvalidArgument("self_test_timeout_ms must be 1..600000", {{"field", "self_test_timeout_ms"}});
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto existing = meshes_.find(name);
   if (existing != meshes_.end()) {
     const MeshRecord& m = existing->second;
@@ -561,14 +564,14 @@ Result<std::pair<int, Json>> Service::PutMesh(const std::string& name, const Jso
 }
 
 Json Service::ListMeshes() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Json out = Json::array();
   for (const auto& [name, m] : meshes_) out.push_back(MeshJson(m));
   return out;
 }
 
 Result<Json> Service::GetMesh(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = meshes_.find(name);
   if (it == meshes_.end()) return NotFound("no mesh " + name, {{"mesh", name}});
   return MeshJson(it->second);
@@ -582,7 +585,7 @@ Json Service::MeshJson(const MeshRecord& m) const {
 }
 
 Status Service::DeleteMesh(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!meshes_.count(name)) return NotFound("no mesh " + name, {{"mesh", name}});
   for (const auto& [id, j] : jobs_) {
     if (!j.finished() && j.mesh == name) {
@@ -620,19 +623,19 @@ Status Service::CheckMesh(const std::string& name) const {
 
 // The notice and its clearing run under mu_ so they cannot race a DeleteMesh.
 Result<Json> Service::NoticePreemption(const std::string& mesh, const Json& body) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   RETURN_IF_ERROR(CheckMesh(mesh));
   return coordination_->NoticePreemption(mesh, body);
 }
 
 Result<Json> Service::GetPreemption(const std::string& mesh) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   RETURN_IF_ERROR(CheckMesh(mesh));
   return coordination_->PreemptionState(mesh);
 }
 
 Status Service::ClearPreemption(const std::string& mesh) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   RETURN_IF_ERROR(CheckMesh(mesh));
   return coordination_->ClearPreemption(mesh);
 }
@@ -640,7 +643,7 @@ Status Service::ClearPreemption(const std::string& mesh) {
 Result<Json> Service::SyncPreemption(const std::string& mesh, const Json& body) {
   std::vector<std::string> workers;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     RETURN_IF_ERROR(CheckMesh(mesh));
     workers = meshes_.at(mesh).workers;
   }
@@ -651,7 +654,7 @@ Result<Json> Service::SyncPreemption(const std::string& mesh, const Json& body) 
 
 Json Service::ListJobs(const std::string& state, const std::string& kind, const std::string& mesh,
                        int64_t limit) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Json out = Json::array();
   for (auto it = job_order_.rbegin(); it != job_order_.rend(); ++it) {
     if (limit > 0 && static_cast<int64_t>(out.size()) >= limit) break;
@@ -666,23 +669,25 @@ Json Service::ListJobs(const std::string& state, const std::string& kind, const 
 }
 
 Result<Json> Service::GetJob(const std::string& id, int64_t wait_ms) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!jobs_.count(id)) return NotFound("no job " + id, {{"job", id}});
   wait_ms = std::clamp<int64_t>(wait_ms, 0, options_.max_wait_ms);
-  cv_.wait_for(lock, std::chrono::milliseconds(wait_ms),
-               [&] { return stopping_ || jobs_.at(id).finished(); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  while (!stopping_ && !jobs_.at(id).finished()) {
+    if (!cv_.WaitUntil(mu_, deadline)) break;
+  }
   return jobs_.at(id).ToJson();
 }
 
 Result<Json> Service::CancelJob(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("no job " + id, {{"job", id}});
   if (it->second.finished()) {
     return Conflict("job " + id + " has already " + it->second.state, {{"job", id}});
   }
   it->second.cancel_requested = true;
-  cv_.notify_all();
+  cv_.NotifyAll();
   return it->second.ToJson();
 }
 
@@ -711,7 +716,7 @@ void Service::Launch(const std::string& job_id, Status (Service::*run)(const std
 
 Json Service::Cluster() {
   Json coordination = coordination_->Counts();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Json workers = {{"alive", 0}, {"suspect", 0}, {"dead", 0}};
   for (const auto& [id, w] : workers_) workers[w.state] = workers[w.state].get<int>() + 1;
   Json jobs = Json::object();
@@ -744,7 +749,7 @@ std::string Service::RenderMetrics() {
   gauges["tessera_preemption_notices"][""] = coordination["preemption_notices"].get<double>();
   gauges["tessera_kv_keys"][""] = coordination["kv_keys"].get<double>();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (const char* s : {"alive", "suspect", "dead"}) {
       gauges["tessera_workers"]["state=\"" + std::string(s) + "\""] = 0;
     }

@@ -8,11 +8,9 @@
 // I/O happens under mu_ except catalog writes.
 #pragma once
 
-#include <condition_variable>
 #include <atomic>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +19,7 @@
 #include "api/http/server.h"
 #include "api/json_codec.h"
 #include "api/status.h"
+#include "api/thread_annotations.h"
 #include "service/catalog.h"
 #include "service/coordination.h"
 #include "service/events.h"
@@ -112,60 +111,59 @@ class Service {
 
  private:
   explicit Service(ServiceOptions options, storage::Env* env, std::unique_ptr<Catalog> catalog);
-  Status Recover();
-  void MonitorLoop();
-  void GcLoop();
+  Status Recover() EXCLUDES(mu_);
+  void MonitorLoop() EXCLUDES(mu_);
+  void GcLoop() EXCLUDES(mu_);
 
-  // REQUIRES: mu_ held for everything below until "jobs".
   // Catalog writes. A failure is never silent: it is logged, counted, kept for
   // /healthz (which then answers 503 degraded), and returned, so that a request
   // whose record cannot be written fails and leaves memory as it was.
-  Status PersistWorker(const WorkerRecord& w);
-  Status PersistMesh(const MeshRecord& m);
-  Status PersistCheckpoint(const CheckpointRecord& c);
-  Status PersistJob(const JobRecord& j);
-  Status Persist(const std::string& table, const std::string& key, const Json& doc);
-  void PublishJob(const JobRecord& j);
+  Status PersistWorker(const WorkerRecord& w) REQUIRES(mu_);
+  Status PersistMesh(const MeshRecord& m) REQUIRES(mu_);
+  Status PersistCheckpoint(const CheckpointRecord& c) REQUIRES(mu_);
+  Status PersistJob(const JobRecord& j) REQUIRES(mu_);
+  Status Persist(const std::string& table, const std::string& key, const Json& doc) REQUIRES(mu_);
+  void PublishJob(const JobRecord& j) REQUIRES(mu_);
   // Queues a task for a worker's next long-poll and wakes that poll.
-  // REQUIRES: mu_ held.
-  void QueueTask(WorkerRecord* w, Json task);
-  std::vector<std::string> MeshesOfWorker(const std::string& id) const;
-  Status CheckMesh(const std::string& name) const;  // not_found naming the mesh
+  void QueueTask(WorkerRecord* w, Json task) REQUIRES(mu_);
+  std::vector<std::string> MeshesOfWorker(const std::string& id) const REQUIRES(mu_);
+  Status CheckMesh(const std::string& name) const REQUIRES(mu_);  // not_found naming the mesh
   // The mesh, once its self-test has passed: not_found, or unavailable while
-  // the test runs. REQUIRES: mu_ held.
-  Result<const MeshRecord*> ReadyMesh(const std::string& name, const std::string& field = "") const;
-  Json MeshJson(const MeshRecord& m) const;          // the record plus its retention policy
-  bool WorkerBusy(const std::string& id) const;
-  Result<CheckpointRecord*> FindCommitted(const std::string& mesh, const std::string& step);
+  // the test runs.
+  Result<const MeshRecord*> ReadyMesh(const std::string& name, const std::string& field = "") const
+      REQUIRES(mu_);
+  Json MeshJson(const MeshRecord& m) const REQUIRES(mu_);  // the record plus its retention policy
+  bool WorkerBusy(const std::string& id) const REQUIRES(mu_);
+  Result<CheckpointRecord*> FindCommitted(const std::string& mesh, const std::string& step)
+      REQUIRES(mu_);
   JobRecord* NewJob(const std::string& kind, const std::string& mesh, int64_t step,
-                    const Json& request);
+                    const Json& request) REQUIRES(mu_);
 
   // Jobs. Each runs on its own thread; Run* catch every failure into the job.
   void Launch(const std::string& job_id, Status (Service::*run)(const std::string&));
-  Status RunSave(const std::string& job_id);
-  Status RunRestore(const std::string& job_id);
-  Status RunVerify(const std::string& job_id);
-  Status RunCollective(const std::string& job_id);
+  Status RunSave(const std::string& job_id) EXCLUDES(mu_);
+  Status RunRestore(const std::string& job_id) EXCLUDES(mu_);
+  Status RunVerify(const std::string& job_id) EXCLUDES(mu_);
+  Status RunCollective(const std::string& job_id) EXCLUDES(mu_);
   // The registration self-test of a mesh (run synchronously by PutMesh).
-  Status RunMeshInit(const std::string& job_id);
-  Result<std::map<int64_t, Json>> RunCollectiveTasks(std::unique_lock<std::mutex>& lock,
-                                                     const std::string& job_id,
+  Status RunMeshInit(const std::string& job_id) EXCLUDES(mu_);
+  Result<std::map<int64_t, Json>> RunCollectiveTasks(const std::string& job_id,
                                                      const MeshRecord& mesh,
                                                      const std::string& kind, const Json& request,
-                                                     int64_t timeout_ms);
+                                                     int64_t timeout_ms) REQUIRES(mu_);
   // Queues one task per (rank, payload) for the job's mesh workers and waits
   // until all succeed, one fails, a worker dies, the job is cancelled or times out
   // (after timeout_ms, or options_.job_timeout_ms when negative).
-  // REQUIRES: lock holds mu_. Results by rank.
-  Result<std::map<int64_t, Json>> RunTasks(std::unique_lock<std::mutex>& lock,
-                                           const std::string& job_id,
+  // REQUIRES: mu_ held (released while waiting). Results by rank.
+  Result<std::map<int64_t, Json>> RunTasks(const std::string& job_id,
                                            const std::vector<std::string>& workers,
                                            const std::map<int64_t, Json>& payloads,
-                                           uint64_t total_bytes, int64_t timeout_ms = -1);
-  JobRecord& BeginJob(const std::string& job_id);  // REQUIRES: mu_; marks it running
-  void SetPhase(const std::string& job_id, const std::string& phase);  // REQUIRES: mu_
-  void FinishJob(const std::string& job_id, const Status& status, Json result);  // REQUIRES: mu_
-  Status ApplyRetention(const std::string& mesh);  // REQUIRES: not mu_
+                                           uint64_t total_bytes, int64_t timeout_ms = -1)
+      REQUIRES(mu_);
+  JobRecord& BeginJob(const std::string& job_id) REQUIRES(mu_);  // marks it running
+  void SetPhase(const std::string& job_id, const std::string& phase) REQUIRES(mu_);
+  void FinishJob(const std::string& job_id, const Status& status, Json result) REQUIRES(mu_);
+  Status ApplyRetention(const std::string& mesh) EXCLUDES(mu_);
 
   ServiceOptions options_;
   storage::Env* env_;
@@ -175,28 +173,28 @@ class Service {
   Metrics metrics_;
   std::unique_ptr<Coordination> coordination_;  // its own locks; never waits under mu_
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;                              // GUARDED_BY(mu_)
-  std::map<std::string, WorkerRecord> workers_;        // GUARDED_BY(mu_)
-  std::vector<std::string> worker_order_;              // GUARDED_BY(mu_) registration order
-  uint64_t polls_ = 0;                                 // GUARDED_BY(mu_) long-polls started
-  std::map<std::string, MeshRecord> meshes_;           // GUARDED_BY(mu_)
-  std::map<std::string, CheckpointRecord> checkpoints_;  // GUARDED_BY(mu_) by key()
-  std::map<std::string, JobRecord> jobs_;              // GUARDED_BY(mu_)
-  std::map<std::string, std::string> task_jobs_;       // GUARDED_BY(mu_) running task → job
-  std::vector<std::string> job_order_;                 // GUARDED_BY(mu_) creation order
-  std::map<std::string, RetentionPolicy> retention_;   // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::map<std::string, WorkerRecord> workers_ GUARDED_BY(mu_);
+  std::vector<std::string> worker_order_ GUARDED_BY(mu_);  // registration order
+  uint64_t polls_ GUARDED_BY(mu_) = 0;                     // long-polls started
+  std::map<std::string, MeshRecord> meshes_ GUARDED_BY(mu_);
+  std::map<std::string, CheckpointRecord> checkpoints_ GUARDED_BY(mu_);  // by key()
+  std::map<std::string, JobRecord> jobs_ GUARDED_BY(mu_);
+  std::map<std::string, std::string> task_jobs_ GUARDED_BY(mu_);  // running task → job
+  std::vector<std::string> job_order_ GUARDED_BY(mu_);            // creation order
+  std::map<std::string, RetentionPolicy> retention_ GUARDED_BY(mu_);
   storage::ThreadSet job_threads_;
   std::thread monitor_;
   std::thread gc_;
   // When the GC thread should run early (MonoMs), 0: not before its period.
   // A failed save sets it one lease ahead: by then the workers that were still
   // writing have ended, and what they wrote after the failure goes.
-  int64_t gc_due_ms_ = 0;  // GUARDED_BY(mu_)
+  int64_t gc_due_ms_ GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> catalog_failures_{0};
-  Json catalog_error_;  // GUARDED_BY(catalog_error_mu_): the last failed write
-  mutable std::mutex catalog_error_mu_;
+  mutable Mutex catalog_error_mu_;
+  Json catalog_error_ GUARDED_BY(catalog_error_mu_);  // the last failed write
 };
 
 // A random id such as "j-3f9a0c1d2b4e".

@@ -33,6 +33,16 @@ Status Corrupt(const std::string& file, const std::string& why) {
   return DataLoss(file + " is corrupt: " + why, {{"file", file}});
 }
 
+// Steps a query of the index at `file`: a failure (a damaged page met on the
+// way, say) names the file.
+Result<bool> StepIn(SqliteStmt& stmt, const std::string& file) {
+  auto row = stmt.Step();
+  if (!row.ok()) {
+    return Status(row.status().code(), file + ": " + row.status().message(), {{"file", file}});
+  }
+  return row;
+}
+
 }  // namespace
 
 std::string FragmentFileName(int64_t rank) { return "fragment-" + std::to_string(rank) + ".sqlite"; }
@@ -176,12 +186,29 @@ Result<CheckpointIndex> CheckpointIndex::Open(Env* env, const std::string& dir) 
   CheckpointIndex index;
 
   auto fail = [&](const std::string& why) { return Corrupt(path, why); };
+  // The queries below must read stored rows, which the file's size bounds: a
+  // view (a recursive one never ends), a virtual table or a generated column
+  // would compute them instead.
+  {
+    auto stmt = db.Prepare(
+        "SELECT (SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+        "name IN ('meta', 'tensors', 'slices', 'chunks') AND sql LIKE 'CREATE TABLE %'), "
+        "(SELECT count(*) FROM pragma_table_xinfo('meta') WHERE hidden != 0) + "
+        "(SELECT count(*) FROM pragma_table_xinfo('tensors') WHERE hidden != 0) + "
+        "(SELECT count(*) FROM pragma_table_xinfo('slices') WHERE hidden != 0) + "
+        "(SELECT count(*) FROM pragma_table_xinfo('chunks') WHERE hidden != 0)");
+    if (!stmt.ok()) return fail("no schema");
+    ASSIGN_OR_RETURN(bool row, StepIn(*stmt, path));
+    if (!row || stmt->Int(0) != 4 || stmt->Int(1) != 0) {
+      return fail("meta, tensors, slices and chunks must be plain tables of stored columns");
+    }
+  }
   {
     auto stmt = db.Prepare("SELECT key, value FROM meta");
     if (!stmt.ok()) return fail("no meta table");
     std::map<std::string, std::string> kv;
     while (true) {
-      ASSIGN_OR_RETURN(bool row, stmt->Step());
+      ASSIGN_OR_RETURN(bool row, StepIn(*stmt, path));
       if (!row) break;
       kv[stmt->Text(0)] = stmt->Text(1);
     }
@@ -208,7 +235,7 @@ Result<CheckpointIndex> CheckpointIndex::Open(Env* env, const std::string& dir) 
     auto stmt = db.Prepare("SELECT id, name, dtype, shape, layout, elements FROM tensors ORDER BY id");
     if (!stmt.ok()) return fail("no tensors table");
     while (true) {
-      ASSIGN_OR_RETURN(bool row, stmt->Step());
+      ASSIGN_OR_RETURN(bool row, StepIn(*stmt, path));
       if (!row) break;
       TensorEntry t;
       t.meta.name = stmt->Text(1);
@@ -232,7 +259,7 @@ Result<CheckpointIndex> CheckpointIndex::Open(Env* env, const std::string& dir) 
     auto stmt = db.Prepare("SELECT id, tensor_id, offsets, lengths, file FROM slices ORDER BY id");
     if (!stmt.ok()) return fail("no slices table");
     while (true) {
-      ASSIGN_OR_RETURN(bool row, stmt->Step());
+      ASSIGN_OR_RETURN(bool row, StepIn(*stmt, path));
       if (!row) break;
       auto t = tensor_pos.find(stmt->Int(1));
       if (t == tensor_pos.end()) return fail("slice of an unknown tensor");
@@ -259,7 +286,7 @@ Result<CheckpointIndex> CheckpointIndex::Open(Env* env, const std::string& dir) 
         "ORDER BY slice_id, raw_offset");
     if (!stmt.ok()) return fail("no chunks table");
     while (true) {
-      ASSIGN_OR_RETURN(bool row, stmt->Step());
+      ASSIGN_OR_RETURN(bool row, StepIn(*stmt, path));
       if (!row) break;
       auto s = slice_pos.find(stmt->Int(0));
       if (s == slice_pos.end()) return fail("chunk of an unknown slice");

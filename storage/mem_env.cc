@@ -8,11 +8,12 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "api/thread_annotations.h"
 
 namespace tessera::storage {
 namespace {
@@ -81,13 +82,13 @@ NodePtr RebuildDurable(const Node& dir) {
 }  // namespace
 
 struct MemEnv::Impl {
-  std::mutex mu;
-  NodePtr root = std::make_shared<Node>(true);
+  Mutex mu;
+  NodePtr root GUARDED_BY(mu) = std::make_shared<Node>(true);
 
   // All helpers below REQUIRE: mu held.
 
   // The node at `parts`, or null if any component is missing or not a directory.
-  NodePtr Find(const std::vector<std::string>& parts) const {
+  NodePtr Find(const std::vector<std::string>& parts) const REQUIRES(mu) {
     NodePtr node = root;
     for (const std::string& part : parts) {
       if (!node->is_dir) return nullptr;
@@ -100,7 +101,7 @@ struct MemEnv::Impl {
 
   // The directory that holds the last component of `parts` (which must not be empty).
   Result<NodePtr> FindParent(const std::vector<std::string>& parts, const std::string& path,
-                             std::string_view what) const {
+                             std::string_view what) const REQUIRES(mu) {
     NodePtr node = root;
     for (size_t i = 0; i + 1 < parts.size(); ++i) {
       const auto it = node->entries.find(parts[i]);
@@ -121,7 +122,7 @@ class MemWritableFile final : public WritableFile {
 
   Status Append(const void* data, size_t n) override {
     if (closed_) return Internal("append to closed file " + path_, {{"file", path_}});
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     node_->data.append(static_cast<const char*>(data), n);
     size_ += n;
     return Status::Ok();
@@ -129,7 +130,7 @@ class MemWritableFile final : public WritableFile {
 
   Status Sync() override {
     if (closed_) return Internal("sync of closed file " + path_, {{"file", path_}});
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     SyncFile(*node_);
     return Status::Ok();
   }
@@ -155,7 +156,7 @@ class MemRandomAccessFile final : public RandomAccessFile {
       : impl_(std::move(impl)), node_(std::move(node)), path_(std::move(path)) {}
 
   Status Read(uint64_t offset, size_t n, void* buf) const override {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     const std::string& data = node_->data;
     const size_t got = offset >= data.size() ? 0 : std::min<uint64_t>(n, data.size() - offset);
     if (got > 0) std::memcpy(buf, data.data() + offset, got);
@@ -168,7 +169,7 @@ class MemRandomAccessFile final : public RandomAccessFile {
   }
 
   uint64_t Size() const override {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     return node_->data.size();
   }
 
@@ -186,7 +187,7 @@ MemEnv::~MemEnv() = default;
 Result<std::unique_ptr<WritableFile>> MemEnv::NewWritableFile(const std::string& path) {
   const std::vector<std::string> parts = Split(path);
   if (parts.empty()) return ErrnoStatus(EISDIR, "create", path);
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   ASSIGN_OR_RETURN(NodePtr parent, impl_->FindParent(parts, path, "create"));
   NodePtr& slot = parent->entries[parts.back()];
   if (slot == nullptr) {
@@ -202,7 +203,7 @@ Result<std::unique_ptr<WritableFile>> MemEnv::NewWritableFile(const std::string&
 }
 
 Result<std::unique_ptr<RandomAccessFile>> MemEnv::NewRandomAccessFile(const std::string& path) {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   NodePtr node = impl_->Find(Split(path));
   if (node == nullptr) return ErrnoStatus(ENOENT, "open", path);
   if (node->is_dir) return ErrnoStatus(EISDIR, "open", path);
@@ -211,18 +212,18 @@ Result<std::unique_ptr<RandomAccessFile>> MemEnv::NewRandomAccessFile(const std:
 }
 
 bool MemEnv::Exists(const std::string& path) {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->Find(Split(path)) != nullptr;
 }
 
 bool MemEnv::IsDirectory(const std::string& path) {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   const NodePtr node = impl_->Find(Split(path));
   return node != nullptr && node->is_dir;
 }
 
 Result<std::vector<std::string>> MemEnv::ListDir(const std::string& dir) {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   const NodePtr node = impl_->Find(Split(dir));
   if (node == nullptr) return ErrnoStatus(ENOENT, "opendir", dir);
   if (!node->is_dir) return ErrnoStatus(ENOTDIR, "opendir", dir);
@@ -234,7 +235,7 @@ Result<std::vector<std::string>> MemEnv::ListDir(const std::string& dir) {
 
 Status MemEnv::CreateDirs(const std::string& dir) {
   const std::vector<std::string> parts = Split(dir);
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   NodePtr node = impl_->root;
   for (size_t i = 0; i < parts.size(); ++i) {
     NodePtr& slot = node->entries[parts[i]];
@@ -248,7 +249,7 @@ Status MemEnv::CreateDirs(const std::string& dir) {
 Status MemEnv::DeleteFile(const std::string& path) {
   const std::vector<std::string> parts = Split(path);
   if (parts.empty()) return ErrnoStatus(EISDIR, "unlink", path);
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   ASSIGN_OR_RETURN(NodePtr parent, impl_->FindParent(parts, path, "unlink"));
   const auto it = parent->entries.find(parts.back());
   if (it == parent->entries.end()) return ErrnoStatus(ENOENT, "unlink", path);
@@ -259,7 +260,7 @@ Status MemEnv::DeleteFile(const std::string& path) {
 
 Status MemEnv::DeleteTree(const std::string& dir) {
   const std::vector<std::string> parts = Split(dir);
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   if (parts.empty()) {
     impl_->root->entries.clear();
     return Status::Ok();
@@ -275,7 +276,7 @@ Status MemEnv::Rename(const std::string& from, const std::string& to) {
   const std::vector<std::string> to_parts = Split(to);
   const std::string what = "rename " + from + " to";
   if (from_parts.empty() || to_parts.empty()) return ErrnoStatus(EBUSY, what, to);
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   ASSIGN_OR_RETURN(NodePtr from_parent, impl_->FindParent(from_parts, from, "rename"));
   const auto it = from_parent->entries.find(from_parts.back());
   if (it == from_parent->entries.end()) return ErrnoStatus(ENOENT, "rename", from);
@@ -295,7 +296,7 @@ Status MemEnv::Rename(const std::string& from, const std::string& to) {
 }
 
 Status MemEnv::SyncDir(const std::string& dir) {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   const NodePtr node = impl_->Find(Split(dir));
   if (node == nullptr) return ErrnoStatus(ENOENT, "open", dir);
   if (!node->is_dir) return ErrnoStatus(ENOTDIR, "open", dir);
@@ -304,7 +305,7 @@ Status MemEnv::SyncDir(const std::string& dir) {
 }
 
 Result<uint64_t> MemEnv::FileSize(const std::string& path) {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   const NodePtr node = impl_->Find(Split(path));
   if (node == nullptr) return ErrnoStatus(ENOENT, "stat", path);
   if (node->is_dir) return ErrnoStatus(EISDIR, "stat", path);
@@ -312,7 +313,7 @@ Result<uint64_t> MemEnv::FileSize(const std::string& path) {
 }
 
 void MemEnv::SimulateCrash() {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   impl_->root = RebuildDurable(*impl_->root);
 }
 

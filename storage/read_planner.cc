@@ -50,7 +50,7 @@ Result<ReadPlan> PlanRead(const TensorEntry& tensor, const SliceSpec& target) {
 }
 
 Result<const ShardReader*> ShardCache::Get(const std::string& file) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = readers_.find(file);
   if (it != readers_.end()) return it->second.get();
   auto reader = ShardReader::Open(env_, JoinPath(dir_, file));

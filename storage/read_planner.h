@@ -8,11 +8,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "api/status.h"
+#include "api/thread_annotations.h"
 #include "storage/index.h"
 #include "storage/shard_reader.h"
 #include "storage/slice_copy.h"
@@ -47,8 +47,8 @@ class ShardCache {
  private:
   Env* env_;
   std::string dir_;
-  std::mutex mu_;
-  std::map<std::string, std::unique_ptr<ShardReader>> readers_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::map<std::string, std::unique_ptr<ShardReader>> readers_ GUARDED_BY(mu_);
 };
 
 // Executes `plan` into `out` (target.NumElements() * dtype size bytes), verifying

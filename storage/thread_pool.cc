@@ -9,27 +9,27 @@ ThreadPool::ThreadPool(int threads) {
 
 ThreadPool::~ThreadPool() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   for (auto& t : threads_) t.join();
 }
 
 void ThreadPool::Enqueue(std::function<void()> fn) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     queue_.push_back(std::move(fn));
   }
-  cv_.notify_one();
+  cv_.NotifyOne();
 }
 
 void ThreadPool::Loop() {
   while (true) {
     std::function<void()> fn;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      MutexLock lock(mu_);
+      while (!stop_ && queue_.empty()) cv_.Wait(mu_);
       if (queue_.empty()) return;
       fn = std::move(queue_.front());
       queue_.pop_front();
@@ -39,7 +39,7 @@ void ThreadPool::Loop() {
 }
 
 void ThreadSet::Spawn(std::function<void()> fn) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (auto it = threads_.begin(); it != threads_.end();) {
     if (it->done->load()) {
       it->thread.join();  // already finished: returns at once
@@ -59,14 +59,14 @@ void ThreadSet::Spawn(std::function<void()> fn) {
 void ThreadSet::JoinAll() {
   std::list<Entry> all;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     all.swap(threads_);
   }
   for (auto& e : all) e.thread.join();
 }
 
 size_t ThreadSet::size() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return threads_.size();
 }
 

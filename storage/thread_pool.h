@@ -3,15 +3,15 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <future>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "api/thread_annotations.h"
 
 namespace tessera::storage {
 
@@ -36,13 +36,13 @@ class ThreadPool {
   int size() const { return static_cast<int>(threads_.size()); }
 
  private:
-  void Enqueue(std::function<void()> fn);
-  void Loop();
+  void Enqueue(std::function<void()> fn) EXCLUDES(mu_);
+  void Loop() EXCLUDES(mu_);
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;  // GUARDED_BY(mu_)
-  bool stop_ = false;                        // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<std::function<void()>> queue_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 
@@ -66,8 +66,8 @@ class ThreadSet {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> done;
   };
-  std::mutex mu_;
-  std::list<Entry> threads_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::list<Entry> threads_ GUARDED_BY(mu_);
 };
 
 }  // namespace tessera::storage

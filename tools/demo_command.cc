@@ -53,7 +53,7 @@ Status Fail(const std::string& what, const Status& st) { return st.WithContext(w
 // Pushes every device shard of `tensors` to the workers of `mesh` (worker i owns device i).
 Status Push(LocalCluster& c, const Mesh& mesh, const std::vector<DemoTensor>& tensors) {
   for (int64_t d = 0; d < mesh.num_devices(); ++d) {
-    http::Client local(c.worker_url(static_cast<int>(mesh.WorkerOfDevice(d))));
+    http::Client local = c.WorkerClient(static_cast<int>(mesh.WorkerOfDevice(d)));
     for (const auto& t : tensors) {
       std::string bytes = Cut(t, DeviceSlice(mesh, t.layout, t.shape, d));
       ASSIGN_OR_RETURN(auto r, local.Send("PUT", TensorPath(t, mesh.name, d), bytes,
@@ -69,7 +69,7 @@ Result<int> Compare(LocalCluster& c, const Mesh& mesh, const std::vector<DemoTen
                     const std::vector<Layout>& layouts, int first_worker) {
   int mismatches = 0;
   for (int64_t d = 0; d < mesh.num_devices(); ++d) {
-    http::Client local(c.worker_url(first_worker + static_cast<int>(mesh.WorkerOfDevice(d))));
+    http::Client local = c.WorkerClient(first_worker + static_cast<int>(mesh.WorkerOfDevice(d)));
     for (size_t i = 0; i < tensors.size(); ++i) {
       const auto& t = tensors[i];
       ASSIGN_OR_RETURN(auto r, local.Send("GET", "/v1/tensors/" + http::PercentEncode(t.name) +
@@ -126,7 +126,7 @@ Status RunDemoSteps(LocalCluster& c) {
   for (int w = 0; w < 4; ++w) {
     trainers.emplace_back([&, w] {
       auto s = Clock::now();
-      http::Client local(c.worker_url(w), "", 120);
+      http::Client local = c.WorkerClient(w, 120);
       auto r = local.Send("POST", "/v1/save?mesh=demo&step=100", "{}");
       stall_ms[w] = MsSince(s);
       if (!r.ok()) {
@@ -142,7 +142,7 @@ Status RunDemoSteps(LocalCluster& c) {
   for (int w = 0; w < 4; ++w) RETURN_IF_ERROR(Fail("save from trainer " + std::to_string(w), answers[w].status()));
   // The job was started in the background; any worker can say which it is.
   ASSIGN_OR_RETURN(Json started,
-                   http::Client(c.worker_url(0), "", 60).Call("GET", "/v1/saves/100?mesh=demo&wait=started"));
+                   c.WorkerClient(0, 60).Call("GET", "/v1/saves/100?mesh=demo&wait=started"));
   const std::string job = started.value("job", "");
   std::printf("[save]    4 trainers called /v1/save?step=100; released after");
   for (int w = 0; w < 4; ++w) std::printf(" %.1f", stall_ms[w]);

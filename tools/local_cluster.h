@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "api/http/client.h"
+#include "api/http/local_credential.h"
 #include "api/json_codec.h"
 #include "api/status.h"
 
@@ -65,6 +66,10 @@ class LocalCluster {
   const std::string& worker_log(int i) const { return workers_.at(i).log; }
 
   http::Client Client(int timeout_s = 60) const { return http::Client(url(), token_, timeout_s); }
+  // A client of worker i's local API, with the worker's local credential.
+  http::Client WorkerClient(int i, int timeout_s = 60) const {
+    return http::Client(worker_url(i), http::FindLocalCredential(worker_url(i)), timeout_s);
+  }
   // REST call to tesserad.
   Result<Json> Call(const std::string& method, const std::string& path, const Json& body = nullptr);
   // Registers a mesh whose ranks are workers first_worker, first_worker+1, ...

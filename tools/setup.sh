@@ -34,6 +34,9 @@ packages=(
   ceph-mon ceph-osd radosgw ceph-common python3-boto3
   # promtool (Prometheus' linter) checks tesserad's /metrics in the REST tests.
   prometheus
+  # The fuzz tier (fuzz/, build-clang/): clang, and libFuzzer with the sanitizer
+  # runtimes (only recommended by clang, so named here).
+  clang libclang-rt-14-dev
 )
 missing=()
 for p in "${packages[@]}"; do

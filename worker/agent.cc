@@ -54,7 +54,7 @@ Agent::~Agent() { Stop(); }
 MeshResolver Agent::Resolver() {
   return [this](const std::string& mesh) -> Result<MeshPlacement> {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       auto it = mesh_cache_.find(mesh);
       if (it != mesh_cache_.end()) {
         const int64_t age = SteadyMs() - it->second.first;
@@ -63,7 +63,7 @@ MeshResolver Agent::Resolver() {
           refreshing_.insert(mesh);
           task_threads_.Spawn([this, mesh] {
             (void)FetchPlacement(mesh);
-            std::lock_guard<std::mutex> l(mu_);
+            MutexLock l(mu_);
             refreshing_.erase(mesh);
           });
           return it->second.second;
@@ -78,7 +78,7 @@ Result<MeshPlacement> Agent::FetchPlacement(const std::string& mesh) {
   auto j = clients_.Acquire()->Call("GET", "/api/v1/meshes/" + http::PercentEncode(mesh));
   if (!j.ok()) {
     if (j.status().code() == Code::kNotFound) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       mesh_cache_.erase(mesh);
     }
     return j.status();
@@ -89,7 +89,7 @@ Result<MeshPlacement> Agent::FetchPlacement(const std::string& mesh) {
   auto workers = j->value("workers", std::vector<std::string>{});
   auto it = std::find(workers.begin(), workers.end(), id_);
   if (it == workers.end()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     mesh_cache_.erase(mesh);
     return Conflict("this worker (" + id_ + ") is not part of mesh " + mesh, {{"mesh", mesh}});
   }
@@ -98,7 +98,7 @@ Result<MeshPlacement> Agent::FetchPlacement(const std::string& mesh) {
   for (int64_t i = 0; i < m.devices_per_worker; ++i) {
     p.devices.push_back(p.rank * m.devices_per_worker + i);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   mesh_cache_[mesh] = {SteadyMs(), p};
   return p;
 }
@@ -147,10 +147,10 @@ void Agent::Start() {
 void Agent::Stop() {
   trainer_saves_.Shutdown();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (heartbeat_.joinable()) heartbeat_.join();
   if (tasks_.joinable()) tasks_.join();
   task_threads_.JoinAll();
@@ -160,9 +160,9 @@ void Agent::HeartbeatLoop() {
   // A connection per heartbeat: an idle keep-alive connection between beats
   // would cost tesserad more (it polls each one) than opening a new one.
   http::Client client(options_.server, options_.token, 5, /*keep_alive=*/false);
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (!stopping_) {
-    cv_.wait_for(lock, std::chrono::milliseconds(heartbeat_ms_.load()));
+    cv_.WaitFor(mu_, std::chrono::milliseconds(heartbeat_ms_.load()));
     if (stopping_) break;
     lock.unlock();
     auto r = client.Call("POST", "/api/v1/workers/" + http::PercentEncodeSegment(id_) + "/heartbeat");
@@ -179,13 +179,13 @@ void Agent::TaskLoop() {
   http::Client client(options_.server, options_.token, 30);
   while (true) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (stopping_) return;
     }
     auto r = client.Call("GET", "/api/v1/workers/" + http::PercentEncodeSegment(id_) + "/tasks?wait_ms=5000");
     if (!r.ok()) {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(200));
+      MutexLock lock(mu_);
+      cv_.WaitFor(mu_, std::chrono::milliseconds(200));
       continue;
     }
     for (auto& task : r->value("tasks", Json::array())) {
@@ -219,7 +219,7 @@ void Agent::Execute(Json task) {
                                  "job " + job + " failed: " + e.value("message", ""),
                                  e.value("details", Json::object())));
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     snapshots_.erase(job);
     return;
   }
@@ -236,7 +236,7 @@ void Agent::Execute(Json task) {
   if (!r.ok()) {
     std::fprintf(stderr, "worker %s: %s task of job %s failed: %s\n", id_.c_str(), kind.c_str(),
                  job.c_str(), r.status().ToString().c_str());
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     snapshots_.erase(job);
   }
   uint64_t bytes = r.ok() ? r->value("bytes", uint64_t{0}) : 0;
@@ -270,11 +270,14 @@ Result<Json> Agent::DoSnapshot(const Json& task) {
   std::shared_ptr<const Snapshot> snap;
   {
     // A trainer-driven save: use the copy its /v1/save took at the right moment.
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto key = std::make_pair(p.mesh.name, step);
     if (task.value("wait_for_trainer", false)) {
-      cv_.wait_for(lock, std::chrono::milliseconds(options_.trainer_wait_ms),
-                   [&] { return stopping_ || trainer_snapshots_.count(key); });
+      const auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.trainer_wait_ms);
+      while (!stopping_ && !trainer_snapshots_.count(key)) {
+        if (!cv_.WaitUntil(mu_, deadline)) break;
+      }
       if (!trainer_snapshots_.count(key)) {
         return DeadlineExceeded("the trainer on worker " + id_ + " did not call /v1/save for step " +
                                 std::to_string(step));
@@ -306,7 +309,7 @@ Result<Json> Agent::DoSnapshot(const Json& task) {
       }
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   snapshots_[job] = snap;
   return Json{{"tensors", tensors}, {"snapshot_bytes", snap->bytes()}};
 }
@@ -316,7 +319,7 @@ Result<Json> Agent::DoWrite(const Json& task) {
   ASSIGN_OR_RETURN(MeshPlacement p, PlacementFromTask(task));
   std::shared_ptr<const Snapshot> snap;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = snapshots_.find(job);
     if (it == snapshots_.end()) {
       return Internal("worker " + id_ + " has no snapshot for job " + job);
@@ -361,7 +364,7 @@ Result<Json> Agent::DoWrite(const Json& task) {
               {"bytes", w.raw_bytes},
               {"stored_bytes", w.stored_bytes}};
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   snapshots_.erase(job);  // written: the buffers go back to the pool
   return result;
 }
@@ -430,7 +433,7 @@ void Agent::AddRoutes(http::Router* router) {
     if (!timeout.ok()) return http::Response::Error(timeout.status());
     auto r = PreemptionSyncPoint(*mesh, *step, *timeout);
     return r.ok() ? http::Response::Json(200, *r) : http::Response::Error(r.status());
-  }, "reached_preemption_sync_point(step): {sync, sync_step}", false});
+  }, "reached_preemption_sync_point(step): {sync, sync_step}", true});
   router->Add({"GET", "/healthz", [this](const http::Request&) {
     return http::Response::Json(200, {{"status", "ok"}, {"worker", id_},
                                       {"data_port", {{"refused_connections",

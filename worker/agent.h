@@ -11,10 +11,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -22,6 +20,7 @@
 
 #include "api/http/client.h"
 #include "api/http/router.h"
+#include "api/thread_annotations.h"
 #include "storage/env.h"
 #include "storage/thread_pool.h"
 #include "worker/mesh_collectives.h"
@@ -116,14 +115,15 @@ class Agent {
   storage::ThreadPool io_pool_;
   http::ClientPool clients_;  // to tesserad, for task reports
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
-  std::map<std::string, std::shared_ptr<const Snapshot>> snapshots_;  // GUARDED_BY(mu_) by job
+  Mutex mu_;
+  CondVar cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::map<std::string, std::shared_ptr<const Snapshot>> snapshots_ GUARDED_BY(mu_);  // by job
   // Taken by /v1/save before the job's snapshot task arrives, by (mesh, step).
-  std::map<std::pair<std::string, int64_t>, std::shared_ptr<const Snapshot>> trainer_snapshots_;
-  std::map<std::string, std::pair<int64_t, MeshPlacement>> mesh_cache_;  // GUARDED_BY(mu_)
-  std::set<std::string> refreshing_;  // GUARDED_BY(mu_) meshes whose placement is being fetched
+  std::map<std::pair<std::string, int64_t>, std::shared_ptr<const Snapshot>> trainer_snapshots_
+      GUARDED_BY(mu_);
+  std::map<std::string, std::pair<int64_t, MeshPlacement>> mesh_cache_ GUARDED_BY(mu_);
+  std::set<std::string> refreshing_ GUARDED_BY(mu_);  // meshes whose placement is being fetched
   TrainerSaves trainer_saves_;
   storage::ThreadSet task_threads_;
   std::thread heartbeat_, tasks_;

@@ -70,7 +70,7 @@ Result<Json> Agent::FollowJob(http::Client* client, const std::string& kind, con
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (stopping_) return Unavailable("worker " + id_ + " is stopping");
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -110,10 +110,10 @@ Result<Json> Agent::SaveFromTrainer(const std::string& mesh, int64_t step, const
   const double snapshot_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     trainer_snapshots_[{mesh, step}] = snap;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   trainer_saves_.Snapshotted(mesh, step);
   const auto until_ms = std::chrono::steady_clock::now() +
                        std::chrono::milliseconds(deadline.value_or(kDefaultSaveDeadlineMs));
@@ -137,7 +137,7 @@ void Agent::FollowTrainerSave(const std::string& mesh, int64_t step, Json body,
   body["wait_for_trainer"] = true;
   const std::string path = "/api/v1/meshes/" + http::PercentEncode(mesh) + "/checkpoints";
   auto drop_snapshot = [&] {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     trainer_snapshots_.erase({mesh, step});
   };
   // Start the job, or join the one another trainer of the mesh started.
@@ -217,7 +217,7 @@ void Agent::AddTrainerRoutes(http::Router* router) {
                  return SaveFromTrainer(mesh, step, body, until, timeout);
                }),
                "save from the training loop; answers once this worker's tensors are snapshotted",
-               false});
+               true});
   router->Add({"GET", "/v1/saves/{step}",
                http::JsonHandler([this](const Request& req) -> Result<Json> {
                  ASSIGN_OR_RETURN(std::string mesh, MeshQuery(req));
@@ -227,7 +227,7 @@ void Agent::AddTrainerRoutes(http::Router* router) {
                  return trainer_saves_.Wait(mesh, step, until, timeout);
                }),
                "a save of the training loop: {checkpoint, job, state}; wait=started|committed",
-               false});
+               true});
   router->Add({"POST", "/v1/restore", http::JsonHandler([this](const Request& req) -> Result<Json> {
                  ASSIGN_OR_RETURN(std::string mesh, MeshQuery(req));
                  const std::string step = req.Query("step").value_or("latest");
@@ -237,7 +237,7 @@ void Agent::AddTrainerRoutes(http::Router* router) {
                  return RestoreForTrainer(mesh, step, body, timeout);
                }),
                "restore this worker's devices of a mesh from a committed step (default latest)",
-               false});
+               true});
   router->Add({"GET", "/v1/checkpoints", http::JsonHandler([this](const Request& req) -> Result<Json> {
                  ASSIGN_OR_RETURN(std::string mesh, MeshQuery(req));
                  http::Client client(options_.server, options_.token, 10);
@@ -246,7 +246,7 @@ void Agent::AddTrainerRoutes(http::Router* router) {
                                                                     "/checkpoints"));
                  return Json{{"checkpoints", list}};
                }),
-               "the checkpoints of a mesh, newest first", false});
+               "the checkpoints of a mesh, newest first", true});
   router->Add({"GET", "/v1/checkpoints/latest",
                http::JsonHandler([this](const Request& req) -> Result<Json> {
                  ASSIGN_OR_RETURN(std::string mesh, MeshQuery(req));
@@ -254,7 +254,7 @@ void Agent::AddTrainerRoutes(http::Router* router) {
                  return client.Call("GET", "/api/v1/meshes/" + http::PercentEncode(mesh) +
                                                "/checkpoints/latest");
                }),
-               "the newest committed checkpoint of a mesh", false});
+               "the newest committed checkpoint of a mesh", true});
 }
 
 }  // namespace tessera::worker

@@ -111,9 +111,9 @@ void AddCollectiveRoutes(http::Router* router, MeshResolver resolver,
     };
   };
   router->Add({"POST", "/v1/collectives/{op}", wrap(RunCollective),
-               "SPMD collective across the mesh's workers: body = local-device inputs", false});
+               "SPMD collective across the mesh's workers: body = local-device inputs", true});
   router->Add({"POST", "/v1/barriers/{name+}", wrap(RunBarrier),
-               "SPMD barrier across the mesh's workers (sync_global_devices)", false});
+               "SPMD barrier across the mesh's workers (sync_global_devices)", true});
 }
 
 }  // namespace tessera::worker

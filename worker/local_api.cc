@@ -94,7 +94,7 @@ Result<Response> DeleteTensor(TensorStore* store, const Request& req) {
   return Response::NoContent();
 }
 
-// A route without auth (loopback only) whose errors become API.md's JSON error.
+// A route (behind the worker's local credential) whose errors become API.md's JSON error.
 http::Route LocalRoute(std::string method, std::string pattern, TensorStore* store,
                        Result<Response> (*handler)(TensorStore*, const Request&),
                        std::string help) {
@@ -102,7 +102,7 @@ http::Route LocalRoute(std::string method, std::string pattern, TensorStore* sto
     Result<Response> res = handler(store, req);
     return res.ok() ? std::move(res).value() : Response::Error(res.status());
   };
-  return {std::move(method), std::move(pattern), std::move(run), std::move(help), false};
+  return {std::move(method), std::move(pattern), std::move(run), std::move(help)};
 }
 
 }  // namespace

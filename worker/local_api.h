@@ -1,6 +1,7 @@
 // The tensor routes of a worker's local API (API.md, "Tensors"): how the
 // trainer on this host pushes, maps, reads, lists and drops its tensors.
-// No auth: the local API binds loopback only.
+// The local API binds loopback only, and every route but /healthz needs the
+// worker's local credential as a bearer token (api/http/local_credential.h).
 #pragma once
 
 #include "api/http/router.h"

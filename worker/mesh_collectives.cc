@@ -19,16 +19,16 @@ using collectives::Group;
 using collectives::Tensor;
 
 struct MeshCollectives::MeshState {
-  std::mutex mu;  // one collective of this mesh at a time
+  Mutex mu;  // one collective of this mesh at a time
   std::string group_id;
   std::unique_ptr<Group> group;
   std::map<std::vector<int64_t>, std::unique_ptr<Group>> subgroups;  // by member ranks
   // For Abort, which must not wait for mu: the running call's job and transport.
-  std::mutex abort_mu;
-  std::string running_job;                      // GUARDED_BY(abort_mu)
-  collectives::Transport* transport = nullptr;  // GUARDED_BY(abort_mu)
+  Mutex abort_mu;
+  std::string running_job GUARDED_BY(abort_mu);
+  collectives::Transport* transport GUARDED_BY(abort_mu) = nullptr;
   // Jobs aborted before their call started here (the abort can overtake the task).
-  std::deque<std::pair<std::string, Status>> aborted;  // GUARDED_BY(abort_mu), newest last
+  std::deque<std::pair<std::string, Status>> aborted GUARDED_BY(abort_mu);  // newest last
 };
 
 namespace {
@@ -111,7 +111,7 @@ MeshCollectives::~MeshCollectives() = default;
 void MeshCollectives::Abort(const std::string& mesh, const std::string& job, const Status& reason) {
   if (job.empty()) return;
   std::shared_ptr<MeshState> state = StateFor(mesh);
-  std::lock_guard<std::mutex> lock(state->abort_mu);
+  MutexLock lock(state->abort_mu);
   if (state->running_job == job) {
     if (state->transport != nullptr) state->transport->Abort(reason);
   } else {
@@ -126,7 +126,7 @@ std::string MeshCollectives::WorkerName(const MeshPlacement& p, int64_t rank) {
 }
 
 std::shared_ptr<MeshCollectives::MeshState> MeshCollectives::StateFor(const std::string& mesh) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto& state = meshes_[mesh];
   if (!state) state = std::make_shared<MeshState>();
   return state;
@@ -138,7 +138,7 @@ Result<Group*> MeshCollectives::MeshGroup(MeshState& state, const MeshPlacement&
   if (state.group && state.group_id == id && state.group->status().ok()) return state.group.get();
   state.subgroups.clear();
   {
-    std::lock_guard<std::mutex> lock(state.abort_mu);
+    MutexLock lock(state.abort_mu);
     state.transport = nullptr;
   }
   state.group.reset();  // says goodbye to the peers of a stale or poisoned group
@@ -151,7 +151,7 @@ Result<Group*> MeshCollectives::MeshGroup(MeshState& state, const MeshPlacement&
   ASSIGN_OR_RETURN(auto transport, collectives::TcpTransport::Connect(*acceptor_, addresses, o));
   state.group = std::make_unique<Group>(std::move(transport), id);
   state.group_id = id;
-  std::lock_guard<std::mutex> lock(state.abort_mu);
+  MutexLock lock(state.abort_mu);
   state.transport = &state.group->transport();
   return state.group.get();
 }
@@ -185,19 +185,19 @@ Result<CollectiveResult> MeshCollectives::Run(const MeshPlacement& p, const Coll
     RETURN_IF_ERROR(CheckDeviceOp(p.mesh, r));
   }
   std::shared_ptr<MeshState> state = StateFor(p.mesh.name);
-  std::lock_guard<std::mutex> lock(state->mu);
+  MutexLock lock(state->mu);
   struct Running {  // marks the call abortable for its job
     MeshState& s;
     Status aborted;
     Running(MeshState& state, const std::string& job) : s(state) {
-      std::lock_guard<std::mutex> l(s.abort_mu);
+      MutexLock l(s.abort_mu);
       s.running_job = job;
       for (const auto& [j, reason] : s.aborted) {
         if (!job.empty() && j == job) aborted = reason;
       }
     }
     ~Running() {
-      std::lock_guard<std::mutex> l(s.abort_mu);
+      MutexLock l(s.abort_mu);
       s.running_job.clear();
     }
   } running(*state, r.job);

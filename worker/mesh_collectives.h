@@ -18,11 +18,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "api/status.h"
+#include "api/thread_annotations.h"
 #include "worker/collective_request.h"
 #include "worker/collectives/group.h"
 #include "worker/collectives/tcp_transport.h"
@@ -88,8 +88,8 @@ class MeshCollectives {
 
   collectives::TcpAcceptor* acceptor_;
   PeerAddresses addresses_;
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<MeshState>> meshes_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::map<std::string, std::shared_ptr<MeshState>> meshes_ GUARDED_BY(mu_);
 };
 
 // Rewrites an engine error of a group whose rank i is mesh rank ranks[i] so that

@@ -113,7 +113,7 @@ std::shared_ptr<ShardBufferPool> ShardBufferPool::Create(size_t max_bytes) {
 Result<std::shared_ptr<ShardBuffer>> ShardBufferPool::Acquire(size_t bytes) {
   std::unique_ptr<ShardBuffer> buffer;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (auto it = by_size_.find(bytes); it != by_size_.end()) {
       buffer = std::move(*it->second);
       lru_.erase(it->second);
@@ -124,7 +124,7 @@ Result<std::shared_ptr<ShardBuffer>> ShardBufferPool::Acquire(size_t bytes) {
   }
   if (buffer == nullptr) {
     ASSIGN_OR_RETURN(buffer, ShardBuffer::NewHeap(bytes));
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     ++stats_.allocated;
   }
   std::weak_ptr<ShardBufferPool> pool = weak_from_this();
@@ -141,7 +141,7 @@ Status ShardBufferPool::Reserve(size_t bytes) {
   // once still makes the first full copy into it about twice as slow.
   std::memset(buffer->data(), 0, bytes);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     ++stats_.reserved;
   }
   Release(std::move(buffer));
@@ -153,7 +153,7 @@ void ShardBufferPool::Release(std::unique_ptr<ShardBuffer> buffer) {
   if (bytes > max_bytes_) return;
   std::vector<std::unique_ptr<ShardBuffer>> evicted;  // freed after the lock is dropped
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     lru_.push_back(std::move(buffer));
     by_size_.emplace(bytes, std::prev(lru_.end()));
     stats_.pooled_bytes += bytes;
@@ -174,7 +174,7 @@ void ShardBufferPool::Release(std::unique_ptr<ShardBuffer> buffer) {
 }
 
 ShardBufferPool::Stats ShardBufferPool::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return stats_;
 }
 

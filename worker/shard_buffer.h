@@ -8,10 +8,10 @@
 #include <list>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "api/status.h"
+#include "api/thread_annotations.h"
 
 namespace tessera::worker {
 
@@ -94,10 +94,10 @@ class ShardBufferPool : public std::enable_shared_from_this<ShardBufferPool> {
   using Lru = std::list<std::unique_ptr<ShardBuffer>>;
 
   const size_t max_bytes_;
-  mutable std::mutex mu_;
-  Lru lru_;                                       // GUARDED_BY(mu_) oldest first
-  std::multimap<size_t, Lru::iterator> by_size_;  // GUARDED_BY(mu_)
-  Stats stats_;                                   // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  Lru lru_ GUARDED_BY(mu_);  // oldest first
+  std::multimap<size_t, Lru::iterator> by_size_ GUARDED_BY(mu_);
+  Stats stats_ GUARDED_BY(mu_);
 };
 
 // Removes "tessera-<pid>-*" files in `dir` whose process no longer exists:

@@ -165,7 +165,7 @@ Status TensorStore::Write(const std::string& mesh, const std::string& name, cons
     std::shared_ptr<ShardBuffer> mapped;
     std::shared_ptr<ShardBuffer> replaced;  // released after the lock
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       auto it = tensors_.find(key);
       if (it != tensors_.end()) {
         if (it->second.desc != desc) return Mismatch(mismatch, key, it->second.desc, desc);
@@ -212,7 +212,7 @@ Result<ShardMapping> TensorStore::Map(const std::string& mesh, const std::string
     std::shared_ptr<ShardBuffer> current;
     std::string file_name;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       auto it = tensors_.find(key);
       if (it != tensors_.end()) {
         if (it->second.desc != desc) return Mismatch(Code::kConflict, key, it->second.desc, desc);
@@ -248,7 +248,7 @@ Result<ShardMapping> TensorStore::Map(const std::string& mesh, const std::string
 
 Result<ShardRef> TensorStore::Get(const std::string& mesh, const std::string& name,
                                   int64_t device) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = tensors_.find(Key{mesh, name});
   if (it == tensors_.end()) {
     return NotFound("no tensor '" + name + "' in mesh '" + mesh + "' on this worker",
@@ -272,7 +272,7 @@ Result<ShardRef> TensorStore::Read(const std::string& mesh, const std::string& n
 }
 
 std::vector<TensorInfo> TensorStore::List() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<TensorInfo> out;
   out.reserve(tensors_.size());
   for (const auto& [key, entry] : tensors_) {
@@ -288,7 +288,7 @@ std::vector<TensorInfo> TensorStore::List() const {
 
 Status TensorStore::Delete(const std::string& mesh, const std::string& name) {
   Entry dropped;  // unmapped and unlinked after the lock is released
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = tensors_.find(Key{mesh, name});
   if (it == tensors_.end()) {
     return NotFound("no tensor '" + name + "' in mesh '" + mesh + "' on this worker",
@@ -305,7 +305,7 @@ Result<std::shared_ptr<const Snapshot>> TensorStore::TakeSnapshot(
   auto snapshot = std::make_shared<Snapshot>();
   std::vector<std::vector<std::shared_ptr<const ShardBuffer>>> sources;  // per tensor
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto take = [&](const std::string& name, const Entry& entry) {
       Snapshot::Tensor t{name, entry.desc, {}, {}};
       auto& src = sources.emplace_back();

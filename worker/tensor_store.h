@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <shared_mutex>
 #include <string>
@@ -19,6 +18,7 @@
 #include "api/mesh.h"
 #include "api/shape.h"
 #include "api/status.h"
+#include "api/thread_annotations.h"
 #include "worker/mesh_placement.h"
 #include "worker/shard_buffer.h"
 
@@ -185,8 +185,8 @@ class TensorStore {
                int64_t device, const void* data, size_t n, Code mismatch);
   // Status for a request whose description differs from the stored one.
   static Status Mismatch(Code code, const Key& key, const TensorDesc& have, const TensorDesc& want);
-  // A fresh file name for a mapping. REQUIRES: mu_ held.
-  std::string ShmFileName(const std::string& name, int64_t device);
+  // A fresh file name for a mapping.
+  std::string ShmFileName(const std::string& name, int64_t device) REQUIRES(mu_);
   // Copies every run, on copy_pool_ and the calling thread when it is worth it.
   void CopyParallel(const std::vector<CopyRun>& runs);
 
@@ -195,9 +195,9 @@ class TensorStore {
   const std::shared_ptr<ShardBufferPool> pool_;
   std::unique_ptr<storage::ThreadPool> copy_pool_;  // copy_threads - 1 helpers, or null
 
-  mutable std::mutex mu_;
-  std::map<Key, Entry> tensors_;  // GUARDED_BY(mu_)
-  uint64_t next_file_ = 0;        // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<Key, Entry> tensors_ GUARDED_BY(mu_);
+  uint64_t next_file_ GUARDED_BY(mu_) = 0;
 
   // Shared by readers of shard bytes (snapshots, Read), exclusive for writes
   // into a shard that is already published (a mapping): reads never see them torn.

@@ -17,30 +17,30 @@ const char* TrainerSaves::StateName(State s) {
 }
 
 void TrainerSaves::Snapshotted(const std::string& mesh, int64_t step) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Record& r = saves_[{mesh, step}];
   r = Record{};
   r.seq = next_seq_++;
   Forget();
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void TrainerSaves::Started(const std::string& mesh, int64_t step, const std::string& job) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = saves_.find({mesh, step});
   if (it == saves_.end()) return;
   it->second.job = job;
   if (it->second.state == State::kSnapshotted) it->second.state = State::kRunning;
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void TrainerSaves::Ended(const std::string& mesh, int64_t step, const Status& status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = saves_.find({mesh, step});
   if (it == saves_.end()) return;
   it->second.state = status.ok() ? State::kCommitted : State::kFailed;
   it->second.error = status;
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void TrainerSaves::Forget() {
@@ -57,7 +57,7 @@ void TrainerSaves::Forget() {
 
 Result<Json> TrainerSaves::Wait(const std::string& mesh, int64_t step, Until until,
                                 int64_t timeout_ms) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const Key key{mesh, step};
   auto reached = [&](const Record& r) {
     if (r.state == State::kCommitted || r.state == State::kFailed) return true;
@@ -88,14 +88,14 @@ Result<Json> TrainerSaves::Wait(const std::string& mesh, int64_t step, Until unt
                                   std::to_string(timeout_ms) + " ms",
                               {{"mesh", mesh}, {"step", step}, {"job", r.job}});
     }
-    timed_out = cv_.wait_until(lock, deadline) == std::cv_status::timeout;
+    timed_out = !cv_.WaitUntil(mu_, deadline);
   }
 }
 
 void TrainerSaves::Shutdown() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   shutdown_ = true;
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 Result<TrainerSaves::Until> ParseSaveWait(const std::string& text) {

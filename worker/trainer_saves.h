@@ -6,15 +6,14 @@
 // tesserad inside its step. Thread-safe.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <utility>
 
 #include "api/json_codec.h"
 #include "api/status.h"
+#include "api/thread_annotations.h"
 
 namespace tessera::worker {
 
@@ -54,13 +53,13 @@ class TrainerSaves {
   };
   using Key = std::pair<std::string, int64_t>;
 
-  void Forget();  // REQUIRES: mu_ held
+  void Forget() REQUIRES(mu_);
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<Key, Record> saves_;  // GUARDED_BY(mu_)
-  uint64_t next_seq_ = 0;        // GUARDED_BY(mu_)
-  bool shutdown_ = false;        // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  std::map<Key, Record> saves_ GUARDED_BY(mu_);
+  uint64_t next_seq_ GUARDED_BY(mu_) = 0;
+  bool shutdown_ GUARDED_BY(mu_) = false;
 };
 
 // Parses ?wait= of the local save routes: "", "started" or "committed"

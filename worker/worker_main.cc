@@ -9,7 +9,10 @@
 #include <map>
 #include <memory>
 
+#include <unistd.h>
+
 #include "api/http/server.h"
+#include "api/http/local_credential.h"
 #include "api/http/tls.h"
 #include "storage/env.h"
 #include "storage/fault_env.h"
@@ -40,11 +43,13 @@ bool SplitHostPort(const std::string& s, std::string* host, int* port) {
 
 int main(int argc, char** argv) {
   CLI::App app{"tessera-worker: Tessera worker agent"};
-  std::string server = "http://127.0.0.1:7070", token, tls_ca, name, local = "127.0.0.1:0",
+  std::string server = "http://127.0.0.1:7070", token, tls_ca, local_credential, name, local = "127.0.0.1:0",
               data = "127.0.0.1:0", shm_dir = "/dev/shm", advertise, s3_endpoint;
   int devices = 1, io_threads = 2, copy_threads = 2;
   app.add_option("--server", server, "tesserad address");
   app.add_option("--token", token, "bearer token (else TESSERA_TOKEN)");
+  app.add_option("--local-credential", local_credential,
+                 "file the local API's credential is written to, mode 0600 (default /tmp/tessera-<uid>/local-<port>.key, where clients on this host look)");
   app.add_option("--tls-ca", tls_ca, "PEM file of the CA that signed tesserad's certificate, for an https:// --server (else TESSERA_TLS_CA, else the system's CAs)")
       ->check(CLI::ExistingFile);
   app.add_option("--devices", devices, "devices this worker owns")->check(CLI::Range(1, 4096));
@@ -166,13 +171,31 @@ int main(int argc, char** argv) {
   hopts.read_timeout_s = 300;
   hopts.write_timeout_s = 300;
   hopts.body_timeout_s = 3600;  // a shard of many GiB
+  // Other users of this host reach the loopback port too: every route but
+  // /healthz needs the credential that only this user can read.
+  auto credential = tessera::http::NewLocalCredential();
+  if (!credential.ok()) {
+    std::fprintf(stderr, "error: %s\n", credential.status().ToString().c_str());
+    return 1;
+  }
+  hopts.token = *credential;
+  hopts.token_hint = "the token is this worker's local credential, in " +
+                     (local_credential.empty() ? std::string("/tmp/tessera-<uid>/local-<port>.key")
+                                               : local_credential) +
+                     " (readable by the worker's user only)";
   tessera::http::Server http(router, hopts);
   auto bound = http.Bind();
   if (!bound.ok()) {
     std::fprintf(stderr, "error: %s\n", bound.status().ToString().c_str());
     return 1;
   }
+  if (local_credential.empty()) local_credential = tessera::http::DefaultLocalCredentialPath(*bound);
+  if (auto st = tessera::http::WriteLocalCredential(local_credential, *credential); !st.ok()) {
+    std::fprintf(stderr, "error: local API credential: %s\n", st.ToString().c_str());
+    return 1;
+  }
   std::printf("listening on http://127.0.0.1:%d\n", *bound);
+  std::printf("local credential: %s\n", local_credential.c_str());
   std::printf("data plane on %s:%d\n", data_host.c_str(), bound_data);
   std::fflush(stdout);
   // Register with the real local port, now that it is known.
@@ -191,6 +214,7 @@ int main(int argc, char** argv) {
   agent.Start();
   http.Run();
   g_server = nullptr;
+  ::unlink(local_credential.c_str());
   agent.Stop();
   return 0;
 }

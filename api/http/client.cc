@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "api/http/tls.h"
+#include "api/thread_annotations.h"
 
 namespace tessera::http {
 
@@ -70,8 +71,8 @@ Result<Json> Client::Call(const std::string& method, const std::string& path, co
 }
 
 struct ClientPool::Idle {
-  std::mutex mu;
-  std::vector<std::unique_ptr<Client>> clients;  // GUARDED_BY(mu)
+  Mutex mu;
+  std::vector<std::unique_ptr<Client>> clients GUARDED_BY(mu);
   size_t max = 8;
 };
 
@@ -84,7 +85,7 @@ ClientPool::ClientPool(std::string base, std::string token, int timeout_s, size_
 std::shared_ptr<Client> ClientPool::Acquire() {
   std::unique_ptr<Client> client;
   {
-    std::lock_guard<std::mutex> lock(idle_->mu);
+    MutexLock lock(idle_->mu);
     if (!idle_->clients.empty()) {
       client = std::move(idle_->clients.back());
       idle_->clients.pop_back();
@@ -95,7 +96,7 @@ std::shared_ptr<Client> ClientPool::Acquire() {
   return std::shared_ptr<Client>(client.release(), [home](Client* raw) {
     std::unique_ptr<Client> owned(raw);
     if (auto idle = home.lock()) {
-      std::lock_guard<std::mutex> lock(idle->mu);
+      MutexLock lock(idle->mu);
       if (idle->clients.size() < idle->max) idle->clients.push_back(std::move(owned));
     }
   });

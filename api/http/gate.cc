@@ -63,7 +63,7 @@ void Gate::Stop() {
   {
     // Under the lock that Return writes the wake-up under: no write can reach
     // the descriptor after it is closed below.
-    std::lock_guard<std::mutex> l(returned_mu_);
+    MutexLock l(returned_mu_);
     if (stopping_.exchange(true)) return;
     if (wake_fd_ >= 0) {
       uint64_t one = 1;
@@ -74,7 +74,7 @@ void Gate::Stop() {
   waiting_.clear();
   order_.clear();
   by_peer_.clear();
-  std::lock_guard<std::mutex> l(returned_mu_);
+  MutexLock l(returned_mu_);
   returned_.clear();
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
   if (wake_fd_ >= 0) ::close(wake_fd_);
@@ -82,7 +82,7 @@ void Gate::Stop() {
 }
 
 void Gate::Return(std::shared_ptr<Conn> c) {
-  std::lock_guard<std::mutex> l(returned_mu_);
+  MutexLock l(returned_mu_);
   if (stopping_ || wake_fd_ < 0) return;  // the connection closes here
   returned_.push_back(std::move(c));
   uint64_t one = 1;
@@ -107,7 +107,7 @@ void Gate::Loop() {
         (void)!::read(wake_fd_, &v, sizeof(v));
         std::vector<std::shared_ptr<Conn>> back;
         {
-          std::lock_guard<std::mutex> l(returned_mu_);
+          MutexLock l(returned_mu_);
           back.swap(returned_);
         }
         for (auto& c : back) {

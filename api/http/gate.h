@@ -12,7 +12,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -20,6 +19,7 @@
 
 #include "api/http/connection.h"
 #include "api/status.h"
+#include "api/thread_annotations.h"
 
 typedef struct ssl_ctx_st SSL_CTX;
 
@@ -87,8 +87,8 @@ class Gate {
   std::map<uint64_t, int> order_;  // seq -> fd, oldest first
   std::unordered_map<std::string, std::map<uint64_t, int>> by_peer_;
   // Connections handed back by handler threads.
-  std::mutex returned_mu_;
-  std::vector<std::shared_ptr<Conn>> returned_;
+  Mutex returned_mu_;
+  std::vector<std::shared_ptr<Conn>> returned_ GUARDED_BY(returned_mu_);
 };
 
 }  // namespace tessera::http

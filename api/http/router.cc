@@ -1,5 +1,6 @@
 #include "api/http/router.h"
 
+#include <cctype>
 #include <charconv>
 
 namespace tessera::http {
@@ -27,19 +28,18 @@ bool MatchFrom(const std::vector<std::string_view>& pat, size_t pi,
     bool greedy = p[p.size() - 2] == '+';
     std::string name(p.substr(1, p.size() - (greedy ? 3 : 2)));
     size_t max_take = greedy ? seg.size() - si : std::min<size_t>(1, seg.size() - si);
-    // Prefer the longest name that lets the rest of the pattern match.
+    // A value never spans an empty segment.
+    for (size_t k = 0; k < max_take; ++k) {
+      if (seg[si + k].empty()) max_take = k;
+    }
+    // Prefer the longest value that lets the rest of the pattern match, and
+    // decode only that one: decoding every candidate made long paths quadratic.
     for (size_t take = max_take; take >= 1; --take) {
+      if (!MatchFrom(pat, pi + 1, seg, si + take, params)) continue;
       std::string value;
-      bool empty_segment = false;
-      for (size_t k = 0; k < take; ++k) {
-        if (seg[si + k].empty()) empty_segment = true;
-        value += (k ? "/" : "") + PercentDecode(seg[si + k]);
-      }
-      if (empty_segment) continue;
-      if (MatchFrom(pat, pi + 1, seg, si + take, params)) {
-        (*params)[name] = value;
-        return true;
-      }
+      for (size_t k = 0; k < take; ++k) value += (k ? "/" : "") + PercentDecode(seg[si + k]);
+      (*params)[name] = value;
+      return true;
     }
     return false;
   }
@@ -121,14 +121,14 @@ std::string PercentDecode(std::string_view s) {
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size()) {
+    // Exactly two hex digits: from_chars alone would also take a sign ("%-1").
+    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
       int v = 0;
-      auto [p, ec] = std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16);
-      if (ec == std::errc() && p == s.data() + i + 3) {
-        out += static_cast<char>(v);
-        i += 2;
-        continue;
-      }
+      std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16);
+      out += static_cast<char>(v);
+      i += 2;
+      continue;
     }
     out += s[i];
   }

@@ -35,6 +35,9 @@ class Server::Core : public httplib::Server {
   bool ServeOne(httplib::Stream& strm, bool close, bool& closed) {
     return process_request(strm, close, closed, nullptr);
   }
+  // httplib ends streamed responses once its listening socket is invalid: the
+  // socket is ours, so it is told which one is listening, and when it closes.
+  void SetListening(int fd) { svr_sock_ = fd; }
 };
 
 namespace {
@@ -198,6 +201,7 @@ Result<int> Server::Bind() {
     listen_fd_ = fd;
   }
   ::freeaddrinfo(res);
+  core_->SetListening(listen_fd_);
   if (listen_fd_ < 0) {
     return Unavailable("cannot listen on " + where + ": " + err, {{"field", "listen"}});
   }
@@ -230,22 +234,25 @@ void Server::Start() {
 
 void Server::Run() {
   Start();
-  std::unique_lock<std::mutex> l(mu_);
-  stopped_cv_.wait(l, [this] { return stopping_.load(); });
+  MutexLock l(mu_);
+  while (!stopping_) stopped_cv_.Wait(mu_);
 }
 
 void Server::Stop() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (stopping_.exchange(true)) return;
   }
-  stopped_cv_.notify_all();
+  stopped_cv_.NotifyAll();
+  core_->SetListening(-1);   // streams (SSE) end
   if (gate_) gate_->Stop();  // no new requests
   {
     // Requests in progress get a moment to answer (the service has woken its
     // waiters by now); then a handler still blocked reading or writing fails.
-    std::unique_lock<std::mutex> l(mu_);
-    stopped_cv_.wait_for(l, std::chrono::milliseconds(kStopGraceMs), [this] { return active_.empty(); });
+    MutexLock l(mu_);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kStopGraceMs);
+    while (!active_.empty() && stopped_cv_.WaitUntil(mu_, deadline)) {
+    }
     for (Conn* c : active_) ::shutdown(c->fd, SHUT_RDWR);
   }
   if (pool_) pool_->shutdown();
@@ -302,7 +309,7 @@ void Server::Dispatch(std::shared_ptr<Conn> c) {
 
 void Server::Serve(std::shared_ptr<Conn> c) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (stopping_) return;
     active_.insert(c.get());
   }
@@ -320,10 +327,10 @@ void Server::Serve(std::shared_ptr<Conn> c) {
     if (!keep || !c->HeaderComplete()) break;
   }
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     active_.erase(c.get());
   }
-  stopped_cv_.notify_all();
+  stopped_cv_.NotifyAll();
   if (keep && gate_) gate_->Return(std::move(c));
 }
 
@@ -358,7 +365,8 @@ void Server::Handle(const void* raw_req, void* raw_res, std::string* body) {
         !BearerMatches(req.Header("authorization"), options_.token) &&
         !BearerMatches("Bearer " + req.Query("token").value_or(""), options_.token)) {
       res = Response::Error(Status(Code::kUnauthenticated,
-                                   "missing or wrong bearer token (Authorization: Bearer <token>)",
+                                   "missing or wrong bearer token (Authorization: Bearer <token>)" +
+                                       (options_.token_hint.empty() ? "" : "; " + options_.token_hint),
                                    {{"field", "authorization"}}));
     } else {
       res = route->handler(matched);

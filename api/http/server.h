@@ -7,15 +7,14 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 
 #include "api/http/router.h"
 #include "api/status.h"
+#include "api/thread_annotations.h"
 
 namespace httplib {
 class ThreadPool;
@@ -30,6 +29,7 @@ struct ServerOptions {
   int threads = 32;                      // handler threads (long-polls and barriers hold one)
   size_t max_body_bytes = 64ull << 20;   // larger bodies get 413 payload_too_large
   std::string token;                     // empty: no auth
+  std::string token_hint;                // where a client finds the token, for the 401 message
   int read_timeout_s = 30;               // no byte of a body for this long: the request fails
   int write_timeout_s = 30;              // no byte of a response moves for this long: dropped
   int header_timeout_s = 10;             // a whole request header must arrive within this
@@ -102,9 +102,9 @@ class Server {
   int listen_fd_ = -1;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> started_{false};
-  std::mutex mu_;
-  std::condition_variable stopped_cv_;  // stopping_ set, or active_ shrank
-  std::set<Conn*> active_;  // GUARDED_BY(mu_): connections a handler is serving
+  Mutex mu_;
+  CondVar stopped_cv_;  // stopping_ set, or active_ shrank
+  std::set<Conn*> active_ GUARDED_BY(mu_);  // connections a handler is serving
   static constexpr int kListenBacklog = 1024;
   static constexpr int kMaxRequestsPerConnection = 1000;
   static constexpr int kStopGraceMs = 2000;

@@ -58,6 +58,35 @@ def query(params):
     return "?" + "&".join("%s=%s" % (k, urllib.parse.quote(str(v), safe=",/")) for k, v in items)
 
 
+def local_credential_path(port):
+    """Where a worker whose local API listens on `port` writes its credential by default."""
+    return "/tmp/tessera-%d/local-%d.key" % (os.getuid(), port)
+
+
+def local_credential(url, credential_file=None):
+    """The local credential of the worker at `url`: read from `credential_file`,
+    else $TESSERA_LOCAL_CREDENTIAL, else the default path of the URL's port.
+    None when there is no such file (the worker then answers 401, naming it)."""
+    path = credential_file or os.environ.get("TESSERA_LOCAL_CREDENTIAL")
+    if not path:
+        port = urllib.parse.urlsplit(url if "://" in url else "http://" + url).port
+        if not port:
+            return None
+        path = local_credential_path(port)
+    try:
+        with open(path) as f:
+            return f.read().strip() or None
+    except FileNotFoundError:
+        if credential_file:
+            raise TesseraError("not_found", "no local credential file %s" % path, 0,
+                               {"field": "credential_file", "file": path}) from None
+        return None
+    except OSError as e:
+        raise TesseraError("unauthenticated", "cannot read the worker's local credential %s: %s"
+                           % (path, e.strerror), 0,
+                           {"field": "credential_file", "file": path}) from None
+
+
 class Endpoint:
     """One HTTP server (tesserad or a worker's local API)."""
 

@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from . import _dtypes
-from ._http import Endpoint, query, quote
+from ._http import Endpoint, local_credential, query, quote
 from .errors import TesseraError, invalid_argument
 
 # GET /v1/saves/{step} holds a wait at most this long (the worker caps timeout_ms).
@@ -179,6 +179,9 @@ class CheckpointManager:
 
     mesh:    the mesh's name (registered with tesserad, this worker part of it).
     worker:  the worker's local API URL (default: env TESSERA_WORKER).
+    credential_file: the worker's local credential (default: env
+             TESSERA_LOCAL_CREDENTIAL, else /tmp/tessera-<uid>/local-<port>.key,
+             where the worker writes it, readable by its user only).
     timeout: seconds for each call; calls that wait on the cluster (collectives,
              restore, save waits) add their own wait.
     axes:    optional ordered {axis: size} of the mesh; only attach_state_dict of
@@ -189,7 +192,7 @@ class CheckpointManager:
     TesseraError right away.
     """
 
-    def __init__(self, mesh, worker=None, timeout=60.0, axes=None):
+    def __init__(self, mesh, worker=None, timeout=60.0, axes=None, credential_file=None):
         url = worker or os.environ.get("TESSERA_WORKER")
         if not url:
             raise invalid_argument(
@@ -199,7 +202,8 @@ class CheckpointManager:
         self.mesh = mesh
         self.timeout = float(timeout)
         self.axes = dict(axes) if axes is not None else None
-        self._http = Endpoint(url, "worker", timeout=timeout)
+        self._http = Endpoint(url, "worker", token=local_credential(url, credential_file),
+                              timeout=timeout)
         self.worker = self._http.url
         self._lock = threading.Lock()
         self._maps = {}

@@ -136,3 +136,16 @@ def test_bad_input(name, cluster, setup, monkeypatch):
         assert ("127.0.0.1:%d" % cluster.dead_port) in str(err)
         assert err.details["endpoint"] == "http://127.0.0.1:%d" % cluster.dead_port
         assert took < 1
+
+
+def test_a_wrong_local_credential_is_refused_naming_it(cluster, tmp_path):
+    wrong = tmp_path / "wrong.key"
+    wrong.write_text("not-the-credential")
+    with pytest.raises(tessera.TesseraError) as e:
+        tessera.CheckpointManager("any", worker=cluster.worker_urls[0], credential_file=str(wrong))
+    assert e.value.code == "unauthenticated" and e.value.status == 401
+    assert "local credential" in e.value.message
+    with pytest.raises(tessera.TesseraError) as e:
+        tessera.CheckpointManager("any", worker=cluster.worker_urls[0],
+                                  credential_file=str(tmp_path / "missing.key"))
+    assert e.value.code == "not_found" and e.value.details["file"].endswith("missing.key")

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/thread_annotations.h"
 #include "storage/s3/client.h"
 #include "storage/thread_pool.h"
 
@@ -324,7 +325,7 @@ class S3Env final : public Env {
     if (want_key && loc.key.empty()) {
       return InvalidArgument("'" + path + "' names a bucket, not an object", {{"file", path}});
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = clients_.find(loc.bucket);
     if (it == clients_.end()) {
       const std::string endpoint =
@@ -339,8 +340,8 @@ class S3Env final : public Env {
 
   S3EnvOptions options_;
   ThreadPool pool_;
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<s3::Client>> clients_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::map<std::string, std::shared_ptr<s3::Client>> clients_ GUARDED_BY(mu_);
 };
 
 }  // namespace

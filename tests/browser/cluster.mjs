@@ -70,7 +70,11 @@ export class Cluster {
     for (const d of m.devices) {
       const local = workers.find((w) => w.id === d.worker).local_api;
       const q = `mesh=${mesh}&device=${d.device}&dtype=${dtype}&shape=${shape.join(',')}&layout=${layout.join(',')}`;
-      const res = await fetch(`${local}/v1/tensors/${name}?${q}`, {method: 'PUT', body: shard(d.device)});
+      // The worker's local credential: a file only this user can read, named after the port.
+      const port = new URL(local).port;
+      const credential = readFileSync(`/tmp/tessera-${process.getuid()}/local-${port}.key`, 'utf8').trim();
+      const res = await fetch(`${local}/v1/tensors/${name}?${q}`,
+                              {method: 'PUT', body: shard(d.device), headers: {Authorization: `Bearer ${credential}`}});
       if (res.status !== 204) throw new Error(`push ${name} device ${d.device}: ${res.status} ${await res.text()}`);
     }
   }

@@ -50,7 +50,7 @@ inline std::unique_ptr<LocalCluster> StartCluster(tools::ClusterOptions opts = {
 // PUTs every device shard of `t` for `mesh` whose rank r is worker first_worker + r.
 inline void Push(LocalCluster& c, const Mesh& mesh, const GlobalTensor& t, int first_worker = 0) {
   for (int64_t d = 0; d < mesh.num_devices(); ++d) {
-    http::Client local(c.worker_url(first_worker + static_cast<int>(mesh.WorkerOfDevice(d))));
+    http::Client local = c.WorkerClient(first_worker + static_cast<int>(mesh.WorkerOfDevice(d)));
     std::string path = "/v1/tensors/" + http::PercentEncode(t.name) + "?mesh=" + mesh.name +
                        "&device=" + std::to_string(d) + "&dtype=" + std::string(DTypeName(t.dtype)) +
                        "&shape=" + ShapeToString(t.shape) + "&layout=" + t.layout.ToString();
@@ -65,7 +65,7 @@ inline void Push(LocalCluster& c, const Mesh& mesh, const GlobalTensor& t, int f
 inline void ExpectShards(LocalCluster& c, const Mesh& mesh, const GlobalTensor& t,
                          const Layout& layout, int first_worker = 0) {
   for (int64_t d = 0; d < mesh.num_devices(); ++d) {
-    http::Client local(c.worker_url(first_worker + static_cast<int>(mesh.WorkerOfDevice(d))));
+    http::Client local = c.WorkerClient(first_worker + static_cast<int>(mesh.WorkerOfDevice(d)));
     auto r = local.Send("GET", "/v1/tensors/" + http::PercentEncode(t.name) + "?mesh=" +
                                    mesh.name + "&device=" + std::to_string(d));
     ASSERT_TRUE(r.ok()) << r.status().ToString();

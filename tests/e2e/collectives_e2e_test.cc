@@ -77,7 +77,7 @@ class CollectivesE2E : public ::testing::Test {
   // POST /v1/collectives/{op} on worker `rank` of mesh m.
   static Answer Collective(int rank, const std::string& op, const std::string& query,
                            const std::string& body) {
-    http::Client local(cluster_->worker_url(rank), "", 60);
+    http::Client local = cluster_->WorkerClient(rank, 60);
     auto r = local.Send("POST", "/v1/collectives/" + op + "?mesh=m&" + query, body,
                         "application/octet-stream");
     Answer a;
@@ -240,7 +240,7 @@ TEST_F(CollectivesE2E, AssertEqualNamesTheDifferingWorker) {
 
 TEST_F(CollectivesE2E, BarrierNameHashAndMeshSize) {
   auto barrier = [&](int r, const std::string& name, const std::string& extra = "") {
-    http::Client local(cluster_->worker_url(r), "", 60);
+    http::Client local = cluster_->WorkerClient(r, 60);
     auto res = local.Send("POST", "/v1/barriers/" + name + "?mesh=m&timeout_ms=10000" + extra, "{}");
     Answer a;
     if (res.ok()) {
@@ -325,7 +325,7 @@ TEST_F(CollectivesE2E, RestCollectiveJobs) {
   GlobalTensor x = MakeGlobal("x", DType::kFloat32, {4, 2}, Layout{{"data", "unsharded"}}, 11);
   Push(*cluster_, kMesh, x);
   for (int d = 0; d < 4; ++d) {
-    http::Client local(cluster_->worker_url(d));
+    http::Client local = cluster_->WorkerClient(d);
     auto r = local.Send("PUT", "/v1/tensors/g?mesh=m&device=" + std::to_string(d) +
                                    "&dtype=float32&shape=2&layout=unsharded",
                         Floats({float(d), 1.f}), "application/octet-stream");
@@ -350,7 +350,7 @@ TEST_F(CollectivesE2E, RestCollectiveJobs) {
            {"reduce", "mean"}});
   ASSERT_EQ(j.value("state", ""), "succeeded") << j.dump();
   for (int d = 0; d < 4; ++d) {
-    http::Client local(cluster_->worker_url(d));
+    http::Client local = cluster_->WorkerClient(d);
     auto r = local.Send("GET", "/v1/tensors/g_mean?mesh=m&device=" + std::to_string(d));
     ASSERT_TRUE(r.ok() && r->status == 200);
     EXPECT_EQ(ToFloats(r->body), (std::vector<float>{d % 2 == 0 ? 1.f : 2.f, 1.f})) << d;
@@ -361,7 +361,7 @@ TEST_F(CollectivesE2E, RestCollectiveJobs) {
   ASSERT_EQ(j.value("state", ""), "succeeded") << j.dump();
   EXPECT_EQ(j["result"]["layout"], Json::array({"data", "unsharded"}));
   for (int d = 0; d < 4; ++d) {
-    http::Client local(cluster_->worker_url(d));
+    http::Client local = cluster_->WorkerClient(d);
     auto r = local.Send("GET", "/v1/tensors/x_rs?mesh=m&device=" + std::to_string(d));
     ASSERT_TRUE(r.ok() && r->status == 200);
     std::vector<float> want = ToFloats(x.Slice(DeviceSlice(kMesh, x.layout, x.shape, d)));
@@ -390,7 +390,7 @@ TEST_F(CollectivesE2E, RestCollectiveJobs) {
   // it, and the others, already inside the all-reduce, are aborted instead of
   // waiting out their 20 s: a barrier with a 5 s budget right after succeeds.
   for (int d = 0; d < 3; ++d) {
-    http::Client local(cluster_->worker_url(d));
+    http::Client local = cluster_->WorkerClient(d);
     auto r = local.Send("PUT", "/v1/tensors/partial?mesh=m&device=" + std::to_string(d) +
                                    "&dtype=float32&shape=1&layout=unsharded",
                         Floats({1.f}), "application/octet-stream");
@@ -439,7 +439,7 @@ TEST_F(CollectivesE2E, MalformedCallsAreRefusedNamingTheField) {
            {"/v1/barriers/a/../b?mesh=m", "{}", 400, "name"},
            {"/v1/barriers/ok?mesh=m&local_devices=-1", "{}", 400, "local_devices"},
        }) {
-    http::Client local(cluster_->worker_url(0), "", 10);
+    http::Client local = cluster_->WorkerClient(0, 10);
     auto r = local.Send("POST", b.path, b.body, "application/octet-stream");
     ASSERT_TRUE(r.ok()) << b.path << ": " << r.status().ToString();
     EXPECT_EQ(r->status, b.status) << b.path << ": " << r->body;
@@ -457,7 +457,7 @@ TEST_F(CollectivesE2E, MalformedCallsAreRefusedNamingTheField) {
 
 TEST_F(CollectivesE2E, PreemptionSyncPointThroughTheLocalApi) {
   auto ask = [&](int r, int64_t step) {
-    http::Client local(cluster_->worker_url(r), "", 60);
+    http::Client local = cluster_->WorkerClient(r, 60);
     auto res = local.Call("GET", "/v1/preemption?mesh=m&step=" + std::to_string(step));
     EXPECT_TRUE(res.ok()) << res.status().ToString();
     return res.ok() ? *res : Json();
@@ -505,7 +505,7 @@ TEST_F(CollectivesE2E, AStrangerAtADataPortIsRefusedAndTheMeshGoesOn) {
   }
   ASSERT_GT(port, 0) << workers->dump();
   auto refused = [&]() -> int64_t {
-    http::Client local(cluster_->worker_url(0), "", 10);
+    http::Client local = cluster_->WorkerClient(0, 10);
     auto health = local.Call("GET", "/healthz");
     if (!health.ok() || !health->contains("data_port")) return -1;
     return (*health)["data_port"].value("refused_connections", int64_t{-1});

@@ -175,11 +175,11 @@ TEST(TrainerSave, PassesItsDeadlineAndIsCancelled) {
   ASSERT_TRUE(c->PutMesh("two", MeshToJson(kTwo)["axes"]).ok());
   Push(*c, kTwo, Weights(1));
   for (int w = 0; w < 2; ++w) {
-    http::Client local(c->worker_url(w));
+    http::Client local = c->WorkerClient(w);
     auto r = local.Call("POST", "/v1/save?mesh=two&step=1", {{"deadline_ms", 800}});
     ASSERT_TRUE(r.ok()) << r.status().ToString();
   }
-  http::Client local(c->worker_url(0));
+  http::Client local = c->WorkerClient(0);
   auto waited = local.Call("GET", "/v1/saves/1?mesh=two&wait=committed&timeout_ms=20000");
   ASSERT_FALSE(waited.ok());
   EXPECT_EQ(waited.status().code(), Code::kDeadlineExceeded) << waited.status().ToString();
@@ -213,6 +213,8 @@ TEST(CatalogFull, AMeshTheCatalogCannotRecordIsNotRegistered) {
     opts.workers = 2;
     auto c = StartCluster(opts);
     ASSERT_TRUE(c);
+    const Mesh one{"one", {{"data", 1}}, 1};
+    ASSERT_TRUE(c->PutMesh("one", MeshToJson(one)["axes"]).ok());
     // Fill the disk.
     {
       std::ofstream fill(dir + "/fill", std::ios::binary);
@@ -226,6 +228,13 @@ TEST(CatalogFull, AMeshTheCatalogCannotRecordIsNotRegistered) {
     EXPECT_NE(r.status().message().find("catalog meshes/two"), std::string::npos)
         << r.status().ToString();
     EXPECT_EQ(c->Call("GET", "/api/v1/meshes/two").status().code(), Code::kNotFound);
+    // A save whose checkpoint cannot be recorded is refused and leaves no job behind.
+    auto save = c->Call("POST", "/api/v1/meshes/one/checkpoints", {{"step", 1}});
+    ASSERT_FALSE(save.ok());
+    EXPECT_EQ(save.status().code(), Code::kResourceExhausted) << save.status().ToString();
+    auto jobs = c->Call("GET", "/api/v1/jobs?kind=save");
+    ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+    EXPECT_EQ(jobs->size(), 0u) << jobs->dump();
     http::Client client(c->url());
     auto health = client.Send("GET", "/healthz");
     ASSERT_TRUE(health.ok());

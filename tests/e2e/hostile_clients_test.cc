@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -166,7 +167,7 @@ TEST(HostileClients, TrickledHeadersDoNotStallALocalApi) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   ASSERT_EQ(slow.open(), 1000);
-  http::Client local(c->worker_url(0), "", 5);
+  http::Client local = c->WorkerClient(0, 5);
   TimeCalls("GET /v1/tensors (local API)", 20, [&] {
     auto r = local.Call("GET", "/v1/tensors");
     ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -176,6 +177,53 @@ TEST(HostileClients, TrickledHeadersDoNotStallALocalApi) {
   Push(*c, kMesh, t);
   Json job = SaveAndWait(*c, "two", 2);
   EXPECT_EQ(job["state"], "succeeded") << job.dump();
+}
+
+TEST(HostileClients, ALocalApiRefusesRequestsWithoutItsCredential) {
+  tools::ClusterOptions opts;
+  opts.workers = 1;
+  auto c = StartCluster(opts);
+  ASSERT_TRUE(c);
+  const std::string url = c->worker_url(0);
+  for (const std::string token : {"", "not-the-credential"}) {
+    http::Client stranger(url, token, 5);
+    for (const auto& [method, path] : std::vector<std::pair<std::string, std::string>>{
+             {"GET", "/v1/tensors"},
+             {"DELETE", "/v1/tensors/w?mesh=m"},
+             {"POST", "/v1/save?mesh=m&step=1"},
+             {"POST", "/v1/collectives/all_reduce?mesh=m&dtype=float32&shape=1"},
+             {"GET", "/v1/preemption?mesh=m&step=1"}}) {
+      auto r = stranger.Send(method, path, method == "GET" ? "" : "{}");
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ(r->status, 401) << method << " " << path << ": " << r->body;
+      EXPECT_NE(r->body.find("local credential"), std::string::npos) << r->body;
+    }
+    // Liveness stays open.
+    auto health = stranger.Send("GET", "/healthz");
+    ASSERT_TRUE(health.ok());
+    EXPECT_EQ(health->status, 200);
+  }
+  EXPECT_TRUE(c->WorkerClient(0).Call("GET", "/v1/tensors").ok());
+
+  // The credential is a file only the worker's user can read, in a directory
+  // only that user can enter.
+  const std::string path = http::DefaultLocalCredentialPath(std::stoi(url.substr(url.rfind(':') + 1)));
+  struct stat file {}, dir {};
+  ASSERT_EQ(::stat(path.c_str(), &file), 0) << path;
+  ASSERT_EQ(::stat(path.substr(0, path.rfind('/')).c_str(), &dir), 0);
+  EXPECT_EQ(file.st_mode & 0777, 0600u);
+  EXPECT_EQ(dir.st_mode & 0777, 0700u);
+  EXPECT_EQ(file.st_uid, ::getuid());
+}
+
+TEST(HostileClients, ACredentialDirectoryOthersCanWriteToIsRefused) {
+  const std::string dir = ::testing::TempDir() + "/open-" + std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+  Status st = http::WriteLocalCredential(dir + "/local.key", "x");
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find(dir), std::string::npos) << st.ToString();
+  ::rmdir(dir.c_str());
 }
 
 }  // namespace

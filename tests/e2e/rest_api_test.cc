@@ -266,7 +266,7 @@ TEST_F(Api, EventsStreamJobProgressAndMetricsCount) {
 }
 
 TEST_F(Api, WorkerLocalApiErrors) {
-  http::Client local(cluster_->worker_url(0));
+  http::Client local = cluster_->WorkerClient(0);
   auto r = local.Send("PUT", "/v1/tensors/x?device=0&dtype=float32&shape=2&layout=unsharded", "12345678");
   ExpectError(*r, {"PUT", "", "", 400, "invalid_argument", "mesh"});
   r = local.Send("PUT", "/v1/tensors/x?mesh=two&device=0&dtype=float32&shape=2&layout=unsharded", "123");

@@ -168,7 +168,7 @@ TEST(SaveRestore, TrainerSaveReturnsAfterSnapshotAndKeepsOldValues) {
   auto mapped = MakeGlobal("mapped", DType::kFloat32, {64, 64}, Layout{{"data", "model"}}, 11);
   std::vector<std::pair<void*, size_t>> maps;
   for (int64_t d = 0; d < 4; ++d) {
-    http::Client local(c->worker_url(static_cast<int>(d)));
+    http::Client local = c->WorkerClient(static_cast<int>(d));
     auto r = local.Call("POST", "/v1/tensors/mapped/mapping?mesh=m&device=" + std::to_string(d) +
                                     "&dtype=float32&shape=64,64&layout=data,model",
                         Json::object());
@@ -187,7 +187,7 @@ TEST(SaveRestore, TrainerSaveReturnsAfterSnapshotAndKeepsOldValues) {
   std::vector<Json> answers(4);
   for (int w = 0; w < 4; ++w) {
     trainers.emplace_back([&, w] {
-      http::Client local(c->worker_url(w), "", 60);
+      http::Client local = c->WorkerClient(w, 60);
       auto r = local.Call("POST", "/v1/save?mesh=m&step=7", Json::object());
       answers[w] = r.ok() ? *r : ErrorBody(r.status());
     });
@@ -205,7 +205,7 @@ TEST(SaveRestore, TrainerSaveReturnsAfterSnapshotAndKeepsOldValues) {
   // Every worker started or joined the same job in the background.
   std::vector<std::string> jobs;
   for (int w = 0; w < 4; ++w) {
-    http::Client local(c->worker_url(w), "", 60);
+    http::Client local = c->WorkerClient(w, 60);
     auto s = local.Call("GET", "/v1/saves/7?mesh=m&wait=started");
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     jobs.push_back((*s)["job"]);
@@ -214,7 +214,7 @@ TEST(SaveRestore, TrainerSaveReturnsAfterSnapshotAndKeepsOldValues) {
   EXPECT_EQ(jobs[1], jobs[2]);
   EXPECT_EQ(jobs[0], jobs[1]);
   {
-    http::Client local(c->worker_url(1), "", 60);
+    http::Client local = c->WorkerClient(1, 60);
     auto s = local.Call("GET", "/v1/saves/7?mesh=m&wait=committed");
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     EXPECT_EQ((*s)["state"], "committed");
@@ -234,7 +234,7 @@ TEST(SaveRestore, TrainerSaveReturnsAfterSnapshotAndKeepsOldValues) {
   std::vector<std::thread> waiters;
   for (int w = 0; w < 4; ++w) {
     waiters.emplace_back([&, w] {
-      http::Client local(c->worker_url(w), "", 60);
+      http::Client local = c->WorkerClient(w, 60);
       auto r = local.Call("POST", "/v1/save?mesh=m&step=8&wait=committed", Json::object());
       answers[w] = r.ok() ? *r : ErrorBody(r.status());
     });
@@ -242,7 +242,7 @@ TEST(SaveRestore, TrainerSaveReturnsAfterSnapshotAndKeepsOldValues) {
   for (auto& t : waiters) t.join();
   EXPECT_EQ(answers[1]["state"], "committed") << answers[1].dump();
   EXPECT_TRUE(answers[1]["job"].is_string()) << answers[1].dump();
-  http::Client local(c->worker_url(2));
+  http::Client local = c->WorkerClient(2);
   auto lat = local.Call("GET", "/v1/checkpoints/latest?mesh=m");
   ASSERT_TRUE(lat.ok());
   EXPECT_EQ((*lat)["step"], 8);
@@ -258,7 +258,7 @@ TEST(SaveRestore, TrainerRoutesRestoreOwnWorkerAndReportFailedSaves) {
   GlobalTensor w = MakeGlobal("w", DType::kFloat32, {8, 4}, Layout{{"data", "unsharded"}}, 3);
   Push(*c, two, w);
   SaveAndWait(*c, "two", 5);
-  http::Client w0(c->worker_url(0), "", 60), w1(c->worker_url(1), "", 60);
+  http::Client w0 = c->WorkerClient(0, 60), w1 = c->WorkerClient(1, 60);
 
   // Step 5 is committed already: the snapshot answers, the background start fails,
   // and /v1/saves reports the conflict with the step, on both wait modes.

@@ -1,6 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdint>
+
 #include "api/dtype.h"
+#include "api/http/router.h"
 #include "api/json_codec.h"
 #include "api/mesh.h"
 #include "api/names.h"
@@ -192,6 +196,101 @@ TEST(JsonCodec, FieldReaders) {
   EXPECT_FALSE(OptionalString(j, "step").ok());
   EXPECT_TRUE(**OptionalBool(j, "flag"));
   EXPECT_FALSE(OptionalInt(j, "nothing")->has_value());
+}
+
+// Regressions found by the fuzz targets of fuzz/ (their inputs are in
+// fuzz/corpus/*/regress-*).
+
+TEST(FuzzRegression, MeshDeviceCountOverflowIsRefused) {
+  // 65536^4 devices overflowed int64 before the 2^20 limit was checked.
+  Mesh m{"m", {{"a", 65536}, {"b", 65536}, {"c", 65536}, {"d", 65536}}, 1};
+  Status st = m.Validate();
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_EQ(st.details()["field"], "axes");
+  EXPECT_FALSE(MeshFromJson(MeshToJson(m)).ok());
+  EXPECT_TRUE((Mesh{"m", {{"a", 1024}, {"b", 1024}}, 1}).Validate().ok());
+}
+
+TEST(FuzzRegression, DimensionsAboveTheElementLimitAreRefused) {
+  // With a zero dimension the product stays 0, and offset + length of a slice
+  // overflowed (SliceSpec::ToString, Contains, Intersect).
+  for (const char* bad : {"0,9223372036854775807", "0,281474976710657"}) {
+    auto st = ParseShape(bad, "offsets").status();
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << bad;
+    EXPECT_EQ(st.details()["field"], "offsets");
+  }
+  EXPECT_TRUE(ParseShape("0,281474976710656").ok());
+  auto slice = SliceFromJson(*ParseJson(R"({"offsets":[0,9223372036854775807],"lengths":[0,9223372036854775807]})"));
+  EXPECT_EQ(slice.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(slice.status().details()["field"], "slice.offsets");
+}
+
+TEST(FuzzRegression, DeeplyNestedJsonIsRefused) {
+  // Copying or printing a value recurses per level: a 2 MiB body of brackets
+  // overflowed the stack wherever a handler copied it.
+  const int n = 1000000;
+  auto deep = ParseJson("{\"metadata\":" + std::string(n, '[') + std::string(n, ']') + "}");
+  EXPECT_EQ(deep.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(deep.status().message().find("deeper than"), std::string::npos);
+  EXPECT_EQ(deep.status().details()["field"], "request body");
+  auto at_limit = ParseJson(std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']'));
+  ASSERT_TRUE(at_limit.ok());
+  Json copy = *at_limit;
+  EXPECT_EQ(copy, *at_limit);
+  EXPECT_FALSE(ParseJson(std::string(kMaxJsonDepth + 1, '[') + std::string(kMaxJsonDepth + 1, ']')).ok());
+  // Brackets inside strings do not count.
+  EXPECT_TRUE(ParseJson("[\"" + std::string(10000, '[') + "\\\"\"]").ok());
+}
+
+TEST(FuzzRegression, IntegersAbove2To63AreRefused) {
+  // 18446744073709551615 was read as -1.
+  Json j = *ParseJson(R"({"step": 18446744073709551615, "ok": 9223372036854775807})");
+  auto step = OptionalInt(j, "step");
+  EXPECT_EQ(step.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(step.status().details()["field"], "step");
+  EXPECT_EQ(*RequiredInt(j, "ok"), INT64_MAX);
+}
+
+TEST(FuzzRegression, PercentDecodeTakesOnlyTwoHexDigits) {
+  // from_chars also took a sign: "%-1" decoded to 0xff and "%-0" to NUL.
+  for (const char* kept : {"%-1", "%-0", "%+1", "% 1", "%1", "%", "%g0", "%0x"}) {
+    EXPECT_EQ(http::PercentDecode(kept), kept);
+  }
+  EXPECT_EQ(http::PercentDecode("a%2Fb%2fc%41"), "a/b/cA");
+  EXPECT_EQ(http::PercentDecode(http::PercentEncodeSegment("%-1/x y")), "%-1/x y");
+}
+
+TEST(FuzzRegression, LongPathsRouteInLinearTime) {
+  // Every candidate value of a {name+} parameter was decoded before the rest
+  // of the pattern was tried: an 8 KiB path cost seconds per greedy route.
+  http::Router router;
+  for (const char* p : {"/api/v1/meshes/{m+}/checkpoints", "/api/v1/meshes/{m+}/checkpoints/{step}",
+                        "/api/v1/meshes/{m+}/preemption/sync", "/api/v1/meshes/{name+}"}) {
+    router.Add({"GET", p, [](const http::Request& req) {
+                  return http::Response::Json(200, {{"m", req.Param("m")}, {"name", req.Param("name")},
+                                                    {"step", req.Param("step")}});
+                }, ""});
+  }
+  http::Request req;
+  req.method = "POST";
+  req.path = "/api/v1/meshes/";
+  for (int i = 0; i < 32000; ++i) req.path += "a/";
+  req.path += "x";
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(router.Dispatch(req).status, 405);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+
+  // Matching itself is unchanged: the longest value that lets the rest match,
+  // never across an empty segment.
+  req.method = "GET";
+  req.path = "/api/v1/meshes/a/b%2Fc/checkpoints/7";
+  auto r = ParseJson(router.Dispatch(req).body);
+  EXPECT_EQ((*r)["m"], "a/b/c");
+  EXPECT_EQ((*r)["step"], "7");
+  req.path = "/api/v1/meshes/a//b/checkpoints";
+  EXPECT_EQ(router.Dispatch(req).status, 404);
+  req.path = "/api/v1/meshes/a/checkpoints/x/y";
+  EXPECT_EQ((*ParseJson(router.Dispatch(req).body))["name"], "a/checkpoints/x/y");
 }
 
 }  // namespace

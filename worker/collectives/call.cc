@@ -59,6 +59,7 @@ Result<Call> Session::Begin(Signature signature) {
     return st.WithContext(signature.Describe() + ": group '" + group_.id() +
                           "' was aborted by an earlier error (rebuild it on a new transport)");
   }
+  group_.mu_.AssertHeld();  // by lock_
   return Call(*group_.transport_, group_.id(), std::move(signature), group_.next_seq_++, timeout_,
               deadline_);
 }

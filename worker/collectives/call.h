@@ -13,6 +13,7 @@
 // returns the error prefixed with the call's description.
 #pragma once
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -50,7 +51,7 @@ class Session {
 
  private:
   Group& group_;
-  std::unique_lock<std::mutex> lock_;
+  std::unique_lock<Mutex> lock_;  // group_.mu_, for the session's lifetime
   const std::chrono::milliseconds timeout_;
   const Deadline deadline_;
 };

@@ -13,11 +13,11 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 
 #include "api/status.h"
+#include "api/thread_annotations.h"
 #include "worker/collectives/transport.h"
 
 namespace tessera::collectives {
@@ -45,8 +45,8 @@ class Group {
   friend class Session;
   std::unique_ptr<Transport> transport_;
   const std::string id_;
-  std::mutex mu_;          // held by each collective for its whole duration
-  uint64_t next_seq_ = 0;  // GUARDED_BY(mu_)
+  Mutex mu_;  // held by each collective for its whole duration (Session)
+  uint64_t next_seq_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tessera::collectives

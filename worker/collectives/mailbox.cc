@@ -9,46 +9,46 @@ Mailbox::Mailbox(int self, int size) : self_(self), queues_(size), gone_(size) {
 
 void Mailbox::Deliver(int peer, Buffer message) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     queues_[peer].push_back(std::move(message));
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void Mailbox::MarkPeerGone(int peer, Status why) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (gone_[peer].ok()) gone_[peer] = std::move(why);
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 bool Mailbox::PeerGone(int peer) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return !gone_[peer].ok();
 }
 
 void Mailbox::Poison(Status why) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (poison_.ok()) poison_ = std::move(why);
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 Status Mailbox::status() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return poison_;
 }
 
 Status Mailbox::SendStatus(int peer) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!poison_.ok()) return poison_;
   return gone_[peer];
 }
 
 Status Mailbox::Take(int peer, Buffer* out, Deadline deadline) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   auto& queue = queues_[peer];
   while (queue.empty()) {
     // Checked before the deadline: an error that came in while waiting explains
@@ -56,14 +56,14 @@ Status Mailbox::Take(int peer, Buffer* out, Deadline deadline) {
     if (!poison_.ok()) return poison_;
     if (!gone_[peer].ok()) {
       poison_ = gone_[peer];  // sticky: the group cannot finish without this peer
-      cv_.notify_all();
+      cv_.NotifyAll();
       return poison_;
     }
     if (Clock::now() >= deadline) {
       return DeadlineExceeded("timed out waiting for a message from rank " + std::to_string(peer),
                               {{"peer_rank", peer}, {"rank", self_}});
     }
-    cv_.wait_until(lock, deadline);
+    cv_.WaitUntil(mu_, deadline);
   }
   if (out->capacity() >= kMinSpareBytes && spares_.size() < kMaxSpares) {
     spares_.push_back(std::move(*out));
@@ -77,7 +77,7 @@ Buffer Mailbox::Allocate(size_t size) {
   Buffer buffer;
   if (size >= kMinSpareBytes) {
     // Best fit, so that headers do not take the buffers that chunks need.
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto best = spares_.end();
     for (auto it = spares_.begin(); it != spares_.end(); ++it) {
       if (it->capacity() >= size && (best == spares_.end() || it->capacity() < best->capacity())) {

@@ -3,12 +3,11 @@
 // Internal to the collectives library. Thread-safe.
 #pragma once
 
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <vector>
 
 #include "api/status.h"
+#include "api/thread_annotations.h"
 #include "worker/collectives/buffer.h"
 #include "worker/collectives/transport.h"
 
@@ -45,12 +44,12 @@ class Mailbox {
   static constexpr size_t kMinSpareBytes = 64 << 10;
 
   const int self_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::deque<Buffer>> queues_;  // GUARDED_BY(mu_), by peer
-  std::vector<Status> gone_;                // GUARDED_BY(mu_), by peer
-  Status poison_;                           // GUARDED_BY(mu_)
-  std::vector<Buffer> spares_;              // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::vector<std::deque<Buffer>> queues_ GUARDED_BY(mu_);  // by peer
+  std::vector<Status> gone_ GUARDED_BY(mu_);                // by peer
+  Status poison_ GUARDED_BY(mu_);
+  std::vector<Buffer> spares_ GUARDED_BY(mu_);
 };
 
 }  // namespace tessera::collectives

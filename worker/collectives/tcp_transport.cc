@@ -449,9 +449,9 @@ class ServerHandshake {
 std::atomic<uint64_t> g_refused{0};
 
 struct RefusalLog {
-  std::mutex mu;
-  Clock::time_point last{};  // GUARDED_BY(mu) of the last line
-  uint64_t unlogged = 0;     // GUARDED_BY(mu) refusals since then, not logged
+  Mutex mu;
+  Clock::time_point last GUARDED_BY(mu) = {};  // of the last line
+  uint64_t unlogged GUARDED_BY(mu) = 0;        // refusals since then, not logged
 };
 
 RefusalLog& TheRefusalLog() {
@@ -471,7 +471,7 @@ void NoteRefusal(std::atomic<uint64_t>* counter, const std::string& port,
   if (counter != nullptr) counter->fetch_add(1);
   const uint64_t total = g_refused.fetch_add(1) + 1;
   RefusalLog& log = TheRefusalLog();
-  std::lock_guard<std::mutex> lock(log.mu);
+  MutexLock lock(log.mu);
   const auto now = Clock::now();
   if (log.last != Clock::time_point{} && now - log.last < kRefusalLogInterval) {
     ++log.unlogged;
@@ -488,7 +488,7 @@ void NoteRefusal(std::atomic<uint64_t>* counter, const std::string& port,
 // Logs the refusals a flood kept from the log, once their second is over.
 void FlushRefusalLog(const std::string& port) {
   RefusalLog& log = TheRefusalLog();
-  std::lock_guard<std::mutex> lock(log.mu);
+  MutexLock lock(log.mu);
   const auto now = Clock::now();
   if (log.unlogged == 0 || now - log.last < kRefusalLogInterval) return;
   std::fprintf(stderr, "%s: %s (%llu refused in all)\n", port.c_str(),
@@ -622,8 +622,8 @@ struct TcpTransport::Peer {
   std::string address;
 
   // Not a timed_mutex: gcc 12's ThreadSanitizer does not see its timed locks.
-  std::mutex send_mu;
-  bool stream_broken = false;  // GUARDED_BY(send_mu): a frame was cut short
+  Mutex send_mu;
+  bool stream_broken GUARDED_BY(send_mu) = false;  // a frame was cut short
 
   // Receive state, touched only by the receiver thread.
   uint8_t header[kFrameHeaderBytes] = {};
@@ -743,7 +743,7 @@ void TcpAcceptor::AcceptLoop() {
     const auto now = Clock::now();
     {
       // Connections nobody took (their group never formed here) expire.
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       for (auto it = pending_.begin(); it != pending_.end();) {
         it = now - it->second->arrived > kPendingLifetime ? pending_.erase(it) : std::next(it);
       }
@@ -764,9 +764,9 @@ void TcpAcceptor::AcceptLoop() {
         pending->fd = h.TakeFd();
         pending->arrived = now;
         handshakes[i].reset();
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         pending_.emplace(pending->hello.group_id, std::move(pending));
-        cv_.notify_all();
+        cv_.NotifyAll();
       }
     }
     std::erase(handshakes, nullptr);
@@ -791,7 +791,7 @@ void TcpAcceptor::AcceptLoop() {
 
 std::unique_ptr<TcpAcceptor::Pending> TcpAcceptor::Take(const std::string& group_id,
                                                           Deadline deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (true) {
     for (auto it = pending_.find(group_id); it != pending_.end() && it->first == group_id;) {
       std::unique_ptr<Pending> p = std::move(it->second);
@@ -800,7 +800,7 @@ std::unique_ptr<TcpAcceptor::Pending> TcpAcceptor::Take(const std::string& group
       if (!StillWaiting(p->fd.get())) continue;
       return p;
     }
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+    if (!cv_.WaitUntil(mu_, deadline)) {
       auto it = pending_.find(group_id);
       if (it == pending_.end()) return nullptr;
     }
@@ -837,14 +837,13 @@ Status TcpTransport::SendFrame(int peer_rank, FrameKind kind, std::span<const Co
   Peer& peer = *peers_[peer_rank];
   const std::string who = "rank " + std::to_string(peer_rank) + " (" + peer.address + ")";
   // Contended only while Close or Abort races a send, so polling is cheap enough.
-  std::unique_lock lock(peer.send_mu, std::try_to_lock);
-  while (!lock.owns_lock()) {
+  while (!peer.send_mu.try_lock()) {
     if (Clock::now() >= deadline) {
       return DeadlineExceeded("timed out waiting to send to " + who, {{"peer_rank", peer_rank}});
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    (void)lock.try_lock();
   }
+  MutexLock lock(peer.send_mu, std::adopt_lock);
   if (closed_.load() && kind != FrameKind::kGoodbye) {
     return Unavailable("the transport of rank " + std::to_string(rank_) + " is closed");
   }
@@ -934,7 +933,7 @@ void TcpTransport::Close() {
   }
   if (receiver_.joinable()) receiver_.join();
   for (auto& peer : peers_) {
-    std::lock_guard lock(peer->send_mu);
+    MutexLock lock(peer->send_mu);
     if (peer->fd < 0) continue;
     // Closing with unread bytes would send a reset instead of a FIN, and a reset
     // may discard what this rank sent last; read what is there first.

@@ -26,14 +26,13 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "api/thread_annotations.h"
 #include "worker/collectives/auth.h"
 #include "worker/collectives/mailbox.h"
 #include "worker/collectives/tcp_wire.h"
@@ -127,9 +126,9 @@ class TcpAcceptor {
   const DataPortKey key_;
   int stop_fd_;
   std::atomic<uint64_t> refused_{0};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::multimap<std::string, std::unique_ptr<Pending>> pending_;  // GUARDED_BY(mu_) by group
+  Mutex mu_;
+  CondVar cv_;
+  std::multimap<std::string, std::unique_ptr<Pending>> pending_ GUARDED_BY(mu_);  // by group
   std::thread thread_;
 };
 
