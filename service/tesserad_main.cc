@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
   sopts.threads = threads;
   sopts.token = *token;
   sopts.max_body_bytes = 2 << 20;
-  sopts.read_timeout_s = 120;
+  sopts.read_timeout_s = 30;
   sopts.write_timeout_s = 120;
   sopts.header_timeout_s = header_timeout_s;
   sopts.tls_cert_file = tls_cert;

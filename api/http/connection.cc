@@ -112,12 +112,13 @@ bool Conn::ReadAvailable(bool* tls_wait_write, size_t limit) {
 bool Conn::HeaderComplete() const {
   std::string_view rest(buf.data() + pos, buf.size() - pos);
   // Blank lines before a request line are allowed (RFC 9112 2.2); a header ends
-  // at the first empty line after some text.
+  // at the first empty line after some text. Lines end in CRLF: the parser
+  // skips bare-LF lines, so a header that only has those would never end, and
+  // would wait here (then 408) rather than on a handler thread.
   size_t start = rest.find_first_not_of("\r\n");
   if (start == std::string_view::npos) return false;
   rest.remove_prefix(start);
-  return rest.find("\r\n\r\n") != std::string_view::npos ||
-         rest.find("\n\n") != std::string_view::npos;
+  return rest.find("\r\n\r\n") != std::string_view::npos;
 }
 
 bool Conn::WriteAll(const char* data, size_t n, int timeout_ms) {

@@ -138,6 +138,20 @@ TEST_F(HttpServerTest, OverThePerPeerCapTheLongestWaitingGoes) {
   for (int fd : fds) ::close(fd);
 }
 
+TEST_F(HttpServerTest, AHeaderOfBareLineFeedsWaitsInTheGateNotOnAThread) {
+  ServerOptions o;
+  o.threads = 1;
+  o.header_timeout_s = 1;
+  auto server = Serve(o);
+  int fd = Connect(server->port());
+  SendText(fd, "GET /ping HTTP/1.1\nHost: x\n\n");
+  // The only handler thread is free for others meanwhile.
+  auto r = Client(Url(*server), "", 5).Call("GET", "/ping");
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(ReadUntilClosed(fd, 5000).rfind("HTTP/1.1 408", 0), 0u);
+  ::close(fd);
+}
+
 TEST_F(HttpServerTest, AnOversizedHeaderGets431) {
   ServerOptions o;
   o.max_header_bytes = 1024;
