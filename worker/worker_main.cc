@@ -179,10 +179,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   hopts.token = *credential;
-  hopts.token_hint = "the token is this worker's local credential, in " +
-                     (local_credential.empty() ? std::string("/tmp/tessera-<uid>/local-<port>.key")
-                                               : local_credential) +
-                     " (readable by the worker's user only)";
   tessera::http::Server http(router, hopts);
   auto bound = http.Bind();
   if (!bound.ok()) {
@@ -190,6 +186,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (local_credential.empty()) local_credential = tessera::http::DefaultLocalCredentialPath(*bound);
+  http.set_token_hint("the token is this worker's local credential, in " + local_credential +
+                      " (readable by the worker's user only)");
   if (auto st = tessera::http::WriteLocalCredential(local_credential, *credential); !st.ok()) {
     std::fprintf(stderr, "error: local API credential: %s\n", st.ToString().c_str());
     return 1;

@@ -80,6 +80,8 @@ class Server {
   void Stop();
   int port() const { return port_; }
   bool tls() const { return !options_.tls_cert_file.empty(); }
+  // ServerOptions::token_hint, once known (it may name the bound port). Before Start().
+  void set_token_hint(std::string hint) { options_.token_hint = std::move(hint); }
   ServerStats stats() const;
 
  private:
