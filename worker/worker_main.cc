@@ -2,17 +2,20 @@
 // tensors, and executes save / restore tasks from tesserad.
 #include <CLI/CLI.hpp>
 
+#include <fcntl.h>
 #include <sys/resource.h>
-
-#include <csignal>
-#include <cstdio>
-#include <map>
-#include <memory>
-
 #include <unistd.h>
 
-#include "api/http/server.h"
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <thread>
+
 #include "api/http/local_credential.h"
+#include "api/http/server.h"
 #include "api/http/tls.h"
 #include "storage/env.h"
 #include "storage/fault_env.h"
@@ -25,10 +28,13 @@
 
 namespace {
 
-tessera::http::Server* g_server = nullptr;
+// SIGINT / SIGTERM only write a byte here (async-signal-safe); a thread of
+// its own reads it and stops the server, which takes locks and joins threads.
+int g_stop_pipe[2] = {-1, -1};
 
 void OnSignal(int) {
-  if (g_server) g_server->Stop();
+  const char c = 1;
+  (void)!::write(g_stop_pipe[1], &c, 1);
 }
 
 bool SplitHostPort(const std::string& s, std::string* host, int* port) {
@@ -205,13 +211,23 @@ int main(int argc, char** argv) {
   }
   std::printf("registered as %s with %s\n", agent.id().c_str(), server.c_str());
   std::fflush(stdout);
-  g_server = &http;
+  if (::pipe2(g_stop_pipe, O_CLOEXEC) != 0) {
+    std::fprintf(stderr, "error: pipe: %s\n", std::strerror(errno));
+    return 1;
+  }
+  std::thread stopper([&http] {
+    char c;
+    while (::read(g_stop_pipe[0], &c, 1) < 0 && errno == EINTR) {
+    }
+    http.Stop();
+  });
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGPIPE, SIG_IGN);
   agent.Start();
   http.Run();
-  g_server = nullptr;
+  OnSignal(0);  // wakes the stopper when Run ended by itself
+  stopper.join();
   ::unlink(local_credential.c_str());
   agent.Stop();
   return 0;
