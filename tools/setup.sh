@@ -37,6 +37,8 @@ packages=(
   # The fuzz tier (fuzz/, build-clang/): clang, and libFuzzer with the sanitizer
   # runtimes (only recommended by clang, so named here).
   clang libclang-rt-14-dev
+  # The openssl command makes the self-signed certificates of the TLS tests.
+  openssl
 )
 missing=()
 for p in "${packages[@]}"; do
