@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <tuple>
 
 namespace tessera::http {
 
@@ -211,17 +212,22 @@ void ConnStream::get_local_ip_and_port(std::string& ip, int& port) const {
   ip.clear();
   port = 0;
   if (::getsockname(c_.fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return;
+  std::tie(ip, port) = AddressOf(ss);
+}
+
+std::pair<std::string, int> AddressOf(const sockaddr_storage& ss) {
   char host[INET6_ADDRSTRLEN] = {0};
+  int port = 0;
   if (ss.ss_family == AF_INET) {
-    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
     inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
     port = ntohs(a->sin_port);
   } else if (ss.ss_family == AF_INET6) {
-    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
     inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
     port = ntohs(a->sin6_port);
   }
-  ip = host;
+  return {host, port};
 }
 
 }  // namespace tessera::http

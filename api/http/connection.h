@@ -9,6 +9,9 @@
 #include <cstdint>
 #include <cstddef>
 #include <string>
+#include <utility>
+
+#include <sys/socket.h>
 
 typedef struct ssl_st SSL;
 
@@ -73,5 +76,8 @@ class ConnStream : public httplib::Stream {
 
 // Milliseconds of the steady clock.
 int64_t SteadyMs();
+
+// The address and port in `ss` (IPv4 or IPv6); "" and 0 for another family.
+std::pair<std::string, int> AddressOf(const sockaddr_storage& ss);
 
 }  // namespace tessera::http

@@ -21,21 +21,6 @@ namespace {
 constexpr int kScanIntervalMs = 100;
 constexpr int kAcceptPauseMs = 100;  // after running out of file descriptors
 
-std::pair<std::string, int> PeerOf(const sockaddr_storage& ss) {
-  char host[INET6_ADDRSTRLEN] = {0};
-  int port = 0;
-  if (ss.ss_family == AF_INET) {
-    auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
-    inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
-    port = ntohs(a->sin_port);
-  } else if (ss.ss_family == AF_INET6) {
-    auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
-    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
-    port = ntohs(a->sin6_port);
-  }
-  return {host, port};
-}
-
 }  // namespace
 
 Gate::Gate(int listen_fd, SSL_CTX* tls, GateOptions options, Dispatch dispatch)
@@ -163,7 +148,7 @@ void Gate::AcceptAll(int64_t now) {
     }
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    auto [ip, port] = PeerOf(ss);
+    auto [ip, port] = AddressOf(ss);
     SSL* ssl = nullptr;
     if (tls_ != nullptr) {
       ssl = SSL_new(tls_);
