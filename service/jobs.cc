@@ -285,9 +285,10 @@ Result<Json> Service::StartSave(const std::string& mesh, const Json& body) {
   c.metadata = body.value("metadata", Json::object());
   if (c.metadata.is_null()) c.metadata = Json::object();
   if (Status st = PersistCheckpoint(c); !st.ok()) {
-    job_order_.erase(std::remove(job_order_.begin(), job_order_.end(), job->id), job_order_.end());
-    jobs_.erase(job->id);
-    (void)catalog_->Delete("jobs", job->id);
+    const std::string id = job->id;  // `job` dies with its entry
+    job_order_.erase(std::remove(job_order_.begin(), job_order_.end(), id), job_order_.end());
+    jobs_.erase(id);
+    (void)catalog_->Delete("jobs", id);
     return st.WithContext("the save of step " + std::to_string(step) + " was not started");
   }
   checkpoints_[key] = c;
