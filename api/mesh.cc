@@ -20,6 +20,12 @@ int Mesh::AxisIndex(std::string_view axis) const {
   return -1;
 }
 
+std::vector<int64_t> Mesh::DevicesOfWorker(int64_t rank) const {
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < devices_per_worker; ++i) out.push_back(rank * devices_per_worker + i);
+  return out;
+}
+
 std::vector<int64_t> Mesh::DeviceCoords(int64_t device) const {
   std::vector<int64_t> coords(axes.size());
   for (size_t i = axes.size(); i-- > 0;) {

@@ -32,6 +32,8 @@ struct Mesh {
   // Coordinate of `device` along every axis.
   std::vector<int64_t> DeviceCoords(int64_t device) const;
   int64_t WorkerOfDevice(int64_t device) const { return device / devices_per_worker; }
+  // The devices of the worker of `rank`: rank·devices_per_worker + [0, devices_per_worker).
+  std::vector<int64_t> DevicesOfWorker(int64_t rank) const;
   // Name, axes (unique valid names, sizes ≥ 1) and divisibility by devices_per_worker.
   Status Validate() const;
   // "{data:2, model:2}"

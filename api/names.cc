@@ -1,5 +1,6 @@
 #include "api/names.h"
 
+#include <charconv>
 #include <string>
 
 namespace tessera {
@@ -30,6 +31,17 @@ Status ValidateName(std::string_view name, std::string_view field) {
     pos = slash + 1;
   }
   return Status::Ok();
+}
+
+Result<int64_t> ParseStep(std::string_view text, std::string_view field) {
+  int64_t step = -1;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), step);
+  if (text.empty() || ec != std::errc() || p != text.data() + text.size() || step < 0) {
+    return InvalidArgument(std::string(field) + " must be a non-negative integer, got '" +
+                               std::string(text.substr(0, 32)) + "'",
+                           {{"field", field}});
+  }
+  return step;
 }
 
 }  // namespace tessera

@@ -3,6 +3,7 @@
 // so anything else is rejected before it reaches the file system.
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 
 #include "api/status.h"
@@ -13,5 +14,9 @@ inline constexpr size_t kMaxNameLength = 200;
 
 // ok, or invalid_argument naming `field` and saying which rule broke.
 Status ValidateName(std::string_view name, std::string_view field = "name");
+
+// A checkpoint step as a path or query gives it: a non-negative decimal integer, else
+// invalid_argument naming `field`.
+Result<int64_t> ParseStep(std::string_view text, std::string_view field = "step");
 
 }  // namespace tessera

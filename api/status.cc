@@ -112,4 +112,16 @@ nlohmann::json ErrorBody(const Status& status) {
            {{"code", CodeName(status.code())}, {"message", status.message()}, {"details", details}}}};
 }
 
+Status StatusFromErrorJson(const nlohmann::json& j, std::string_view fallback) {
+  const nlohmann::json& e = j.is_object() && j.contains("error") ? j["error"] : j;
+  if (!e.is_object()) return Internal(std::string(fallback));
+  const auto* code = e.contains("code") && e["code"].is_string() ? e["code"].get_ptr<const std::string*>() : nullptr;
+  const auto* message =
+      e.contains("message") && e["message"].is_string() ? e["message"].get_ptr<const std::string*>() : nullptr;
+  Code c = code != nullptr ? CodeFromName(*code) : Code::kInternal;
+  if (c == Code::kOk) c = Code::kInternal;
+  nlohmann::json details = e.contains("details") ? e["details"] : nlohmann::json::object();
+  return Status(c, message != nullptr ? *message : std::string(fallback), std::move(details));
+}
+
 }  // namespace tessera

@@ -75,8 +75,11 @@ Status ResourceExhausted(std::string message, nlohmann::json details = nullptr);
 // (ENOSPC/EDQUOT → resource_exhausted, ENOENT → not_found, else internal).
 Status ErrnoStatus(int err, std::string_view what, std::string_view path);
 
-// API.md error body: {"error":{"code","message","details"}}.
+// The error body of the REST reference: {"error":{"code","message","details"}}.
 nlohmann::json ErrorBody(const Status& status);
+// The inverse of ErrorBody. Takes the whole body or only its inner "error" object. Anything
+// else, or a code that names no error, gives an internal error whose message is `fallback`.
+Status StatusFromErrorJson(const nlohmann::json& j, std::string_view fallback = "unreadable error");
 
 // Either a value or a non-ok Status.
 template <typename T>

@@ -35,6 +35,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "api/half.h"
 #include "api/json_codec.h"
 #include "api/mesh.h"
 #include "api/shape.h"
@@ -143,7 +144,7 @@ State MakeBfloat16State(const State& f32, double scale) {
   const auto* src = reinterpret_cast<const float*>(f32.data->data());
   auto* dst = reinterpret_cast<uint16_t*>(s.data->data());
   const size_t n = f32.bytes / sizeof(float);
-  for (size_t i = 0; i < n; ++i) dst[i] = storage::Bfloat16FromFloat(src[i]);
+  for (size_t i = 0; i < n; ++i) dst[i] = FloatToBFloat16(src[i]);
   return s;
 }
 

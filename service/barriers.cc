@@ -53,7 +53,7 @@ Result<Json> Barriers::Arrive(const std::string& name, int64_t rank, int64_t wor
     CountWait(st);
     return st;
   }
-  const int64_t now = NowMs();
+  const int64_t now = WallMs();
   if (b->arrived.empty()) {
     b->world = world;
     b->opened_ms = now;
@@ -117,7 +117,7 @@ Result<Json> Barriers::Arrive(const std::string& name, int64_t rank, int64_t wor
 
 Json Barriers::List() {
   MutexLock lock(mu_);
-  const int64_t now = NowMs();
+  const int64_t now = WallMs();
   Json out = Json::array();
   for (const auto& [name, b] : barriers_) {
     if (b->arrived.empty()) continue;

@@ -3,31 +3,20 @@
 // runs at registration (seed 000: the cluster checks itself at init).
 #include <set>
 
+#include "api/collective_ops.h"
 #include "api/names.h"
 #include "service/service.h"
 
 namespace tessera::service {
 namespace {
 
-constexpr const char* kRestOps[] = {"all_reduce", "broadcast",    "all_gather",
-                                    "reduce_scatter", "assert_equal", "barrier"};
-constexpr const char* kReduceOps[] = {"sum", "prod", "min", "max", "mean"};
-
-template <size_t N>
-bool OneOf(const std::string& v, const char* const (&set)[N]) {
-  for (const char* s : set) {
-    if (v == s) return true;
-  }
-  return false;
-}
-
 // What can be checked without the tensors (which only the workers hold).
 Status CheckCollectiveBody(const Mesh& mesh, const Json& body) {
   RETURN_IF_ERROR(RequireObject(body));
   ASSIGN_OR_RETURN(std::string op, RequiredString(body, "op"));
-  if (!OneOf(op, kRestOps)) {
-    return InvalidArgument("op must be one of all_reduce, all_gather, reduce_scatter, broadcast, "
-                           "barrier, assert_equal; not '" + op + "'",
+  auto parsed = ParseCollectiveOp(op);
+  if (!parsed.ok() || !IsRestCollective(*parsed)) {
+    return InvalidArgument("op must be one of " + RestCollectiveNames() + "; not '" + op + "'",
                            {{"field", "op"}});
   }
   if (op != "barrier") {
@@ -53,9 +42,7 @@ Status CheckCollectiveBody(const Mesh& mesh, const Json& body) {
     }
   }
   ASSIGN_OR_RETURN(auto reduce, OptionalString(body, "reduce"));
-  if (reduce && !OneOf(*reduce, kReduceOps)) {
-    return InvalidArgument("reduce must be one of sum, prod, min, max, mean", {{"field", "reduce"}});
-  }
+  if (reduce) RETURN_IF_ERROR(ParseReduceOp(*reduce).status());
   RETURN_IF_ERROR(OptionalBool(body, "tiled").status());
   ASSIGN_OR_RETURN(auto root, OptionalInt(body, "root"));
   if (root && (*root < 0 || *root >= mesh.num_devices())) {

@@ -37,7 +37,7 @@ Status KvStore::Put(const std::string& key, std::string value) {
   }
   MutexLock lock(mu_);
   Status st = catalog_->Put(
-      "kv", key, {{"key", key}, {"value_b64", Base64Encode(value)}, {"updated_at", NowMs()}});
+      "kv", key, {{"key", key}, {"value_b64", Base64Encode(value)}, {"updated_at", WallMs()}});
   if (st.ok()) values_[key] = std::move(value);
   lock.unlock();
   if (st.ok()) cv_.NotifyAll();

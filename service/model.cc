@@ -3,17 +3,18 @@
 #include <chrono>
 
 namespace tessera::service {
+namespace {
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
+constexpr const char* kCancelled = "cancelled";
+
+}  // namespace
+
+Status CancelledStatus(const std::string& job) {
+  return Status(Code::kConflict, "job " + job + " was cancelled", {{kCancelled, true}});
 }
 
-int64_t MonoMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+bool IsCancelled(const Status& st) {
+  return st.details().is_object() && st.details().value(kCancelled, false);
 }
 
 Json WorkerRecord::ToJson(int64_t mono_now, const std::vector<std::string>& meshes) const {

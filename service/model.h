@@ -10,16 +10,12 @@
 #include <vector>
 
 #include "api/json_codec.h"
+#include "api/clock.h"
 #include "api/mesh.h"
 #include "api/thread_annotations.h"
 
 namespace tessera::service {
 
-// Wall-clock time (timestamps that people read).
-int64_t NowMs();
-// A monotonic clock for durations (liveness, ages): a step of the wall clock
-// must not mark every worker dead or alive at once.
-int64_t MonoMs();
 
 struct WorkerRecord {
   std::string id;
@@ -68,7 +64,11 @@ struct CheckpointRecord {
   Json metadata = Json::object();
   Json error;
 
-  std::string key() const { return mesh + "@" + std::to_string(step); }
+  std::string key() const { return Key(mesh, step); }
+  // "<mesh>@<step>", the key of checkpoints_ and of the catalog's rows.
+  static std::string Key(const std::string& mesh, int64_t step) {
+    return mesh + "@" + std::to_string(step);
+  }
   Json Summary() const;  // list entry
   Json ToJson() const;   // detail
   static CheckpointRecord FromJson(const Json& j);
@@ -83,6 +83,10 @@ struct TaskState {
   Json result;
   Json error;
 };
+
+// The status of a job ended by POST /api/v1/jobs/{id}/cancel (a conflict, marked as such).
+Status CancelledStatus(const std::string& job);
+bool IsCancelled(const Status& st);
 
 struct JobRecord {
   std::string id;

@@ -72,7 +72,7 @@ Result<Json> Preemption::Notice(const std::string& mesh, const std::string& reas
   if (it != notices_.end()) return ToJson(mesh, &it->second);
   Record r;
   r.reason = reason;
-  r.noticed_ms = NowMs();
+  r.noticed_ms = WallMs();
   r.epoch = next_epoch_++;
   RETURN_IF_ERROR(Persist(mesh, r));
   const Record& stored = notices_[mesh] = std::move(r);

@@ -8,16 +8,10 @@
 namespace tessera::service {
 namespace {
 
+using http::Reply;
+using http::ReplyStatus;
 using http::Request;
 using http::Response;
-
-Response Reply(const Result<Json>& r, int ok_status = 200) {
-  return r.ok() ? Response::Json(ok_status, *r) : Response::Error(r.status());
-}
-
-Response ReplyStatus(const Status& st) {
-  return st.ok() ? Response::NoContent() : Response::Error(st);
-}
 
 // Runs `fn(body)` after parsing the JSON body.
 template <typename F>

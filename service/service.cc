@@ -93,7 +93,7 @@ Status Service::Recover() {
     auto steps = storage::ListSteps(env_, options_.checkpoint_root, name);
     if (!steps.ok()) continue;
     for (int64_t step : *steps) {
-      CheckpointRecord& c = checkpoints_[name + "@" + std::to_string(step)];
+      CheckpointRecord& c = checkpoints_[CheckpointRecord::Key(name, step)];
       if (c.state == "committed") continue;
       auto dir = storage::CommittedDir(env_, options_.checkpoint_root, name, step);
       if (!dir.ok()) continue;
@@ -109,10 +109,10 @@ Status Service::Recover() {
       c.metadata = index->meta().metadata;
       c.tensors = Json::array();
       for (const auto& t : index->tensors()) {
-        c.tensors.push_back({{"name", t.meta.name}, {"dtype", DTypeName(t.meta.dtype)},
-                             {"shape", t.meta.shape}, {"layout", LayoutToJson(t.meta.layout)},
-                             {"logical_bytes", t.meta.logical_bytes()},
-                             {"stored_bytes", t.stored_bytes}});
+        Json tj = TensorMetaToJson(t.meta);
+        tj["logical_bytes"] = t.meta.logical_bytes();
+        tj["stored_bytes"] = t.stored_bytes;
+        c.tensors.push_back(std::move(tj));
       }
       (void)PersistCheckpoint(c);
     }
@@ -236,7 +236,7 @@ Json Service::Health() const {
 }
 
 void Service::PublishJob(const JobRecord& j) {
-  const_cast<JobRecord&>(j).published_ms = NowMs();
+  const_cast<JobRecord&>(j).published_ms = WallMs();
   events_.Publish("job", j.ToJson());
 }
 
@@ -298,7 +298,7 @@ Result<Json> Service::RegisterWorker(const Json& body) {
     wid = NewId("w");
   }
   MutexLock lock(mu_);
-  const int64_t now = NowMs();
+  const int64_t now = WallMs();
   auto [it, inserted] = workers_.try_emplace(wid);
   WorkerRecord& w = it->second;
   if (inserted) {
@@ -416,7 +416,7 @@ Status Service::ReportTask(const std::string& worker, const std::string& task, c
   if (body.contains("error")) ts.error = body["error"];
   // Events at most every 100 ms per job (a phase change publishes anyway): a
   // report of each of N workers must not cost N² of JSON.
-  if (state == "failed" || NowMs() - job.published_ms >= 100) PublishJob(job);
+  if (state == "failed" || WallMs() - job.published_ms >= 100) PublishJob(job);
   if (ended) cv_.NotifyAll();
   return Status::Ok();
 }
@@ -533,7 +533,7 @@ Result<std::pair<int, Json>> Service::PutMesh(const std::string& name, const Jso
                              {{"worker", w.id}, {"rank", rank}, {"field", "devices_per_worker"}});
     }
   }
-  MeshRecord rec{mesh, chosen, NowMs()};
+  MeshRecord rec{mesh, chosen, WallMs()};
   rec.self_testing = self_test.value_or(true);
   if (Status st = PersistMesh(rec); !st.ok()) {
     return st.WithContext("mesh " + name + " is not registered");
@@ -699,7 +699,7 @@ JobRecord* Service::NewJob(const std::string& kind, const std::string& mesh, int
   j.mesh = mesh;
   j.step = step;
   j.request = request;
-  j.created_ms = NowMs();
+  j.created_ms = WallMs();
   job_order_.push_back(j.id);
   JobRecord& ref = jobs_[j.id] = std::move(j);
   (void)PersistJob(ref);

@@ -26,6 +26,8 @@
 #include "service/metrics.h"
 #include "service/model.h"
 #include "storage/env.h"
+#include "storage/index.h"
+#include "storage/save_plan.h"
 #include "storage/thread_pool.h"
 
 namespace tessera::service {
@@ -142,6 +144,29 @@ class Service {
   // Jobs. Each runs on its own thread; Run* catch every failure into the job.
   void Launch(const std::string& job_id, Status (Service::*run)(const std::string&));
   Status RunSave(const std::string& job_id) EXCLUDES(mu_);
+  // The phases of a save (save_job.cc); each drops mu_ around its I/O.
+  struct SaveRun {
+    std::string job_id;
+    MeshRecord mesh;
+    int64_t step;
+    Json request;
+    std::string key;      // of checkpoints_
+    std::string staging;  // the staging dir
+  };
+  Result<std::vector<storage::PlannedSlice>> SaveSnapshotAndPlan(const SaveRun& run,
+                                                                 std::vector<TensorMeta>* metas)
+      REQUIRES(mu_);
+  Result<std::vector<std::string>> SaveWrite(const SaveRun& run,
+                                             const std::vector<TensorMeta>& metas,
+                                             const std::vector<storage::PlannedSlice>& plan)
+      REQUIRES(mu_);
+  Result<storage::CheckpointIndex> SaveMergeAndCommit(const SaveRun& run,
+                                                      const std::vector<std::string>& fragments)
+      REQUIRES(mu_);
+  Json RecordCommitted(const SaveRun& run, const storage::CheckpointIndex& index,
+                       const std::vector<storage::PlannedSlice>& plan) REQUIRES(mu_);
+  void AbandonSave(const SaveRun& run, const Status& st) REQUIRES(mu_);
+  void SetCheckpointState(const std::string& key, const std::string& state) REQUIRES(mu_);
   Status RunRestore(const std::string& job_id) EXCLUDES(mu_);
   Status RunVerify(const std::string& job_id) EXCLUDES(mu_);
   Status RunCollective(const std::string& job_id) EXCLUDES(mu_);

@@ -17,6 +17,7 @@
 #include "api/mesh.h"
 #include "api/status.h"
 #include "storage/env.h"
+#include "api/tensor_desc.h"
 #include "storage/shard_writer.h"
 #include "storage/sqlite_db.h"
 
@@ -28,14 +29,7 @@ inline constexpr const char* kIndexFile = "index.sqlite";
 std::string FragmentFileName(int64_t rank);  // "fragment-<rank>.sqlite"
 std::string ShardFileName(int64_t rank);     // "shard-<rank>.tsr"
 
-struct TensorMeta {
-  std::string name;
-  DType dtype = DType::kFloat32;
-  Shape shape;
-  Layout layout;
-  bool operator==(const TensorMeta&) const = default;
-  uint64_t logical_bytes() const { return NumElements(shape) * DTypeSize(dtype); }
-};
+using ::tessera::TensorMeta;
 
 // One writer's part of the index.
 class FragmentBuilder {

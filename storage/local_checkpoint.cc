@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "api/clock.h"
 #include "api/names.h"
 #include "storage/checkpoint_dir.h"
 #include "storage/rank_writer.h"
@@ -10,12 +11,6 @@
 
 namespace tessera::storage {
 namespace {
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 Result<SaveSummary> SaveInStaging(Env* env, const SaveRequest& req, const std::string& staging) {
   for (const auto& t : req.tensors) {
@@ -39,7 +34,7 @@ Result<SaveSummary> SaveInStaging(Env* env, const SaveRequest& req, const std::s
     summary.stored_bytes += r.stored_bytes;
     fragments.push_back(FragmentFileName(rank));
   }
-  CheckpointMeta meta{req.mesh, req.step, req.metadata, NowMs()};
+  CheckpointMeta meta{req.mesh, req.step, req.metadata, WallMs()};
   RETURN_IF_ERROR(MergeFragments(env, staging, fragments, meta));
   for (const auto& t : req.tensors) summary.logical_bytes += t.logical_bytes();
   return summary;

@@ -1,8 +1,10 @@
 #include "storage/synthetic.h"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+
+#include "api/half.h"
 
 namespace tessera::storage {
 namespace {
@@ -20,27 +22,6 @@ struct Rng {
 };
 
 }  // namespace
-
-uint16_t Bfloat16FromFloat(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-uint16_t Float16FromFloat(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000;
-  int32_t exp = static_cast<int32_t>((x >> 23) & 0xff) - 127 + 15;
-  uint32_t mant = x & 0x7fffff;
-  if (exp <= 0) {
-    if (exp < -10) return static_cast<uint16_t>(sign);
-    mant |= 0x800000;
-    return static_cast<uint16_t>(sign | (mant >> (14 - exp)));
-  }
-  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00);
-  return static_cast<uint16_t>(sign | (exp << 10) | (mant >> 13));
-}
 
 void FillSynthetic(DType dtype, int64_t n, uint64_t seed, void* out) {
   Rng rng{seed * 0x2545F4914F6CDD1DULL + 1};
@@ -73,7 +54,7 @@ void FillSynthetic(DType dtype, int64_t n, uint64_t seed, void* out) {
         int64_t m = std::min<int64_t>(256, n - i);
         normal(buf, m);
         for (int64_t j = 0; j < m; ++j) {
-          d[i + j] = dtype == DType::kBFloat16 ? Bfloat16FromFloat(buf[j]) : Float16FromFloat(buf[j]);
+          d[i + j] = dtype == DType::kBFloat16 ? FloatToBFloat16(buf[j]) : FloatToHalf(buf[j]);
         }
       }
       return;

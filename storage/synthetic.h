@@ -15,8 +15,4 @@ namespace tessera::storage {
 void FillSynthetic(DType dtype, int64_t n, uint64_t seed, void* out);
 std::string SyntheticBytes(DType dtype, int64_t n, uint64_t seed);
 
-// float32 → bfloat16 by truncation (what "bf16 truncated" means in the benchmarks).
-uint16_t Bfloat16FromFloat(float f);
-uint16_t Float16FromFloat(float f);
-
 }  // namespace tessera::storage

@@ -13,14 +13,10 @@
 #include <regex>
 #include <thread>
 
+#include "api/clock.h"
+
 namespace tessera::tools {
 namespace {
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -68,8 +64,8 @@ Result<ChildProcess> Spawn(const std::vector<std::string>& argv, const std::vect
   }
   child.pid = pid;
   static const std::regex listening("listening on (https?://[0-9.]+:[0-9]+)");
-  const int64_t deadline = NowMs() + timeout_ms;
-  while (NowMs() < deadline) {
+  const int64_t deadline = MonoMs() + timeout_ms;
+  while (MonoMs() < deadline) {
     std::string text = ReadFile(log).substr(start);
     std::smatch m;
     if (std::regex_search(text, m, listening)) {
@@ -101,7 +97,7 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(ClusterOptions options
     std::filesystem::create_directories(c->dir_);
   }
   if (c->options_.bin_dir.empty()) c->options_.bin_dir = SelfDir();
-  c->token_ = "tessera-local-" + std::to_string(::getpid()) + "-" + std::to_string(NowMs());
+  c->token_ = "tessera-local-" + std::to_string(::getpid()) + "-" + std::to_string(MonoMs());
   RETURN_IF_ERROR(c->StartServer(0));
   for (int i = 0; i < options.workers; ++i) {
     c->workers_.emplace_back();
@@ -116,9 +112,9 @@ LocalCluster::~LocalCluster() {
   for (auto& w : workers_) {
     if (w.pid > 0) ::kill(w.pid, SIGTERM);
   }
-  const int64_t deadline = NowMs() + 3000;
+  const int64_t deadline = MonoMs() + 3000;
   for (auto& w : workers_) {
-    while (w.pid > 0 && NowMs() < deadline) {
+    while (w.pid > 0 && MonoMs() < deadline) {
       if (::waitpid(w.pid, nullptr, WNOHANG) == w.pid) {
         w.pid = -1;
         break;
@@ -163,9 +159,9 @@ Status LocalCluster::StartWorker(int i) {
 }
 
 Status LocalCluster::WaitAlive(int n, int64_t timeout_ms) {
-  const int64_t deadline = NowMs() + timeout_ms;
+  const int64_t deadline = MonoMs() + timeout_ms;
   Status last;
-  while (NowMs() < deadline) {
+  while (MonoMs() < deadline) {
     auto r = Call("GET", "/api/v1/cluster");
     if (r.ok() && (*r)["workers"].value("alive", 0) >= n) return Status::Ok();
     if (!r.ok()) last = r.status();
@@ -194,12 +190,12 @@ Result<Json> LocalCluster::PutMesh(const std::string& name, const Json& axes,
 }
 
 Result<Json> LocalCluster::WaitJob(const std::string& job, int64_t timeout_ms) {
-  const int64_t deadline = NowMs() + timeout_ms;
+  const int64_t deadline = MonoMs() + timeout_ms;
   while (true) {
     ASSIGN_OR_RETURN(Json j, Call("GET", "/api/v1/jobs/" + job + "?wait_ms=5000"));
     const std::string state = j.value("state", "");
     if (state == "succeeded" || state == "failed" || state == "cancelled") return j;
-    if (NowMs() > deadline) return DeadlineExceeded("job " + job + " still " + state);
+    if (MonoMs() > deadline) return DeadlineExceeded("job " + job + " still " + state);
   }
 }
 

@@ -7,6 +7,8 @@
 //   collective  run a REST collectives job's op on tensors of the store
 //   mesh_init   the self-test of a newly registered mesh (device-table merge)
 // It survives tesserad restarts: on 404 it registers again under the same id.
+// Files: agent.cc (lifecycle, task loop), agent_tasks.cc (snapshot, write, restore),
+// agent_collectives.cc (collective, mesh_init), agent_trainer.cc (in-loop saves).
 #pragma once
 
 #include <atomic>
@@ -18,11 +20,11 @@
 #include <thread>
 #include <vector>
 
-#include "api/http/client.h"
 #include "api/http/router.h"
 #include "api/thread_annotations.h"
 #include "storage/env.h"
 #include "storage/thread_pool.h"
+#include "worker/control_plane.h"
 #include "worker/mesh_collectives.h"
 #include "worker/mesh_placement.h"
 #include "worker/tensor_store.h"
@@ -66,43 +68,48 @@ class Agent {
   void Stop();
   const std::string& id() const { return id_; }
 
-  // Local API: the trainer routes (agent_trainer.cc), /v1/preemption and /healthz.
+  // Local API: /healthz (the trainer's routes are in trainer_api.h).
   void AddRoutes(http::Router* router);
   // /v1/save: snapshots this worker's tensors of `mesh` and answers; the job is
   // started or joined in the background. `until` waits further (for the job's
   // id, or the commit) up to `timeout_ms`.
   Result<Json> SaveFromTrainer(const std::string& mesh, int64_t step, const Json& body,
                                TrainerSaves::Until until, int64_t timeout_ms);
+  // GET /v1/saves/{step}: what an in-loop save became, waiting up to `timeout_ms` for `until`.
+  Result<Json> WaitTrainerSave(const std::string& mesh, int64_t step, TrainerSaves::Until until,
+                               int64_t timeout_ms);
+  // Restores this worker's devices of `mesh` from `step` ("latest" or a number).
+  Result<Json> RestoreForTrainer(const std::string& mesh, const std::string& step,
+                                 const Json& body, int64_t timeout_ms);
+  // The mesh's checkpoints {"checkpoints":[...]}, and its newest committed one, from tesserad.
+  Result<Json> Checkpoints(const std::string& mesh);
+  Result<Json> LatestCheckpoint(const std::string& mesh);
+  // reached_preemption_sync_point: asks tesserad (which decides the sync step).
+  Result<Json> PreemptionSyncPoint(const std::string& mesh, int64_t step, int64_t timeout_ms);
 
  private:
   void HeartbeatLoop();
   void TaskLoop();
   void Execute(Json task);
+  // agent_tasks.cc
   Result<Json> DoSnapshot(const Json& task);
   Result<Json> DoWrite(const Json& task);
   Result<Json> DoRestore(const Json& task);
   Status CheckCollectives() const;  // unavailable when SetCollectives was not called
   Result<Json> DoCollective(const Json& task);
   Result<Json> DoMeshInit(const Json& task);
-  // reached_preemption_sync_point: asks tesserad (which decides the sync step).
-  Result<Json> PreemptionSyncPoint(const std::string& mesh, int64_t step, int64_t timeout_ms);
-  void Report(http::Client* client, const std::string& task, const std::string& state,
-              uint64_t done, uint64_t total, const Json& result, const Status& error);
+  void Report(const std::string& task, const std::string& state, uint64_t done, uint64_t total,
+              const Json& result, const Status& error);
   Result<MeshPlacement> PlacementFromTask(const Json& task);
   // A mesh's placement of this worker, from tesserad (and into the cache).
   Result<MeshPlacement> FetchPlacement(const std::string& mesh);
 
   // agent_trainer.cc
-  void AddTrainerRoutes(http::Router* router);
-  // Starts or joins the save job of a trainer's snapshot, follows it to its end.
   // Starts or joins the job of an in-loop save and follows it until `deadline`.
   void FollowTrainerSave(const std::string& mesh, int64_t step, Json body,
                          std::chrono::steady_clock::time_point deadline);
   // The job's final record once it succeeded; its error once it failed.
-  Result<Json> FollowJob(http::Client* client, const std::string& kind, const std::string& job,
-                         int64_t timeout_ms);
-  Result<Json> RestoreForTrainer(const std::string& mesh, const std::string& step,
-                                 const Json& body, int64_t timeout_ms);
+  Result<Json> FollowJob(const std::string& kind, const std::string& job, int64_t timeout_ms);
 
   AgentOptions options_;
   storage::Env* env_;
@@ -113,7 +120,7 @@ class Agent {
   std::string id_;
   std::atomic<int64_t> heartbeat_ms_{500};
   storage::ThreadPool io_pool_;
-  http::ClientPool clients_;  // to tesserad, for task reports
+  ControlPlane control_;  // tesserad
 
   Mutex mu_;
   CondVar cv_;

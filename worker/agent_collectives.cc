@@ -49,8 +49,7 @@ Result<std::optional<TensorDesc>> OutputDesc(const Mesh& mesh, const CollectiveR
 
 PeerAddresses Agent::DataAddresses() {
   return [this](const MeshPlacement& p) -> Result<std::vector<std::string>> {
-    http::Client client(options_.server, options_.token, 10);
-    ASSIGN_OR_RETURN(Json workers, client.Call("GET", "/api/v1/workers"));
+    ASSIGN_OR_RETURN(Json workers, control_.Call("GET", "/api/v1/workers", nullptr, 10));
     std::vector<std::string> out;
     for (const std::string& id : p.workers) {
       auto it = std::find_if(workers.begin(), workers.end(),
@@ -121,12 +120,10 @@ Result<Json> Agent::DoCollective(const Json& task) {
           store_->Install(p.mesh.name, output, *out_desc, p.devices[i], t.data.data(), t.data.size()));
       bytes += t.data.size();
     }
-    out = {{"op", CollectiveOpName(r.op)},
-           {"output", output},
-           {"dtype", DTypeName(out_desc->dtype)},
-           {"shape", out_desc->shape},
-           {"layout", LayoutToJson(out_desc->layout)},
-           {"bytes", bytes}};
+    out = TensorDescToJson(*out_desc);
+    out["op"] = CollectiveOpName(r.op);
+    out["output"] = output;
+    out["bytes"] = bytes;
   }
   return out;
 }
@@ -185,11 +182,11 @@ Result<Json> Agent::DoMeshInit(const Json& task) {
 }
 
 Result<Json> Agent::PreemptionSyncPoint(const std::string& mesh, int64_t step, int64_t timeout_ms) {
-  http::Client client(options_.server, options_.token, timeout_ms / 1000 + 10);
-  ASSIGN_OR_RETURN(Json j, client.Call("POST",
-                                       "/api/v1/meshes/" + http::PercentEncode(mesh) +
-                                           "/preemption/sync",
-                                       Json{{"worker", id_}, {"step", step}, {"timeout_ms", timeout_ms}}));
+  ASSIGN_OR_RETURN(Json j, control_.Wait("POST",
+                                         "/api/v1/meshes/" + http::PercentEncode(mesh) +
+                                             "/preemption/sync",
+                                         Json{{"worker", id_}, {"step", step}, {"timeout_ms", timeout_ms}},
+                                         timeout_ms));
   Json sync_step = j.value("sync_step", Json());
   const bool sync = j.value("noticed", false) && sync_step.is_number_integer() &&
                     sync_step.get<int64_t>() == step;

@@ -1,10 +1,8 @@
-// The agent's side of the training loop (local API):
-//   POST /v1/save              snapshot, answer, then start or join the job in the background
-//   GET  /v1/saves/{step}      what that save became; waits for its job or its commit
-//   POST /v1/restore           restore this worker's devices of a mesh from a committed step
-//   GET  /v1/checkpoints       the mesh's checkpoints; /v1/checkpoints/latest the newest
-// Nothing the trainer waits for inside a step goes to tesserad: /v1/save answers
-// after the copy, and the control plane is reached from a thread of the agent.
+// The agent's side of the training loop (its routes are in trainer_api.cc): an in-loop
+// save snapshots, answers, then starts or joins the job in the background; restores and
+// checkpoint lookups for the trainer. Nothing the trainer waits for inside a step goes to
+// tesserad: /v1/save answers after the copy, and the control plane is reached from a
+// thread of the agent.
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -17,12 +15,6 @@
 namespace tessera::worker {
 namespace {
 
-using http::Request;
-
-// Longest wait one /v1/save or GET /v1/saves call may ask for (callers loop).
-constexpr int64_t kMaxWaitMs = 60 * 1000;
-// A restore answers when it is done: it may take as long as reading the state.
-constexpr int64_t kMaxRestoreMs = 3600 * 1000;
 // How long the background start of a save retries an unreachable tesserad.
 constexpr int64_t kStartRetryMs = 30 * 1000;
 // How long an in-loop save may take, from the trainer's call to the commit, unless
@@ -30,43 +22,14 @@ constexpr int64_t kStartRetryMs = 30 * 1000;
 constexpr int64_t kDefaultSaveDeadlineMs = 30 * 60 * 1000;
 constexpr int64_t kMaxSaveDeadlineMs = 24 * 3600 * 1000;
 
-Result<std::string> MeshQuery(const Request& req) {
-  ASSIGN_OR_RETURN(std::string mesh, http::RequiredQuery(req, "mesh"));
-  RETURN_IF_ERROR(ValidateName(mesh, "mesh"));
-  return mesh;
-}
-
-Result<int64_t> StepFrom(const std::string& text, const std::string& field) {
-  int64_t step = -1;
-  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), step);
-  if (text.empty() || ec != std::errc() || p != text.data() + text.size() || step < 0) {
-    return InvalidArgument(field + " must be a non-negative integer, got '" + text.substr(0, 32) +
-                               "'",
-                           {{"field", field}});
-  }
-  return step;
-}
-
-Result<int64_t> TimeoutQuery(const Request& req, int64_t fallback, int64_t max = kMaxWaitMs) {
-  ASSIGN_OR_RETURN(int64_t t, http::QueryInt(req, "timeout_ms", fallback));
-  if (t < 0 || t > max) {
-    return InvalidArgument("timeout_ms must be 0.." + std::to_string(max),
-                           {{"field", "timeout_ms"}});
-  }
-  return t;
-}
-
 Status JobError(const std::string& kind, const std::string& job, const Json& j) {
-  const Json e = j.value("error", Json::object());
-  return Status(CodeFromName(e.value("code", "internal")),
-                kind + " job " + job + " " + j.value("state", "") + ": " + e.value("message", ""),
-                e.value("details", Json::object()));
+  return StatusFromErrorJson(j.value("error", Json::object()), "")
+      .WithContext(kind + " job " + job + " " + j.value("state", ""));
 }
 
 }  // namespace
 
-Result<Json> Agent::FollowJob(http::Client* client, const std::string& kind, const std::string& job,
-                              int64_t timeout_ms) {
+Result<Json> Agent::FollowJob(const std::string& kind, const std::string& job, int64_t timeout_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
     {
@@ -82,7 +45,8 @@ Result<Json> Agent::FollowJob(http::Client* client, const std::string& kind, con
                               {{"job", job}});
     }
     const int64_t wait = std::min<int64_t>(left, 2000);
-    auto r = client->Call("GET", "/api/v1/jobs/" + job + "?wait_ms=" + std::to_string(wait));
+    auto r = control_.Wait("GET", "/api/v1/jobs/" + job + "?wait_ms=" + std::to_string(wait), nullptr,
+                           wait);
     if (!r.ok()) {
       if (r.status().code() != Code::kUnavailable) return r.status();
       std::this_thread::sleep_for(std::chrono::milliseconds(200));  // tesserad restarting
@@ -132,7 +96,6 @@ Result<Json> Agent::SaveFromTrainer(const std::string& mesh, int64_t step, const
 
 void Agent::FollowTrainerSave(const std::string& mesh, int64_t step, Json body,
                               std::chrono::steady_clock::time_point deadline) {
-  http::Client client(options_.server, options_.token, 30);
   body["step"] = step;
   body["wait_for_trainer"] = true;
   const std::string path = "/api/v1/meshes/" + http::PercentEncode(mesh) + "/checkpoints";
@@ -144,7 +107,7 @@ void Agent::FollowTrainerSave(const std::string& mesh, int64_t step, Json body,
   std::string job;
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(kStartRetryMs);
   while (job.empty()) {
-    auto started = client.Call("POST", path, body);
+    auto started = control_.Call("POST", path, body);
     if (started.ok()) {
       job = started->value("job", "");
       continue;
@@ -170,11 +133,11 @@ void Agent::FollowTrainerSave(const std::string& mesh, int64_t step, Json body,
   const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(
                            deadline - std::chrono::steady_clock::now())
                            .count();
-  auto ended = FollowJob(&client, "save", job, std::max<int64_t>(left, 1));
+  auto ended = FollowJob("save", job, std::max<int64_t>(left, 1));
   if (!ended.ok() && ended.status().code() == Code::kDeadlineExceeded) {
     // Out of time: the job must not commit behind the trainer's back.
-    auto cancelled = client.Call("POST", "/api/v1/jobs/" + http::PercentEncodeSegment(job) + "/cancel",
-                                 Json::object());
+    auto cancelled = control_.Call(
+        "POST", "/api/v1/jobs/" + http::PercentEncodeSegment(job) + "/cancel", Json::object());
     ended = Status(Code::kDeadlineExceeded,
                    "the save of step " + std::to_string(step) + " of mesh " + mesh +
                        " (job " + job + ") passed its deadline; " +
@@ -190,14 +153,13 @@ Result<Json> Agent::RestoreForTrainer(const std::string& mesh, const std::string
                                       const Json& body, int64_t timeout_ms) {
   Json request = {{"target_mesh", mesh}, {"workers", {id_}}};
   if (body.contains("tensors")) request["tensors"] = body["tensors"];
-  http::Client client(options_.server, options_.token, 30);
   ASSIGN_OR_RETURN(Json started,
-                   client.Call("POST",
+                   control_.Call("POST",
                                "/api/v1/meshes/" + http::PercentEncode(mesh) + "/checkpoints/" +
                                    http::PercentEncode(step) + "/restore",
                                request));
   const std::string job = started.value("job", "");
-  ASSIGN_OR_RETURN(Json done, FollowJob(&client, "restore", job, timeout_ms));
+  ASSIGN_OR_RETURN(Json done, FollowJob("restore", job, timeout_ms));
   const Json ck = started.value("checkpoint", Json::object());
   const Json result = done.value("result", Json::object());
   return Json{{"job", job},
@@ -206,55 +168,22 @@ Result<Json> Agent::RestoreForTrainer(const std::string& mesh, const std::string
               {"tensors", result.value("tensors", Json::array())}};
 }
 
-void Agent::AddTrainerRoutes(http::Router* router) {
-  router->Add({"POST", "/v1/save", http::JsonHandler([this](const Request& req) -> Result<Json> {
-                 ASSIGN_OR_RETURN(std::string mesh, MeshQuery(req));
-                 ASSIGN_OR_RETURN(std::string step_text, http::RequiredQuery(req, "step"));
-                 ASSIGN_OR_RETURN(int64_t step, StepFrom(step_text, "step"));
-                 ASSIGN_OR_RETURN(Json body, http::JsonBody(req));
-                 ASSIGN_OR_RETURN(auto until, ParseSaveWait(req.Query("wait").value_or("")));
-                 ASSIGN_OR_RETURN(int64_t timeout, TimeoutQuery(req, kMaxWaitMs));
-                 return SaveFromTrainer(mesh, step, body, until, timeout);
-               }),
-               "save from the training loop; answers once this worker's tensors are snapshotted",
-               true});
-  router->Add({"GET", "/v1/saves/{step}",
-               http::JsonHandler([this](const Request& req) -> Result<Json> {
-                 ASSIGN_OR_RETURN(std::string mesh, MeshQuery(req));
-                 ASSIGN_OR_RETURN(int64_t step, StepFrom(req.Param("step"), "step"));
-                 ASSIGN_OR_RETURN(auto until, ParseSaveWait(req.Query("wait").value_or("")));
-                 ASSIGN_OR_RETURN(int64_t timeout, TimeoutQuery(req, 30000));
-                 return trainer_saves_.Wait(mesh, step, until, timeout);
-               }),
-               "a save of the training loop: {checkpoint, job, state}; wait=started|committed",
-               true});
-  router->Add({"POST", "/v1/restore", http::JsonHandler([this](const Request& req) -> Result<Json> {
-                 ASSIGN_OR_RETURN(std::string mesh, MeshQuery(req));
-                 const std::string step = req.Query("step").value_or("latest");
-                 if (step != "latest") RETURN_IF_ERROR(StepFrom(step, "step").status());
-                 ASSIGN_OR_RETURN(Json body, http::JsonBody(req));
-                 ASSIGN_OR_RETURN(int64_t timeout, TimeoutQuery(req, 600 * 1000, kMaxRestoreMs));
-                 return RestoreForTrainer(mesh, step, body, timeout);
-               }),
-               "restore this worker's devices of a mesh from a committed step (default latest)",
-               true});
-  router->Add({"GET", "/v1/checkpoints", http::JsonHandler([this](const Request& req) -> Result<Json> {
-                 ASSIGN_OR_RETURN(std::string mesh, MeshQuery(req));
-                 http::Client client(options_.server, options_.token, 10);
-                 ASSIGN_OR_RETURN(Json list, client.Call("GET", "/api/v1/meshes/" +
-                                                                    http::PercentEncode(mesh) +
-                                                                    "/checkpoints"));
-                 return Json{{"checkpoints", list}};
-               }),
-               "the checkpoints of a mesh, newest first", true});
-  router->Add({"GET", "/v1/checkpoints/latest",
-               http::JsonHandler([this](const Request& req) -> Result<Json> {
-                 ASSIGN_OR_RETURN(std::string mesh, MeshQuery(req));
-                 http::Client client(options_.server, options_.token, 10);
-                 return client.Call("GET", "/api/v1/meshes/" + http::PercentEncode(mesh) +
-                                               "/checkpoints/latest");
-               }),
-               "the newest committed checkpoint of a mesh", true});
+Result<Json> Agent::WaitTrainerSave(const std::string& mesh, int64_t step,
+                                    TrainerSaves::Until until, int64_t timeout_ms) {
+  return trainer_saves_.Wait(mesh, step, until, timeout_ms);
+}
+
+Result<Json> Agent::Checkpoints(const std::string& mesh) {
+  ASSIGN_OR_RETURN(Json list, control_.Call("GET",
+                                            "/api/v1/meshes/" + http::PercentEncode(mesh) +
+                                                "/checkpoints",
+                                            nullptr, 10));
+  return Json{{"checkpoints", list}};
+}
+
+Result<Json> Agent::LatestCheckpoint(const std::string& mesh) {
+  return control_.Call("GET", "/api/v1/meshes/" + http::PercentEncode(mesh) + "/checkpoints/latest",
+                       nullptr, 10);
 }
 
 }  // namespace tessera::worker

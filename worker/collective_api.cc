@@ -17,7 +17,7 @@ ParamGetter QueryParams(const Request& req) {
 }
 
 Result<MeshPlacement> Placement(const MeshResolver& resolver, const CollectiveRequest& r) {
-  if (r.mesh.empty()) return InvalidArgument("missing query parameter 'mesh'", {{"field", "mesh"}});
+  if (r.mesh.empty()) return http::MissingQuery("mesh");
   RETURN_IF_ERROR(ValidateName(r.mesh, "mesh"));
   return resolver(r.mesh);
 }
@@ -105,10 +105,8 @@ void AddCollectiveRoutes(http::Router* router, MeshResolver resolver,
                          MeshCollectives* collectives) {
   auto wrap = [resolver, collectives](
                   Result<Response> (*fn)(const MeshResolver&, MeshCollectives*, const Request&)) {
-    return [resolver, collectives, fn](const Request& req) {
-      Result<Response> res = fn(resolver, collectives, req);
-      return res.ok() ? std::move(res).value() : Response::Error(res.status());
-    };
+    return http::Handle(
+        [resolver, collectives, fn](const Request& req) { return fn(resolver, collectives, req); });
   };
   router->Add({"POST", "/v1/collectives/{op}", wrap(RunCollective),
                "SPMD collective across the mesh's workers: body = local-device inputs", true});

@@ -6,22 +6,6 @@
 namespace tessera::worker {
 namespace {
 
-struct OpName {
-  CollectiveOp op;
-  std::string_view name;
-};
-constexpr OpName kOps[] = {
-    {CollectiveOp::kAllReduce, "all_reduce"},
-    {CollectiveOp::kAllGather, "all_gather"},
-    {CollectiveOp::kReduceScatter, "reduce_scatter"},
-    {CollectiveOp::kBroadcast, "broadcast"},
-    {CollectiveOp::kAssertEqual, "assert_equal"},
-    {CollectiveOp::kBatchAllReduce, "batch_all_reduce"},
-    {CollectiveOp::kBarrier, "barrier"},
-    {CollectiveOp::kBroadcastOneToAll, "broadcast_one_to_all"},
-    {CollectiveOp::kProcessAllGather, "process_allgather"},
-};
-
 Result<bool> ParseBool(const std::string& text, const std::string& field) {
   if (text == "true" || text == "1") return true;
   if (text == "false" || text == "0") return false;
@@ -50,34 +34,6 @@ std::vector<std::string> SplitCommas(const std::string& text) {
 }
 
 }  // namespace
-
-std::string_view CollectiveOpName(CollectiveOp op) {
-  for (const OpName& o : kOps) {
-    if (o.op == op) return o.name;
-  }
-  return "?";
-}
-
-Result<CollectiveOp> ParseCollectiveOp(std::string_view name) {
-  std::vector<std::string> names;
-  for (const OpName& o : kOps) {
-    if (o.name == name) return o.op;
-    names.emplace_back(o.name);
-  }
-  return InvalidArgument("unknown collective '" + std::string(name) + "'",
-                         {{"field", "op"}, {"allowed", names}});
-}
-
-Result<collectives::ReduceOp> ParseReduceOp(std::string_view name) {
-  using collectives::ReduceOp;
-  for (ReduceOp op :
-       {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kMean}) {
-    if (collectives::ReduceOpName(op) == name) return op;
-  }
-  return InvalidArgument("reduce must be one of sum, prod, min, max, mean, not '" +
-                             std::string(name) + "'",
-                         {{"field", "reduce"}});
-}
 
 Result<CollectiveRequest> ParseCollectiveRequest(std::string_view op, const ParamGetter& get) {
   CollectiveRequest r;

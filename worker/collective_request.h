@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "api/collective_ops.h"
 #include "api/dtype.h"
 #include "api/json_codec.h"
 #include "api/shape.h"
@@ -17,23 +18,10 @@
 
 namespace tessera::worker {
 
-enum class CollectiveOp {
-  // Device-level, within each group of devices along `axes` (all axes if empty).
-  // Every local device contributes one input of `shape` and gets one output.
-  kAllReduce,      // reduce=sum|prod|min|max|mean, check_inf_nan
-  kAllGather,      // tiled: concatenate along axis 0; else stack on a new axis
-  kReduceScatter,  // reduce; device at group position p gets rows [p·d/n, (p+1)·d/n)
-  kBroadcast,      // root: position within the group whose input everyone gets
-  kAssertEqual,    // message; every device of the group must hold equal values
-  // Several tensors (`shapes`) per device, all-reduced with few messages: packed
-  // by group_by_size (bytes_per_pack) when each worker holds one device of a
-  // group, else tensor by tensor (hierarchically).
-  kBatchAllReduce,
-  kBarrier,        // the whole mesh: all-reduce of ones checked against its size
-  // Process-level (jax.experimental.multihost_utils): one value per worker.
-  kBroadcastOneToAll,  // is_source (default: the worker of rank 0)
-  kProcessAllGather,   // tiled
-};
+using ::tessera::CollectiveOp;
+using ::tessera::CollectiveOpName;
+using ::tessera::ParseCollectiveOp;
+using ::tessera::ParseReduceOp;
 
 struct CollectiveRequest {
   CollectiveOp op = CollectiveOp::kAllReduce;
@@ -65,11 +53,6 @@ struct CollectiveRequest {
     return op == CollectiveOp::kBatchAllReduce ? shapes : std::vector<Shape>{shape};
   }
 };
-
-// "all_reduce", ... (the {op} of the routes).
-std::string_view CollectiveOpName(CollectiveOp op);
-Result<CollectiveOp> ParseCollectiveOp(std::string_view name);
-Result<collectives::ReduceOp> ParseReduceOp(std::string_view name);
 
 // Reads a request from named string parameters (query parameters, or JSON values
 // rendered as strings: axes "data,model", booleans "true"/"false"). `get` returns

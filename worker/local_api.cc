@@ -46,13 +46,11 @@ Result<TensorDesc> DescFromQuery(const Request& req) {
 }
 
 Json InfoToJson(const TensorInfo& info) {
-  return {{"name", info.name},
-          {"mesh", info.mesh},
-          {"dtype", DTypeToJson(info.desc.dtype)},
-          {"shape", ShapeToJson(info.desc.shape)},
-          {"layout", LayoutToJson(info.desc.layout)},
-          {"devices", info.devices},
-          {"mapped", info.mapped}};
+  Json j = TensorMetaToJson(TensorMeta(info.name, info.desc));
+  j["mesh"] = info.mesh;
+  j["devices"] = info.devices;
+  j["mapped"] = info.mapped;
+  return j;
 }
 
 Result<Response> MapShard(TensorStore* store, const Request& req) {
@@ -98,11 +96,9 @@ Result<Response> DeleteTensor(TensorStore* store, const Request& req) {
 http::Route LocalRoute(std::string method, std::string pattern, TensorStore* store,
                        Result<Response> (*handler)(TensorStore*, const Request&),
                        std::string help) {
-  auto run = [store, handler](const Request& req) {
-    Result<Response> res = handler(store, req);
-    return res.ok() ? std::move(res).value() : Response::Error(res.status());
-  };
-  return {std::move(method), std::move(pattern), std::move(run), std::move(help)};
+  return {std::move(method), std::move(pattern),
+          http::Handle([store, handler](const Request& req) { return handler(store, req); }),
+          std::move(help)};
 }
 
 }  // namespace

@@ -27,17 +27,6 @@ TensorStoreOptions WithDefaults(TensorStoreOptions options) {
 
 }  // namespace
 
-std::string TensorDesc::ToString() const {
-  return std::string(DTypeName(dtype)) + "[" + ShapeToString(shape) +
-         "] layout=" + layout.ToString();
-}
-
-nlohmann::json TensorDesc::ToJson() const {
-  return {{"dtype", DTypeToJson(dtype)},
-          {"shape", ShapeToJson(shape)},
-          {"layout", LayoutToJson(layout)}};
-}
-
 const Snapshot::Tensor* Snapshot::Find(std::string_view name) const {
   auto it = std::lower_bound(tensors.begin(), tensors.end(), name,
                              [](const Tensor& t, std::string_view n) { return t.name < n; });
@@ -91,8 +80,8 @@ Status TensorStore::Mismatch(Code code, const Key& key, const TensorDesc& have,
   return Status(code, std::move(message),
                 {{"tensor", key.second},
                  {"mesh", key.first},
-                 {"existing", have.ToJson()},
-                 {"requested", want.ToJson()}});
+                 {"existing", TensorDescToJson(have)},
+                 {"requested", TensorDescToJson(want)}});
 }
 
 std::string TensorStore::ShmFileName(const std::string& name, int64_t device) {

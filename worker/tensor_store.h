@@ -18,6 +18,7 @@
 #include "api/mesh.h"
 #include "api/shape.h"
 #include "api/status.h"
+#include "api/tensor_desc.h"
 #include "api/thread_annotations.h"
 #include "worker/mesh_placement.h"
 #include "worker/shard_buffer.h"
@@ -28,18 +29,7 @@ class ThreadPool;
 
 namespace tessera::worker {
 
-// What a tensor is, globally: every shard of it on every worker agrees on this.
-struct TensorDesc {
-  DType dtype = DType::kFloat32;
-  Shape shape;  // global
-  Layout layout;
-
-  bool operator==(const TensorDesc&) const = default;
-  // "float32[8,4] layout [data,unsharded]" for messages.
-  std::string ToString() const;
-  // {"dtype","shape","layout"} for error details.
-  nlohmann::json ToJson() const;
-};
+using ::tessera::TensorDesc;
 
 struct TensorStoreOptions {
   std::string shm_dir = "/dev/shm";

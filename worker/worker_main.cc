@@ -25,6 +25,7 @@
 #include "worker/collectives/tcp_transport.h"
 #include "worker/local_api.h"
 #include "worker/mesh_collectives.h"
+#include "worker/trainer_api.h"
 
 namespace {
 
@@ -166,6 +167,7 @@ int main(int argc, char** argv) {
   auto router = std::make_shared<tessera::http::Router>();
   tessera::worker::AddTensorRoutes(router.get(), &store);
   agent.AddRoutes(router.get());
+  tessera::worker::AddTrainerRoutes(router.get(), &agent);
   tessera::worker::AddCollectiveRoutes(router.get(), agent.Resolver(), &collectives);
   tessera::http::ServerOptions hopts;
   hopts.host = "127.0.0.1";

@@ -25,6 +25,11 @@ Client::Client(const std::string& base, std::string token, int timeout_s, bool k
 
 Client::~Client() = default;
 
+void Client::SetTimeout(int timeout_s) {
+  client_->set_read_timeout(timeout_s, 0);
+  client_->set_write_timeout(timeout_s, 0);
+}
+
 Result<RawResponse> Client::Send(const std::string& method, const std::string& path,
                                  const std::string& body, const std::string& content_type) {
   httplib::Headers headers;
@@ -105,9 +110,7 @@ std::shared_ptr<Client> ClientPool::Acquire() {
 Status StatusFromResponse(int http_status, const std::string& body) {
   Json j = Json::parse(body, nullptr, false);
   if (j.is_object() && j.contains("error") && j["error"].is_object()) {
-    const Json& e = j["error"];
-    return Status(CodeFromName(e.value("code", "internal")), e.value("message", "error"),
-                  e.value("details", Json::object()));
+    return StatusFromErrorJson(j, "error");
   }
   Code code = http_status == 404 ? Code::kNotFound
               : http_status == 401 ? Code::kUnauthenticated

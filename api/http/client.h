@@ -40,6 +40,8 @@ class Client {
                     const Json& body = nullptr);
 
   const std::string& base() const { return base_; }
+  // How long a request may take to be written and answered, from the next request on.
+  void SetTimeout(int timeout_s);
 
  private:
   std::string base_;

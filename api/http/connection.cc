@@ -15,12 +15,6 @@
 
 namespace tessera::http {
 
-int64_t SteadyMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 namespace {
 
 constexpr size_t kReadChunk = 16 << 10;
@@ -159,7 +153,7 @@ bool Conn::WriteAll(const char* data, size_t n, int timeout_ms) {
 
 bool ConnStream::Wait(short events) const {
   int64_t ms = read_timeout_ms_;
-  if (deadline_ms_ > 0) ms = std::min<int64_t>(ms, deadline_ms_ - SteadyMs());
+  if (deadline_ms_ > 0) ms = std::min<int64_t>(ms, deadline_ms_ - MonoMs());
   return PollFor(c_.fd, events, static_cast<int>(std::max<int64_t>(ms, -1)));
 }
 
@@ -188,7 +182,7 @@ ssize_t ConnStream::read(char* ptr, size_t size) {
       }
       return static_cast<ssize_t>(n);
     }
-    if (deadline_ms_ > 0 && SteadyMs() >= deadline_ms_) return -1;
+    if (deadline_ms_ > 0 && MonoMs() >= deadline_ms_) return -1;
     bool wait_write = false;
     const bool open = c_.ReadAvailable(&wait_write);
     if (c_.Buffered() > 0) continue;

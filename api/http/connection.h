@@ -13,6 +13,8 @@
 
 #include <sys/socket.h>
 
+#include "api/clock.h"
+
 typedef struct ssl_st SSL;
 
 namespace tessera::http {
@@ -73,9 +75,6 @@ class ConnStream : public httplib::Stream {
   int write_timeout_ms_;
   int64_t deadline_ms_;
 };
-
-// Milliseconds of the steady clock.
-int64_t SteadyMs();
 
 // The address and port in `ss` (IPv4 or IPv6); "" and 0 for another family.
 std::pair<std::string, int> AddressOf(const sockaddr_storage& ss);

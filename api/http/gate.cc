@@ -76,13 +76,13 @@ void Gate::Return(std::shared_ptr<Conn> c) {
 
 void Gate::Loop() {
   std::vector<epoll_event> events(256);
-  int64_t next_scan = SteadyMs() + kScanIntervalMs;
+  int64_t next_scan = MonoMs() + kScanIntervalMs;
   while (!stopping_) {
-    int64_t now = SteadyMs();
+    int64_t now = MonoMs();
     int timeout = static_cast<int>(std::max<int64_t>(0, next_scan - now));
     int n = ::epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), timeout);
     if (n < 0 && errno != EINTR) break;
-    now = SteadyMs();
+    now = MonoMs();
     for (int i = 0; i < n; ++i) {
       int fd = events[i].data.fd;
       if (fd == listen_fd_) {

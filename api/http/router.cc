@@ -19,9 +19,11 @@ std::vector<std::string_view> Split(std::string_view path) {
   return out;
 }
 
+// `*work` counts the steps taken and the segments decoded (see Router::Match).
 bool MatchFrom(const std::vector<std::string_view>& pat, size_t pi,
                const std::vector<std::string_view>& seg, size_t si,
-               std::map<std::string, std::string>* params) {
+               std::map<std::string, std::string>* params, size_t* work) {
+  ++*work;
   if (pi == pat.size()) return si == seg.size();
   std::string_view p = pat[pi];
   if (p.size() > 2 && p.front() == '{' && p.back() == '}') {
@@ -35,7 +37,8 @@ bool MatchFrom(const std::vector<std::string_view>& pat, size_t pi,
     // Prefer the longest value that lets the rest of the pattern match, and
     // decode only that one: decoding every candidate made long paths quadratic.
     for (size_t take = max_take; take >= 1; --take) {
-      if (!MatchFrom(pat, pi + 1, seg, si + take, params)) continue;
+      if (!MatchFrom(pat, pi + 1, seg, si + take, params, work)) continue;
+      *work += take;
       std::string value;
       for (size_t k = 0; k < take; ++k) value += (k ? "/" : "") + PercentDecode(seg[si + k]);
       (*params)[name] = value;
@@ -44,7 +47,7 @@ bool MatchFrom(const std::vector<std::string_view>& pat, size_t pi,
     return false;
   }
   if (si >= seg.size() || seg[si] != p) return false;
-  return MatchFrom(pat, pi + 1, seg, si + 1, params);
+  return MatchFrom(pat, pi + 1, seg, si + 1, params, work);
 }
 
 }  // namespace
@@ -86,12 +89,14 @@ Response Response::NoContent() {
 
 void Router::Add(Route route) { routes_.push_back(std::move(route)); }
 
-const Route* Router::Match(Request* req, bool* method_mismatch) const {
+const Route* Router::Match(Request* req, bool* method_mismatch, size_t* work) const {
   *method_mismatch = false;
+  size_t ignored = 0;
+  if (work == nullptr) work = &ignored;
   auto seg = Split(req->path);
   for (const auto& r : routes_) {
     std::map<std::string, std::string> params;
-    if (!MatchFrom(Split(r.pattern), 0, seg, 0, &params)) continue;
+    if (!MatchFrom(Split(r.pattern), 0, seg, 0, &params, work)) continue;
     if (r.method != req->method) {
       *method_mismatch = true;
       continue;
@@ -172,17 +177,32 @@ Result<int64_t> QueryInt(const Request& req, const std::string& key, int64_t fal
 
 Result<std::string> RequiredQuery(const Request& req, const std::string& key) {
   std::optional<std::string> value = req.Query(key);
-  if (!value.has_value()) {
-    return InvalidArgument("missing query parameter '" + key + "'", {{"field", key}});
-  }
+  if (!value.has_value()) return MissingQuery(key);
   return *std::move(value);
 }
 
-Handler JsonHandler(std::function<Result<tessera::Json>(const Request&)> fn) {
-  return [fn = std::move(fn)](const Request& req) {
-    Result<tessera::Json> r = fn(req);
-    return r.ok() ? Response::Json(200, *r) : Response::Error(r.status());
-  };
+Status MissingQuery(const std::string& key) {
+  return InvalidArgument("missing query parameter '" + key + "'", {{"field", key}});
+}
+
+Response Reply(const Result<tessera::Json>& r, int ok_status) {
+  return r.ok() ? Response::Json(ok_status, *r) : Response::Error(r.status());
+}
+
+Response Reply(Result<Response> r) {
+  return r.ok() ? std::move(r).value() : Response::Error(r.status());
+}
+
+Response ReplyStatus(const Status& st) {
+  return st.ok() ? Response::NoContent() : Response::Error(st);
+}
+
+Handler Handle(std::function<Result<Response>(const Request&)> fn) {
+  return [fn = std::move(fn)](const Request& req) { return Reply(fn(req)); };
+}
+
+Handler JsonHandler(std::function<Result<tessera::Json>(const Request&)> fn, int ok_status) {
+  return [fn = std::move(fn), ok_status](const Request& req) { return Reply(fn(req), ok_status); };
 }
 
 Result<tessera::Json> JsonBody(const Request& req) {

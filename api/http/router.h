@@ -60,8 +60,10 @@ class Router {
  public:
   void Add(Route route);
   // Finds the route and fills req->params. nullptr when none matches;
-  // *method_mismatch is set when the path matches under another method.
-  const Route* Match(Request* req, bool* method_mismatch) const;
+  // *method_mismatch is set when the path matches under another method. `work`, when
+  // given, receives the matching steps and decoded segments: linear in the path's
+  // segments per route, whatever the path (a hostile one included).
+  const Route* Match(Request* req, bool* method_mismatch, size_t* work = nullptr) const;
   // Matches and runs the handler; unknown paths are not_found JSON errors.
   Response Dispatch(Request req) const;
   const std::vector<Route>& routes() const { return routes_; }
@@ -77,11 +79,22 @@ std::string PercentEncodeSegment(std::string_view s);
 
 // Parses an integer query parameter; absent → fallback; malformed → invalid_argument.
 Result<int64_t> QueryInt(const Request& req, const std::string& key, int64_t fallback);
-// A query parameter that must be present: invalid_argument naming it otherwise.
+// A query parameter that must be present: MissingQuery(key) otherwise.
 Result<std::string> RequiredQuery(const Request& req, const std::string& key);
-// A route whose handler answers JSON or an API.md error: the one adapter from
-// Result<Json> to a Response (200 with the JSON, or the error).
-Handler JsonHandler(std::function<Result<tessera::Json>(const Request&)> fn);
+// invalid_argument "missing query parameter '<key>'" naming the field.
+Status MissingQuery(const std::string& key);
+
+// The one way to adapt a function to a route: whatever it returns, an error becomes the
+// JSON error body (with its HTTP status).
+//   Reply(Result<Json>)  → 200 (or ok_status) with the JSON;
+//   Reply(Result<Response>) → the response;
+//   ReplyStatus(Status)  → 204.
+Response Reply(const Result<tessera::Json>& r, int ok_status = 200);
+Response Reply(Result<Response> r);
+Response ReplyStatus(const Status& st);
+// Handlers from functions Request → Result<Response> / Result<Json>.
+Handler Handle(std::function<Result<Response>(const Request&)> fn);
+Handler JsonHandler(std::function<Result<tessera::Json>(const Request&)> fn, int ok_status = 200);
 // Parses the request body as a JSON object (empty body → {}).
 Result<tessera::Json> JsonBody(const Request& req);
 

@@ -318,7 +318,7 @@ void Server::Serve(std::shared_ptr<Conn> c) {
     ++c->requests;
     const bool last = c->requests >= kMaxRequestsPerConnection;
     ConnStream strm(*c, options_.read_timeout_s * 1000, options_.write_timeout_s * 1000,
-                    SteadyMs() + int64_t{options_.body_timeout_s} * 1000);
+                    MonoMs() + int64_t{options_.body_timeout_s} * 1000);
     t_close_after = false;
     bool closed = false;
     const bool ok = core_->ServeOne(strm, last, closed);

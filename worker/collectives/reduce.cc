@@ -5,7 +5,7 @@
 #include <type_traits>
 
 #include "worker/collectives/buffer.h"
-#include "worker/collectives/half.h"
+#include "api/half.h"
 
 namespace tessera::collectives {
 namespace {
@@ -101,22 +101,6 @@ void Convert(const uint8_t* in, size_t count, uint8_t* out, T (*f)(float)) {
 }
 
 }  // namespace
-
-std::string_view ReduceOpName(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kProd:
-      return "prod";
-    case ReduceOp::kMin:
-      return "min";
-    case ReduceOp::kMax:
-      return "max";
-    case ReduceOp::kMean:
-      return "mean";
-  }
-  return "?";
-}
 
 DType AccumDType(DType dtype) {
   return dtype == DType::kFloat16 || dtype == DType::kBFloat16 ? DType::kFloat32 : dtype;

@@ -14,15 +14,14 @@
 #include <cstdint>
 #include <string_view>
 
+#include "api/collective_ops.h"
 #include "api/dtype.h"
 #include "api/status.h"
 
 namespace tessera::collectives {
 
-enum class ReduceOp { kSum, kProd, kMin, kMax, kMean };
-
-// "sum", "prod", "min", "max", "mean".
-std::string_view ReduceOpName(ReduceOp op);
+using ::tessera::ReduceOp;
+using ::tessera::ReduceOpName;
 // float32 for float16/bfloat16, else `dtype`.
 DType AccumDType(DType dtype);
 // invalid_argument when `op` is not defined on `dtype` (mean on bool).

@@ -1043,13 +1043,7 @@ bool TcpTransport::FinishFrame(int peer_rank) {
     case FrameKind::kAbort: {
       auto body = nlohmann::json::parse(peer.payload.data(),
                                         peer.payload.data() + peer.payload.size(), nullptr, false);
-      Status reason = Internal("unreadable abort message");
-      if (body.is_object() && body.contains("error") && body["error"].is_object()) {
-        const auto& e = body["error"];
-        reason = Status(CodeFromName(e.value("code", "internal")), e.value("message", ""),
-                        e.contains("details") ? e["details"] : nlohmann::json());
-      }
-      mailbox_.Poison(AbortedBy(peer_rank, reason));
+      mailbox_.Poison(AbortedBy(peer_rank, StatusFromErrorJson(body, "unreadable abort message")));
       return true;
     }
   }

@@ -1,4 +1,4 @@
-// float16 (IEEE binary16) and bfloat16 conversions. To float is exact; from float
+// float16 (IEEE binary16) and bfloat16 conversions, for every module that makes or reduces them. To float is exact; from float
 // rounds to nearest even, overflows to infinity and keeps NaN a (quiet) NaN.
 #pragma once
 
@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
-namespace tessera::collectives {
+namespace tessera {
 
 inline float HalfToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
@@ -44,4 +44,4 @@ inline uint16_t FloatToBFloat16(float f) {
   return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
-}  // namespace tessera::collectives
+}  // namespace tessera

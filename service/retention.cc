@@ -1,0 +1,51 @@
+// Retention: a mesh's policy (keep_last, keep_every_n_steps), applied after each
+// committed save and when the policy changes.
+#include <algorithm>
+
+#include "service/service.h"
+
+namespace tessera::service {
+
+Result<Json> Service::PutRetention(const std::string& mesh, const Json& body) {
+  RETURN_IF_ERROR(RequireObject(body));
+  ASSIGN_OR_RETURN(auto keep_last, OptionalInt(body, "keep_last"));
+  ASSIGN_OR_RETURN(auto every, OptionalInt(body, "keep_every_n_steps"));
+  if ((keep_last && *keep_last < 0) || (every && *every < 0)) {
+    return InvalidArgument("retention values must be ≥ 0",
+                           {{"field", keep_last && *keep_last < 0 ? "keep_last" : "keep_every_n_steps"}});
+  }
+  RetentionPolicy p{keep_last.value_or(0), every.value_or(0)};
+  {
+    MutexLock lock(mu_);
+    if (!meshes_.count(mesh)) return NotFound("no mesh " + mesh, {{"mesh", mesh}});
+    retention_[mesh] = p;
+    Json doc = p.ToJson();
+    doc["mesh"] = mesh;
+    RETURN_IF_ERROR(catalog_->Put("retention", mesh, doc));
+  }
+  RETURN_IF_ERROR(ApplyRetention(mesh));
+  Json out = p.ToJson();
+  out["mesh"] = mesh;
+  return out;
+}
+
+Status Service::ApplyRetention(const std::string& mesh) {
+  std::vector<int64_t> doomed;
+  {
+    MutexLock lock(mu_);
+    auto p = retention_.find(mesh);
+    if (p == retention_.end()) return Status::Ok();
+    std::vector<int64_t> steps;
+    for (const auto& [k, c] : checkpoints_) {
+      if (c.mesh == mesh && c.state == "committed") steps.push_back(c.step);
+    }
+    std::sort(steps.begin(), steps.end());
+    doomed = StepsToPrune(steps, p->second);
+  }
+  for (int64_t step : doomed) {
+    RETURN_IF_ERROR(DeleteCheckpoint(mesh, std::to_string(step)));
+  }
+  return Status::Ok();
+}
+
+}  // namespace tessera::service

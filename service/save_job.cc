@@ -1,0 +1,303 @@
+// A save, DESIGN's protocol driven from tesserad:
+//   snapshot (every worker) → plan → write (shard + fragment per writer)
+//   → barrier → merge → commit → retention
+#include "service/save_job.h"
+
+#include <algorithm>
+#include <set>
+
+#include "api/names.h"
+#include "service/service.h"
+#include "storage/checkpoint_dir.h"
+#include "storage/index.h"
+#include "storage/save_plan.h"
+
+namespace tessera::service {
+
+Result<Json> Service::StartSave(const std::string& mesh, const Json& body) {
+  RETURN_IF_ERROR(RequireObject(body));
+  ASSIGN_OR_RETURN(int64_t step, RequiredInt(body, "step"));
+  if (step < 0) return InvalidArgument("step must be ≥ 0", {{"field", "step"}});
+  ASSIGN_OR_RETURN(auto tensors, OptionalNameList(body, "tensors"));
+  for (const std::string& t : tensors.value_or(std::vector<std::string>{})) {
+    RETURN_IF_ERROR(ValidateName(t, "tensors"));
+  }
+  ASSIGN_OR_RETURN(auto compression, OptionalString(body, "compression"));
+  if (compression && *compression != "zstd" && *compression != "none") {
+    return InvalidArgument("compression must be \"zstd\" or \"none\"", {{"field", "compression"}});
+  }
+  ASSIGN_OR_RETURN(auto level, OptionalInt(body, "level"));
+  if (level && (*level < 1 || *level > 19)) {
+    return InvalidArgument("level must be 1..19", {{"field", "level"}});
+  }
+  if (body.contains("metadata") && !body["metadata"].is_null() && !body["metadata"].is_object()) {
+    return InvalidArgument("field 'metadata' must be a JSON object", {{"field", "metadata"}});
+  }
+  MutexLock lock(mu_);
+  ASSIGN_OR_RETURN(const MeshRecord* m, ReadyMesh(mesh));
+  const std::string key = CheckpointRecord::Key(mesh, step);
+  auto existing = checkpoints_.find(key);
+  if (existing != checkpoints_.end() && existing->second.state != "failed") {
+    const auto& c = existing->second;
+    return Conflict("step " + std::to_string(step) + " of mesh " + mesh + " is already " +
+                        (c.state == "committed" ? "committed" : "being saved by job " + c.job),
+                    {{"mesh", mesh}, {"step", step}, {"state", c.state}, {"job", c.job}});
+  }
+  for (size_t rank = 0; rank < m->workers.size(); ++rank) {
+    const std::string& wid = m->workers[rank];
+    auto w = workers_.find(wid);
+    if (w == workers_.end() || w->second.state == "dead") {
+      return Unavailable("worker " + wid + " (rank " + std::to_string(rank) + ") of mesh " + mesh +
+                             " is dead",
+                         {{"worker", wid}, {"rank", rank}});
+    }
+  }
+  JobRecord* job = NewJob("save", mesh, step, body);
+  CheckpointRecord c;
+  c.mesh = mesh;
+  c.step = step;
+  c.job = job->id;
+  c.created_ms = WallMs();
+  c.metadata = body.value("metadata", Json::object());
+  if (c.metadata.is_null()) c.metadata = Json::object();
+  if (Status st = PersistCheckpoint(c); !st.ok()) {
+    const std::string id = job->id;  // `job` dies with its entry
+    job_order_.erase(std::remove(job_order_.begin(), job_order_.end(), id), job_order_.end());
+    jobs_.erase(id);
+    (void)catalog_->Delete("jobs", id);
+    return st.WithContext("the save of step " + std::to_string(step) + " was not started");
+  }
+  checkpoints_[key] = c;
+  events_.Publish("checkpoint", c.Summary());
+  Launch(job->id, &Service::RunSave);
+  return Json{{"job", job->id}, {"checkpoint", c.Summary()}};
+}
+
+Result<std::vector<TensorMeta>> CollectSnapshotTensors(
+    const Mesh& mesh, const std::vector<std::string>& workers,
+    const std::map<int64_t, Json>& snapshots) {
+  std::vector<TensorMeta> metas;
+  std::map<std::string, size_t> seen;
+  for (const auto& [rank, res] : snapshots) {
+    if (rank < 0 || rank >= static_cast<int64_t>(workers.size())) {
+      return Internal("a snapshot of rank " + std::to_string(rank) + ", which mesh " + mesh.name +
+                          " does not have", {{"rank", rank}});
+    }
+    const std::string& wid = workers[rank];
+    const Json list = res.value("tensors", Json::array());
+    if (!list.is_array()) {
+      return InvalidArgument("the snapshot of worker " + wid + " lists no tensors",
+                             {{"worker", wid}, {"rank", rank}});
+    }
+    for (const auto& tj : list) {
+      auto t = TensorMetaFromJson(tj);
+      if (!t.ok()) return t.status().WithContext("snapshot of worker " + wid);
+      auto devices = tj.value("devices", std::vector<int64_t>{});
+      const std::vector<int64_t> owned = mesh.DevicesOfWorker(rank);
+      if (devices != owned) {
+        return InvalidArgument("worker " + wid + " (rank " + std::to_string(rank) +
+                                   ") holds tensor '" + t->name + "' on devices " +
+                                   Json(devices).dump() + " but owns " + Json(owned).dump() +
+                                   "; push every local shard before saving",
+                               {{"tensor", t->name}, {"worker", wid}, {"rank", rank}});
+      }
+      auto [it, inserted] = seen.emplace(t->name, metas.size());
+      if (inserted) {
+        if (rank != 0) {
+          return InvalidArgument("tensor '" + t->name + "' is missing on worker " + workers[0] +
+                                     " (rank 0)",
+                                 {{"tensor", t->name}, {"worker", workers[0]}, {"rank", 0}});
+        }
+        metas.push_back(*t);
+      } else if (!(metas[it->second] == *t)) {
+        return InvalidArgument("tensor '" + t->name + "' is " + metas[it->second].ToString() +
+                                   " on rank 0 but " + t->ToString() + " on worker " + wid +
+                                   " (rank " + std::to_string(rank) + ")",
+                               {{"tensor", t->name}, {"worker", wid}, {"rank", rank}});
+      }
+    }
+    if (list.size() != metas.size()) {
+      std::set<std::string> here;
+      for (const auto& tj : list) here.insert(tj.value("name", ""));
+      for (const auto& m : metas) {
+        if (!here.count(m.name)) {
+          return InvalidArgument("tensor '" + m.name + "' is missing on worker " + wid +
+                                     " (rank " + std::to_string(rank) + ")",
+                                 {{"tensor", m.name}, {"worker", wid}, {"rank", rank}});
+        }
+      }
+    }
+  }
+  if (metas.empty()) {
+    return InvalidArgument("mesh " + mesh.name + " holds no tensors to save; push some first",
+                           {{"mesh", mesh.name}});
+  }
+  return metas;
+}
+
+void Service::SetCheckpointState(const std::string& key, const std::string& state) {
+  CheckpointRecord& c = checkpoints_.at(key);
+  c.state = state;
+  (void)PersistCheckpoint(c);
+  events_.Publish("checkpoint", c.Summary());
+}
+
+// 1. Snapshot: every worker copies its local shards; the trainer may go on. Then the
+//    plan: every slice written once, replicated slices spread over the workers.
+Result<std::vector<storage::PlannedSlice>> Service::SaveSnapshotAndPlan(
+    const SaveRun& run, std::vector<TensorMeta>* metas) {
+  SetPhase(run.job_id, "snapshot");
+  std::map<int64_t, Json> snap;
+  for (int64_t r = 0; r < run.mesh.mesh.num_workers(); ++r) {
+    snap[r] = {{"kind", "snapshot"}, {"mesh", MeshToJson(run.mesh.mesh)}, {"rank", r},
+               {"step", run.step}, {"tensors", run.request.value("tensors", Json())},
+               {"wait_for_trainer", run.request.value("wait_for_trainer", false)}};
+  }
+  ASSIGN_OR_RETURN(auto snapshots, RunTasks(run.job_id, run.mesh.workers, snap, 0));
+  ASSIGN_OR_RETURN(*metas, CollectSnapshotTensors(run.mesh.mesh, run.mesh.workers, snapshots));
+  auto plan = storage::PlanSave(run.mesh.mesh, *metas);
+  mu_.unlock();
+  Status created =
+      storage::CreateStaging(env_, options_.checkpoint_root, run.mesh.mesh.name, run.step, run.job_id);
+  mu_.lock();
+  RETURN_IF_ERROR(created);
+  return plan;
+}
+
+// 2. Write: each writer stores its slices (shard + fragment); every report is the barrier.
+Result<std::vector<std::string>> Service::SaveWrite(const SaveRun& run,
+                                                    const std::vector<TensorMeta>& metas,
+                                                    const std::vector<storage::PlannedSlice>& plan) {
+  SetCheckpointState(run.key, "writing");
+  SetPhase(run.job_id, "write");
+  std::map<int64_t, Json> writes;
+  uint64_t total = 0;
+  for (int64_t r = 0; r < run.mesh.mesh.num_workers(); ++r) {
+    writes[r] = {{"kind", "write"}, {"mesh", MeshToJson(run.mesh.mesh)}, {"rank", r},
+                 {"step", run.step}, {"staging", run.staging}, {"slices", Json::array()},
+                 {"compression", run.request.value("compression", Json("zstd"))},
+                 {"level", run.request.value("level", Json(1))}};
+  }
+  for (const auto& p : plan) {
+    writes[p.rank]["slices"].push_back({{"tensor", metas[p.tensor].name},
+                                        {"device", p.device},
+                                        {"offsets", p.slice.offsets},
+                                        {"lengths", p.slice.lengths}});
+    total += p.bytes;
+  }
+  ASSIGN_OR_RETURN(auto written, RunTasks(run.job_id, run.mesh.workers, writes, total));
+  std::vector<std::string> fragments;
+  for (const auto& [rank, res] : written) {
+    if (res.contains("fragment") && res["fragment"].is_string()) {
+      fragments.push_back(res["fragment"].get<std::string>());
+    }
+  }
+  return fragments;
+}
+
+// 3. Merge the fragments into index.sqlite, then commit (rename staging → step-<N>).
+Result<storage::CheckpointIndex> Service::SaveMergeAndCommit(
+    const SaveRun& run, const std::vector<std::string>& fragments) {
+  SetPhase(run.job_id, "merge");
+  SetCheckpointState(run.key, "merging");
+  storage::CheckpointMeta meta{run.mesh.mesh, run.step,
+                               run.request.value("metadata", Json::object()), WallMs()};
+  if (meta.metadata.is_null()) meta.metadata = Json::object();
+  const std::string& mesh = run.mesh.mesh.name;
+  mu_.unlock();
+  Status merged = storage::MergeFragments(env_, run.staging, fragments, meta);
+  mu_.lock();
+  RETURN_IF_ERROR(merged);
+  if (jobs_.at(run.job_id).cancel_requested) return CancelledStatus(run.job_id);
+  SetPhase(run.job_id, "commit");
+  mu_.unlock();
+  Status committed = storage::Commit(env_, options_.checkpoint_root, mesh, run.step, run.job_id);
+  auto dir = committed.ok() ? storage::CommittedDir(env_, options_.checkpoint_root, mesh, run.step)
+                            : Result<std::string>(committed);
+  auto index = dir.ok() ? storage::CheckpointIndex::Open(env_, *dir)
+                        : Result<storage::CheckpointIndex>(dir.status());
+  mu_.lock();
+  return index;
+}
+
+// 4. The committed checkpoint's record: its tensors and sizes, from its index.
+Json Service::RecordCommitted(const SaveRun& run, const storage::CheckpointIndex& index,
+                              const std::vector<storage::PlannedSlice>& plan) {
+  CheckpointRecord& c = checkpoints_.at(run.key);
+  c.tensors = Json::array();
+  for (const auto& t : index.tensors()) {
+    Json tj = TensorMetaToJson(t.meta);
+    tj["logical_bytes"] = t.meta.logical_bytes();
+    tj["stored_bytes"] = t.stored_bytes;
+    c.tensors.push_back(tj);
+  }
+  c.logical_bytes = index.logical_bytes();
+  c.stored_bytes = index.stored_bytes();
+  c.duration_ms = WallMs() - jobs_.at(run.job_id).started_ms;
+  SetCheckpointState(run.key, "committed");
+  metrics_.ObserveSave(c.duration_ms / 1000.0, c.logical_bytes);
+  return {{"checkpoint", c.Summary()},
+          {"bytes_per_rank", storage::BytesPerRank(run.mesh.mesh, plan)}};
+}
+
+// A failed save: the checkpoint is marked failed, workers drop their snapshots, the
+// staging dir goes, and the GC runs once late writers must have stopped.
+void Service::AbandonSave(const SaveRun& run, const Status& st) {
+  CheckpointRecord& c = checkpoints_.at(run.key);
+  if (c.state != "committed") {
+    c.state = "failed";
+    c.error = ErrorBody(st)["error"];
+    (void)PersistCheckpoint(c);
+    events_.Publish("checkpoint", c.Summary());
+  }
+  for (const auto& wid : run.mesh.workers) {
+    auto w = workers_.find(wid);
+    if (w != workers_.end() && w->second.state != "dead") {
+      QueueTask(&w->second, {{"id", NewId("t")}, {"job", run.job_id}, {"kind", "abort"}});
+    }
+  }
+  cv_.NotifyAll();
+  mu_.unlock();
+  (void)env_->DeleteTree(run.staging);
+  mu_.lock();
+  // Workers still writing when the job failed may leave files behind it.
+  gc_due_ms_ = MonoMs() + options_.lease_ms;
+  cv_.NotifyAll();
+}
+
+Status Service::RunSave(const std::string& job_id) {
+  MutexLock lock(mu_);
+  JobRecord& job = BeginJob(job_id);
+  auto found = meshes_.find(job.mesh);
+  if (found == meshes_.end()) {
+    Status gone = NotFound("mesh " + job.mesh + " was deleted", {{"mesh", job.mesh}});
+    FinishJob(job_id, gone, Json());
+    return gone;
+  }
+  const SaveRun run{job_id,
+                    found->second,
+                    job.step,
+                    job.request,
+                    CheckpointRecord::Key(job.mesh, job.step),
+                    storage::StagingDir(options_.checkpoint_root, job.mesh, job.step, job_id)};
+  Json result;
+  Status st = [&]() REQUIRES(mu_) -> Status {
+    std::vector<TensorMeta> metas;
+    ASSIGN_OR_RETURN(auto plan, SaveSnapshotAndPlan(run, &metas));
+    ASSIGN_OR_RETURN(auto fragments, SaveWrite(run, metas, plan));
+    ASSIGN_OR_RETURN(auto index, SaveMergeAndCommit(run, fragments));
+    result = RecordCommitted(run, index, plan);
+    // 5. Retention.
+    SetPhase(job_id, "retention");
+    mu_.unlock();
+    Status retained = ApplyRetention(run.mesh.mesh.name);
+    mu_.lock();
+    if (!retained.ok()) result["retention_error"] = ErrorBody(retained)["error"];
+    return Status::Ok();
+  }();
+  if (!st.ok()) AbandonSave(run, st);
+  FinishJob(job_id, st, result);
+  return st;
+}
+
+}  // namespace tessera::service

@@ -1,0 +1,243 @@
+// tesserad's jobs without a cluster: the pure step of a save (what it makes of the
+// workers' snapshot reports), and the job engine driven by fake workers that poll
+// and report through the same Service methods the HTTP routes call.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <atomic>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "service/save_job.h"
+#include "service/service.h"
+#include "storage/env.h"
+
+namespace tessera::service {
+namespace {
+
+const Mesh kMesh{"m", {{"d", 2}}, 1};
+const std::vector<std::string> kWorkers = {"w-a", "w-b"};
+
+Json Tensor(const std::string& name, std::vector<int64_t> devices, Shape shape = {4, 2},
+            const std::string& dtype = "float32") {
+  return {{"name", name}, {"dtype", dtype}, {"shape", shape}, {"layout", {"d", "unsharded"}},
+          {"devices", devices}};
+}
+
+std::map<int64_t, Json> Reports(Json rank0, Json rank1) {
+  return {{0, {{"tensors", std::move(rank0)}}}, {1, {{"tensors", std::move(rank1)}}}};
+}
+
+void ExpectNames(const Status& st, const std::string& tensor, const std::string& worker,
+                 int64_t rank) {
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  const Json& d = st.details();
+  ASSERT_TRUE(d.is_object()) << st.ToString();
+  EXPECT_EQ(d.value("tensor", ""), tensor) << st.ToString();
+  EXPECT_EQ(d.value("worker", ""), worker) << st.ToString();
+  EXPECT_EQ(d.value("rank", int64_t{-1}), rank) << st.ToString();
+}
+
+TEST(CollectSnapshotTensors, TakesRankZerosOrderWhenEveryWorkerAgrees) {
+  auto metas = CollectSnapshotTensors(
+      kMesh, kWorkers,
+      Reports({Tensor("b", {0}), Tensor("a", {0})}, {Tensor("a", {1}), Tensor("b", {1})}));
+  ASSERT_TRUE(metas.ok()) << metas.status().ToString();
+  ASSERT_EQ(metas->size(), 2u);
+  EXPECT_EQ((*metas)[0].name, "b");
+  EXPECT_EQ((*metas)[1].name, "a");
+  EXPECT_EQ((*metas)[1].shape, (Shape{4, 2}));
+  EXPECT_EQ((*metas)[1].layout.ToString(), "d,unsharded");
+}
+
+TEST(CollectSnapshotTensors, EveryDisagreementNamesTensorWorkerAndRank) {
+  // A shard on a device the worker does not own.
+  ExpectNames(CollectSnapshotTensors(kMesh, kWorkers,
+                                     Reports({Tensor("a", {0})}, {Tensor("a", {0})}))
+                  .status(),
+              "a", "w-b", 1);
+  // Only rank 1 holds it.
+  ExpectNames(CollectSnapshotTensors(kMesh, kWorkers,
+                                     Reports({Tensor("a", {0})}, {Tensor("a", {1}), Tensor("x", {1})}))
+                  .status(),
+              "x", "w-a", 0);
+  // Rank 1 lacks it.
+  ExpectNames(CollectSnapshotTensors(kMesh, kWorkers,
+                                     Reports({Tensor("a", {0}), Tensor("y", {0})}, {Tensor("a", {1})}))
+                  .status(),
+              "y", "w-b", 1);
+  // Described differently: the message has both descriptions.
+  Status st = CollectSnapshotTensors(kMesh, kWorkers,
+                                     Reports({Tensor("a", {0})}, {Tensor("a", {1}, {8, 2})}))
+                  .status();
+  ExpectNames(st, "a", "w-b", 1);
+  EXPECT_NE(st.message().find("float32[4,2]"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("float32[8,2]"), std::string::npos) << st.ToString();
+  st = CollectSnapshotTensors(kMesh, kWorkers,
+                              Reports({Tensor("a", {0})}, {Tensor("a", {1}, {4, 2}, "int8")}))
+           .status();
+  ExpectNames(st, "a", "w-b", 1);
+}
+
+TEST(CollectSnapshotTensors, MalformedOrEmptyReportsAreClearErrors) {
+  Status st = CollectSnapshotTensors(kMesh, kWorkers, Reports(Json::array(), Json::array())).status();
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("no tensors to save"), std::string::npos) << st.ToString();
+  Json bad = Tensor("a", {1});
+  bad["dtype"] = "float8";
+  st = CollectSnapshotTensors(kMesh, kWorkers, Reports({Tensor("a", {0})}, {bad})).status();
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("snapshot of worker w-b"), std::string::npos) << st.ToString();
+  st = CollectSnapshotTensors(kMesh, kWorkers, Reports({Tensor("a", {0})}, "x")).status();
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_EQ(st.details().value("worker", ""), "w-b") << st.ToString();
+  st = CollectSnapshotTensors(kMesh, kWorkers, {{5, {{"tensors", Json::array()}}}}).status();
+  EXPECT_EQ(st.code(), Code::kInternal);
+}
+
+// ---------------------------------------------------------------- with fake workers
+
+// A worker that long-polls the Service itself and answers each task with `answer`
+// (state and result or error), as the agent would over HTTP.
+class FakeWorker {
+ public:
+  using Answer = std::function<Json(const Json& task)>;
+  FakeWorker(Service* service, std::string id, Answer answer)
+      : service_(service), id_(std::move(id)), answer_(std::move(answer)),
+        thread_([this] { Loop(); }) {}
+  ~FakeWorker() {
+    stop_ = true;
+    thread_.join();
+  }
+  std::vector<std::string> kinds() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return kinds_;
+  }
+
+ private:
+  void Loop() {
+    while (!stop_) {
+      auto tasks = service_->PollTasks(id_, 100);
+      if (!tasks.ok()) continue;
+      for (const Json& task : tasks->value("tasks", Json::array())) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          kinds_.push_back(task.value("kind", ""));
+        }
+        if (task.value("kind", "") == "abort") continue;
+        (void)service_->ReportTask(id_, task.value("id", ""), answer_(task));
+      }
+    }
+  }
+
+  Service* service_;
+  std::string id_;
+  Answer answer_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::vector<std::string> kinds_;
+  std::thread thread_;
+};
+
+class ServiceJobsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/tessera_service_jobs_test.XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    ServiceOptions opts;
+    opts.data_dir = dir_ + "/data";
+    opts.checkpoint_root = dir_ + "/checkpoints";
+    auto s = Service::Create(opts, storage::DefaultEnv());
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    service_ = std::move(*s);
+    for (const char* name : {"a", "b"}) {
+      ASSERT_TRUE(service_->RegisterWorker({{"name", name}, {"local_port", 1000}}).ok());
+    }
+    ASSERT_TRUE(
+        service_->PutMesh("m", {{"axes", {{{"name", "d"}, {"size", 2}}}}, {"self_test", false}}).ok());
+  }
+  void TearDown() override {
+    service_.reset();
+    EXPECT_TRUE(storage::DefaultEnv()->DeleteTree(dir_).ok());
+  }
+  // Starts a save of step 1 and waits for its end.
+  Json SaveAndWait() {
+    auto started = service_->StartSave("m", {{"step", 1}});
+    EXPECT_TRUE(started.ok()) << started.status().ToString();
+    if (!started.ok()) return Json();
+    auto job = service_->GetJob(started->value("job", ""), 20000);
+    EXPECT_TRUE(job.ok());
+    return job.ok() ? *job : Json();
+  }
+
+  std::string dir_;
+  std::unique_ptr<Service> service_;
+};
+
+Json Succeeded(Json result) { return {{"state", "succeeded"}, {"result", std::move(result)}}; }
+
+TEST_F(ServiceJobsTest, ASaveWhoseWorkersDisagreeFailsNamingTheWorkerAndAbortsEveryone) {
+  auto answer = [](int64_t device, Shape shape) {
+    return [device, shape](const Json&) {
+      return Succeeded({{"tensors", {Tensor("weights", {device}, shape)}}});
+    };
+  };
+  FakeWorker a(service_.get(), "w-a", answer(0, {4, 2}));
+  FakeWorker b(service_.get(), "w-b", answer(1, {6, 2}));
+  Json job = SaveAndWait();
+  EXPECT_EQ(job["state"], "failed") << job.dump();
+  EXPECT_EQ(job["error"]["details"]["worker"], "w-b") << job.dump();
+  EXPECT_EQ(job["error"]["details"]["tensor"], "weights") << job.dump();
+  auto ck = service_->GetCheckpoint("m", "1");
+  ASSERT_TRUE(ck.ok());
+  EXPECT_EQ((*ck)["state"], "failed");
+  // Both workers are told to drop their snapshots.
+  for (FakeWorker* w : {&a, &b}) {
+    bool aborted = false;
+    for (int i = 0; i < 200 && !aborted; ++i) {
+      for (const auto& k : w->kinds()) aborted |= k == "abort";
+      if (!aborted) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(aborted);
+  }
+  // The step may be saved again once the failed attempt is over.
+  auto again = service_->StartSave("m", {{"step", 1}});
+  EXPECT_TRUE(again.ok()) << again.status().ToString();
+}
+
+TEST_F(ServiceJobsTest, AWorkersFailureBecomesTheJobsErrorWithItsRank) {
+  FakeWorker a(service_.get(), "w-a",
+               [](const Json&) { return Succeeded({{"tensors", {Tensor("t", {0})}}}); });
+  FakeWorker b(service_.get(), "w-b", [](const Json&) {
+    return Json{{"state", "failed"},
+                {"error", ErrorBody(ResourceExhausted("disk full: write shard-1.tsr",
+                                                      {{"file", "shard-1.tsr"}}))["error"]}};
+  });
+  Json job = SaveAndWait();
+  EXPECT_EQ(job["state"], "failed") << job.dump();
+  EXPECT_EQ(job["error"]["code"], "resource_exhausted") << job.dump();
+  EXPECT_EQ(job["error"]["details"]["rank"], 1) << job.dump();
+  EXPECT_EQ(job["error"]["details"]["file"], "shard-1.tsr") << job.dump();
+  EXPECT_NE(job["error"]["message"].get<std::string>().find("worker w-b (rank 1)"),
+            std::string::npos)
+      << job.dump();
+}
+
+TEST_F(ServiceJobsTest, ACancelledSaveEndsCancelledAndLeavesNoCheckpoint) {
+  // Nobody answers: the save waits in its snapshot phase until cancelled.
+  auto started = service_->StartSave("m", {{"step", 3}});
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  const std::string id = started->value("job", "");
+  ASSERT_TRUE(service_->CancelJob(id).ok());
+  auto job = service_->GetJob(id, 20000);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ((*job)["state"], "cancelled") << job->dump();
+  auto latest = service_->GetCheckpoint("m", "latest");
+  EXPECT_EQ(latest.status().code(), Code::kNotFound) << latest.status().ToString();
+  EXPECT_EQ(service_->CancelJob(id).status().code(), Code::kConflict);
+}
+
+}  // namespace
+}  // namespace tessera::service

@@ -1,0 +1,199 @@
+// The agent's executors of the tasks tesserad hands out: snapshot, write (shards and
+// fragment of a save) and restore (this worker's devices of any mesh and layout).
+#include <algorithm>
+#include <map>
+
+#include "api/clock.h"
+#include "storage/index.h"
+#include "storage/rank_writer.h"
+#include "storage/read_planner.h"
+#include "worker/agent.h"
+
+namespace tessera::worker {
+namespace {
+
+// Reports progress at most every 100 ms.
+class Throttle {
+ public:
+  bool Due() {
+    int64_t now = MonoMs();
+    if (now - last_ < 100) return false;
+    last_ = now;
+    return true;
+  }
+
+ private:
+  int64_t last_ = 0;
+};
+
+}  // namespace
+
+Result<MeshPlacement> Agent::PlacementFromTask(const Json& task) {
+  ASSIGN_OR_RETURN(Mesh mesh, MeshFromJson(task.value("mesh", Json())));
+  MeshPlacement p;
+  p.mesh = mesh;
+  p.rank = task.value("rank", int64_t{0});
+  if (task.contains("workers") && task["workers"].is_array()) {
+    for (const auto& w : task["workers"]) p.workers.push_back(w.get<std::string>());
+  }
+  p.devices = mesh.DevicesOfWorker(p.rank);
+  return p;
+}
+
+Result<Json> Agent::DoSnapshot(const Json& task) {
+  const std::string job = task.value("job", "");
+  ASSIGN_OR_RETURN(MeshPlacement p, PlacementFromTask(task));
+  const int64_t step = task.value("step", int64_t{0});
+  std::optional<std::vector<std::string>> names;
+  if (task.contains("tensors") && task["tensors"].is_array()) {
+    names = task["tensors"].get<std::vector<std::string>>();
+  }
+  std::shared_ptr<const Snapshot> snap;
+  {
+    // A trainer-driven save: use the copy its /v1/save took at the right moment.
+    MutexLock lock(mu_);
+    auto key = std::make_pair(p.mesh.name, step);
+    if (task.value("wait_for_trainer", false)) {
+      const auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.trainer_wait_ms);
+      while (!stopping_ && !trainer_snapshots_.count(key)) {
+        if (!cv_.WaitUntil(mu_, deadline)) break;
+      }
+      if (!trainer_snapshots_.count(key)) {
+        return DeadlineExceeded("the trainer on worker " + id_ + " did not call /v1/save for step " +
+                                std::to_string(step));
+      }
+    }
+    auto it = trainer_snapshots_.find(key);
+    if (it != trainer_snapshots_.end()) {
+      snap = it->second;
+      trainer_snapshots_.erase(it);
+    }
+  }
+  if (!snap) {
+    ASSIGN_OR_RETURN(snap, store_->TakeSnapshot(p.mesh.name, names));
+  }
+  Json tensors = Json::array();
+  for (const auto& t : snap->tensors) {
+    if (names && std::find(names->begin(), names->end(), t.name) == names->end()) continue;
+    Json tj = TensorMetaToJson(TensorMeta(t.name, t.desc));
+    std::vector<int64_t> devices;
+    for (const auto& s : t.shards) devices.push_back(s.device);
+    tj["devices"] = devices;
+    tensors.push_back(tj);
+  }
+  if (names) {
+    for (const auto& n : *names) {
+      if (!snap->Find(n)) {
+        return NotFound("worker " + id_ + " holds no tensor '" + n + "' in mesh " + p.mesh.name,
+                        {{"tensor", n}});
+      }
+    }
+  }
+  MutexLock lock(mu_);
+  snapshots_[job] = snap;
+  return Json{{"tensors", tensors}, {"snapshot_bytes", snap->bytes()}};
+}
+
+Result<Json> Agent::DoWrite(const Json& task) {
+  const std::string job = task.value("job", "");
+  ASSIGN_OR_RETURN(MeshPlacement p, PlacementFromTask(task));
+  std::shared_ptr<const Snapshot> snap;
+  {
+    MutexLock lock(mu_);
+    auto it = snapshots_.find(job);
+    if (it == snapshots_.end()) {
+      return Internal("worker " + id_ + " has no snapshot for job " + job);
+    }
+    snap = it->second;
+  }
+  const Json slices = task.value("slices", Json::array());
+  std::vector<storage::SliceToWrite> todo;
+  uint64_t total = 0;
+  for (const auto& sj : slices) {
+    const std::string name = sj.value("tensor", "");
+    const Snapshot::Tensor* t = snap->Find(name);
+    if (!t) return Internal("snapshot of job " + job + " lacks tensor '" + name + "'");
+    const int64_t device = sj.value("device", int64_t{-1});
+    const ShardBuffer* buf = nullptr;
+    for (const auto& s : t->shards) {
+      if (s.device == device) buf = s.buffer.get();
+    }
+    if (!buf) {
+      return Internal("snapshot of tensor '" + name + "' lacks device " + std::to_string(device),
+                      {{"tensor", name}});
+    }
+    storage::TensorMeta meta{name, t->desc.dtype, t->desc.shape, t->desc.layout};
+    SliceSpec slice = DeviceSlice(p.mesh, meta.layout, meta.shape, device);
+    todo.push_back({meta, slice, buf->data(), buf->size()});
+    total += buf->size();
+  }
+  Json result = {{"fragment", nullptr}, {"bytes", 0}};
+  if (!todo.empty()) {
+    Throttle throttle;
+    const std::string tid = task.value("id", "");
+    storage::ShardOptions opt;
+    opt.compress = task.value("compression", "zstd") == "zstd";
+    opt.level = task.value("level", 1);
+    opt.pool = &io_pool_;
+    opt.on_progress = [&](uint64_t done) {
+      if (throttle.Due()) Report(tid, "running", done, total, nullptr, Status::Ok());
+    };
+    ASSIGN_OR_RETURN(auto w, storage::WriteRank(env_, task.value("staging", ""), p.rank, todo, opt));
+    result = {{"fragment", storage::FragmentFileName(p.rank)},
+              {"bytes", w.raw_bytes},
+              {"stored_bytes", w.stored_bytes}};
+  }
+  MutexLock lock(mu_);
+  snapshots_.erase(job);  // written: the buffers go back to the pool
+  return result;
+}
+
+Result<Json> Agent::DoRestore(const Json& task) {
+  ASSIGN_OR_RETURN(MeshPlacement p, PlacementFromTask(task));
+  const std::string dir = task.value("dir", "");
+  ASSIGN_OR_RETURN(auto index, storage::CheckpointIndex::Open(env_, dir));
+  storage::ShardCache shards(env_, dir);
+  Throttle throttle;
+  const std::string tid = task.value("id", "");
+  uint64_t total = 0, done = 0, read = 0;
+  struct Item {
+    const storage::TensorEntry* entry;
+    TensorDesc desc;
+  };
+  std::vector<Item> items;
+  for (const auto& tj : task.value("tensors", Json::array())) {
+    const std::string name = tj.value("name", "");
+    const storage::TensorEntry* e = index.Find(name);
+    if (!e) return NotFound("checkpoint has no tensor '" + name + "'", {{"tensor", name}});
+    TensorDesc desc = e->meta.desc();
+    ASSIGN_OR_RETURN(desc.layout, LayoutFromJson(tj.value("layout", Json())));
+    RETURN_IF_ERROR(ValidateLayout(p.mesh, desc.layout, desc.shape));
+    items.push_back({e, desc});
+    total += NumElements(LocalShape(p.mesh, desc.layout, desc.shape)) * DTypeSize(desc.dtype) *
+             p.devices.size();
+  }
+  for (const auto& it : items) {
+    const auto& name = it.entry->meta.name;
+    // Devices of this worker that hold the same slice (replicas) share one read.
+    std::map<std::vector<int64_t>, std::string> read_once;
+    for (int64_t device : p.devices) {
+      SliceSpec slice = DeviceSlice(p.mesh, it.desc.layout, it.desc.shape, device);
+      auto cached = read_once.find(slice.offsets);
+      if (cached == read_once.end()) {
+        ASSIGN_OR_RETURN(auto plan, storage::PlanRead(*it.entry, slice));
+        std::string buf(slice.NumElements() * DTypeSize(it.desc.dtype), '\0');
+        RETURN_IF_ERROR(storage::ExecuteRead(plan, &shards, buf.data(), buf.size(), &io_pool_));
+        read += plan.stored_bytes;
+        cached = read_once.emplace(slice.offsets, std::move(buf)).first;
+      }
+      RETURN_IF_ERROR(store_->Install(p.mesh.name, name, it.desc, device, cached->second.data(),
+                                      cached->second.size()));
+      done += cached->second.size();
+      if (throttle.Due()) Report(tid, "running", done, total, nullptr, Status::Ok());
+    }
+  }
+  return Json{{"bytes", done}, {"stored_bytes_read", read}, {"tensors", items.size()}};
+}
+
+}  // namespace tessera::worker

@@ -1,0 +1,45 @@
+// The worker's one client of tesserad. Every call of the agent goes through it, with a
+// timeout chosen by what the call waits for, over kept-alive connections shared by the
+// agent's threads (heartbeats excepted: see Heartbeat).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "api/http/client.h"
+#include "api/json_codec.h"
+#include "api/status.h"
+#include "api/thread_annotations.h"
+
+namespace tessera::worker {
+
+class ControlPlane {
+ public:
+  // A call that tesserad answers at once (register, reports, mesh and job lookups).
+  static constexpr int kCallTimeoutS = 30;
+  // Room left, beyond what a call asks tesserad to wait, for the answer to arrive.
+  static constexpr int kWaitMarginS = 10;
+
+  ControlPlane(std::string server, std::string token);
+
+  // A JSON call; transport failures are unavailable naming tesserad's address.
+  Result<Json> Call(const std::string& method, const std::string& path,
+                    const Json& body = nullptr, int timeout_s = kCallTimeoutS);
+  // A call that tesserad may hold up to `wait_ms` (long polls, barriers).
+  Result<Json> Wait(const std::string& method, const std::string& path, const Json& body,
+                    int64_t wait_ms);
+  // POST /api/v1/workers/{id}/heartbeat on a connection of its own, closed after each beat:
+  // an idle kept-alive connection between beats would cost tesserad more than a new one.
+  // REQUIRES: called from one thread at a time.
+  Result<Json> Heartbeat(const std::string& worker);
+
+  // "/api/v1/workers/<id>" with the id as one path segment.
+  static std::string WorkerPath(const std::string& worker);
+
+ private:
+  std::string server_, token_;
+  http::ClientPool clients_;
+  http::Client heartbeat_client_;
+};
+
+}  // namespace tessera::worker
