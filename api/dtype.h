@@ -1,4 +1,4 @@
-// Element types of API.md, with their sizes and wire names.
+// Element types of docs/openapi.json, with their sizes and wire names.
 #pragma once
 
 #include <cstddef>

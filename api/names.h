@@ -1,4 +1,4 @@
-// Name rules of API.md for meshes, tensors, barriers and KV keys: 1–200 chars
+// Name rules of docs/openapi.json for meshes, tensors, barriers and KV keys: 1–200 chars
 // of [A-Za-z0-9._/-], no ".." segment, no leading "/". Names become path parts,
 // so anything else is rejected before it reaches the file system.
 #pragma once

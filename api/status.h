@@ -1,5 +1,5 @@
 // Status and Result<T>: how every module reports failure (no exceptions across
-// module boundaries). Codes are those of the REST contract (API.md).
+// module boundaries). Codes are those of the REST contract (docs/openapi.json).
 #pragma once
 
 #include <cassert>
@@ -32,7 +32,7 @@ enum class Code {
 std::string_view CodeName(Code code);
 // Parses a CodeName; unknown names map to kInternal.
 Code CodeFromName(std::string_view name);
-// HTTP status of API.md's error table.
+// HTTP status of docs/openapi.json's error table.
 int HttpStatus(Code code);
 
 // A success or an error with a code, a human sentence and machine-readable

@@ -28,7 +28,7 @@ void Put(const fs::path& dir, const std::string& name, const std::string& bytes)
   }
 }
 
-// Request bodies as clients send them (README.md, API.md, examples/).
+// Request bodies as clients send them (README.md, docs/openapi.json, examples/).
 const std::vector<std::pair<std::string, std::string>> kBodies = {
     {"mesh", R"({"axes":[{"name":"data","size":2},{"name":"model","size":2}],"workers":["w-host0","w-host1","w-host2","w-host3"]})"},
     {"mesh-named", R"({"name":"demo","axes":[{"name":"data","size":4}],"devices_per_worker":2,"self_test":false})"},

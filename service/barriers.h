@@ -1,4 +1,4 @@
-// Named barriers of the coordination service (API.md "Coordination"): ranks
+// Named barriers of the coordination service (docs/openapi.json "Coordination"): ranks
 // 0..world-1 of a job arrive under a name and are released together once all
 // have arrived. Kept in memory only: a barrier lives no longer than the HTTP
 // calls that wait on it, and those end when tesserad does.

@@ -1,5 +1,5 @@
 // Collectives driven by tesserad: REST collectives jobs on tensors the workers
-// hold (API.md "Collectives driven over REST") and the self-test every new mesh
+// hold (docs/openapi.json "Collectives driven over REST") and the self-test every new mesh
 // runs at registration (seed 000: the cluster checks itself at init).
 #include <set>
 

@@ -116,7 +116,8 @@ Result<Json> Coordination::SyncPreemption(const std::string& mesh,
 Json Coordination::Counts() {
   return {{"open_barriers", barriers_.open_count()},
           {"preemption_notices", preemption_.noticed_count()},
-          {"kv_keys", kv_.size()}};
+          {"kv_keys", kv_.size()},
+          {"kv_waiting_gets", kv_.waiting()}};
 }
 
 void Coordination::Shutdown() {

@@ -1,4 +1,4 @@
-// The coordination service of tesserad (API.md "Coordination: barriers, KV,
+// The coordination service of tesserad (docs/openapi.json "Coordination: barriers, KV,
 // preemption"): named barriers, a persisted key-value store and per-mesh
 // preemption notices with their sync point. This class takes the requests as
 // they come (names, JSON bodies), validates them and hands them to the three

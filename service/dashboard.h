@@ -1,5 +1,5 @@
 // The browser dashboard (web/): static files that tesserad serves at "/" and
-// "/assets/...", open without the token (API.md: the page asks for it). The
+// "/assets/...", open without the token (docs/openapi.json: the page asks for it). The
 // files are built into the binary (cmake/embed_web.cmake), so tesserad serves
 // them wherever it runs from; a web directory given instead is read from disk
 // on every request, for editing the dashboard without a rebuild.
@@ -28,7 +28,7 @@ std::string ContentTypeFor(std::string_view path);
 
 // Adds GET / (index.html) and GET /assets/{file+} (web/assets/<file>), both
 // without auth. `web_dir` empty: the embedded files; else the files under it.
-// An unknown file is API.md's 404 not_found naming the path.
+// An unknown file is docs/openapi.json's 404 not_found naming the path.
 void AddDashboardRoutes(http::Router* router, const std::string& web_dir = "");
 
 }  // namespace tessera::service

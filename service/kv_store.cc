@@ -49,9 +49,11 @@ Result<std::string> KvStore::Get(const std::string& key, int64_t wait_ms) {
   MutexLock lock(mu_);
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<int64_t>(0, wait_ms));
+  ++waiting_;
   while (!stopping_ && !values_.count(key)) {
     if (!cv_.WaitUntil(mu_, deadline)) break;
   }
+  --waiting_;
   auto it = values_.find(key);
   if (it != values_.end()) {
     std::string value = it->second;
@@ -91,6 +93,11 @@ Status KvStore::Delete(const std::string& key) {
   lock.unlock();
   CountOp("delete", st);
   return st;
+}
+
+int64_t KvStore::waiting() {
+  MutexLock lock(mu_);
+  return waiting_;
 }
 
 int64_t KvStore::size() {

@@ -1,4 +1,4 @@
-// The coordination service's key-value store (API.md "Coordination"): small
+// The coordination service's key-value store (docs/openapi.json "Coordination"): small
 // values (≤ 1 MiB) under names, which jobs use to exchange addresses, flags and
 // configuration. Values are arbitrary bytes, written through to the catalog's
 // `kv` table (base64 inside the JSON document) and held in memory for reads;
@@ -45,6 +45,8 @@ class KvStore {
   // not_found naming the key if it is absent.
   Status Delete(const std::string& key);
   int64_t size();
+  // Gets waiting for their key now.
+  int64_t waiting();
 
   // Wakes every waiter and refuses later waits.
   void Shutdown();
@@ -58,6 +60,7 @@ class KvStore {
   CondVar cv_;
   bool stopping_ GUARDED_BY(mu_) = false;
   std::map<std::string, std::string> values_ GUARDED_BY(mu_);
+  int64_t waiting_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tessera::service

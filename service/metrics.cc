@@ -35,11 +35,13 @@ const std::map<std::string, std::string> kGaugeHelp = {
     {"tessera_barriers_open", "Barriers with ranks waiting."},
     {"tessera_preemption_notices", "Meshes with a pending preemption notice."},
     {"tessera_kv_keys", "Keys in the coordination KV store."},
+    {"tessera_kv_waiting_gets", "KV reads waiting for their key to appear."},
     {"tessera_workers", "Registered workers by liveness state."},
     {"tessera_jobs", "Jobs by state and kind."},
     {"tessera_checkpoints_committed", "Committed checkpoints."},
     {"tessera_checkpoint_stored_bytes", "Bytes of committed checkpoints in storage."},
     {"tessera_meshes", "Registered meshes."},
+    {"tessera_task_polls_waiting", "Workers' task long-polls waiting for a task."},
     {"tessera_http_connections_waiting", "HTTP connections waiting for a whole request."},
 };
 

@@ -1,4 +1,4 @@
-// tesserad's records. Each has ToJson (the REST shape of API.md, also what the
+// tesserad's records. Each has ToJson (the REST shape of docs/openapi.json, also what the
 // catalog stores) and FromJson (for loading the catalog).
 #pragma once
 
@@ -9,10 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "api/json_codec.h"
 #include "api/clock.h"
+#include "api/json_codec.h"
 #include "api/mesh.h"
 #include "api/thread_annotations.h"
+#include "storage/index.h"
 
 namespace tessera::service {
 
@@ -47,7 +48,7 @@ struct MeshRecord {
   // it), and no job may start on it until the test passes.
   bool self_testing = false;
 
-  Json ToJson() const;  // API.md: axes, devices_per_worker, workers, devices
+  Json ToJson() const;  // docs/openapi.json: axes, devices_per_worker, workers, devices
   static Result<MeshRecord> FromJson(const Json& j);
 };
 
@@ -65,6 +66,8 @@ struct CheckpointRecord {
   Json error;
 
   std::string key() const { return Key(mesh, step); }
+  // tensors (with their sizes), logical_bytes and stored_bytes, from a committed index.
+  void TakeContentsFrom(const storage::CheckpointIndex& index);
   // "<mesh>@<step>", the key of checkpoints_ and of the catalog's rows.
   static std::string Key(const std::string& mesh, int64_t step) {
     return mesh + "@" + std::to_string(step);

@@ -1,4 +1,4 @@
-// Preemption notices per mesh and the sync point of SEMANTICS.md
+// Preemption notices per mesh and the sync point of docs/semantics.md
 // "reached_preemption_sync_point": after a notice, every worker of the mesh
 // reports the step it has reached; once all have, the sync step is
 // max(reported) + 1, the same for everyone, and it never changes until the

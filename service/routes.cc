@@ -1,8 +1,9 @@
-// The REST surface of API.md, as one route table over Service.
+// The REST surface of docs/openapi.json, as one route table over Service.
 #include <fstream>
 #include <sstream>
 
 #include "api/names.h"
+#include "service/openapi.h"
 #include "service/service.h"
 
 namespace tessera::service {
@@ -61,6 +62,11 @@ void Service::AddRoutes(http::Router* router) {
     }
     return Response::Json(200, {{"routes", routes}});
   }, "this list");
+  add("GET", "/api/v1/openapi.json", [](const Request&) {
+    Response r;
+    r.body = std::string(OpenApiDocument());
+    return r;
+  }, "the REST reference (OpenAPI 3)", false);
   add("GET", "/api/v1/cluster", [this](const Request&) { return Response::Json(200, Cluster()); },
       "counts of workers, meshes, jobs, storage bytes");
   add("GET", "/api/v1/events", [this](const Request& req) {

@@ -1,4 +1,4 @@
-// A save, DESIGN's protocol driven from tesserad:
+// A save, the protocol of docs/architecture.md driven from tesserad:
 //   snapshot (every worker) → plan → write (shard + fragment per writer)
 //   → barrier → merge → commit → retention
 #include "service/save_job.h"
@@ -224,15 +224,7 @@ Result<storage::CheckpointIndex> Service::SaveMergeAndCommit(
 Json Service::RecordCommitted(const SaveRun& run, const storage::CheckpointIndex& index,
                               const std::vector<storage::PlannedSlice>& plan) {
   CheckpointRecord& c = checkpoints_.at(run.key);
-  c.tensors = Json::array();
-  for (const auto& t : index.tensors()) {
-    Json tj = TensorMetaToJson(t.meta);
-    tj["logical_bytes"] = t.meta.logical_bytes();
-    tj["stored_bytes"] = t.stored_bytes;
-    c.tensors.push_back(tj);
-  }
-  c.logical_bytes = index.logical_bytes();
-  c.stored_bytes = index.stored_bytes();
+  c.TakeContentsFrom(index);
   c.duration_ms = WallMs() - jobs_.at(run.job_id).started_ms;
   SetCheckpointState(run.key, "committed");
   metrics_.ObserveSave(c.duration_ms / 1000.0, c.logical_bytes);

@@ -1,6 +1,7 @@
 #include "service/service.h"
 
 #include <algorithm>
+#include <optional>
 #include <cstdio>
 #include <random>
 
@@ -36,19 +37,21 @@ Result<std::unique_ptr<Service>> Service::Create(ServiceOptions options, storage
   return s;
 }
 
-Status Service::Recover() {
-  // Nothing else runs yet; the lock keeps the rules of mu_ uniform.
-  MutexLock lock(mu_);
+// Workers get one lease to heartbeat again after a restart.
+Status Service::RecoverWorkers() {
   const int64_t now = MonoMs();
   ASSIGN_OR_RETURN(auto workers, catalog_->All("workers"));
   for (const auto& j : workers) {
     WorkerRecord w = WorkerRecord::FromJson(j);
-    // Give workers one lease to heartbeat again after our restart.
     w.state = "suspect";
     w.last_heartbeat_mono_ms = now;
     worker_order_.push_back(w.id);
     workers_[w.id] = std::move(w);
   }
+  return Status::Ok();
+}
+
+Status Service::RecoverMeshes() {
   ASSIGN_OR_RETURN(auto meshes, catalog_->All("meshes"));
   for (const auto& j : meshes) {
     auto m = MeshRecord::FromJson(j);
@@ -63,6 +66,12 @@ Status Service::Recover() {
                                : 0;
     retention_[j.value("mesh", "")] = p;
   }
+  return Status::Ok();
+}
+
+// Jobs and saves that were running when tesserad stopped have failed.
+Status Service::RecoverJobsAndCheckpoints() {
+  const int64_t now = MonoMs();
   ASSIGN_OR_RETURN(auto jobs, catalog_->All("jobs"));
   for (const auto& j : jobs) {
     JobRecord r = JobRecord::FromJson(j);
@@ -85,10 +94,11 @@ Status Service::Recover() {
     }
     checkpoints_[c.key()] = std::move(c);
   }
-  // Nothing is running now: every staging dir is a leftover.
-  auto removed = storage::CollectGarbage(env_, options_.checkpoint_root);
-  if (!removed.ok()) return removed.status().WithContext("garbage collection at startup");
-  // A save that renamed its dir but died before the catalog saw it is complete: adopt it.
+  return Status::Ok();
+}
+
+// A save that renamed its dir but died before the catalog saw it is complete: adopt it.
+void Service::AdoptCommittedDirs() {
   for (const auto& [name, mesh] : meshes_) {
     auto steps = storage::ListSteps(env_, options_.checkpoint_root, name);
     if (!steps.ok()) continue;
@@ -103,20 +113,24 @@ Status Service::Recover() {
       c.step = step;
       c.state = "committed";
       c.error = nullptr;
-      c.logical_bytes = index->logical_bytes();
-      c.stored_bytes = index->stored_bytes();
       c.created_ms = index->meta().created_at_ms;
       c.metadata = index->meta().metadata;
-      c.tensors = Json::array();
-      for (const auto& t : index->tensors()) {
-        Json tj = TensorMetaToJson(t.meta);
-        tj["logical_bytes"] = t.meta.logical_bytes();
-        tj["stored_bytes"] = t.stored_bytes;
-        c.tensors.push_back(std::move(tj));
-      }
+      c.TakeContentsFrom(*index);
       (void)PersistCheckpoint(c);
     }
   }
+}
+
+Status Service::Recover() {
+  // Nothing else runs yet; the lock keeps the rules of mu_ uniform.
+  MutexLock lock(mu_);
+  RETURN_IF_ERROR(RecoverWorkers());
+  RETURN_IF_ERROR(RecoverMeshes());
+  RETURN_IF_ERROR(RecoverJobsAndCheckpoints());
+  // Nothing is running now: every staging dir is a leftover.
+  auto removed = storage::CollectGarbage(env_, options_.checkpoint_root);
+  if (!removed.ok()) return removed.status().WithContext("garbage collection at startup");
+  AdoptCommittedDirs();
   return Status::Ok();
 }
 
@@ -352,11 +366,13 @@ Result<Json> Service::PollTasks(const std::string& id, int64_t wait_ms) {
   const uint64_t mine = ++polls_;
   it->second.poll = mine;
   wake->NotifyAll();  // an older poll of this worker gives way now
+  ++polls_waiting_;
   while (true) {
     auto w = workers_.find(id);
     if (stopping_ || w == workers_.end() || w->second.poll != mine || !w->second.tasks.empty()) break;
     if (!wake->WaitUntil(mu_, deadline)) break;
   }
+  --polls_waiting_;
   it = workers_.find(id);
   Json tasks = Json::array();
   if (it != workers_.end() && it->second.poll == mine) {
@@ -456,20 +472,28 @@ Status Service::DeleteWorker(const std::string& id) {
 
 // ---------------------------------------------------------------- meshes
 
-Result<std::pair<int, Json>> Service::PutMesh(const std::string& name, const Json& body) {
+// What a PUT /api/v1/meshes/{name} asks for, checked without the cluster.
+struct MeshRequest {
+  Mesh mesh;
+  std::optional<std::vector<std::string>> workers;  // as listed, in rank order
+  bool self_test = true;
+  int64_t self_test_ms = 10000;
+};
+
+namespace {
+
+Result<MeshRequest> ParseMeshRequest(const std::string& name, const Json& body) {
   RETURN_IF_ERROR(ValidateName(name, "mesh"));
-  ASSIGN_OR_RETURN(Mesh mesh, MeshFromJson(body, name));
-  std::optional<std::vector<std::string>> wanted;
+  MeshRequest r;
+  ASSIGN_OR_RETURN(r.mesh, MeshFromJson(body, name));
   if (body.contains("workers") && !body["workers"].is_null()) {
-    if (!body["workers"].is_array()) {
-      return InvalidArgument("field 'workers' must be a list of worker ids", {{"field", "workers"}});
-    }
-    wanted.emplace();
+    const Status bad =
+        InvalidArgument("field 'workers' must be a list of worker ids", {{"field", "workers"}});
+    if (!body["workers"].is_array()) return bad;
+    r.workers.emplace();
     for (const auto& w : body["workers"]) {
-      if (!w.is_string()) {
-        return InvalidArgument("field 'workers' must be a list of worker ids", {{"field", "workers"}});
-      }
-      wanted->push_back(w.get<std::string>());
+      if (!w.is_string()) return bad;
+      r.workers->push_back(w.get<std::string>());
     }
   }
   ASSIGN_OR_RETURN(std::optional<bool> self_test, OptionalBool(body, "self_test"));
@@ -477,41 +501,39 @@ Result<std::pair<int, Json>> Service::PutMesh(const std::string& name, const Jso
   if (self_test_ms && (*self_test_ms < 1 || *self_test_ms > 600000)) {
     return InvalidArgument("self_test_timeout_ms must be 1..600000", {{"field", "self_test_timeout_ms"}});
   }
-  MutexLock lock(mu_);
-  auto existing = meshes_.find(name);
-  if (existing != meshes_.end()) {
-    const MeshRecord& m = existing->second;
-    if (m.self_testing) {
-      return Unavailable("mesh " + name + " is running its self-test; try again when it ends",
-                         {{"mesh", name}});
-    }
-    if (m.mesh == mesh && (!wanted || *wanted == m.workers)) return std::make_pair(200, m.ToJson());
-    return Conflict("mesh " + name + " is already registered as " + m.mesh.ToString() + " with " +
-                        std::to_string(m.mesh.devices_per_worker) +
-                        " devices per worker; delete it first to change it",
-                    {{"mesh", name}, {"existing", m.ToJson()}});
-  }
+  r.self_test = self_test.value_or(true);
+  r.self_test_ms = self_test_ms.value_or(10000);
+  return r;
+}
+
+}  // namespace
+
+// The workers of a new mesh, by rank: those listed (each alive, once), or else the
+// first alive ones in registration order; each must bring devices_per_worker devices.
+Result<std::vector<std::string>> Service::ChooseMeshWorkers(const MeshRequest& r) {
+  const Mesh& mesh = r.mesh;
   const int64_t need = mesh.num_workers();
   std::vector<std::string> chosen;
-  if (wanted) {
-    if (static_cast<int64_t>(wanted->size()) != need) {
+  if (r.workers) {
+    const std::vector<std::string>& wanted = *r.workers;
+    if (static_cast<int64_t>(wanted.size()) != need) {
       return InvalidArgument("mesh " + mesh.ToString() + " with " +
                                  std::to_string(mesh.devices_per_worker) +
                                  " devices per worker needs " + std::to_string(need) +
-                                 " workers, got " + std::to_string(wanted->size()),
+                                 " workers, got " + std::to_string(wanted.size()),
                              {{"field", "workers"}});
     }
-    for (const auto& id : *wanted) {
+    for (const auto& id : wanted) {
       auto w = workers_.find(id);
       if (w == workers_.end()) return NotFound("no worker " + id, {{"worker", id}, {"field", "workers"}});
       if (w->second.state != "alive") {
         return Unavailable("worker " + id + " is " + w->second.state, {{"worker", id}});
       }
-      if (std::count(wanted->begin(), wanted->end(), id) > 1) {
+      if (std::count(wanted.begin(), wanted.end(), id) > 1) {
         return InvalidArgument("worker " + id + " is listed twice", {{"field", "workers"}});
       }
     }
-    chosen = *wanted;
+    chosen = wanted;
   } else {
     for (const auto& id : worker_order_) {
       if (static_cast<int64_t>(chosen.size()) == need) break;
@@ -523,7 +545,7 @@ Result<std::pair<int, Json>> Service::PutMesh(const std::string& name, const Jso
                          {{"needed", need}, {"alive", chosen.size()}});
     }
   }
-  // Every worker must bring exactly devices_per_worker devices (seed 000's device table check).
+  // The device table check at init (TF DTensor): every worker brings devices_per_worker devices.
   for (size_t rank = 0; rank < chosen.size(); ++rank) {
     const WorkerRecord& w = workers_.at(chosen[rank]);
     if (w.devices != mesh.devices_per_worker) {
@@ -533,31 +555,57 @@ Result<std::pair<int, Json>> Service::PutMesh(const std::string& name, const Jso
                              {{"worker", w.id}, {"rank", rank}, {"field", "devices_per_worker"}});
     }
   }
-  MeshRecord rec{mesh, chosen, WallMs()};
-  rec.self_testing = self_test.value_or(true);
+  return chosen;
+}
+
+// The self-test of a new mesh: its workers merge the device table over it; a worker that
+// is missing or disagrees is named, and the mesh is withdrawn. Drops mu_ while it runs.
+Result<Json> Service::SelfTestMesh(const std::string& name, int64_t timeout_ms) {
+  JobRecord* job = NewJob("mesh_init", name, -1, {{"timeout_ms", timeout_ms}});
+  const std::string job_id = job->id;
+  mu_.unlock();
+  Status st = RunMeshInit(job_id);
+  mu_.lock();
+  if (!st.ok()) {
+    // No job can have started on it (ReadyMesh refuses a mesh under test).
+    meshes_.erase(name);
+    (void)catalog_->Delete("meshes", name);
+    return st.WithContext("mesh " + name + " failed its self-test (job " + job_id +
+                          "), so it is not registered")
+        .WithDetail("job", job_id);
+  }
+  meshes_.at(name).self_testing = false;
+  return Json{{"job", job_id}, {"ms", jobs_.at(job_id).ended_ms - jobs_.at(job_id).started_ms}};
+}
+
+Result<std::pair<int, Json>> Service::PutMesh(const std::string& name, const Json& body) {
+  ASSIGN_OR_RETURN(MeshRequest r, ParseMeshRequest(name, body));
+  MutexLock lock(mu_);
+  auto existing = meshes_.find(name);
+  if (existing != meshes_.end()) {
+    const MeshRecord& m = existing->second;
+    if (m.self_testing) {
+      return Unavailable("mesh " + name + " is running its self-test; try again when it ends",
+                         {{"mesh", name}});
+    }
+    if (m.mesh == r.mesh && (!r.workers || *r.workers == m.workers)) {
+      return std::make_pair(200, m.ToJson());
+    }
+    return Conflict("mesh " + name + " is already registered as " + m.mesh.ToString() + " with " +
+                        std::to_string(m.mesh.devices_per_worker) +
+                        " devices per worker; delete it first to change it",
+                    {{"mesh", name}, {"existing", m.ToJson()}});
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> chosen, ChooseMeshWorkers(r));
+  MeshRecord rec{r.mesh, chosen, WallMs()};
+  rec.self_testing = r.self_test;
   if (Status st = PersistMesh(rec); !st.ok()) {
     return st.WithContext("mesh " + name + " is not registered");
   }
   meshes_[name] = rec;
   Json out = rec.ToJson();
-  if (self_test.value_or(true)) {
-    // Seed 000: the workers merge the device table over the new mesh; a worker
-    // that is missing or disagrees is named and the mesh is not registered.
-    JobRecord* job = NewJob("mesh_init", name, -1, {{"timeout_ms", self_test_ms.value_or(10000)}});
-    const std::string job_id = job->id;
-    lock.unlock();
-    Status st = RunMeshInit(job_id);
-    lock.lock();
-    if (st.ok()) meshes_.at(name).self_testing = false;
-    if (!st.ok()) {
-      // No job can have started on it (ReadyMesh refuses a mesh under test).
-      meshes_.erase(name);
-      (void)catalog_->Delete("meshes", name);
-      return st.WithContext("mesh " + name + " failed its self-test (job " + job_id +
-                            "), so it is not registered")
-          .WithDetail("job", job_id);
-    }
-    out["self_test"] = {{"job", job_id}, {"ms", jobs_.at(job_id).ended_ms - jobs_.at(job_id).started_ms}};
+  if (r.self_test) {
+    ASSIGN_OR_RETURN(out["self_test"], SelfTestMesh(name, r.self_test_ms));
   }
   events_.Publish("mesh", out);
   return std::make_pair(201, out);
@@ -748,6 +796,7 @@ std::string Service::RenderMetrics() {
   gauges["tessera_barriers_open"][""] = coordination["open_barriers"].get<double>();
   gauges["tessera_preemption_notices"][""] = coordination["preemption_notices"].get<double>();
   gauges["tessera_kv_keys"][""] = coordination["kv_keys"].get<double>();
+  gauges["tessera_kv_waiting_gets"][""] = coordination["kv_waiting_gets"].get<double>();
   {
     MutexLock lock(mu_);
     for (const char* s : {"alive", "suspect", "dead"}) {
@@ -771,6 +820,7 @@ std::string Service::RenderMetrics() {
     gauges["tessera_checkpoints_committed"][""] = committed;
     gauges["tessera_checkpoint_stored_bytes"][""] = stored;
     gauges["tessera_meshes"][""] = meshes_.size();
+    gauges["tessera_task_polls_waiting"][""] = static_cast<double>(polls_waiting_);
   }
   std::map<std::string, std::map<std::string, double>> counters;
   if (server_stats_) {

@@ -1,6 +1,6 @@
 // tesserad's core: the catalog-backed model (workers, meshes, checkpoints,
 // jobs, retention), worker liveness and task delivery, and the save / restore /
-// verify jobs that drive workers through DESIGN.md's protocol. HTTP handlers
+// verify jobs that drive workers through the protocol of docs/architecture.md. HTTP handlers
 // (routes.cc) are thin wrappers over these methods, which tests call directly.
 //
 // Locking: one mutex (mu_) guards all state and one condition variable (cv_)
@@ -46,6 +46,8 @@ struct ServiceOptions {
   // startup and one lease after each failed save.
   int64_t gc_interval_ms = 5 * 60 * 1000;
 };
+
+struct MeshRequest;  // service.cc
 
 class Service {
  public:
@@ -114,6 +116,14 @@ class Service {
  private:
   explicit Service(ServiceOptions options, storage::Env* env, std::unique_ptr<Catalog> catalog);
   Status Recover() EXCLUDES(mu_);
+  // The phases of Recover.
+  Status RecoverWorkers() REQUIRES(mu_);
+  Status RecoverMeshes() REQUIRES(mu_);
+  Status RecoverJobsAndCheckpoints() REQUIRES(mu_);
+  void AdoptCommittedDirs() REQUIRES(mu_);
+  // The phases of PutMesh.
+  Result<std::vector<std::string>> ChooseMeshWorkers(const MeshRequest& r) REQUIRES(mu_);
+  Result<Json> SelfTestMesh(const std::string& name, int64_t timeout_ms) REQUIRES(mu_);
   void MonitorLoop() EXCLUDES(mu_);
   void GcLoop() EXCLUDES(mu_);
 
@@ -204,6 +214,7 @@ class Service {
   std::map<std::string, WorkerRecord> workers_ GUARDED_BY(mu_);
   std::vector<std::string> worker_order_ GUARDED_BY(mu_);  // registration order
   uint64_t polls_ GUARDED_BY(mu_) = 0;                     // long-polls started
+  int64_t polls_waiting_ GUARDED_BY(mu_) = 0;              // long-polls waiting now
   std::map<std::string, MeshRecord> meshes_ GUARDED_BY(mu_);
   std::map<std::string, CheckpointRecord> checkpoints_ GUARDED_BY(mu_);  // by key()
   std::map<std::string, JobRecord> jobs_ GUARDED_BY(mu_);

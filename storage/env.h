@@ -76,6 +76,41 @@ class Env {
   virtual Status PublishFile(const std::string& path, std::string_view data);
 };
 
+// An Env that forwards every call to another (LevelDB's idiom): a wrapper overrides
+// only what it changes. `target` must outlive it.
+class EnvWrapper : public Env {
+ public:
+  explicit EnvWrapper(Env* target) : target_(target) {}
+  Env* target() const { return target_; }
+
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
+    return target_->NewWritableFile(path);
+  }
+  Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
+    return target_->NewRandomAccessFile(path);
+  }
+  bool Exists(const std::string& path) override { return target_->Exists(path); }
+  bool IsDirectory(const std::string& path) override { return target_->IsDirectory(path); }
+  Result<std::vector<std::string>> ListDir(const std::string& dir) override {
+    return target_->ListDir(dir);
+  }
+  Status CreateDirs(const std::string& dir) override { return target_->CreateDirs(dir); }
+  Status DeleteFile(const std::string& path) override { return target_->DeleteFile(path); }
+  Status DeleteTree(const std::string& dir) override { return target_->DeleteTree(dir); }
+  Status Rename(const std::string& from, const std::string& to) override {
+    return target_->Rename(from, to);
+  }
+  Status SyncDir(const std::string& dir) override { return target_->SyncDir(dir); }
+  Result<uint64_t> FileSize(const std::string& path) override { return target_->FileSize(path); }
+  bool IsObjectStore(const std::string& path) override { return target_->IsObjectStore(path); }
+  Status PublishFile(const std::string& path, std::string_view data) override {
+    return target_->PublishFile(path, data);
+  }
+
+ private:
+  Env* target_;
+};
+
 // The real file system. Never null; owned by the caller.
 std::unique_ptr<Env> NewPosixEnv();
 

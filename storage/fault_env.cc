@@ -62,7 +62,7 @@ class FaultWritableFile final : public WritableFile {
 
 }  // namespace
 
-FaultEnv::FaultEnv(Env* base) : base_(base), byte_limit_(kNoByteLimit) {}
+FaultEnv::FaultEnv(Env* base) : EnvWrapper(base), byte_limit_(kNoByteLimit) {}
 
 void FaultEnv::FailAt(uint64_t n, Kind kind, bool sticky) {
   kind_ = static_cast<int>(kind);
@@ -108,58 +108,42 @@ Status FaultEnv::Tick(Op op, const std::string& path, uint64_t bytes) {
 
 Result<std::unique_ptr<WritableFile>> FaultEnv::NewWritableFile(const std::string& path) {
   RETURN_IF_ERROR(Tick(Op::kCreate, path));
-  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, base_->NewWritableFile(path));
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, target()->NewWritableFile(path));
   return std::unique_ptr<WritableFile>(
       std::make_unique<FaultWritableFile>(this, std::move(file), path));
 }
 
-Result<std::unique_ptr<RandomAccessFile>> FaultEnv::NewRandomAccessFile(const std::string& path) {
-  return base_->NewRandomAccessFile(path);
-}
-
-bool FaultEnv::Exists(const std::string& path) { return base_->Exists(path); }
-
-bool FaultEnv::IsDirectory(const std::string& path) { return base_->IsDirectory(path); }
-
-Result<std::vector<std::string>> FaultEnv::ListDir(const std::string& dir) {
-  return base_->ListDir(dir);
-}
-
 Status FaultEnv::CreateDirs(const std::string& dir) {
   RETURN_IF_ERROR(Tick(Op::kMkdir, dir));
-  return base_->CreateDirs(dir);
+  return target()->CreateDirs(dir);
 }
 
 Status FaultEnv::DeleteFile(const std::string& path) {
   RETURN_IF_ERROR(Tick(Op::kDelete, path));
-  return base_->DeleteFile(path);
+  return target()->DeleteFile(path);
 }
 
 Status FaultEnv::DeleteTree(const std::string& dir) {
   RETURN_IF_ERROR(Tick(Op::kDelete, dir));
-  return base_->DeleteTree(dir);
+  return target()->DeleteTree(dir);
 }
 
 Status FaultEnv::Rename(const std::string& from, const std::string& to) {
   RETURN_IF_ERROR(Tick(Op::kRename, from));
-  return base_->Rename(from, to);
+  return target()->Rename(from, to);
 }
 
 Status FaultEnv::SyncDir(const std::string& dir) {
   RETURN_IF_ERROR(Tick(Op::kSyncDir, dir));
-  return base_->SyncDir(dir);
+  return target()->SyncDir(dir);
 }
-
-Result<uint64_t> FaultEnv::FileSize(const std::string& path) { return base_->FileSize(path); }
-
-bool FaultEnv::IsObjectStore(const std::string& path) { return base_->IsObjectStore(path); }
 
 Status FaultEnv::PublishFile(const std::string& path, std::string_view data) {
   // On a file system the default (write, sync, rename) passes each step through
   // this Env's faults; an object store publishes in one request, one operation.
-  if (!base_->IsObjectStore(path)) return Env::PublishFile(path, data);
+  if (!target()->IsObjectStore(path)) return Env::PublishFile(path, data);
   RETURN_IF_ERROR(Tick(Op::kCreate, path, data.size()));
-  return base_->PublishFile(path, data);
+  return target()->PublishFile(path, data);
 }
 
 }  // namespace tessera::storage

@@ -9,7 +9,7 @@
 
 namespace tessera::storage {
 
-class FaultEnv : public Env {
+class FaultEnv : public EnvWrapper {
  public:
   enum class Op { kCreate, kWrite, kSync, kRename, kSyncDir, kDelete, kMkdir };
   enum class Kind {
@@ -32,18 +32,13 @@ class FaultEnv : public Env {
   // True once an injected failure has fired.
   bool fired() const { return fired_.load(); }
 
+  // The mutating operations, counted (reads are EnvWrapper's, untouched).
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
-  Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override;
-  bool Exists(const std::string& path) override;
-  bool IsDirectory(const std::string& path) override;
-  Result<std::vector<std::string>> ListDir(const std::string& dir) override;
   Status CreateDirs(const std::string& dir) override;
   Status DeleteFile(const std::string& path) override;
   Status DeleteTree(const std::string& dir) override;
   Status Rename(const std::string& from, const std::string& to) override;
   Status SyncDir(const std::string& dir) override;
-  Result<uint64_t> FileSize(const std::string& path) override;
-  bool IsObjectStore(const std::string& path) override;
   Status PublishFile(const std::string& path, std::string_view data) override;
 
   // Counts one mutating operation on `path`; returns the injected error, if any.
@@ -51,7 +46,6 @@ class FaultEnv : public Env {
   Status Tick(Op op, const std::string& path, uint64_t bytes = 0);
 
  private:
-  Env* base_;
   std::atomic<uint64_t> ops_{0};
   std::atomic<uint64_t> fail_at_{0};
   std::atomic<bool> sticky_{false};

@@ -1,4 +1,4 @@
-// The collectives routes of a worker's local API (API.md): SPMD calls a trainer
+// The collectives routes of a worker's local API (docs/openapi-worker.json): SPMD calls a trainer
 // makes on every worker of a mesh at once.
 //   POST /v1/collectives/{op}?mesh=&axes=&dtype=&shape=&reduce=&tiled=&root=&...
 //        body = this worker's local-device inputs of `shape`, concatenated in

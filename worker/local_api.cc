@@ -92,7 +92,7 @@ Result<Response> DeleteTensor(TensorStore* store, const Request& req) {
   return Response::NoContent();
 }
 
-// A route (behind the worker's local credential) whose errors become API.md's JSON error.
+// A route (behind the worker's local credential) whose errors become docs/openapi-worker.json's JSON error.
 http::Route LocalRoute(std::string method, std::string pattern, TensorStore* store,
                        Result<Response> (*handler)(TensorStore*, const Request&),
                        std::string help) {

@@ -1,4 +1,4 @@
-// The tensor routes of a worker's local API (API.md, "Tensors"): how the
+// The tensor routes of a worker's local API (docs/openapi-worker.json, "Tensors"): how the
 // trainer on this host pushes, maps, reads, lists and drops its tensors.
 // The local API binds loopback only, and every route but /healthz needs the
 // worker's local credential as a bearer token (api/http/local_credential.h).

@@ -101,6 +101,117 @@ Status CheckDeviceOp(const Mesh& mesh, const CollectiveRequest& r) {
   return Status::Ok();
 }
 
+// One device group's share of a device-level collective, on this worker.
+struct OnGroup {
+  const CollectiveRequest& r;
+  const MeshPlacement& p;
+  const DeviceGroup& g;
+  collectives::Group& sub;  // the group's workers
+  int64_t n;                // devices in the group
+  int64_t count;            // of them on this worker
+  int64_t position;         // of this worker's first device in the group
+  std::chrono::milliseconds timeout;
+};
+
+// Each op takes this worker's devices' inputs of the group and gives their outputs.
+using DeviceOp = Result<std::vector<Tensor>> (*)(const OnGroup& on, std::vector<Tensor>& local);
+
+Result<std::vector<Tensor>> AllReduceOnGroup(const OnGroup& on, std::vector<Tensor>& local) {
+  collectives::HierarchicalAllReduceOptions o;
+  o.timeout = on.timeout;
+  o.op = on.r.reduce;
+  o.check_inf_nan = on.r.check_inf_nan;
+  o.total_devices = on.n;
+  RETURN_IF_ERROR(collectives::HierarchicalAllReduce(on.sub, local, o));
+  return std::move(local);
+}
+
+Result<std::vector<Tensor>> AllGatherOnGroup(const OnGroup& on, std::vector<Tensor>& local) {
+  collectives::AllGatherOptions o;
+  o.timeout = on.timeout;
+  o.tiled = true;  // each worker's share is a run of devices: concatenate the runs
+  const bool merge = on.r.tiled && !on.r.shape.empty();
+  ASSIGN_OR_RETURN(Tensor gathered,
+                   collectives::AllGather(on.sub, Concat(local, 0, local.size(), merge), o));
+  return std::vector<Tensor>(local.size(), gathered);
+}
+
+Result<std::vector<Tensor>> ReduceScatterOnGroup(const OnGroup& on, std::vector<Tensor>& local) {
+  const int64_t rows = on.r.shape[0] / on.n;
+  if (static_cast<int64_t>(on.g.workers.size()) == on.n) {  // one device per worker
+    collectives::ReduceScatterOptions o;
+    o.timeout = on.timeout;
+    o.op = on.r.reduce;
+    ASSIGN_OR_RETURN(Tensor part, collectives::ReduceScatter(on.sub, local[0], o));
+    return std::vector<Tensor>{std::move(part)};
+  }
+  // Several devices here: reduce everything, keep each device's rows.
+  collectives::HierarchicalAllReduceOptions o;
+  o.timeout = on.timeout;
+  o.op = on.r.reduce;
+  o.total_devices = on.n;
+  RETURN_IF_ERROR(collectives::HierarchicalAllReduce(on.sub, local, o));
+  std::vector<Tensor> results;
+  for (int64_t i = 0; i < on.count; ++i) {
+    results.push_back(Rows(local[0], (on.position + i) * rows, rows));
+  }
+  return results;
+}
+
+Result<std::vector<Tensor>> BroadcastOnGroup(const OnGroup& on, std::vector<Tensor>& local) {
+  const int64_t root_rank = on.p.mesh.WorkerOfDevice(on.g.devices[on.r.root]);
+  collectives::BroadcastOptions o;
+  o.timeout = on.timeout;
+  o.root = static_cast<int>(std::find(on.g.workers.begin(), on.g.workers.end(), root_rank) -
+                            on.g.workers.begin());
+  Tensor value = root_rank == on.p.rank ? local[on.r.root - on.position] : local[0];
+  RETURN_IF_ERROR(collectives::Broadcast(on.sub, value, o));
+  return std::vector<Tensor>(local.size(), value);
+}
+
+Result<std::vector<Tensor>> AssertEqualOnGroup(const OnGroup& on, std::vector<Tensor>& local) {
+  collectives::Options o;
+  o.timeout = on.timeout;
+  RETURN_IF_ERROR(collectives::AssertEqual(on.sub, local[0], on.r.message, o));
+  return std::vector<Tensor>();
+}
+
+Result<std::vector<Tensor>> NotADeviceOp(const OnGroup&, std::vector<Tensor>&) {
+  return Internal("not a device-level collective");
+}
+
+DeviceOp DeviceOpOf(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::kAllReduce:
+      return AllReduceOnGroup;
+    case CollectiveOp::kAllGather:
+      return AllGatherOnGroup;
+    case CollectiveOp::kReduceScatter:
+      return ReduceScatterOnGroup;
+    case CollectiveOp::kBroadcast:
+      return BroadcastOnGroup;
+    case CollectiveOp::kAssertEqual:
+      return AssertEqualOnGroup;
+    default:
+      return NotADeviceOp;
+  }
+}
+
+// assert_equal among this worker's own devices of the group, before the group's check.
+Status LocalDevicesAgree(const OnGroup& on, const std::vector<Tensor>& local,
+                         const std::string& context) {
+  std::vector<int64_t> differing;
+  for (int64_t i = 1; i < on.count; ++i) {
+    if (local[i].data != local[0].data) differing.push_back(on.g.devices[on.position + i]);
+  }
+  if (differing.empty()) return Status::Ok();
+  const std::string self = MeshCollectives::WorkerName(on.p, on.p.rank);
+  return Conflict(context + ": " + (on.r.message.empty() ? "values differ" : on.r.message) +
+                      ": devices " + Json(differing).dump() + " of " + self +
+                      " differ from device " + std::to_string(on.g.devices[on.position]),
+                  {{"differing_devices", differing}, {"worker", self}});
+}
+
 }  // namespace
 
 MeshCollectives::MeshCollectives(collectives::TcpAcceptor* acceptor, PeerAddresses addresses)
@@ -284,83 +395,12 @@ Result<CollectiveResult> MeshCollectives::RunDeviceOp(MeshState& state, const Me
     }
     std::vector<Tensor> local(inputs.begin() + static_cast<ptrdiff_t>(first),
                               inputs.begin() + static_cast<ptrdiff_t>(first + count));
-    std::vector<Tensor> results;
-    Status st;
-    switch (r.op) {
-      case CollectiveOp::kAllReduce: {
-        collectives::HierarchicalAllReduceOptions o;
-        o.timeout = timeout;
-        o.op = r.reduce;
-        o.check_inf_nan = r.check_inf_nan;
-        o.total_devices = n;
-        st = collectives::HierarchicalAllReduce(*sub, local, o);
-        results = std::move(local);
-        break;
-      }
-      case CollectiveOp::kAllGather: {
-        collectives::AllGatherOptions o;
-        o.timeout = timeout;
-        o.tiled = true;  // each worker's share is a run of devices: concatenate the runs
-        const bool merge = r.tiled && !r.shape.empty();
-        auto gathered = collectives::AllGather(*sub, Concat(local, 0, local.size(), merge), o);
-        st = gathered.status();
-        if (st.ok()) results.assign(local.size(), *gathered);
-        break;
-      }
-      case CollectiveOp::kReduceScatter: {
-        const int64_t rows = r.shape[0] / n;
-        if (static_cast<int64_t>(g.workers.size()) == n) {  // one device per worker
-          collectives::ReduceScatterOptions o;
-          o.timeout = timeout;
-          o.op = r.reduce;
-          auto part = collectives::ReduceScatter(*sub, local[0], o);
-          st = part.status();
-          if (st.ok()) results.push_back(*std::move(part));
-        } else {  // reduce everything, keep each device's rows
-          collectives::HierarchicalAllReduceOptions o;
-          o.timeout = timeout;
-          o.op = r.reduce;
-          o.total_devices = n;
-          st = collectives::HierarchicalAllReduce(*sub, local, o);
-          for (int64_t i = 0; st.ok() && i < count; ++i) {
-            results.push_back(Rows(local[0], (position + i) * rows, rows));
-          }
-        }
-        break;
-      }
-      case CollectiveOp::kBroadcast: {
-        const int64_t root_rank = mesh.WorkerOfDevice(g.devices[r.root]);
-        collectives::BroadcastOptions o;
-        o.timeout = timeout;
-        o.root = static_cast<int>(std::find(g.workers.begin(), g.workers.end(), root_rank) -
-                                  g.workers.begin());
-        Tensor value = root_rank == p.rank ? local[r.root - position] : local[0];
-        st = collectives::Broadcast(*sub, value, o);
-        if (st.ok()) results.assign(local.size(), value);
-        break;
-      }
-      case CollectiveOp::kAssertEqual: {
-        std::vector<int64_t> differing;
-        for (int64_t i = 1; i < count; ++i) {
-          if (local[i].data != local[0].data) differing.push_back(g.devices[position + i]);
-        }
-        if (!differing.empty()) {
-          return Conflict(context + ": " + (r.message.empty() ? "values differ" : r.message) +
-                              ": devices " + Json(differing).dump() + " of " +
-                              WorkerName(p, p.rank) + " differ from device " +
-                              std::to_string(g.devices[position]),
-                          {{"differing_devices", differing}, {"worker", WorkerName(p, p.rank)}});
-        }
-        collectives::Options o;
-        o.timeout = timeout;
-        st = collectives::AssertEqual(*sub, local[0], r.message, o);
-        break;
-      }
-      default:
-        return Internal("not a device-level collective");
-    }
+    const OnGroup on{r, p, g, *sub, n, count, position, timeout};
+    if (r.op == CollectiveOp::kAssertEqual) RETURN_IF_ERROR(LocalDevicesAgree(on, local, context));
+    auto results = DeviceOpOf(r.op)(on, local);
+    Status st = results.status();
     if (!st.ok()) return NameWorkers(st, p, g.workers, context);
-    for (size_t i = 0; i < results.size(); ++i) out.outputs[first + i] = std::move(results[i]);
+    for (size_t i = 0; i < results->size(); ++i) out.outputs[first + i] = std::move((*results)[i]);
   }
   return out;
 }

@@ -21,11 +21,9 @@
 #include "storage/fault_env.h"
 #include "storage/s3/s3_env.h"
 #include "worker/agent.h"
-#include "worker/collective_api.h"
 #include "worker/collectives/tcp_transport.h"
-#include "worker/local_api.h"
+#include "worker/local_routes.h"
 #include "worker/mesh_collectives.h"
-#include "worker/trainer_api.h"
 
 namespace {
 
@@ -165,10 +163,7 @@ int main(int argc, char** argv) {
   agent.SetCollectives(&collectives);
 
   auto router = std::make_shared<tessera::http::Router>();
-  tessera::worker::AddTensorRoutes(router.get(), &store);
-  agent.AddRoutes(router.get());
-  tessera::worker::AddTrainerRoutes(router.get(), &agent);
-  tessera::worker::AddCollectiveRoutes(router.get(), agent.Resolver(), &collectives);
+  tessera::worker::AddLocalRoutes(router.get(), &store, &agent, &collectives);
   tessera::http::ServerOptions hopts;
   hopts.host = "127.0.0.1";
   hopts.port = local_port;

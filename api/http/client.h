@@ -1,5 +1,5 @@
 // A small JSON-over-HTTP client for the project's own processes and tests:
-// every call returns the parsed body or the server's API.md error as a Status.
+// every call returns the parsed body or the server's docs/openapi.json error as a Status.
 #pragma once
 
 #include <map>
@@ -64,7 +64,7 @@ class ClientPool {
   std::shared_ptr<Idle> idle_;
 };
 
-// The Status carried by an API.md error body (or a generic one for other bodies).
+// The Status carried by a docs/openapi.json error body (or a generic one for other bodies).
 Status StatusFromResponse(int http_status, const std::string& body);
 
 }  // namespace tessera::http

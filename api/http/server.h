@@ -1,5 +1,5 @@
 // An HTTP(S) server around a Router with the project's one error policy: every
-// failure is API.md's JSON error, an exception handler catches the rest, and
+// failure is docs/openapi.json's JSON error, an exception handler catches the rest, and
 // /api/v1/* routes need the bearer token. Hostile clients are bounded: a
 // connection gets a handler thread only once its whole header has arrived
 // (gate.h), headers and bodies have deadlines, sizes are capped, and a

@@ -1,4 +1,4 @@
-"""Dtype names of API.md, and their numpy and torch counterparts."""
+"""Dtype names of docs/openapi.json, and their numpy and torch counterparts."""
 
 import sys
 
@@ -32,7 +32,7 @@ def _is_torch_dtype(dtype):
 
 
 def dtype_name(dtype, field="dtype"):
-    """API.md's name of a numpy dtype, a torch dtype, or a name ("float32", "bfloat16")."""
+    """docs/openapi.json's name of a numpy dtype, a torch dtype, or a name ("float32", "bfloat16")."""
     if isinstance(dtype, str):
         name = _ALIASES.get(dtype, dtype)
         if name.startswith("torch."):
@@ -64,5 +64,5 @@ def torch_dtype(name):
 
 
 def name_of_array(x):
-    """API.md's dtype name of a numpy array or a torch tensor."""
+    """docs/openapi.json's dtype name of a numpy array or a torch tensor."""
     return dtype_name(x.dtype)

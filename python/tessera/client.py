@@ -38,7 +38,7 @@ class Job:
     """A save, restore, verify or collectives job started through tesserad.
 
     ``str(job)`` is its id. ``wait()`` blocks until it ends and returns its final
-    JSON (API.md "Jobs"), or raises TesseraError with the job's error.
+    JSON (docs/openapi.json "Jobs"), or raises TesseraError with the job's error.
     """
 
     def __init__(self, client, job_id, answer=None):

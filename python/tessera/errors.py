@@ -1,6 +1,6 @@
 """The one exception every call of the package raises."""
 
-# API.md's error codes and their HTTP statuses.
+# docs/openapi.json's error codes and their HTTP statuses.
 STATUS_OF_CODE = {
     "invalid_argument": 400,
     "unauthenticated": 401,
@@ -29,7 +29,7 @@ _CODE_OF_STATUS = {
 
 
 def code_of_status(status):
-    """The API.md code of an HTTP status, for answers without a JSON error."""
+    """The docs/openapi.json code of an HTTP status, for answers without a JSON error."""
     return _CODE_OF_STATUS.get(status, "internal")
 
 
@@ -37,7 +37,7 @@ class TesseraError(Exception):
     """A failed call to tesserad or to a worker.
 
     Attributes:
-      code:    API.md's code ("invalid_argument", "not_found", "conflict",
+      code:    docs/openapi.json's code ("invalid_argument", "not_found", "conflict",
                "unavailable", "deadline_exceeded", ...).
       status:  the HTTP status of the answer; 0 when there was no answer
                (connection refused, timed out, or an error found before any call).

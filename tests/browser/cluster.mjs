@@ -42,9 +42,12 @@ export class Cluster {
   }
 
   async start() {
+    // TESSERA_WEB_DIR=<repo>/web serves the dashboard from disk (tesserad --web-dir):
+    // edits to web/ are tested without rebuilding tesserad.
+    const webDir = process.env.TESSERA_WEB_DIR ? ['--web-dir', process.env.TESSERA_WEB_DIR] : [];
     this.url = await this.spawn('tesserad', 'tesserad', ['--listen', '127.0.0.1:0',
       '--data-dir', join(this.dir, 'data'), '--token', this.token,
-      '--heartbeat-ms', '200', '--lease-ms', '1500']);
+      '--heartbeat-ms', '200', '--lease-ms', '1500', ...webDir]);
     for (let i = 0; i < this.numWorkers; i++) {
       await this.spawn(`host${i}`, 'tessera-worker', ['--server', this.url, '--token', this.token,
         '--name', `host${i}`, '--local-listen', '127.0.0.1:0', '--data-listen', '127.0.0.1:0']);

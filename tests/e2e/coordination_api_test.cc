@@ -155,7 +155,13 @@ TEST_F(CoordinationApi, KvStoresRawBytesAndGetCanWait) {
   // A blocking GET is answered by a PUT from another client.
   http::RawResponse waited;
   std::thread reader([&] { waited = Send("GET", "/api/v1/kv/job/late?wait_ms=" + std::to_string(kLong)); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let the reader wait first
+  bool reader_waits = false;  // tesserad's gauge says the reader waits
+  for (int i = 0; i < 2000 && !reader_waits; ++i) {
+    reader_waits = Send("GET", "/metrics", "", false).body.find("tessera_kv_waiting_gets 1") !=
+                   std::string::npos;
+    if (!reader_waits) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(reader_waits) << "the reader never waited";
   EXPECT_EQ(Send("PUT", "/api/v1/kv/job/late", "10.0.0.7:5555", true, "text/plain").status, 204);
   reader.join();
   EXPECT_EQ(waited.status, 200) << waited.body;

@@ -108,7 +108,16 @@ TEST(ServerDeath, KilledMidSaveThenRestarted) {
   ExpectNoTrace(*c, "two", 2);
   // Workers keep heartbeating under the same ids and keep their tensors.
   ASSERT_TRUE(c->WaitAlive(2, 10000).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(1700));  // the stale write task ends
+  // The stale write task ends (after its 1.5 s delay) and fails: its staging dir is gone.
+  const std::string ended = "write task of job " + job + " failed";
+  bool stale_ended = false;
+  for (int i = 0; i < 2000 && !stale_ended; ++i) {
+    std::ifstream log(c->worker_log(0));
+    stale_ended = std::string(std::istreambuf_iterator<char>(log), {}).find(ended) !=
+                  std::string::npos;
+    if (!stale_ended) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(stale_ended) << "worker 0 never ended the stale write task";
   std::error_code ec;
   for (auto& e : std::filesystem::directory_iterator(c->checkpoint_root() + "/two", ec)) {
     EXPECT_EQ(e.path().filename().string().rfind(".staging", 0), std::string::npos)

@@ -161,7 +161,14 @@ TEST_F(Api, OnlyTheNewestTaskPollOfAWorkerTakesItsTasks) {
     stale = Json::parse(Send("GET", polls + "20000").body, nullptr, false);
     stale_done = true;
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Wait until the first poll waits in tesserad (its gauge says so), not for a while.
+  bool waiting = false;
+  for (int i = 0; i < 2000 && !waiting; ++i) {
+    waiting = Send("GET", "/metrics", "", false).body.find("tessera_task_polls_waiting 1") !=
+              std::string::npos;
+    if (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(waiting) << "the first poll never waited";
   EXPECT_FALSE(stale_done) << "the first poll should be waiting";
   // A newer poll (here one that does not wait) supersedes it; then a task is queued.
   EXPECT_EQ(Json::parse(Send("GET", polls + "0").body), Json({{"tasks", Json::array()}}));
@@ -233,6 +240,7 @@ TEST_F(Api, MetricsPassPromtool) {
 
 TEST_F(Api, EventsStreamJobProgressAndMetricsCount) {
   std::atomic<bool> saw_done{false};
+  std::atomic<bool> subscribed{false};
   std::string received;
   std::thread reader([&] {
     httplib::Client cli(cluster_->url());
@@ -240,6 +248,7 @@ TEST_F(Api, EventsStreamJobProgressAndMetricsCount) {
     cli.Get(("/api/v1/events?token=" + cluster_->token()).c_str(),
             [&](const char* data, size_t n) {
               received.append(data, n);
+              if (received.find(": tessera events") != std::string::npos) subscribed = true;
               if (received.find("\"state\":\"succeeded\"") != std::string::npos &&
                   received.find("event: job") != std::string::npos) {
                 saw_done = true;
@@ -248,7 +257,11 @@ TEST_F(Api, EventsStreamJobProgressAndMetricsCount) {
               return received.size() < (4 << 20);
             });
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The stream's first bytes (": tessera events") say it is subscribed.
+  for (int i = 0; i < 2000 && !subscribed; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(subscribed) << "the event stream never started";
   SaveAndWait(*cluster_, "two", 42);
   reader.join();
   EXPECT_TRUE(saw_done) << received.substr(0, 2000);
@@ -279,7 +292,7 @@ TEST_F(Api, WorkerLocalApiErrors) {
   ExpectError(*r, {"POST", "", "", 400, "invalid_argument", "step"});
 }
 
-// Random requests with a fixed seed: no 5xx, every error is API.md's JSON, and
+// Random requests with a fixed seed: no 5xx, every error is docs/openapi.json's JSON, and
 // the server is healthy and saves afterwards.
 TEST_F(Api, RandomRequestFuzzLeavesTheServerHealthy) {
   std::mt19937_64 rng(1234);

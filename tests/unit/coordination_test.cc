@@ -303,7 +303,8 @@ TEST_F(CoordinationTest, KvPutGetListDelete) {
 TEST_F(CoordinationTest, KvWaitingGetIsWokenByAPutFromAnotherThread) {
   Result<std::string> got = Status(Code::kInternal, "not run");
   std::thread reader([&] { got = coord_->GetValue("late", kLong); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the reader wait first
+  ASSERT_TRUE(Eventually([&] { return coord_->Counts()["kv_waiting_gets"] == 1; }))
+      << "the reader never waited";
   ASSERT_TRUE(coord_->PutValue("late", "here").ok());
   reader.join();
   ASSERT_TRUE(got.ok()) << got.status().ToString();

@@ -63,7 +63,7 @@ class LocalApiTest : public ::testing::Test {
     return router_->Dispatch(std::move(req));
   }
 
-  // Asserts an API.md error body with `code` and details.field == `field`.
+  // Asserts a docs/openapi-worker.json error body with `code` and details.field == `field`.
   void ExpectError(const Response& res, int status, const std::string& code,
                    const std::string& field = "") {
     EXPECT_EQ(res.status, status) << res.body;
@@ -238,7 +238,7 @@ TEST_F(LocalApiTest, OverARealSocket) {
   EXPECT_EQ(get->headers["X-Tessera-Shape"], "2048,4096");
   EXPECT_EQ(get->headers["Content-Type"], "application/octet-stream");
 
-  // Empty query values (a scalar) survive the trip; errors are API.md bodies.
+  // Empty query values (a scalar) survive the trip; errors are docs/openapi-worker.json bodies.
   auto scalar = client.Send("PUT", "/v1/tensors/step?mesh=m&device=2&dtype=int32&shape=&layout=",
                             Pattern(4, 0), "application/octet-stream");
   ASSERT_TRUE(scalar.ok());
