@@ -1,5 +1,7 @@
-// The REST client of API.md: the bearer token, JSON in and out, and every
-// non-2xx answer turned into an ApiError carrying API.md's {code, message, details}.
+// The REST client of docs/openapi.json: the bearer token, JSON in and out, and every
+// non-2xx answer turned into an ApiError carrying docs/openapi.json's {code, message, details}.
+
+import {METRICS} from './endpoints.js';
 
 const TOKEN_KEY = 'tessera.token';
 
@@ -36,11 +38,6 @@ export const tokenStore = {
     return true;
   },
 };
-
-export function encodeName(name) {
-  // Names may contain '/', which the routes accept as-is.
-  return String(name).split('/').map(encodeURIComponent).join('/');
-}
 
 export class Api {
   // onUnauthorized(error) runs on every 401, after the stored token is dropped.
@@ -93,7 +90,7 @@ export class Api {
 
   // /metrics is open and plain text: {"name{labels}": value}.
   async metrics() {
-    const res = await fetch('/metrics', {cache: 'no-store'});
+    const res = await fetch(METRICS, {cache: 'no-store'});
     const out = {};
     if (!res.ok) return out;
     for (const line of (await res.text()).split('\n')) {

@@ -1,5 +1,7 @@
-// Live updates from /api/v1/events (Server-Sent Events). EventSource cannot
-// send headers, so the token goes in the query (?token=), as API.md allows.
+// Live updates from tesserad's event stream (Server-Sent Events). EventSource cannot
+// send headers, so the token goes in the query (?token=), as docs/openapi.json allows.
+
+import * as endpoints from './endpoints.js';
 
 const TYPES = ['worker', 'mesh', 'job', 'checkpoint', 'barrier', 'preemption'];
 
@@ -11,7 +13,7 @@ export function connectEvents(token, {onEvent, onStatus}) {
   let closed = false;
 
   const open = () => {
-    source = new EventSource(`/api/v1/events?token=${encodeURIComponent(token)}`);
+    source = new EventSource(endpoints.events(token));
     source.onopen = () => onStatus('live');
     source.onerror = () => {
       onStatus('reconnecting');

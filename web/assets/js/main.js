@@ -5,7 +5,10 @@ import {Api, tokenStore} from './api.js';
 import {h, render, renderIf} from './dom.js';
 import * as fmt from './format.js';
 import {connectEvents} from './live.js';
-import {Loader, changed, finished, onChange, state, upsertCheckpoint, upsertJob, workerCounts} from './store.js';
+import {
+  Loader, changed, finished, forgetCheckpointDetail, onChange, recordBarrierEvent, setLive, setUnreachable, state,
+  upsertCheckpoint, upsertJob, upsertWorker, workerCounts,
+} from './store.js';
 import {createChartsView} from './views/charts.js';
 import {createCheckpointsView} from './views/checkpoints.js';
 import {createClusterView} from './views/cluster.js';
@@ -23,7 +26,6 @@ const SECTIONS = [
 ];
 const POLL_MS = 2000;       // workers' heartbeat ages and the counts
 const REFRESH_MS = 10000;   // the open section, in case an event was missed
-const KEEP_BARRIER_EVENTS_MS = 15 * 60 * 1000;
 
 const $ = (id) => document.getElementById(id);
 
@@ -106,18 +108,10 @@ function header() {
 
 function onEvent(type, data) {
   switch (type) {
-    case 'worker': {
-      const i = state.workers.findIndex((x) => x.id === data.id);
-      if (data.state === 'deregistered') {
-        if (i >= 0) state.workers.splice(i, 1);
-      } else if (i >= 0) {
-        state.workers[i] = data;
-      } else {
-        state.workers.push(data);
-      }
+    case 'worker':
+      upsertWorker(data);
       loader.soon('cluster', () => loader.cluster());
       break;
-    }
     case 'mesh':
       loader.soon('meshes', () => loader.meshes());
       break;
@@ -129,7 +123,7 @@ function onEvent(type, data) {
       upsertCheckpoint(data);
       loader.soon(`checkpoints:${data.mesh}`, () => loader.checkpoints(data.mesh), 1000);
       const key = `${data.mesh}@${data.step}`;
-      if (data.state === 'deleted') state.details.delete(key);
+      if (data.state === 'deleted') forgetCheckpointDetail(data.mesh, data.step);
       else if (state.details.has(key) || data.state === 'committed') {
         loader.soon(`detail:${key}`, () => loader.checkpoint(data.mesh, data.step));
       }
@@ -137,10 +131,7 @@ function onEvent(type, data) {
       break;
     }
     case 'barrier':
-      state.barrierEvents.push({t: Date.now(), action: data.action, name: data.name});
-      while (state.barrierEvents.length && Date.now() - state.barrierEvents[0].t > KEEP_BARRIER_EVENTS_MS) {
-        state.barrierEvents.shift();
-      }
+      recordBarrierEvent(data);
       loader.soon('barriers', () => loader.barriers());
       break;
     case 'preemption':
@@ -181,7 +172,7 @@ async function start() {
     await loader.cluster();
   } catch (e) {
     if (e.status === 401) return; // showLogin ran
-    state.unreachable = e.message;
+    setUnreachable(e.message);
   }
   $('login').hidden = true;
   $('app').hidden = false;
@@ -189,7 +180,7 @@ async function start() {
   events = connectEvents(tokenStore.get(), {
     onEvent,
     onStatus(s) {
-      state.live = s;
+      setLive(s);
       changed();
       // After a drop, events may have been missed: reload what is shown.
       if (s === 'live' && current) loader.quietly(views.get(current).refresh).catch(() => {});

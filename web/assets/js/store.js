@@ -1,7 +1,11 @@
 // What the dashboard knows about the cluster, loaded from the REST API and kept
-// current by the event stream. Views read `state` and re-render on change().
+// current by the event stream. Views read `state` and re-render on change();
+// only this module writes it, through the functions below.
 
-import {encodeName} from './api.js';
+import * as endpoints from './endpoints.js';
+
+const JOB_LIMIT = 100;                      // jobs loaded at a time, newest first
+const KEEP_BARRIER_EVENTS_MS = 15 * 60 * 1000;
 
 export const state = {
   live: 'connecting',       // connecting | live | reconnecting
@@ -36,7 +40,30 @@ export function changed() {
   });
 }
 
-export const finished = (job) => ['succeeded', 'failed', 'cancelled'].includes(job.state);
+// ---------------------------------------------------------------- updates
+
+// Callers call changed() when they are done, so that a burst of updates renders once.
+
+export function setLive(status) {
+  state.live = status;
+}
+
+// null once tesserad answers again.
+export function setUnreachable(message) {
+  state.unreachable = message;
+}
+
+// A worker from an event: added, replaced, or gone once deregistered.
+export function upsertWorker(worker) {
+  const i = workerIndex(worker.id);
+  if (worker.state === 'deregistered') {
+    if (i >= 0) state.workers.splice(i, 1);
+  } else if (i >= 0) {
+    state.workers[i] = worker;
+  } else {
+    state.workers.push(worker);
+  }
+}
 
 export function upsertJob(job) {
   const old = state.jobs.get(job.id);
@@ -52,6 +79,38 @@ export function upsertJob(job) {
   state.samples.set(job.id, samples);
 }
 
+// A checkpoint summary from an event: the list is right at once, before any reload.
+export function upsertCheckpoint(summary) {
+  if (!state.checkpoints.has(summary.mesh)) return; // not loaded yet: the load brings it
+  const list = (state.checkpoints.get(summary.mesh) || []).filter((c) => c.step !== summary.step);
+  if (summary.state !== 'deleted') list.push(summary);
+  list.sort((a, b) => b.step - a.step);
+  state.checkpoints.set(summary.mesh, list);
+}
+
+// A deleted checkpoint's detail must not be shown again from memory.
+export function forgetCheckpointDetail(mesh, step) {
+  state.details.delete(`${mesh}@${step}`);
+}
+
+// Barrier events are not kept by tesserad: the activity chart counts those seen
+// while the page is open, over the last minutes.
+export function recordBarrierEvent({action, name}) {
+  const now = Date.now();
+  state.barrierEvents.push({t: now, action, name});
+  while (state.barrierEvents.length && now - state.barrierEvents[0].t > KEEP_BARRIER_EVENTS_MS) {
+    state.barrierEvents.shift();
+  }
+}
+
+// ---------------------------------------------------------------- reading
+
+export const finished = (job) => ['succeeded', 'failed', 'cancelled'].includes(job.state);
+
+export function sortedJobs() {
+  return [...state.jobs.values()].sort((a, b) => (b.created_at || 0) - (a.created_at || 0));
+}
+
 // Bytes per second of a job: measured over the last seconds while it runs,
 // over its whole run once it ended.
 export function jobRate(job) {
@@ -65,19 +124,6 @@ export function jobRate(job) {
   const last = samples.at(-1);
   const dt = (last.t - first.t) / 1000;
   return dt > 0.2 && last.done > first.done ? (last.done - first.done) / dt : null;
-}
-
-// A checkpoint summary from an event: the list is right at once, before any reload.
-export function upsertCheckpoint(summary) {
-  if (!state.checkpoints.has(summary.mesh)) return; // not loaded yet: the load brings it
-  const list = (state.checkpoints.get(summary.mesh) || []).filter((c) => c.step !== summary.step);
-  if (summary.state !== 'deleted') list.push(summary);
-  list.sort((a, b) => b.step - a.step);
-  state.checkpoints.set(summary.mesh, list);
-}
-
-export function sortedJobs() {
-  return [...state.jobs.values()].sort((a, b) => (b.created_at || 0) - (a.created_at || 0));
 }
 
 // Workers by state, from the worker list (kept current by events, so the counts
@@ -113,12 +159,12 @@ export class Loader {
     try {
       await fn();
       if (state.unreachable) {
-        state.unreachable = null;
+        setUnreachable(null);
         changed();
       }
     } catch (e) {
       if (e.status === 0) {
-        state.unreachable = e.message;
+        setUnreachable(e.message);
         changed();
       }
       if (e.status === 401 || e.status === 0) throw e;
@@ -127,17 +173,17 @@ export class Loader {
   }
 
   async cluster() {
-    state.cluster = await this.api.get('/api/v1/cluster');
+    state.cluster = await this.api.get(endpoints.CLUSTER);
     changed();
   }
 
   async workers() {
-    state.workers = await this.api.get('/api/v1/workers');
+    state.workers = await this.api.get(endpoints.WORKERS);
     changed();
   }
 
   async meshes() {
-    state.meshes = await this.api.get('/api/v1/meshes');
+    state.meshes = await this.api.get(endpoints.MESHES);
     for (const name of state.checkpoints.keys()) {
       if (!state.meshes.some((m) => m.name === name)) state.checkpoints.delete(name);
     }
@@ -145,7 +191,7 @@ export class Loader {
   }
 
   async jobs() {
-    const list = await this.api.get('/api/v1/jobs?limit=100');
+    const list = await this.api.get(endpoints.jobs(JOB_LIMIT));
     const ids = new Set(list.map((j) => j.id));
     for (const job of list) upsertJob(job);
     // Keep jobs that fell off the list only while they run.
@@ -154,24 +200,24 @@ export class Loader {
   }
 
   async checkpoints(mesh) {
-    state.checkpoints.set(mesh, await this.api.get(`/api/v1/meshes/${encodeName(mesh)}/checkpoints`));
+    state.checkpoints.set(mesh, await this.api.get(endpoints.checkpoints(mesh)));
     changed();
   }
 
   async checkpoint(mesh, step) {
-    const detail = await this.api.get(`/api/v1/meshes/${encodeName(mesh)}/checkpoints/${step}`);
+    const detail = await this.api.get(endpoints.checkpoint(mesh, step));
     state.details.set(`${mesh}@${step}`, detail);
     changed();
     return detail;
   }
 
   async barriers() {
-    state.barriers = await this.api.get('/api/v1/barriers');
+    state.barriers = await this.api.get(endpoints.BARRIERS);
     changed();
   }
 
   async preemption(mesh) {
-    state.preemption.set(mesh, await this.api.get(`/api/v1/meshes/${encodeName(mesh)}/preemption`));
+    state.preemption.set(mesh, await this.api.get(endpoints.preemption(mesh)));
     changed();
   }
 

@@ -31,7 +31,7 @@ export function showNotice(text) {
 
 // ---------------------------------------------------------------- errors
 
-// The keys of API.md's error details that name a culprit, in the order shown.
+// The keys of docs/openapi.json's error details that name a culprit, in the order shown.
 const CULPRITS = ['worker', 'rank', 'missing_workers', 'missing_ranks', 'tensor', 'field', 'file',
   'bad_chunks', 'problems', 'mesh', 'step', 'barrier', 'key', 'job', 'path'];
 const MAX_LISTED = 10;

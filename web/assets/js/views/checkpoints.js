@@ -2,15 +2,12 @@
 // layouts), and the actions: save now, restore to a chosen mesh, verify,
 // delete and retention. Destructive ones ask first.
 
-import {encodeName} from '../api.js';
-import {h, render, renderIf, table} from '../dom.js';
+import {checkpointHref, jobCard} from '../components.js';
+import {h, renderIf, table} from '../dom.js';
+import * as endpoints from '../endpoints.js';
 import * as fmt from '../format.js';
 import {finished, sortedJobs, state} from '../store.js';
 import {act, badge, confirmThenAct, field, section, showNotice} from '../ui.js';
-import {jobCard} from './jobs.js';
-
-export const checkpointHref = (mesh, step) =>
-  `#checkpoints/${encodeURIComponent(mesh)}${step !== undefined ? `/${step}` : ''}`;
 
 // The steps retention would delete now (the service's StepsToPrune).
 function stepsToPrune(steps, keepLast, every) {
@@ -56,8 +53,7 @@ export function createCheckpointsView(ctx) {
       e.preventDefault();
       const s = Number(stepInput.value);
       act(saveButton, `Save step ${s} of ${mesh}`, async () => {
-        const r = await ctx.api.post(`/api/v1/meshes/${encodeName(mesh)}/checkpoints`,
-          {step: s, compression: compression.value});
+        const r = await ctx.api.post(endpoints.checkpoints(mesh), {step: s, compression: compression.value});
         showNotice(`Save of step ${s} started (job ${r.job})`);
         stepEdited = false;
         await Promise.all([ctx.loader.jobs(), ctx.loader.checkpoints(mesh)]);
@@ -84,7 +80,7 @@ export function createCheckpointsView(ctx) {
           ? `This deletes step${doomed.length > 1 ? 's' : ''} ${doomed.join(', ')} now.`
           : 'No checkpoint is deleted now.')]},
       `Retention of ${mesh}`, async () => {
-        await ctx.api.put(`/api/v1/meshes/${encodeName(mesh)}/retention`, body);
+        await ctx.api.put(endpoints.retention(mesh), body);
         showNotice(`Retention of ${mesh} set`);
         await Promise.all([ctx.loader.meshes(), ctx.loader.checkpoints(mesh)]);
       });
@@ -117,8 +113,7 @@ export function createCheckpointsView(ctx) {
         await confirmThenAct(restoreButton, {title: `Restore step ${step} of ${mesh} onto ${to}?`, confirm: 'Restore',
           content: h('p', null, `The workers of ${to} replace the tensors they hold with the saved ones.`)},
         `Restore step ${step} onto ${to}`, async () => {
-          const r = await ctx.api.post(`/api/v1/meshes/${encodeName(mesh)}/checkpoints/${step}/restore`,
-            {target_mesh: to});
+          const r = await ctx.api.post(endpoints.restore(mesh, step), {target_mesh: to});
           showNotice(`Restore started (job ${r.job})`);
           await ctx.loader.jobs();
         });
@@ -126,7 +121,7 @@ export function createCheckpointsView(ctx) {
     field('Target mesh', target), restoreButton);
     const verifyButton = h('button', {type: 'button', class: 'btn', dataset: {key: 'verify'},
       onclick: (e) => act(e.currentTarget, `Verify step ${step} of ${mesh}`, async () => {
-        const r = await ctx.api.post(`/api/v1/meshes/${encodeName(mesh)}/checkpoints/${step}/verify`);
+        const r = await ctx.api.post(endpoints.verify(mesh, step));
         showNotice(`Verify started (job ${r.job})`);
         await ctx.loader.jobs();
       })}, 'Verify');
@@ -134,7 +129,7 @@ export function createCheckpointsView(ctx) {
       onclick: (e) => confirmThenAct(e.currentTarget, {title: `Delete step ${step} of ${mesh}?`, danger: true,
         confirm: 'Delete', content: h('p', null, 'The checkpoint directory is removed from disk. This cannot be undone.')},
       `Delete step ${step} of ${mesh}`, async () => {
-        await ctx.api.del(`/api/v1/meshes/${encodeName(mesh)}/checkpoints/${step}`);
+        await ctx.api.del(endpoints.checkpoint(mesh, step));
         showNotice(`Step ${step} of ${mesh} deleted`);
         ctx.navigate(checkpointHref(mesh));
         await ctx.loader.checkpoints(mesh);

@@ -1,11 +1,11 @@
 // Overview: the cluster at a glance, every worker with its state and heartbeat
 // age, the jobs in progress and the latest failures.
 
+import {jobCard} from '../components.js';
 import {h, render, table} from '../dom.js';
 import * as fmt from '../format.js';
 import {finished, sortedJobs, state, workerCounts} from '../store.js';
 import {badge, section} from '../ui.js';
-import {jobCard} from './jobs.js';
 
 function card(label, value, extra, cls) {
   return h('div', {class: ['stat', cls]}, h('span', {class: 'stat-label'}, label),

@@ -1,8 +1,8 @@
 // Coordination: open barriers with the ranks that arrived and those still
 // missing, and the preemption state of every mesh.
 
-import {encodeName} from '../api.js';
 import {h, renderIf, table} from '../dom.js';
+import * as endpoints from '../endpoints.js';
 import * as fmt from '../format.js';
 import {state} from '../store.js';
 import {confirmThenAct, field, section, showNotice} from '../ui.js';
@@ -34,7 +34,7 @@ function preemptionTable(ctx) {
           confirm: 'Record notice', content: [h('p', null, 'Every worker of the mesh then agrees on a step to stop at ',
             '(reached_preemption_sync_point).'), field('Reason', reason)]},
         `Preemption notice for ${m.name}`, async () => {
-          await ctx.api.post(`/api/v1/meshes/${encodeName(m.name)}/preemption`, {reason: reason.value});
+          await ctx.api.post(endpoints.preemption(m.name), {reason: reason.value});
           showNotice(`Preemption notice recorded for ${m.name}`);
           await ctx.loader.preemption(m.name);
         });
@@ -44,7 +44,7 @@ function preemptionTable(ctx) {
         danger: true, confirm: 'Clear notice',
         content: h('p', null, 'Do this for the restarted job: the sync step is forgotten.')},
       `Clear preemption of ${m.name}`, async () => {
-        await ctx.api.del(`/api/v1/meshes/${encodeName(m.name)}/preemption`);
+        await ctx.api.del(endpoints.preemption(m.name));
         showNotice(`Preemption notice of ${m.name} cleared`);
         await ctx.loader.preemption(m.name);
       })}, 'Clear…');

@@ -1,11 +1,11 @@
 // Meshes: axes, a device grid coloured by worker, and the registration form.
 
-import {encodeName} from '../api.js';
+import {checkpointHref} from '../components.js';
 import {h, render, renderIf} from '../dom.js';
+import * as endpoints from '../endpoints.js';
 import * as fmt from '../format.js';
 import {state, workerIndex} from '../store.js';
 import {act, badge, confirmThenAct, field, section, showNotice} from '../ui.js';
-import {checkpointHref} from './checkpoints.js';
 
 const PALETTE = 10; // .wc-0 … .wc-9 in app.css
 
@@ -71,7 +71,7 @@ function meshCard(mesh, ctx) {
           confirm: 'Delete mesh', content: h('p', null, 'The mesh is forgotten by tesserad. Its checkpoints stay ',
             'on disk. This fails while a job runs on it.')},
         `Delete mesh ${name}`, async () => {
-          await ctx.api.del(`/api/v1/meshes/${encodeName(name)}`);
+          await ctx.api.del(endpoints.mesh(name));
           showNotice(`Mesh ${name} deleted`);
           await ctx.loader.meshes();
         })}, 'Delete mesh…')));
@@ -132,7 +132,7 @@ function registerForm(ctx) {
       render(result, h('p', {class: 'muted'}, 'Registering… (the workers run a self-test all-reduce)'));
       act(submit, `Register mesh ${name}`, async () => {
         try {
-          const mesh = await ctx.api.put(`/api/v1/meshes/${encodeName(name)}`, body);
+          const mesh = await ctx.api.put(endpoints.mesh(name), body);
           const st = mesh.self_test;
           render(result, h('p', {class: 'verify-ok', dataset: {registered: name}},
             `✓ Mesh ${name} registered: ${fmt.plural(mesh.devices.length, 'device')} on `,
