@@ -70,31 +70,34 @@ Result<Json> Service::StartCollective(const std::string& mesh, const Json& body)
 // One task per worker of the mesh, each running `request` as its rank.
 Result<std::map<int64_t, Json>> Service::RunCollectiveTasks(const std::string& job_id,
                                                             const MeshRecord& mesh,
-                                                            const std::string& kind,
+                                                            TaskKind kind,
                                                             const Json& request,
                                                             int64_t timeout_ms) {
-  std::map<int64_t, Json> tasks;
+  std::map<int64_t, Task> tasks;
   for (int64_t r = 0; r < mesh.mesh.num_workers(); ++r) {
-    tasks[r] = {{"kind", kind},
-                {"mesh", MeshToJson(mesh.mesh)},
-                {"rank", r},
-                {"workers", mesh.workers},
-                {"request", request},
-                {"timeout_ms", timeout_ms}};
+    Task& t = tasks[r];
+    t.kind = kind;
+    t.mesh = mesh.mesh;
+    t.rank = r;
+    t.workers = mesh.workers;
+    t.request = request;
+    t.timeout_ms = timeout_ms;
   }
   // The workers' own timeout fires first and names the ranks that did not join;
   // this one only covers a worker that never picks its task up.
-  auto results = RunTasks(job_id, mesh.workers, tasks, 0, timeout_ms + 5000);
+  auto results = RunTasks(job_id, mesh.workers, std::move(tasks), 0, timeout_ms + 5000);
   if (!results.ok()) {
     // Workers still inside the collective stop now, with the reason.
     for (const auto& wid : mesh.workers) {
       auto w = workers_.find(wid);
       if (w != workers_.end() && w->second.state != "dead") {
-        QueueTask(&w->second, {{"id", NewId("t")},
-                               {"job", job_id},
-                               {"kind", "abort"},
-                               {"mesh_name", mesh.mesh.name},
-                               {"error", ErrorBody(results.status())["error"]}});
+        Task abort;
+        abort.id = NewId("t");
+        abort.job = job_id;
+        abort.kind = TaskKind::kAbort;
+        abort.abort_mesh = mesh.mesh.name;
+        abort.error = results.status();
+        QueueTask(&w->second, abort);
       }
     }
     cv_.NotifyAll();
@@ -113,7 +116,7 @@ Status Service::RunCollective(const std::string& job_id) {
     const MeshRecord mesh = m->second;
     SetPhase(job_id, request.value("op", "collective"));
     ASSIGN_OR_RETURN(auto results,
-                     RunCollectiveTasks(job_id, mesh, "collective", request,
+                     RunCollectiveTasks(job_id, mesh, TaskKind::kCollective, request,
                                         request.value("timeout_ms", int64_t{30000})));
     result = results.at(0);
     result.erase("bytes");
@@ -136,7 +139,7 @@ Status Service::RunMeshInit(const std::string& job_id) {
     if (m == meshes_.end()) return NotFound("mesh " + job.mesh + " was deleted", {{"mesh", job.mesh}});
     const MeshRecord mesh = m->second;
     SetPhase(job_id, "self_test");
-    ASSIGN_OR_RETURN(auto results, RunCollectiveTasks(job_id, mesh, "mesh_init", Json::object(),
+    ASSIGN_OR_RETURN(auto results, RunCollectiveTasks(job_id, mesh, TaskKind::kMeshInit, Json::object(),
                                                       timeout_ms));
     // The merged table must be the same on every worker.
     const std::string digest = results.at(0).value("digest", "");

@@ -63,7 +63,7 @@ void Service::FinishJob(const std::string& job_id, const Status& status, Json re
 
 Result<std::map<int64_t, Json>> Service::RunTasks(const std::string& job_id,
                                                   const std::vector<std::string>& workers,
-                                                  const std::map<int64_t, Json>& payloads,
+                                                  std::map<int64_t, Task> tasks,
                                                   uint64_t total_bytes, int64_t timeout_ms) {
   {
     JobRecord& job = jobs_.at(job_id);
@@ -71,7 +71,7 @@ Result<std::map<int64_t, Json>> Service::RunTasks(const std::string& job_id,
     job.tasks.clear();
     job.done_bytes = 0;
     job.total_bytes = total_bytes;
-    for (const auto& [rank, payload] : payloads) {
+    for (auto& [rank, task] : tasks) {
       const std::string& wid = workers.at(rank);
       auto w = workers_.find(wid);
       if (w == workers_.end() || w->second.state == "dead") {
@@ -79,16 +79,15 @@ Result<std::map<int64_t, Json>> Service::RunTasks(const std::string& job_id,
                                (w == workers_.end() ? "not registered" : "dead"),
                            {{"worker", wid}, {"rank", rank}});
       }
-      std::string tid = NewId("t");
-      Json p = payload;
-      p["id"] = tid;
-      p["job"] = job_id;
+      const std::string tid = NewId("t");
+      task.id = tid;
+      task.job = job_id;
       TaskState ts;
       ts.worker = wid;
       ts.rank = rank;
       job.tasks[tid] = ts;
       task_jobs_[tid] = job_id;
-      QueueTask(&w->second, std::move(p));
+      QueueTask(&w->second, task);
     }
     PublishJob(job);
   }

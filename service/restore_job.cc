@@ -155,7 +155,7 @@ Status Service::RunRestore(const std::string& job_id) {
       }
       ranks.push_back(r);
     }
-    std::map<int64_t, Json> payloads;
+    std::map<int64_t, Task> tasks;
     uint64_t total = 0;
     Json tensors = Json::array();
     for (const auto& m : wanted) {
@@ -164,12 +164,22 @@ Status Service::RunRestore(const std::string& job_id) {
                target.mesh.devices_per_worker * ranks.size();
     }
     for (int64_t r : ranks) {
-      payloads[r] = {{"kind", "restore"}, {"mesh", MeshToJson(target.mesh)}, {"rank", r},
-                     {"dir", dir}, {"tensors", tensors}};
+      Task& t = tasks[r];
+      t.kind = TaskKind::kRestore;
+      t.mesh = target.mesh;
+      t.rank = r;
+      t.dir = dir;
+      t.tensors = wanted;
     }
-    ASSIGN_OR_RETURN(auto done, RunTasks(job_id, target.workers, payloads, total));
+    ASSIGN_OR_RETURN(auto done, RunTasks(job_id, target.workers, std::move(tasks), total));
     uint64_t read = 0;
-    for (const auto& [rank, res] : done) read += res.value("stored_bytes_read", uint64_t{0});
+    for (const auto& [rank, res] : done) {
+      auto restored = RestoreResultFromJson(res);
+      if (!restored.ok()) {
+        return restored.status().WithContext("the restore of worker " + target.workers[rank]);
+      }
+      read += restored->stored_bytes_read;
+    }
     Json names_out = Json::array();
     for (const auto& m : wanted) names_out.push_back(m.name);
     result = {{"target_mesh", target_name}, {"tensors", names_out}, {"bytes", total},

@@ -66,7 +66,7 @@ void Service::AddRoutes(http::Router* router) {
     Response r;
     r.body = std::string(OpenApiDocument());
     return r;
-  }, "the REST reference (OpenAPI 3)", false);
+  }, "the REST reference (OpenAPI 3)");
   add("GET", "/api/v1/cluster", [this](const Request&) { return Response::Json(200, Cluster()); },
       "counts of workers, meshes, jobs, storage bytes");
   add("GET", "/api/v1/events", [this](const Request& req) {

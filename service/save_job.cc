@@ -84,15 +84,17 @@ Result<std::vector<TensorMeta>> CollectSnapshotTensors(
                           " does not have", {{"rank", rank}});
     }
     const std::string& wid = workers[rank];
-    const Json list = res.value("tensors", Json::array());
-    if (!list.is_array()) {
-      return InvalidArgument("the snapshot of worker " + wid + " lists no tensors",
-                             {{"worker", wid}, {"rank", rank}});
+    auto snapshot = SnapshotResultFromJson(res);
+    if (!snapshot.ok()) {
+      return snapshot.status()
+          .WithContext("snapshot of worker " + wid)
+          .WithDetail("worker", wid)
+          .WithDetail("rank", rank);
     }
-    for (const auto& tj : list) {
-      auto t = TensorMetaFromJson(tj);
-      if (!t.ok()) return t.status().WithContext("snapshot of worker " + wid);
-      auto devices = tj.value("devices", std::vector<int64_t>{});
+    const std::vector<SnapshotTensor>& list = snapshot->tensors;
+    for (const SnapshotTensor& st : list) {
+      const TensorMeta* t = &st.meta;
+      const std::vector<int64_t>& devices = st.devices;
       const std::vector<int64_t> owned = mesh.DevicesOfWorker(rank);
       if (devices != owned) {
         return InvalidArgument("worker " + wid + " (rank " + std::to_string(rank) +
@@ -118,7 +120,7 @@ Result<std::vector<TensorMeta>> CollectSnapshotTensors(
     }
     if (list.size() != metas.size()) {
       std::set<std::string> here;
-      for (const auto& tj : list) here.insert(tj.value("name", ""));
+      for (const SnapshotTensor& st : list) here.insert(st.meta.name);
       for (const auto& m : metas) {
         if (!here.count(m.name)) {
           return InvalidArgument("tensor '" + m.name + "' is missing on worker " + wid +
@@ -147,13 +149,20 @@ void Service::SetCheckpointState(const std::string& key, const std::string& stat
 Result<std::vector<storage::PlannedSlice>> Service::SaveSnapshotAndPlan(
     const SaveRun& run, std::vector<TensorMeta>* metas) {
   SetPhase(run.job_id, "snapshot");
-  std::map<int64_t, Json> snap;
+  std::map<int64_t, Task> snap;
   for (int64_t r = 0; r < run.mesh.mesh.num_workers(); ++r) {
-    snap[r] = {{"kind", "snapshot"}, {"mesh", MeshToJson(run.mesh.mesh)}, {"rank", r},
-               {"step", run.step}, {"tensors", run.request.value("tensors", Json())},
-               {"wait_for_trainer", run.request.value("wait_for_trainer", false)}};
+    Task& t = snap[r];
+    t.kind = TaskKind::kSnapshot;
+    t.mesh = run.mesh.mesh;
+    t.rank = r;
+    t.step = run.step;
+    // Checked by StartSave: a list of valid names, or absent.
+    if (run.request.contains("tensors") && run.request["tensors"].is_array()) {
+      t.tensor_names = run.request["tensors"].get<std::vector<std::string>>();
+    }
+    t.wait_for_trainer = run.request.value("wait_for_trainer", false);
   }
-  ASSIGN_OR_RETURN(auto snapshots, RunTasks(run.job_id, run.mesh.workers, snap, 0));
+  ASSIGN_OR_RETURN(auto snapshots, RunTasks(run.job_id, run.mesh.workers, std::move(snap), 0));
   ASSIGN_OR_RETURN(*metas, CollectSnapshotTensors(run.mesh.mesh, run.mesh.workers, snapshots));
   auto plan = storage::PlanSave(run.mesh.mesh, *metas);
   mu_.unlock();
@@ -170,27 +179,30 @@ Result<std::vector<std::string>> Service::SaveWrite(const SaveRun& run,
                                                     const std::vector<storage::PlannedSlice>& plan) {
   SetCheckpointState(run.key, "writing");
   SetPhase(run.job_id, "write");
-  std::map<int64_t, Json> writes;
+  std::map<int64_t, Task> writes;
   uint64_t total = 0;
   for (int64_t r = 0; r < run.mesh.mesh.num_workers(); ++r) {
-    writes[r] = {{"kind", "write"}, {"mesh", MeshToJson(run.mesh.mesh)}, {"rank", r},
-                 {"step", run.step}, {"staging", run.staging}, {"slices", Json::array()},
-                 {"compression", run.request.value("compression", Json("zstd"))},
-                 {"level", run.request.value("level", Json(1))}};
+    Task& t = writes[r];
+    t.kind = TaskKind::kWrite;
+    t.mesh = run.mesh.mesh;
+    t.rank = r;
+    t.step = run.step;
+    t.staging = run.staging;
+    t.compress = run.request.value("compression", "zstd") == "zstd";
+    t.level = run.request.value("level", int64_t{1});
   }
   for (const auto& p : plan) {
-    writes[p.rank]["slices"].push_back({{"tensor", metas[p.tensor].name},
-                                        {"device", p.device},
-                                        {"offsets", p.slice.offsets},
-                                        {"lengths", p.slice.lengths}});
+    writes[p.rank].slices.push_back({metas[p.tensor].name, p.device, p.slice});
     total += p.bytes;
   }
-  ASSIGN_OR_RETURN(auto written, RunTasks(run.job_id, run.mesh.workers, writes, total));
+  ASSIGN_OR_RETURN(auto written, RunTasks(run.job_id, run.mesh.workers, std::move(writes), total));
   std::vector<std::string> fragments;
   for (const auto& [rank, res] : written) {
-    if (res.contains("fragment") && res["fragment"].is_string()) {
-      fragments.push_back(res["fragment"].get<std::string>());
+    auto w = WriteResultFromJson(res);
+    if (!w.ok()) {
+      return w.status().WithContext("the write of worker " + run.mesh.workers[rank]);
     }
+    if (w->fragment) fragments.push_back(*w->fragment);
   }
   return fragments;
 }
@@ -245,7 +257,11 @@ void Service::AbandonSave(const SaveRun& run, const Status& st) {
   for (const auto& wid : run.mesh.workers) {
     auto w = workers_.find(wid);
     if (w != workers_.end() && w->second.state != "dead") {
-      QueueTask(&w->second, {{"id", NewId("t")}, {"job", run.job_id}, {"kind", "abort"}});
+      Task abort;
+      abort.id = NewId("t");
+      abort.job = run.job_id;
+      abort.kind = TaskKind::kAbort;
+      QueueTask(&w->second, abort);
     }
   }
   cv_.NotifyAll();

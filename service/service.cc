@@ -254,8 +254,8 @@ void Service::PublishJob(const JobRecord& j) {
   events_.Publish("job", j.ToJson());
 }
 
-void Service::QueueTask(WorkerRecord* w, Json task) {
-  w->tasks.push_back(std::move(task));
+void Service::QueueTask(WorkerRecord* w, const Task& task) {
+  w->tasks.push_back(TaskToJson(task));
   w->task_cv->NotifyAll();
 }
 
@@ -396,11 +396,7 @@ Result<Json> Service::PollTasks(const std::string& id, int64_t wait_ms) {
 }
 
 Status Service::ReportTask(const std::string& worker, const std::string& task, const Json& body) {
-  RETURN_IF_ERROR(RequireObject(body));
-  ASSIGN_OR_RETURN(auto state, RequiredString(body, "state"));
-  if (state != "running" && state != "succeeded" && state != "failed") {
-    return InvalidArgument("state must be running, succeeded or failed", {{"field", "state"}});
-  }
+  ASSIGN_OR_RETURN(TaskReport report, TaskReportFromJson(body));
   MutexLock lock(mu_);
   auto owner = task_jobs_.find(task);
   if (owner == task_jobs_.end()) {
@@ -419,20 +415,20 @@ Status Service::ReportTask(const std::string& worker, const std::string& task, c
   }
   if (job.finished()) return Status::Ok();  // late report of an ended job
   TaskState& ts = t->second;
-  const bool ended = state != "running";
-  ts.state = state;
-  if (body.contains("progress") && body["progress"].is_object()) {
+  const bool ended = report.state != ReportState::kRunning;
+  ts.state = std::string(ReportStateName(report.state));
+  if (report.done_bytes > 0 || report.total_bytes > 0) {
     const uint64_t before = ts.done_bytes;
-    ts.done_bytes = body["progress"].value("done_bytes", ts.done_bytes);
-    ts.total_bytes = body["progress"].value("total_bytes", ts.total_bytes);
+    ts.done_bytes = report.done_bytes;
+    ts.total_bytes = report.total_bytes;
     job.done_bytes += ts.done_bytes - std::min(before, ts.done_bytes);
     if (job.total_bytes) job.done_bytes = std::min(job.done_bytes, job.total_bytes);
   }
-  if (body.contains("result")) ts.result = body["result"];
-  if (body.contains("error")) ts.error = body["error"];
+  if (!report.result.is_null()) ts.result = report.result;
+  if (!report.error.ok()) ts.error = ErrorBody(report.error)["error"];
   // Events at most every 100 ms per job (a phase change publishes anyway): a
   // report of each of N workers must not cost N² of JSON.
-  if (state == "failed" || WallMs() - job.published_ms >= 100) PublishJob(job);
+  if (report.state == ReportState::kFailed || WallMs() - job.published_ms >= 100) PublishJob(job);
   if (ended) cv_.NotifyAll();
   return Status::Ok();
 }

@@ -19,6 +19,7 @@
 #include "api/http/server.h"
 #include "api/json_codec.h"
 #include "api/status.h"
+#include "api/task_protocol.h"
 #include "api/thread_annotations.h"
 #include "service/catalog.h"
 #include "service/coordination.h"
@@ -137,7 +138,7 @@ class Service {
   Status Persist(const std::string& table, const std::string& key, const Json& doc) REQUIRES(mu_);
   void PublishJob(const JobRecord& j) REQUIRES(mu_);
   // Queues a task for a worker's next long-poll and wakes that poll.
-  void QueueTask(WorkerRecord* w, Json task) REQUIRES(mu_);
+  void QueueTask(WorkerRecord* w, const Task& task) REQUIRES(mu_);
   std::vector<std::string> MeshesOfWorker(const std::string& id) const REQUIRES(mu_);
   Status CheckMesh(const std::string& name) const REQUIRES(mu_);  // not_found naming the mesh
   // The mesh, once its self-test has passed: not_found, or unavailable while
@@ -184,7 +185,7 @@ class Service {
   Status RunMeshInit(const std::string& job_id) EXCLUDES(mu_);
   Result<std::map<int64_t, Json>> RunCollectiveTasks(const std::string& job_id,
                                                      const MeshRecord& mesh,
-                                                     const std::string& kind, const Json& request,
+                                                     TaskKind kind, const Json& request,
                                                      int64_t timeout_ms) REQUIRES(mu_);
   // Queues one task per (rank, payload) for the job's mesh workers and waits
   // until all succeed, one fails, a worker dies, the job is cancelled or times out
@@ -192,7 +193,7 @@ class Service {
   // REQUIRES: mu_ held (released while waiting). Results by rank.
   Result<std::map<int64_t, Json>> RunTasks(const std::string& job_id,
                                            const std::vector<std::string>& workers,
-                                           const std::map<int64_t, Json>& payloads,
+                                           std::map<int64_t, Task> tasks,
                                            uint64_t total_bytes, int64_t timeout_ms = -1)
       REQUIRES(mu_);
   JobRecord& BeginJob(const std::string& job_id) REQUIRES(mu_);  // marks it running

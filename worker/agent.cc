@@ -150,36 +150,47 @@ void Agent::TaskLoop() {
       cv_.WaitFor(mu_, std::chrono::milliseconds(200));
       continue;
     }
-    for (auto& task : r->value("tasks", Json::array())) {
-      task_threads_.Spawn([this, task] { Execute(task); });
+    for (const Json& j : r->value("tasks", Json::array())) {
+      auto task = TaskFromJson(j);
+      if (!task.ok()) {
+        // Not one this worker can read (another version of tesserad?): fail it, named.
+        const std::string tid = j.is_object() ? j.value("id", "") : "";
+        std::fprintf(stderr, "worker %s: unreadable task %s: %s\n", id_.c_str(), tid.c_str(),
+                     task.status().ToString().c_str());
+        if (!tid.empty()) {
+          task_threads_.Spawn([this, tid, st = task.status()] {
+            Report(tid, ReportState::kFailed, 0, 0, nullptr, st.WithContext("unreadable task"));
+          });
+        }
+        continue;
+      }
+      task_threads_.Spawn([this, t = std::move(*task)] { Execute(t); });
     }
   }
 }
 
-void Agent::Report(const std::string& task, const std::string& state, uint64_t done,
-                   uint64_t total, const Json& result, const Status& error) {
-  Json body = {{"state", state}, {"progress", {{"done_bytes", done}, {"total_bytes", total}}}};
-  if (!result.is_null()) body["result"] = result;
-  if (!error.ok()) body["error"] = ErrorBody(error)["error"];
+void Agent::Report(const std::string& task, ReportState state, uint64_t done, uint64_t total,
+                   const Json& result, const Status& error) {
+  const Json body = TaskReportToJson({state, done, total, result, error});
   // The outcome must arrive: retry while tesserad is unreachable (e.g. restarting).
   for (int attempt = 0; attempt < 50; ++attempt) {
     auto r = control_.Call("POST",
                            ControlPlane::WorkerPath(id_) + "/tasks/" +
                                http::PercentEncodeSegment(task) + "/report",
                            body);
-    if (r.ok() || r.status().code() != Code::kUnavailable || state == "running") return;
+    if (r.ok() || r.status().code() != Code::kUnavailable || state == ReportState::kRunning) {
+      return;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
 }
 
-void Agent::Execute(Json task) {
-  const std::string kind = task.value("kind", ""), tid = task.value("id", "");
-  const std::string job = task.value("job", "");
-  if (kind == "abort") {
-    if (collectives_ != nullptr && task.contains("mesh_name")) {
-      collectives_->Abort(task.value("mesh_name", ""), job,
-                          StatusFromErrorJson(task.value("error", Json::object()), "")
-                              .WithContext("job " + job + " failed"));
+void Agent::Execute(const Task& task) {
+  const std::string kind(TaskKindName(task.kind));
+  const std::string& job = task.job;
+  if (task.kind == TaskKind::kAbort) {
+    if (collectives_ != nullptr && !task.abort_mesh.empty()) {
+      collectives_->Abort(task.abort_mesh, job, task.error);
     }
     MutexLock lock(mu_);
     snapshots_.erase(job);
@@ -189,12 +200,26 @@ void Agent::Execute(Json task) {
   if (auto d = options_.task_delay_ms.find(kind); d != options_.task_delay_ms.end()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(d->second));
   }
-  Result<Json> r = InvalidArgument("unknown task kind '" + kind + "'");
-  if (kind == "snapshot") r = DoSnapshot(task);
-  if (kind == "write") r = DoWrite(task);
-  if (kind == "restore") r = DoRestore(task);
-  if (kind == "collective") r = DoCollective(task);
-  if (kind == "mesh_init") r = DoMeshInit(task);
+  Result<Json> r = Internal("task kind " + kind + " has no executor");
+  switch (task.kind) {
+    case TaskKind::kSnapshot:
+      r = DoSnapshot(task);
+      break;
+    case TaskKind::kWrite:
+      r = DoWrite(task);
+      break;
+    case TaskKind::kRestore:
+      r = DoRestore(task);
+      break;
+    case TaskKind::kCollective:
+      r = DoCollective(task);
+      break;
+    case TaskKind::kMeshInit:
+      r = DoMeshInit(task);
+      break;
+    case TaskKind::kAbort:
+      break;
+  }
   if (!r.ok()) {
     std::fprintf(stderr, "worker %s: %s task of job %s failed: %s\n", id_.c_str(), kind.c_str(),
                  job.c_str(), r.status().ToString().c_str());
@@ -202,8 +227,8 @@ void Agent::Execute(Json task) {
     snapshots_.erase(job);
   }
   uint64_t bytes = r.ok() ? r->value("bytes", uint64_t{0}) : 0;
-  Report(tid, r.ok() ? "succeeded" : "failed", bytes, bytes, r.ok() ? *r : Json(),
-         r.status());
+  Report(task.id, r.ok() ? ReportState::kSucceeded : ReportState::kFailed, bytes, bytes,
+         r.ok() ? *r : Json(), r.status());
 }
 
 void Agent::AddRoutes(http::Router* router) {

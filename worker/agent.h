@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "api/http/router.h"
+#include "api/task_protocol.h"
 #include "api/thread_annotations.h"
 #include "storage/env.h"
 #include "storage/thread_pool.h"
@@ -90,17 +91,17 @@ class Agent {
  private:
   void HeartbeatLoop();
   void TaskLoop();
-  void Execute(Json task);
+  void Execute(const Task& task);
   // agent_tasks.cc
-  Result<Json> DoSnapshot(const Json& task);
-  Result<Json> DoWrite(const Json& task);
-  Result<Json> DoRestore(const Json& task);
+  Result<Json> DoSnapshot(const Task& task);
+  Result<Json> DoWrite(const Task& task);
+  Result<Json> DoRestore(const Task& task);
   Status CheckCollectives() const;  // unavailable when SetCollectives was not called
-  Result<Json> DoCollective(const Json& task);
-  Result<Json> DoMeshInit(const Json& task);
-  void Report(const std::string& task, const std::string& state, uint64_t done, uint64_t total,
+  Result<Json> DoCollective(const Task& task);
+  Result<Json> DoMeshInit(const Task& task);
+  void Report(const std::string& task, ReportState state, uint64_t done, uint64_t total,
               const Json& result, const Status& error);
-  Result<MeshPlacement> PlacementFromTask(const Json& task);
+  static MeshPlacement PlacementFromTask(const Task& task);
   // A mesh's placement of this worker, from tesserad (and into the cache).
   Result<MeshPlacement> FetchPlacement(const std::string& mesh);
 

@@ -74,10 +74,10 @@ Status Agent::CheckCollectives() const {
                      {{"worker", id_}});
 }
 
-Result<Json> Agent::DoCollective(const Json& task) {
+Result<Json> Agent::DoCollective(const Task& task) {
   RETURN_IF_ERROR(CheckCollectives());
-  ASSIGN_OR_RETURN(MeshPlacement p, PlacementFromTask(task));
-  const Json params = task.value("request", Json::object());
+  const MeshPlacement p = PlacementFromTask(task);
+  const Json& params = task.request;
   ASSIGN_OR_RETURN(CollectiveRequest r,
                    ParseCollectiveRequest(params.value("op", ""), [&](const std::string& key) {
                      // dtype and shape come from the tensor; the rest from the request.
@@ -86,7 +86,7 @@ Result<Json> Agent::DoCollective(const Json& task) {
                      return JsonParams(params)(key);
                    }));
   r.mesh = p.mesh.name;
-  r.job = task.value("job", "");
+  r.job = task.job;
   const std::string tensor = params.value("tensor", ""), output = params.value("output", "");
   std::vector<collectives::Tensor> inputs;
   TensorDesc desc;
@@ -128,9 +128,9 @@ Result<Json> Agent::DoCollective(const Json& task) {
   return out;
 }
 
-Result<Json> Agent::DoMeshInit(const Json& task) {
+Result<Json> Agent::DoMeshInit(const Task& task) {
   RETURN_IF_ERROR(CheckCollectives());
-  ASSIGN_OR_RETURN(MeshPlacement p, PlacementFromTask(task));
+  const MeshPlacement p = PlacementFromTask(task);
   const Mesh& mesh = p.mesh;
   // Seed 000's device table: one row per global device, (worker rank + 1, local
   // index, the worker's device count). Each local device fills only its own row
@@ -141,8 +141,8 @@ Result<Json> Agent::DoMeshInit(const Json& task) {
   r.mesh = mesh.name;
   r.dtype = DType::kInt64;
   r.shape = {n, 3};
-  r.timeout_ms = task.value("timeout_ms", int64_t{10000});
-  r.job = task.value("job", "");
+  r.timeout_ms = task.timeout_ms;
+  r.job = task.job;
   std::vector<collectives::Tensor> inputs;
   for (int64_t device : p.devices) {
     collectives::Tensor t = collectives::Tensor::Zeros(DType::kInt64, r.shape);

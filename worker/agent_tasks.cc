@@ -28,32 +28,26 @@ class Throttle {
 
 }  // namespace
 
-Result<MeshPlacement> Agent::PlacementFromTask(const Json& task) {
-  ASSIGN_OR_RETURN(Mesh mesh, MeshFromJson(task.value("mesh", Json())));
+MeshPlacement Agent::PlacementFromTask(const Task& task) {
   MeshPlacement p;
-  p.mesh = mesh;
-  p.rank = task.value("rank", int64_t{0});
-  if (task.contains("workers") && task["workers"].is_array()) {
-    for (const auto& w : task["workers"]) p.workers.push_back(w.get<std::string>());
-  }
-  p.devices = mesh.DevicesOfWorker(p.rank);
+  p.mesh = task.mesh;
+  p.rank = task.rank;
+  p.workers = task.workers;
+  p.devices = task.mesh.DevicesOfWorker(p.rank);
   return p;
 }
 
-Result<Json> Agent::DoSnapshot(const Json& task) {
-  const std::string job = task.value("job", "");
-  ASSIGN_OR_RETURN(MeshPlacement p, PlacementFromTask(task));
-  const int64_t step = task.value("step", int64_t{0});
-  std::optional<std::vector<std::string>> names;
-  if (task.contains("tensors") && task["tensors"].is_array()) {
-    names = task["tensors"].get<std::vector<std::string>>();
-  }
+Result<Json> Agent::DoSnapshot(const Task& task) {
+  const std::string& job = task.job;
+  const MeshPlacement p = PlacementFromTask(task);
+  const int64_t step = task.step;
+  const std::optional<std::vector<std::string>>& names = task.tensor_names;
   std::shared_ptr<const Snapshot> snap;
   {
     // A trainer-driven save: use the copy its /v1/save took at the right moment.
     MutexLock lock(mu_);
     auto key = std::make_pair(p.mesh.name, step);
-    if (task.value("wait_for_trainer", false)) {
+    if (task.wait_for_trainer) {
       const auto deadline =
           std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.trainer_wait_ms);
       while (!stopping_ && !trainer_snapshots_.count(key)) {
@@ -73,15 +67,14 @@ Result<Json> Agent::DoSnapshot(const Json& task) {
   if (!snap) {
     ASSIGN_OR_RETURN(snap, store_->TakeSnapshot(p.mesh.name, names));
   }
-  Json tensors = Json::array();
+  SnapshotResult result;
   for (const auto& t : snap->tensors) {
     if (names && std::find(names->begin(), names->end(), t.name) == names->end()) continue;
-    Json tj = TensorMetaToJson(TensorMeta(t.name, t.desc));
-    std::vector<int64_t> devices;
-    for (const auto& s : t.shards) devices.push_back(s.device);
-    tj["devices"] = devices;
-    tensors.push_back(tj);
+    SnapshotTensor& out = result.tensors.emplace_back();
+    out.meta = TensorMeta(t.name, t.desc);
+    for (const auto& s : t.shards) out.devices.push_back(s.device);
   }
+  result.snapshot_bytes = snap->bytes();
   if (names) {
     for (const auto& n : *names) {
       if (!snap->Find(n)) {
@@ -92,12 +85,12 @@ Result<Json> Agent::DoSnapshot(const Json& task) {
   }
   MutexLock lock(mu_);
   snapshots_[job] = snap;
-  return Json{{"tensors", tensors}, {"snapshot_bytes", snap->bytes()}};
+  return SnapshotResultToJson(result);
 }
 
-Result<Json> Agent::DoWrite(const Json& task) {
-  const std::string job = task.value("job", "");
-  ASSIGN_OR_RETURN(MeshPlacement p, PlacementFromTask(task));
+Result<Json> Agent::DoWrite(const Task& task) {
+  const std::string& job = task.job;
+  const MeshPlacement p = PlacementFromTask(task);
   std::shared_ptr<const Snapshot> snap;
   {
     MutexLock lock(mu_);
@@ -107,14 +100,13 @@ Result<Json> Agent::DoWrite(const Json& task) {
     }
     snap = it->second;
   }
-  const Json slices = task.value("slices", Json::array());
   std::vector<storage::SliceToWrite> todo;
   uint64_t total = 0;
-  for (const auto& sj : slices) {
-    const std::string name = sj.value("tensor", "");
+  for (const WriteSlice& ws : task.slices) {
+    const std::string& name = ws.tensor;
     const Snapshot::Tensor* t = snap->Find(name);
     if (!t) return Internal("snapshot of job " + job + " lacks tensor '" + name + "'");
-    const int64_t device = sj.value("device", int64_t{-1});
+    const int64_t device = ws.device;
     const ShardBuffer* buf = nullptr;
     for (const auto& s : t->shards) {
       if (s.device == device) buf = s.buffer.get();
@@ -128,46 +120,46 @@ Result<Json> Agent::DoWrite(const Json& task) {
     todo.push_back({meta, slice, buf->data(), buf->size()});
     total += buf->size();
   }
-  Json result = {{"fragment", nullptr}, {"bytes", 0}};
+  WriteResult result;
   if (!todo.empty()) {
     Throttle throttle;
-    const std::string tid = task.value("id", "");
+    const std::string& tid = task.id;
     storage::ShardOptions opt;
-    opt.compress = task.value("compression", "zstd") == "zstd";
-    opt.level = task.value("level", 1);
+    opt.compress = task.compress;
+    opt.level = static_cast<int>(task.level);
     opt.pool = &io_pool_;
     opt.on_progress = [&](uint64_t done) {
-      if (throttle.Due()) Report(tid, "running", done, total, nullptr, Status::Ok());
+      if (throttle.Due()) Report(tid, ReportState::kRunning, done, total, nullptr, Status::Ok());
     };
-    ASSIGN_OR_RETURN(auto w, storage::WriteRank(env_, task.value("staging", ""), p.rank, todo, opt));
-    result = {{"fragment", storage::FragmentFileName(p.rank)},
-              {"bytes", w.raw_bytes},
-              {"stored_bytes", w.stored_bytes}};
+    ASSIGN_OR_RETURN(auto w, storage::WriteRank(env_, task.staging, p.rank, todo, opt));
+    result.fragment = storage::FragmentFileName(p.rank);
+    result.bytes = w.raw_bytes;
+    result.stored_bytes = w.stored_bytes;
   }
   MutexLock lock(mu_);
   snapshots_.erase(job);  // written: the buffers go back to the pool
-  return result;
+  return WriteResultToJson(result);
 }
 
-Result<Json> Agent::DoRestore(const Json& task) {
-  ASSIGN_OR_RETURN(MeshPlacement p, PlacementFromTask(task));
-  const std::string dir = task.value("dir", "");
+Result<Json> Agent::DoRestore(const Task& task) {
+  const MeshPlacement p = PlacementFromTask(task);
+  const std::string& dir = task.dir;
   ASSIGN_OR_RETURN(auto index, storage::CheckpointIndex::Open(env_, dir));
   storage::ShardCache shards(env_, dir);
   Throttle throttle;
-  const std::string tid = task.value("id", "");
+  const std::string& tid = task.id;
   uint64_t total = 0, done = 0, read = 0;
   struct Item {
     const storage::TensorEntry* entry;
     TensorDesc desc;
   };
   std::vector<Item> items;
-  for (const auto& tj : task.value("tensors", Json::array())) {
-    const std::string name = tj.value("name", "");
+  for (const TensorMeta& want : task.tensors) {
+    const std::string& name = want.name;
     const storage::TensorEntry* e = index.Find(name);
     if (!e) return NotFound("checkpoint has no tensor '" + name + "'", {{"tensor", name}});
     TensorDesc desc = e->meta.desc();
-    ASSIGN_OR_RETURN(desc.layout, LayoutFromJson(tj.value("layout", Json())));
+    desc.layout = want.layout;
     RETURN_IF_ERROR(ValidateLayout(p.mesh, desc.layout, desc.shape));
     items.push_back({e, desc});
     total += NumElements(LocalShape(p.mesh, desc.layout, desc.shape)) * DTypeSize(desc.dtype) *
@@ -190,10 +182,10 @@ Result<Json> Agent::DoRestore(const Json& task) {
       RETURN_IF_ERROR(store_->Install(p.mesh.name, name, it.desc, device, cached->second.data(),
                                       cached->second.size()));
       done += cached->second.size();
-      if (throttle.Due()) Report(tid, "running", done, total, nullptr, Status::Ok());
+      if (throttle.Due()) Report(tid, ReportState::kRunning, done, total, nullptr, Status::Ok());
     }
   }
-  return Json{{"bytes", done}, {"stored_bytes_read", read}, {"tensors", items.size()}};
+  return RestoreResultToJson({done, read, static_cast<int64_t>(items.size())});
 }
 
 }  // namespace tessera::worker

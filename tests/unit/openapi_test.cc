@@ -98,14 +98,14 @@ TEST(OpenApi, TesseradServesAReferenceOfEveryRoute) {
   // The embedded copy is the one in the source tree.
   EXPECT_EQ(embedded, ReadJson(std::string(TESSERA_SOURCE_DIR) + "/docs/openapi.json"));
 
-  // Served without the token, as JSON.
+  // Served as JSON, behind the token like every route under /api/v1.
   http::Request req;
   req.method = "GET";
   req.path = "/api/v1/openapi.json";
   bool wrong_method = false;
   const http::Route* route = router.Match(&req, &wrong_method);
   ASSERT_NE(route, nullptr);
-  EXPECT_FALSE(route->auth);
+  EXPECT_TRUE(route->auth);
   http::Response r = router.Dispatch(req);
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.content_type, "application/json");

@@ -1,0 +1,270 @@
+#include "api/task_protocol.h"
+
+namespace tessera {
+namespace {
+
+struct KindName {
+  TaskKind kind;
+  std::string_view name;
+};
+constexpr KindName kKinds[] = {
+    {TaskKind::kSnapshot, "snapshot"},     {TaskKind::kWrite, "write"},
+    {TaskKind::kRestore, "restore"},       {TaskKind::kCollective, "collective"},
+    {TaskKind::kMeshInit, "mesh_init"},    {TaskKind::kAbort, "abort"},
+};
+
+Result<uint64_t> OptionalBytes(const Json& j, const std::string& field) {
+  ASSIGN_OR_RETURN(std::optional<int64_t> v, OptionalInt(j, field));
+  if (v && *v < 0) return InvalidArgument(field + " must be ≥ 0", {{"field", field}});
+  return static_cast<uint64_t>(v.value_or(0));
+}
+
+}  // namespace
+
+std::string_view TaskKindName(TaskKind kind) {
+  for (const KindName& k : kKinds) {
+    if (k.kind == kind) return k.name;
+  }
+  return "?";
+}
+
+Result<TaskKind> ParseTaskKind(std::string_view name) {
+  for (const KindName& k : kKinds) {
+    if (k.name == name) return k.kind;
+  }
+  return InvalidArgument("unknown task kind '" + std::string(name) + "'", {{"field", "kind"}});
+}
+
+Json TaskToJson(const Task& t) {
+  Json j = {{"id", t.id}, {"job", t.job}, {"kind", TaskKindName(t.kind)}};
+  if (t.kind == TaskKind::kAbort) {
+    if (!t.abort_mesh.empty()) j["mesh_name"] = t.abort_mesh;
+    if (!t.error.ok()) j["error"] = ErrorBody(t.error)["error"];
+    return j;
+  }
+  j["mesh"] = MeshToJson(t.mesh);
+  j["rank"] = t.rank;
+  switch (t.kind) {
+    case TaskKind::kSnapshot:
+      j["step"] = t.step;
+      j["tensors"] = t.tensor_names ? Json(*t.tensor_names) : Json();
+      j["wait_for_trainer"] = t.wait_for_trainer;
+      break;
+    case TaskKind::kWrite: {
+      j["step"] = t.step;
+      j["staging"] = t.staging;
+      Json slices = Json::array();
+      for (const WriteSlice& s : t.slices) {
+        slices.push_back({{"tensor", s.tensor},
+                          {"device", s.device},
+                          {"offsets", s.slice.offsets},
+                          {"lengths", s.slice.lengths}});
+      }
+      j["slices"] = std::move(slices);
+      j["compression"] = t.compress ? "zstd" : "none";
+      j["level"] = t.level;
+      break;
+    }
+    case TaskKind::kRestore: {
+      j["dir"] = t.dir;
+      Json tensors = Json::array();
+      for (const TensorMeta& m : t.tensors) tensors.push_back(TensorMetaToJson(m));
+      j["tensors"] = std::move(tensors);
+      break;
+    }
+    case TaskKind::kCollective:
+    case TaskKind::kMeshInit:
+      j["workers"] = t.workers;
+      j["request"] = t.request;
+      j["timeout_ms"] = t.timeout_ms;
+      break;
+    case TaskKind::kAbort:
+      break;
+  }
+  return j;
+}
+
+Result<Task> TaskFromJson(const Json& j) {
+  RETURN_IF_ERROR(RequireObject(j, "task"));
+  Task t;
+  ASSIGN_OR_RETURN(t.id, RequiredString(j, "id"));
+  ASSIGN_OR_RETURN(t.job, RequiredString(j, "job"));
+  ASSIGN_OR_RETURN(std::string kind, RequiredString(j, "kind"));
+  ASSIGN_OR_RETURN(t.kind, ParseTaskKind(kind));
+  if (t.kind == TaskKind::kAbort) {
+    ASSIGN_OR_RETURN(std::optional<std::string> mesh, OptionalString(j, "mesh_name"));
+    t.abort_mesh = mesh.value_or("");
+    if (j.contains("error") && !j["error"].is_null()) {
+      t.error = StatusFromErrorJson(j["error"], "").WithContext("job " + t.job + " failed");
+    }
+    return t;
+  }
+  ASSIGN_OR_RETURN(t.mesh, MeshFromJson(j.value("mesh", Json())));
+  ASSIGN_OR_RETURN(t.rank, RequiredInt(j, "rank"));
+  if (t.rank < 0 || t.rank >= t.mesh.num_workers()) {
+    return InvalidArgument("rank " + std::to_string(t.rank) + " is not a rank of mesh " +
+                               t.mesh.ToString(),
+                           {{"field", "rank"}});
+  }
+  switch (t.kind) {
+    case TaskKind::kSnapshot: {
+      ASSIGN_OR_RETURN(t.step, RequiredInt(j, "step"));
+      ASSIGN_OR_RETURN(t.tensor_names, OptionalNameList(j, "tensors"));
+      ASSIGN_OR_RETURN(std::optional<bool> wait, OptionalBool(j, "wait_for_trainer"));
+      t.wait_for_trainer = wait.value_or(false);
+      break;
+    }
+    case TaskKind::kWrite: {
+      ASSIGN_OR_RETURN(t.step, RequiredInt(j, "step"));
+      ASSIGN_OR_RETURN(t.staging, RequiredString(j, "staging"));
+      const Json slices = j.value("slices", Json::array());
+      if (!slices.is_array()) return InvalidArgument("slices must be a list", {{"field", "slices"}});
+      for (const Json& s : slices) {
+        RETURN_IF_ERROR(RequireObject(s, "slices[]"));
+        WriteSlice w;
+        ASSIGN_OR_RETURN(w.tensor, RequiredString(s, "tensor"));
+        ASSIGN_OR_RETURN(w.device, RequiredInt(s, "device"));
+        ASSIGN_OR_RETURN(w.slice, SliceFromJson(s, "slices[]"));
+        t.slices.push_back(std::move(w));
+      }
+      ASSIGN_OR_RETURN(std::optional<std::string> compression, OptionalString(j, "compression"));
+      t.compress = compression.value_or("zstd") == "zstd";
+      ASSIGN_OR_RETURN(std::optional<int64_t> level, OptionalInt(j, "level"));
+      t.level = level.value_or(1);
+      break;
+    }
+    case TaskKind::kRestore: {
+      ASSIGN_OR_RETURN(t.dir, RequiredString(j, "dir"));
+      const Json tensors = j.value("tensors", Json::array());
+      if (!tensors.is_array()) return InvalidArgument("tensors must be a list", {{"field", "tensors"}});
+      for (const Json& m : tensors) {
+        ASSIGN_OR_RETURN(TensorMeta meta, TensorMetaFromJson(m));
+        t.tensors.push_back(std::move(meta));
+      }
+      break;
+    }
+    case TaskKind::kCollective:
+    case TaskKind::kMeshInit: {
+      const Json workers = j.value("workers", Json::array());
+      if (!workers.is_array()) return InvalidArgument("workers must be a list", {{"field", "workers"}});
+      for (const Json& w : workers) {
+        if (!w.is_string()) return InvalidArgument("workers must be ids", {{"field", "workers"}});
+        t.workers.push_back(w.get<std::string>());
+      }
+      t.request = j.value("request", Json::object());
+      ASSIGN_OR_RETURN(std::optional<int64_t> timeout, OptionalInt(j, "timeout_ms"));
+      t.timeout_ms = timeout.value_or(10000);
+      break;
+    }
+    case TaskKind::kAbort:
+      break;
+  }
+  return t;
+}
+
+Json SnapshotResultToJson(const SnapshotResult& r) {
+  Json tensors = Json::array();
+  for (const SnapshotTensor& t : r.tensors) {
+    Json tj = TensorMetaToJson(t.meta);
+    tj["devices"] = t.devices;
+    tensors.push_back(std::move(tj));
+  }
+  return {{"tensors", std::move(tensors)}, {"snapshot_bytes", r.snapshot_bytes}};
+}
+
+Result<SnapshotResult> SnapshotResultFromJson(const Json& j) {
+  RETURN_IF_ERROR(RequireObject(j, "snapshot result"));
+  SnapshotResult r;
+  const Json tensors = j.value("tensors", Json::array());
+  if (!tensors.is_array()) return InvalidArgument("tensors must be a list", {{"field", "tensors"}});
+  for (const Json& tj : tensors) {
+    SnapshotTensor t;
+    ASSIGN_OR_RETURN(t.meta, TensorMetaFromJson(tj));
+    const Json devices = tj.value("devices", Json::array());
+    if (!devices.is_array()) return InvalidArgument("devices must be a list", {{"field", "devices"}});
+    for (const Json& d : devices) {
+      if (!d.is_number_integer()) {
+        return InvalidArgument("devices must be integers", {{"field", "devices"}});
+      }
+      t.devices.push_back(d.get<int64_t>());
+    }
+    r.tensors.push_back(std::move(t));
+  }
+  ASSIGN_OR_RETURN(r.snapshot_bytes, OptionalBytes(j, "snapshot_bytes"));
+  return r;
+}
+
+Json WriteResultToJson(const WriteResult& r) {
+  return {{"fragment", r.fragment ? Json(*r.fragment) : Json()},
+          {"bytes", r.bytes},
+          {"stored_bytes", r.stored_bytes}};
+}
+
+Result<WriteResult> WriteResultFromJson(const Json& j) {
+  RETURN_IF_ERROR(RequireObject(j, "write result"));
+  WriteResult r;
+  ASSIGN_OR_RETURN(r.fragment, OptionalString(j, "fragment"));
+  ASSIGN_OR_RETURN(r.bytes, OptionalBytes(j, "bytes"));
+  ASSIGN_OR_RETURN(r.stored_bytes, OptionalBytes(j, "stored_bytes"));
+  return r;
+}
+
+Json RestoreResultToJson(const RestoreResult& r) {
+  return {{"bytes", r.bytes}, {"stored_bytes_read", r.stored_bytes_read}, {"tensors", r.tensors}};
+}
+
+Result<RestoreResult> RestoreResultFromJson(const Json& j) {
+  RETURN_IF_ERROR(RequireObject(j, "restore result"));
+  RestoreResult r;
+  ASSIGN_OR_RETURN(r.bytes, OptionalBytes(j, "bytes"));
+  ASSIGN_OR_RETURN(r.stored_bytes_read, OptionalBytes(j, "stored_bytes_read"));
+  ASSIGN_OR_RETURN(std::optional<int64_t> tensors, OptionalInt(j, "tensors"));
+  r.tensors = tensors.value_or(0);
+  return r;
+}
+
+std::string_view ReportStateName(ReportState state) {
+  switch (state) {
+    case ReportState::kRunning:
+      return "running";
+    case ReportState::kSucceeded:
+      return "succeeded";
+    case ReportState::kFailed:
+      return "failed";
+  }
+  return "?";
+}
+
+Json TaskReportToJson(const TaskReport& r) {
+  Json j = {{"state", ReportStateName(r.state)},
+            {"progress", {{"done_bytes", r.done_bytes}, {"total_bytes", r.total_bytes}}}};
+  if (!r.result.is_null()) j["result"] = r.result;
+  if (!r.error.ok()) j["error"] = ErrorBody(r.error)["error"];
+  return j;
+}
+
+Result<TaskReport> TaskReportFromJson(const Json& j) {
+  RETURN_IF_ERROR(RequireObject(j));
+  TaskReport r;
+  ASSIGN_OR_RETURN(std::string state, RequiredString(j, "state"));
+  if (state == "running") {
+    r.state = ReportState::kRunning;
+  } else if (state == "succeeded") {
+    r.state = ReportState::kSucceeded;
+  } else if (state == "failed") {
+    r.state = ReportState::kFailed;
+  } else {
+    return InvalidArgument("state must be running, succeeded or failed", {{"field", "state"}});
+  }
+  if (j.contains("progress") && j["progress"].is_object()) {
+    ASSIGN_OR_RETURN(r.done_bytes, OptionalBytes(j["progress"], "done_bytes"));
+    ASSIGN_OR_RETURN(r.total_bytes, OptionalBytes(j["progress"], "total_bytes"));
+  }
+  if (j.contains("result")) r.result = j["result"];
+  if (r.state == ReportState::kFailed) {
+    r.error = StatusFromErrorJson(j.value("error", Json()), "task failed without an error");
+  }
+  return r;
+}
+
+}  // namespace tessera

@@ -1,0 +1,108 @@
+// The task protocol between tesserad and its workers, one codec per message for both
+// sides: what a long-poll hands out (GET /api/v1/workers/{id}/tasks), what a worker
+// reports (POST /api/v1/workers/{id}/tasks/{task}/report), and the result of each kind.
+//   snapshot    copy this worker's shards of a mesh (or take the trainer's /v1/save copy)
+//   write       its planned slices → shard-<rank>.tsr + fragment-<rank>.sqlite in staging
+//   restore     read its devices' slices of a committed checkpoint, in a target layout
+//   collective  run a REST collectives job's request on tensors the worker holds
+//   mesh_init   the self-test of a new mesh (the device table merged over it)
+//   abort       the job failed: drop its snapshot, leave its collective
+// Decoders take what the other side sent: a malformed message is invalid_argument naming
+// the field, never an exception.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "api/json_codec.h"
+#include "api/mesh.h"
+#include "api/status.h"
+#include "api/tensor_desc.h"
+
+namespace tessera {
+
+enum class TaskKind { kSnapshot, kWrite, kRestore, kCollective, kMeshInit, kAbort };
+
+std::string_view TaskKindName(TaskKind kind);
+Result<TaskKind> ParseTaskKind(std::string_view name);
+
+// One slice a writer stores: `device`'s shard of `tensor`, which is `slice` of it.
+struct WriteSlice {
+  std::string tensor;
+  int64_t device = -1;
+  SliceSpec slice;
+};
+
+// A task. Besides the envelope (id, job, kind), each field belongs to the kinds named.
+struct Task {
+  std::string id;
+  std::string job;
+  TaskKind kind = TaskKind::kAbort;
+  Mesh mesh;                        // all but abort
+  int64_t rank = 0;                 // all but abort: this worker's rank in `mesh`
+  std::vector<std::string> workers; // collective, mesh_init: the mesh's workers by rank
+  int64_t step = 0;                 // snapshot, write
+  std::optional<std::vector<std::string>> tensor_names;  // snapshot: only these
+  bool wait_for_trainer = false;    // snapshot: take the copy of the trainer's /v1/save
+  std::string staging;              // write: the staging dir
+  std::vector<WriteSlice> slices;   // write
+  bool compress = true;             // write: zstd, else raw chunks
+  int64_t level = 1;                // write: zstd level
+  std::string dir;                  // restore: the committed checkpoint's dir
+  std::vector<TensorMeta> tensors;  // restore: what to read, in the target layout
+  Json request;                     // collective: the job's request
+  int64_t timeout_ms = 10000;       // collective, mesh_init
+  std::string abort_mesh;           // abort of a collective: the mesh whose group stops
+  Status error;                     // abort: why the job failed
+};
+
+Json TaskToJson(const Task& task);
+Result<Task> TaskFromJson(const Json& j);
+
+// snapshot: every tensor this worker holds of the mesh, with the devices it holds.
+struct SnapshotTensor {
+  TensorMeta meta;
+  std::vector<int64_t> devices;
+};
+struct SnapshotResult {
+  std::vector<SnapshotTensor> tensors;
+  uint64_t snapshot_bytes = 0;
+};
+Json SnapshotResultToJson(const SnapshotResult& r);
+Result<SnapshotResult> SnapshotResultFromJson(const Json& j);
+
+// write: the fragment it wrote (none when it had no slices to write).
+struct WriteResult {
+  std::optional<std::string> fragment;
+  uint64_t bytes = 0;
+  uint64_t stored_bytes = 0;
+};
+Json WriteResultToJson(const WriteResult& r);
+Result<WriteResult> WriteResultFromJson(const Json& j);
+
+struct RestoreResult {
+  uint64_t bytes = 0;              // restored into its devices
+  uint64_t stored_bytes_read = 0;  // read from storage
+  int64_t tensors = 0;
+};
+Json RestoreResultToJson(const RestoreResult& r);
+Result<RestoreResult> RestoreResultFromJson(const Json& j);
+
+// A worker's report on a task: progress while it runs, then its outcome.
+enum class ReportState { kRunning, kSucceeded, kFailed };
+std::string_view ReportStateName(ReportState state);
+
+struct TaskReport {
+  ReportState state = ReportState::kRunning;
+  uint64_t done_bytes = 0;
+  uint64_t total_bytes = 0;
+  Json result;   // succeeded: the kind's result
+  Status error;  // failed
+};
+Json TaskReportToJson(const TaskReport& r);
+Result<TaskReport> TaskReportFromJson(const Json& j);
+
+}  // namespace tessera

@@ -1,0 +1,125 @@
+// The task protocol's codecs: what tesserad encodes, a worker decodes to the same task
+// (and back for results and reports); malformed messages are errors naming the field.
+#include "api/task_protocol.h"
+
+#include <gtest/gtest.h>
+
+namespace tessera {
+namespace {
+
+const Mesh kMesh{"m", {{"data", 2}, {"model", 2}}, 2};
+
+Task Envelope(TaskKind kind) {
+  Task t;
+  t.id = "t-1";
+  t.job = "j-1";
+  t.kind = kind;
+  t.mesh = kMesh;
+  t.rank = 1;
+  return t;
+}
+
+TEST(TaskProtocol, EveryKindRoundTrips) {
+  Task snapshot = Envelope(TaskKind::kSnapshot);
+  snapshot.step = 7;
+  snapshot.tensor_names = std::vector<std::string>{"a", "b/c"};
+  snapshot.wait_for_trainer = true;
+  Task write = Envelope(TaskKind::kWrite);
+  write.step = 7;
+  write.staging = "/ck/m/.staging-7-j-1";
+  write.slices = {{"a", 2, SliceSpec{{4, 0}, {4, 8}}}, {"b/c", 3, SliceSpec{{}, {}}}};
+  write.compress = false;
+  write.level = 3;
+  Task restore = Envelope(TaskKind::kRestore);
+  restore.dir = "/ck/m/step-7";
+  restore.tensors = {TensorMeta("a", DType::kBFloat16, {8, 8}, Layout{{"data", "unsharded"}})};
+  Task collective = Envelope(TaskKind::kCollective);
+  collective.workers = {"w-a", "w-b"};
+  collective.request = {{"op", "all_reduce"}, {"tensor", "g"}};
+  collective.timeout_ms = 1234;
+  for (const Task& t : {snapshot, write, restore, collective}) {
+    auto back = TaskFromJson(TaskToJson(t));
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(TaskToJson(*back), TaskToJson(t));
+    EXPECT_EQ(back->mesh, kMesh);
+    EXPECT_EQ(back->rank, 1);
+  }
+  auto w = TaskFromJson(TaskToJson(write));
+  ASSERT_TRUE(w.ok());
+  EXPECT_FALSE(w->compress);
+  EXPECT_EQ(w->slices[0].slice.offsets, (Shape{4, 0}));
+  auto r = TaskFromJson(TaskToJson(restore));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->tensors, restore.tensors);
+
+  Task abort;
+  abort.id = "t-2";
+  abort.job = "j-1";
+  abort.abort_mesh = "m";
+  abort.error = DeadlineExceeded("ranks [2] did not arrive", {{"missing_ranks", {2}}});
+  auto a = TaskFromJson(TaskToJson(abort));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->kind, TaskKind::kAbort);
+  EXPECT_EQ(a->abort_mesh, "m");
+  EXPECT_EQ(a->error.code(), Code::kDeadlineExceeded);
+  EXPECT_EQ(a->error.message(), "job j-1 failed: ranks [2] did not arrive");
+}
+
+TEST(TaskProtocol, MalformedTasksNameTheField) {
+  const Json good = TaskToJson(Envelope(TaskKind::kSnapshot));
+  auto field_of = [](const Json& j) {
+    auto t = TaskFromJson(j);
+    EXPECT_FALSE(t.ok()) << j;
+    return t.ok() || !t.status().details().is_object() ? std::string()
+                                                       : t.status().details().value("field", "");
+  };
+  Json j = good;
+  j["kind"] = "reboot";
+  EXPECT_EQ(field_of(j), "kind");
+  j = good;
+  j.erase("id");
+  EXPECT_EQ(field_of(j), "id");
+  j = good;
+  j["rank"] = 4;  // the mesh has 2 workers
+  EXPECT_EQ(field_of(j), "rank");
+  j = good;
+  j["tensors"] = {1, 2};
+  EXPECT_EQ(field_of(j), "tensors");
+  j = TaskToJson(Envelope(TaskKind::kWrite));
+  j["slices"] = {{{"tensor", "a"}, {"device", 0}, {"offsets", {0}}, {"lengths", {1, 2}}}};
+  EXPECT_EQ(field_of(j), "slices[]");
+  EXPECT_FALSE(TaskFromJson(Json::array()).ok());
+  EXPECT_FALSE(TaskFromJson("x").ok());
+}
+
+TEST(TaskProtocol, ResultsAndReportsRoundTrip) {
+  SnapshotResult s;
+  s.tensors.push_back({TensorMeta("a", DType::kInt8, {4}, Layout{{"data"}}), {2, 3}});
+  s.snapshot_bytes = 4;
+  auto s2 = SnapshotResultFromJson(SnapshotResultToJson(s));
+  ASSERT_TRUE(s2.ok());
+  EXPECT_EQ(s2->tensors[0].meta, s.tensors[0].meta);
+  EXPECT_EQ(s2->tensors[0].devices, (std::vector<int64_t>{2, 3}));
+  auto w = WriteResultFromJson(WriteResultToJson({std::nullopt, 0, 0}));
+  ASSERT_TRUE(w.ok());
+  EXPECT_FALSE(w->fragment.has_value());
+  auto r = RestoreResultFromJson(RestoreResultToJson({10, 7, 2}));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->stored_bytes_read, 7u);
+  EXPECT_EQ(RestoreResultFromJson({{"bytes", -1}}).status().details()["field"], "bytes");
+
+  TaskReport failed{ReportState::kFailed, 5, 10, nullptr, DataLoss("chunk 3", {{"file", "f"}})};
+  auto f = TaskReportFromJson(TaskReportToJson(failed));
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->state, ReportState::kFailed);
+  EXPECT_EQ(f->error.code(), Code::kDataLoss);
+  EXPECT_EQ(f->done_bytes, 5u);
+  EXPECT_EQ(TaskReportFromJson({{"state", "done"}}).status().details()["field"], "state");
+  // A failure without an error is still a failure, with a message that says so.
+  auto bare = TaskReportFromJson({{"state", "failed"}});
+  ASSERT_TRUE(bare.ok());
+  EXPECT_FALSE(bare->error.ok());
+}
+
+}  // namespace
+}  // namespace tessera
