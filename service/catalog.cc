@@ -28,10 +28,10 @@ bool KnownTable(const std::string& t) {
 
 }  // namespace
 
-Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& data_dir) {
-  auto env = storage::DefaultEnv();
+Result<std::unique_ptr<Catalog>> Catalog::Open(storage::Env* env, const std::string& data_dir) {
   RETURN_IF_ERROR(env->CreateDirs(data_dir));
-  ASSIGN_OR_RETURN(auto db, storage::SqliteDb::OpenFile(storage::JoinPath(data_dir, "catalog.sqlite")));
+  ASSIGN_OR_RETURN(auto db,
+                   storage::SqliteDb::OpenFile(storage::JoinPath(data_dir, "catalog.sqlite"), env));
   RETURN_IF_ERROR(db.Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"));
   ASSIGN_OR_RETURN(auto stmt, db.Prepare("PRAGMA user_version"));
   RETURN_IF_ERROR(stmt.Step().status());

@@ -19,8 +19,9 @@ inline constexpr int kCatalogSchemaVersion = 1;
 
 class Catalog {
  public:
-  // Opens (creating and migrating) <data_dir>/catalog.sqlite.
-  static Result<std::unique_ptr<Catalog>> Open(const std::string& data_dir);
+  // Opens (creating and migrating) <data_dir>/catalog.sqlite. Every change to its
+  // files goes past `env` first (Env::BeforeChange), like every other file's.
+  static Result<std::unique_ptr<Catalog>> Open(storage::Env* env, const std::string& data_dir);
 
   // Upserts / deletes one document. `table` is one of the tables above.
   Status Put(const std::string& table, const std::string& key, const Json& doc);

@@ -29,6 +29,7 @@ Json WorkerRecord::ToJson(int64_t mono_now, const std::vector<std::string>& mesh
           // works for trainers on that host, and nowhere else.
           {"local_api", "http://127.0.0.1:" + std::to_string(local_port)},
           {"registered_at", registered_ms},
+          {"task_polls_waiting", polls_waiting},
           {"meshes", meshes}};
 }
 

@@ -35,6 +35,9 @@ struct WorkerRecord {
   // process died or whose connection broke unseen (its handler still waiting)
   // gives way, so that no task is handed to a connection nobody reads.
   uint64_t poll = 0;
+  // Not persisted: this worker's long-polls waiting in tesserad now (0 or 1, more
+  // while a superseded one has yet to give way).
+  int64_t polls_waiting = 0;
 
   Json ToJson(int64_t mono_now, const std::vector<std::string>& meshes) const;
   static WorkerRecord FromJson(const Json& j);

@@ -26,7 +26,7 @@ Service::Service(ServiceOptions options, storage::Env* env, std::unique_ptr<Cata
 Service::~Service() { Stop(); }
 
 Result<std::unique_ptr<Service>> Service::Create(ServiceOptions options, storage::Env* env) {
-  ASSIGN_OR_RETURN(auto catalog, Catalog::Open(options.data_dir));
+  ASSIGN_OR_RETURN(auto catalog, Catalog::Open(env, options.data_dir));
   RETURN_IF_ERROR(env->CreateDirs(options.checkpoint_root));
   std::unique_ptr<Service> s(new Service(std::move(options), env, std::move(catalog)));
   RETURN_IF_ERROR(s->Recover());
@@ -367,12 +367,16 @@ Result<Json> Service::PollTasks(const std::string& id, int64_t wait_ms) {
   it->second.poll = mine;
   wake->NotifyAll();  // an older poll of this worker gives way now
   ++polls_waiting_;
+  ++it->second.polls_waiting;
   while (true) {
     auto w = workers_.find(id);
     if (stopping_ || w == workers_.end() || w->second.poll != mine || !w->second.tasks.empty()) break;
     if (!wake->WaitUntil(mu_, deadline)) break;
   }
   --polls_waiting_;
+  if (auto w = workers_.find(id); w != workers_.end() && w->second.polls_waiting > 0) {
+    --w->second.polls_waiting;
+  }
   it = workers_.find(id);
   Json tasks = Json::array();
   if (it != workers_.end() && it->second.poll == mine) {

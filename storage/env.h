@@ -40,6 +40,10 @@ class RandomAccessFile {
   virtual uint64_t Size() const = 0;
 };
 
+// A change to a file that a library writes in place (SQLite's own files), announced to
+// the Env before it happens: see Env::BeforeChange.
+enum class FileChange { kCreate, kWrite, kSync, kDelete };
+
 class Env {
  public:
   virtual ~Env() = default;
@@ -74,6 +78,14 @@ class Env {
   // that name yet: conflict otherwise. Default: a synced temporary file renamed
   // into place (Rename never replaces).
   virtual Status PublishFile(const std::string& path, std::string_view data);
+
+  // Called before a change to a file that is not written through this Env's file
+  // objects: the databases SQLite keeps in place (sqlite_vfs.h), such as tesserad's
+  // catalog. An error refuses the change. Default: ok.
+  virtual Status BeforeChange(FileChange change, const std::string& path, uint64_t bytes) {
+    (void)change, (void)path, (void)bytes;
+    return Status::Ok();
+  }
 };
 
 // An Env that forwards every call to another (LevelDB's idiom): a wrapper overrides
@@ -105,6 +117,9 @@ class EnvWrapper : public Env {
   bool IsObjectStore(const std::string& path) override { return target_->IsObjectStore(path); }
   Status PublishFile(const std::string& path, std::string_view data) override {
     return target_->PublishFile(path, data);
+  }
+  Status BeforeChange(FileChange change, const std::string& path, uint64_t bytes) override {
+    return target_->BeforeChange(change, path, bytes);
   }
 
  private:

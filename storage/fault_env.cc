@@ -146,4 +146,24 @@ Status FaultEnv::PublishFile(const std::string& path, std::string_view data) {
   return target()->PublishFile(path, data);
 }
 
+Status FaultEnv::BeforeChange(FileChange change, const std::string& path, uint64_t bytes) {
+  Op op = Op::kWrite;
+  switch (change) {
+    case FileChange::kCreate:
+      op = Op::kCreate;
+      break;
+    case FileChange::kWrite:
+      op = Op::kWrite;
+      break;
+    case FileChange::kSync:
+      op = Op::kSync;
+      break;
+    case FileChange::kDelete:
+      op = Op::kDelete;
+      break;
+  }
+  RETURN_IF_ERROR(Tick(op, path, bytes));
+  return target()->BeforeChange(change, path, bytes);
+}
+
 }  // namespace tessera::storage

@@ -40,6 +40,8 @@ class FaultEnv : public EnvWrapper {
   Status Rename(const std::string& from, const std::string& to) override;
   Status SyncDir(const std::string& dir) override;
   Status PublishFile(const std::string& path, std::string_view data) override;
+  // Counted like the Env's own operations (create, append, sync, delete).
+  Status BeforeChange(FileChange change, const std::string& path, uint64_t bytes) override;
 
   // Counts one mutating operation on `path`; returns the injected error, if any.
   // Public so wrapped file objects can call it.

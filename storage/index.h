@@ -1,7 +1,7 @@
 // The checkpoint index. Each writer records its slices in a fragment
 // (fragment-<rank>.sqlite); after the write barrier the fragments are merged
 // into index.sqlite — the only thing a reader needs:
-//   meta(key, value)      format_version, mesh, step, metadata, created_at
+//   meta(key, value)      format_version, mesh, step, metadata, created_at_ms
 //   tensors(id, name, dtype, shape, layout, elements)
 //   slices(id, tensor_id, offsets, lengths, elements, file)
 //   chunks(slice_id, raw_offset, offset, length, raw_length, codec, checksum)

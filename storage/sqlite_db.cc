@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "storage/sqlite_vfs.h"
+
 namespace tessera::storage {
 
 SqliteStmt& SqliteStmt::operator=(SqliteStmt&& o) noexcept {
@@ -75,9 +77,14 @@ Result<SqliteDb> SqliteDb::OpenMemory() {
   return SqliteDb(db, ":memory:");
 }
 
-Result<SqliteDb> SqliteDb::OpenFile(const std::string& path) {
+Result<SqliteDb> SqliteDb::OpenFile(const std::string& path, Env* env) {
+  std::string vfs;
+  if (env != nullptr) {
+    ASSIGN_OR_RETURN(vfs, EnvVfsName(env));
+  }
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                           vfs.empty() ? nullptr : vfs.c_str());
   SqliteDb out(db, path);
   if (rc != SQLITE_OK) return out.Error("open");
   sqlite3_busy_timeout(db, 5000);

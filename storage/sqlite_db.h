@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "api/status.h"
+#include "storage/env.h"
 
 namespace tessera::storage {
 
@@ -47,8 +48,9 @@ class SqliteDb {
   // An in-memory database from a serialized image; `label` (the file name)
   // appears in errors. A non-database image is data_loss.
   static Result<SqliteDb> FromImage(std::string_view image, const std::string& label);
-  // A database file on disk (for catalogs that SQLite manages itself).
-  static Result<SqliteDb> OpenFile(const std::string& path);
+  // A database file on disk (for catalogs that SQLite manages itself), changed in
+  // place through `env`'s VFS (sqlite_vfs.h) when one is given.
+  static Result<SqliteDb> OpenFile(const std::string& path, Env* env = nullptr);
 
   SqliteDb(SqliteDb&& o) noexcept : db_(o.db_), label_(std::move(o.label_)) { o.db_ = nullptr; }
   SqliteDb& operator=(SqliteDb&& o) noexcept;

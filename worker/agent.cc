@@ -233,7 +233,9 @@ void Agent::Execute(const Task& task) {
 
 void Agent::AddRoutes(http::Router* router) {
   router->Add({"GET", "/healthz", [this](const http::Request&) {
+    const int64_t in_flight = collectives_ != nullptr ? collectives_->in_flight() : 0;
     return http::Response::Json(200, {{"status", "ok"}, {"worker", id_},
+                                      {"collectives_in_flight", in_flight},
                                       {"data_port", {{"refused_connections",
                                                       collectives::RefusedConnections()}}}});
   }, "liveness", false});

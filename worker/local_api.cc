@@ -106,7 +106,7 @@ http::Route LocalRoute(std::string method, std::string pattern, TensorStore* sto
 void AddTensorRoutes(http::Router* router, TensorStore* store) {
   // Before the {name+} routes, so that ".../mapping" is never read as part of a name.
   router->Add(LocalRoute("POST", "/v1/tensors/{name+}/mapping", store, MapShard,
-                         "map a local shard from a 0600 file in /dev/shm: {path, bytes}"));
+                         "map a local shard from a 0600 file in /dev/shm: {path, bytes, local_shape}"));
   router->Add(LocalRoute("PUT", "/v1/tensors/{name+}", store, PutShard,
                          "store the raw bytes of a device's local shard"));
   router->Add(LocalRoute("GET", "/v1/tensors/{name+}", store, GetShard,

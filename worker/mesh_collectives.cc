@@ -283,6 +283,11 @@ Result<Group*> MeshCollectives::Subgroup(MeshState& state, const std::vector<int
 
 Result<CollectiveResult> MeshCollectives::Run(const MeshPlacement& p, const CollectiveRequest& r,
                                               std::vector<Tensor> inputs) {
+  ++in_flight_;
+  struct Leave {
+    std::atomic<int64_t>* n;
+    ~Leave() { --*n; }
+  } leave{&in_flight_};
   const std::string op(CollectiveOpName(r.op));
   const size_t expected = (r.process_level() ? 1 : p.devices.size()) * r.input_shapes().size();
   if (inputs.size() != expected) {

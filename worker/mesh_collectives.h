@@ -15,6 +15,7 @@
 // differing_workers, peer_worker, aborted_by_worker.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -53,6 +54,9 @@ class MeshCollectives {
   // of request.dtype × request.shape per local device, in device order (process-
   // level ops: exactly one; barrier: none). SPMD: every worker of the mesh must
   // make the same call (those outside a device group simply take no part in it).
+  // Calls of Run in progress (the worker's /healthz shows it).
+  int64_t in_flight() const { return in_flight_.load(); }
+
   Result<CollectiveResult> Run(const MeshPlacement& p, const CollectiveRequest& request,
                                std::vector<collectives::Tensor> inputs);
 
@@ -86,6 +90,7 @@ class MeshCollectives {
                                         const CollectiveRequest& r,
                                         std::vector<collectives::Tensor>& inputs);
 
+  std::atomic<int64_t> in_flight_{0};
   collectives::TcpAcceptor* acceptor_;
   PeerAddresses addresses_;
   Mutex mu_;

@@ -44,8 +44,13 @@ class Client {
   void SetTimeout(int timeout_s);
 
  private:
+  // A fresh connection-holding client with this Client's settings.
+  void Connect();
+
   std::string base_;
   std::string token_;
+  int timeout_s_;
+  bool keep_alive_;
   std::unique_ptr<httplib::Client> client_;
 };
 

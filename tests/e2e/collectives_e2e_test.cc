@@ -605,9 +605,17 @@ TEST_F(CollectivesE2E, AStrangerAtADataPortIsRefusedAndTheMeshGoesOn) {
 
 // Last in the suite: it kills a worker.
 TEST_F(CollectivesE2E, ZKilledPeerMidCollectiveIsNamed) {
-  // Three workers enter an all-reduce that worker 3 never joins; then it dies.
+  // Three workers enter an all-reduce that worker 3 never joins; then it dies. It
+  // dies once each of them is inside the call (their /healthz counts it), not after
+  // a while.
   std::thread killer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    auto inside = [&](int r) {
+      auto health = cluster_->WorkerClient(r, 10).Call("GET", "/healthz");
+      return health.ok() && health->value("collectives_in_flight", int64_t{0}) == 1;
+    };
+    for (int i = 0; i < 2000 && !(inside(0) && inside(1) && inside(2)); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     cluster_->KillWorker(3);
   });
   auto answers = OnWorkers(3, [&](int r) {

@@ -161,11 +161,11 @@ TEST_F(Api, OnlyTheNewestTaskPollOfAWorkerTakesItsTasks) {
     stale = Json::parse(Send("GET", polls + "20000").body, nullptr, false);
     stale_done = true;
   });
-  // Wait until the first poll waits in tesserad (its gauge says so), not for a while.
+  // Wait until the first poll waits in tesserad (the worker's record says so), not for a while.
   bool waiting = false;
   for (int i = 0; i < 2000 && !waiting; ++i) {
-    waiting = Send("GET", "/metrics", "", false).body.find("tessera_task_polls_waiting 1") !=
-              std::string::npos;
+    Json w = Json::parse(Send("GET", "/api/v1/workers/" + id).body, nullptr, false);
+    waiting = w.is_object() && w.value("task_polls_waiting", 0) == 1;
     if (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_TRUE(waiting) << "the first poll never waited";

@@ -74,7 +74,7 @@ class CoordinationTest : public DataDirTest {
   // Closes and opens the catalog and the coordination service again (a restart).
   void Reopen() override {
     Close();
-    auto catalog = Catalog::Open(dir_);
+    auto catalog = Catalog::Open(storage::DefaultEnv(), dir_);
     ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
     catalog_ = std::move(*catalog);
     CoordinationOptions opts;

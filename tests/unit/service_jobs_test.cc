@@ -12,6 +12,7 @@
 #include "service/save_job.h"
 #include "service/service.h"
 #include "storage/env.h"
+#include "storage/fault_env.h"
 
 namespace tessera::service {
 namespace {
@@ -237,6 +238,72 @@ TEST_F(ServiceJobsTest, ACancelledSaveEndsCancelledAndLeavesNoCheckpoint) {
   auto latest = service_->GetCheckpoint("m", "latest");
   EXPECT_EQ(latest.status().code(), Code::kNotFound) << latest.status().ToString();
   EXPECT_EQ(service_->CancelJob(id).status().code(), Code::kConflict);
+}
+
+}  // namespace
+}  // namespace tessera::service
+
+namespace tessera::service {
+namespace {
+
+// The catalog goes through the injected Env (its SQLite files announce every change to
+// it), so a fault loop reaches it: fail the Nth change of a mesh's registration, for
+// N = 1, 2, ... until it succeeds. Each failure names the catalog, leaves the mesh
+// unregistered in memory and on disk (a reopened tesserad does not see it), and marks
+// /healthz degraded; the registration that succeeds is there after a reopen.
+TEST(CatalogFaults, EveryFailedCatalogChangeLeavesTheMeshUnregistered) {
+  char tmpl[] = "/tmp/tessera_catalog_faults.XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  storage::FaultEnv env(storage::DefaultEnv());
+  ServiceOptions opts;
+  opts.data_dir = dir + "/data";
+  opts.checkpoint_root = dir + "/checkpoints";
+  auto open = [&] {
+    auto s = Service::Create(opts, &env);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::move(*s) : nullptr;
+  };
+  {
+    auto svc = open();
+    ASSERT_NE(svc, nullptr);
+    ASSERT_TRUE(svc->RegisterWorker({{"name", "a"}, {"local_port", 1}}).ok());
+  }
+  const Json mesh = {{"axes", {{{"name", "d"}, {"size", 1}}}}, {"self_test", false}};
+  int failures = 0;
+  for (uint64_t n = 1; n < 200; ++n) {
+    auto svc = open();
+    ASSERT_NE(svc, nullptr);
+    ASSERT_TRUE(svc->Heartbeat("w-a").ok());  // alive again after the reopen
+    env.FailAt(n, n % 2 ? storage::FaultEnv::Kind::kNoSpace : storage::FaultEnv::Kind::kIoError);
+    auto put = svc->PutMesh("m", mesh);
+    const bool fired = env.fired();
+    env.Reset();
+    if (put.ok()) {
+      ASSERT_FALSE(fired) << "n=" << n;
+      break;
+    }
+    ++failures;
+    ASSERT_TRUE(fired) << "n=" << n << ": " << put.status().ToString();
+    EXPECT_NE(put.status().message().find("catalog meshes/m"), std::string::npos)
+        << "n=" << n << ": " << put.status().ToString();
+    if (n % 2) {
+      EXPECT_EQ(put.status().code(), Code::kResourceExhausted) << put.status().ToString();
+    }
+    EXPECT_EQ(svc->GetMesh("m").status().code(), Code::kNotFound) << "n=" << n;
+    EXPECT_EQ(svc->Health()["status"], "degraded");
+    svc.reset();
+    auto reopened = open();
+    ASSERT_NE(reopened, nullptr);
+    EXPECT_EQ(reopened->GetMesh("m").status().code(), Code::kNotFound) << "n=" << n;
+    EXPECT_EQ(reopened->ListWorkers().size(), 1u) << "n=" << n;
+  }
+  EXPECT_GT(failures, 0) << "no catalog change went past the Env";
+  auto svc = open();
+  ASSERT_NE(svc, nullptr);
+  EXPECT_TRUE(svc->GetMesh("m").ok());
+  svc.reset();
+  EXPECT_TRUE(storage::DefaultEnv()->DeleteTree(dir).ok());
 }
 
 }  // namespace
