@@ -35,6 +35,14 @@ Result<TaskKind> ParseTaskKind(std::string_view name) {
   return InvalidArgument("unknown task kind '" + std::string(name) + "'", {{"field", "kind"}});
 }
 
+Task MeshTask(TaskKind kind, const Mesh& mesh, int64_t rank) {
+  Task t;
+  t.kind = kind;
+  t.mesh = mesh;
+  t.rank = rank;
+  return t;
+}
+
 Json TaskToJson(const Task& t) {
   Json j = {{"id", t.id}, {"job", t.job}, {"kind", TaskKindName(t.kind)}};
   if (t.kind == TaskKind::kAbort) {

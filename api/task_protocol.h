@@ -59,6 +59,9 @@ struct Task {
   Status error;                     // abort: why the job failed
 };
 
+// A task of `kind` for the worker of `rank` in `mesh` (id and job are the engine's).
+Task MeshTask(TaskKind kind, const Mesh& mesh, int64_t rank);
+
 Json TaskToJson(const Task& task);
 Result<Task> TaskFromJson(const Json& j);
 

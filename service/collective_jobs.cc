@@ -75,10 +75,7 @@ Result<std::map<int64_t, Json>> Service::RunCollectiveTasks(const std::string& j
                                                             int64_t timeout_ms) {
   std::map<int64_t, Task> tasks;
   for (int64_t r = 0; r < mesh.mesh.num_workers(); ++r) {
-    Task& t = tasks[r];
-    t.kind = kind;
-    t.mesh = mesh.mesh;
-    t.rank = r;
+    Task& t = tasks[r] = MeshTask(kind, mesh.mesh, r);
     t.workers = mesh.workers;
     t.request = request;
     t.timeout_ms = timeout_ms;
@@ -88,19 +85,7 @@ Result<std::map<int64_t, Json>> Service::RunCollectiveTasks(const std::string& j
   auto results = RunTasks(job_id, mesh.workers, std::move(tasks), 0, timeout_ms + 5000);
   if (!results.ok()) {
     // Workers still inside the collective stop now, with the reason.
-    for (const auto& wid : mesh.workers) {
-      auto w = workers_.find(wid);
-      if (w != workers_.end() && w->second.state != "dead") {
-        Task abort;
-        abort.id = NewId("t");
-        abort.job = job_id;
-        abort.kind = TaskKind::kAbort;
-        abort.abort_mesh = mesh.mesh.name;
-        abort.error = results.status();
-        QueueTask(&w->second, abort);
-      }
-    }
-    cv_.NotifyAll();
+    AbortOnWorkers(mesh, job_id, /*collective=*/true, results.status());
   }
   return results;
 }

@@ -133,4 +133,22 @@ Result<std::map<int64_t, Json>> Service::RunTasks(const std::string& job_id,
   }
 }
 
+void Service::AbortOnWorkers(const MeshRecord& mesh, const std::string& job_id, bool collective,
+                             const Status& error) {
+  Task abort;
+  abort.job = job_id;
+  abort.kind = TaskKind::kAbort;
+  if (collective) {
+    abort.abort_mesh = mesh.mesh.name;
+    abort.error = error;
+  }
+  for (const auto& wid : mesh.workers) {
+    auto w = workers_.find(wid);
+    if (w == workers_.end() || w->second.state == "dead") continue;
+    abort.id = NewId("t");
+    QueueTask(&w->second, abort);
+  }
+  cv_.NotifyAll();
+}
+
 }  // namespace tessera::service

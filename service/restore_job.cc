@@ -164,10 +164,7 @@ Status Service::RunRestore(const std::string& job_id) {
                target.mesh.devices_per_worker * ranks.size();
     }
     for (int64_t r : ranks) {
-      Task& t = tasks[r];
-      t.kind = TaskKind::kRestore;
-      t.mesh = target.mesh;
-      t.rank = r;
+      Task& t = tasks[r] = MeshTask(TaskKind::kRestore, target.mesh, r);
       t.dir = dir;
       t.tensors = wanted;
     }

@@ -151,10 +151,7 @@ Result<std::vector<storage::PlannedSlice>> Service::SaveSnapshotAndPlan(
   SetPhase(run.job_id, "snapshot");
   std::map<int64_t, Task> snap;
   for (int64_t r = 0; r < run.mesh.mesh.num_workers(); ++r) {
-    Task& t = snap[r];
-    t.kind = TaskKind::kSnapshot;
-    t.mesh = run.mesh.mesh;
-    t.rank = r;
+    Task& t = snap[r] = MeshTask(TaskKind::kSnapshot, run.mesh.mesh, r);
     t.step = run.step;
     // Checked by StartSave: a list of valid names, or absent.
     if (run.request.contains("tensors") && run.request["tensors"].is_array()) {
@@ -182,10 +179,7 @@ Result<std::vector<std::string>> Service::SaveWrite(const SaveRun& run,
   std::map<int64_t, Task> writes;
   uint64_t total = 0;
   for (int64_t r = 0; r < run.mesh.mesh.num_workers(); ++r) {
-    Task& t = writes[r];
-    t.kind = TaskKind::kWrite;
-    t.mesh = run.mesh.mesh;
-    t.rank = r;
+    Task& t = writes[r] = MeshTask(TaskKind::kWrite, run.mesh.mesh, r);
     t.step = run.step;
     t.staging = run.staging;
     t.compress = run.request.value("compression", "zstd") == "zstd";
@@ -254,17 +248,7 @@ void Service::AbandonSave(const SaveRun& run, const Status& st) {
     (void)PersistCheckpoint(c);
     events_.Publish("checkpoint", c.Summary());
   }
-  for (const auto& wid : run.mesh.workers) {
-    auto w = workers_.find(wid);
-    if (w != workers_.end() && w->second.state != "dead") {
-      Task abort;
-      abort.id = NewId("t");
-      abort.job = run.job_id;
-      abort.kind = TaskKind::kAbort;
-      QueueTask(&w->second, abort);
-    }
-  }
-  cv_.NotifyAll();
+  AbortOnWorkers(run.mesh, run.job_id, /*collective=*/false, st);
   mu_.unlock();
   (void)env_->DeleteTree(run.staging);
   mu_.lock();

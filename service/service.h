@@ -139,6 +139,10 @@ class Service {
   void PublishJob(const JobRecord& j) REQUIRES(mu_);
   // Queues a task for a worker's next long-poll and wakes that poll.
   void QueueTask(WorkerRecord* w, const Task& task) REQUIRES(mu_);
+  // Tells every live worker of `mesh` that job `job_id` failed with `error`: they drop its
+  // snapshot and, for a `collective` job, leave its collective.
+  void AbortOnWorkers(const MeshRecord& mesh, const std::string& job_id, bool collective,
+                      const Status& error) REQUIRES(mu_);
   std::vector<std::string> MeshesOfWorker(const std::string& id) const REQUIRES(mu_);
   Status CheckMesh(const std::string& name) const REQUIRES(mu_);  // not_found naming the mesh
   // The mesh, once its self-test has passed: not_found, or unavailable while
