@@ -33,12 +33,16 @@ Status Corrupt(const std::string& file, const std::string& why) {
   return DataLoss(file + " is corrupt: " + why, {{"file", file}});
 }
 
-// Steps a query of the index at `file`: a failure (a damaged page met on the
-// way, say) names the file.
+// Steps a query of the index at `file`. The index is an image in memory, so a
+// failure comes from its bytes (a damaged page met on the way, a schema that
+// does not compile): the file is corrupt, and named. Only running out of
+// memory is not the file's fault.
 Result<bool> StepIn(SqliteStmt& stmt, const std::string& file) {
   auto row = stmt.Step();
   if (!row.ok()) {
-    return Status(row.status().code(), file + ": " + row.status().message(), {{"file", file}});
+    const Code code =
+        row.status().code() == Code::kResourceExhausted ? Code::kResourceExhausted : Code::kDataLoss;
+    return Status(code, file + ": " + row.status().message(), {{"file", file}});
   }
   return row;
 }

@@ -496,5 +496,18 @@ TEST(FuzzRegression, IndexTablesMustHoldStoredRows) {
   }
 }
 
+TEST(FuzzRegression, IndexSchemaThatDoesNotCompileIsCorrupt) {
+  // A view over a column that does not exist fails the schema query itself,
+  // which was answered `internal`.
+  MixedCheckpoint ck;
+  ASSERT_FALSE(ck.dir.empty());
+  EditIndex(&ck.env, ck.dir,
+            "DROP TABLE meta; CREATE VIEW meta(key, value) AS WITH RECURSIVE r(k) AS "
+            "(SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT 'k' || k, 'v' FROM r");
+  auto idx = CheckpointIndex::Open(&ck.env, ck.dir);
+  EXPECT_EQ(idx.status().code(), Code::kDataLoss) << idx.status().ToString();
+  EXPECT_EQ(idx.status().details()["file"], JoinPath(ck.dir, kIndexFile));
+}
+
 }  // namespace
 }  // namespace tessera::storage
