@@ -11,7 +11,8 @@
 // Besides the peers' fields, every line has p99_us (nearest rank over the same
 // per-iteration maxima), and the barrier line p50_us (= time_us) as well.
 //
-//   tessera_bench_collectives [--ranks 4] [--transport tcp|inproc] [--max-bytes N]
+//   tessera_bench_collectives [--ranks 4] [--transport tcp|inproc] [--min-bytes N]
+//                             [--max-bytes N] [--algorithm A] [--chunk-bytes N] [--spin-us N]
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -44,8 +45,10 @@ constexpr size_t kSweepBytes = size_t{64} << 20;  // the peers' MAX_BYTES
 struct Config {
   int ranks = 4;
   std::string transport = "tcp";
+  size_t min_bytes = 4;
   size_t max_bytes = kSweepBytes;
   Options options;  // algorithm, thresholds, chunk size
+  std::chrono::microseconds spin = TcpOptions().spin;
 };
 
 int IterationsFor(size_t bytes) {
@@ -65,10 +68,12 @@ class Bench {
   Status Run() {
     const int n = group_.size();
     for (size_t bytes = 4; bytes <= config_.max_bytes; bytes *= 4) {
+      if (bytes < config_.min_bytes) continue;
       RETURN_IF_ERROR(AllReduceSize(bytes));
     }
     for (size_t per_rank : {size_t{1} << 20, size_t{16} << 20}) {
       if (per_rank > config_.max_bytes) break;
+      if (per_rank < config_.min_bytes) continue;
       RETURN_IF_ERROR(AllGatherSize(per_rank));
       RETURN_IF_ERROR(BroadcastSize(per_rank));
     }
@@ -248,7 +253,8 @@ int RunProcesses(const Config& config) {
                                              {.rank = r,
                                               .size = config.ranks,
                                               .group_id = "bench",
-                                              .connect_timeout = std::chrono::seconds(30)});
+                                              .connect_timeout = std::chrono::seconds(30),
+                                              .spin = config.spin});
       int rc = 1;
       if (transport.ok()) {
         rc = RunRank(std::move(transport).value(), config);
@@ -288,12 +294,15 @@ int main(int argc, char** argv) {
   app.add_option("--ranks", config.ranks, "ranks (processes for tcp, threads for inproc)")
       ->check(CLI::Range(1, 64));
   app.add_option("--transport", config.transport)->check(CLI::IsMember({"tcp", "inproc"}));
+  app.add_option("--min-bytes", config.min_bytes, "smallest size measured (default: all)");
   app.add_option("--max-bytes", config.max_bytes,
                  "largest all_reduce size (64 MiB like the peers)");
   std::string algorithm = "auto";
   app.add_option("--algorithm", algorithm)
       ->check(CLI::IsMember({"auto", "direct", "recursive_doubling", "ring"}));
   app.add_option("--chunk-bytes", config.options.chunk_bytes);
+  int64_t spin_us = config.spin.count();
+  app.add_option("--spin-us", spin_us, "TcpOptions::spin: polling before blocking");
   app.add_option("--direct-max-bytes", config.options.direct_max_bytes);
   app.add_option("--ring-min-bytes", config.options.ring_min_bytes);
   CLI11_PARSE(app, argc, argv);
@@ -302,6 +311,7 @@ int main(int argc, char** argv) {
     if (tessera::collectives::AlgorithmName(a) == algorithm) config.options.algorithm = a;
   }
   config.options.timeout = std::chrono::seconds(120);
+  config.spin = std::chrono::microseconds(spin_us);
   return config.transport == "tcp" ? tessera::collectives::RunProcesses(config)
                                    : tessera::collectives::RunThreads(config);
 }

@@ -22,23 +22,21 @@ size_t ChunkCount(std::span<const Range> blocks, size_t chunk_elems) {
 }
 
 // One ring step: sends `send_block` to the right neighbour and receives
-// `recv_block` from the left, one chunk at a time, handing each received chunk to
-// `consume`. While this rank consumes chunk c, the receiver side already reads
-// chunk c+1. (Sending further ahead was measured slower on 2 oversubscribed
-// cores: the kernel copies then compete with the reduction.)
-template <typename Consume>
+// `recv_block` from the left, one chunk at a time; `receive(range)` takes each
+// chunk in (Call::Recv and reduce, or Call::RecvInto its place). While this
+// rank handles chunk c, the peer's next chunk is already in the socket. (Sending
+// further ahead was measured slower on 2 oversubscribed cores: the kernel
+// copies then compete with the reduction.)
+template <typename Receive>
 Status RingStep(Call& call, uint8_t* data, size_t elem_size, const Range& send_block,
-                const Range& recv_block, size_t chunks, size_t chunk_elems, Buffer& incoming,
-                Consume consume) {
+                const Range& recv_block, size_t chunks, size_t chunk_elems, Receive receive) {
   const int n = call.size(), me = call.rank();
-  const int right = Mod(me + 1, n), left = Mod(me - 1, n);
+  const int right = Mod(me + 1, n);
   for (size_t c = 0; c < chunks; ++c) {
     const Range out = ChunkOf(send_block, c, chunk_elems);
-    const Range in = ChunkOf(recv_block, c, chunk_elems);
     RETURN_IF_ERROR(
         call.Send(right, ConstBytes(data + out.offset * elem_size, out.count * elem_size)));
-    RETURN_IF_ERROR(call.Recv(left, &incoming, in.count * elem_size));
-    consume(in, incoming.data());
+    RETURN_IF_ERROR(receive(ChunkOf(recv_block, c, chunk_elems)));
   }
   return Status::Ok();
 }
@@ -82,9 +80,7 @@ Status RecursiveDoublingAllReduce(Call& call, ReduceOp op, DType dtype, uint8_t*
   if (me < 2 * folded) {
     if (me % 2 == 0) {  // hand the data to the odd neighbour, get the result back
       RETURN_IF_ERROR(call.Send(me + 1, mine));
-      RETURN_IF_ERROR(call.Recv(me + 1, &theirs, bytes));
-      CopyBytes(data, theirs.data(), bytes);
-      return Status::Ok();
+      return call.RecvInto(me + 1, {data, bytes});
     }
     RETURN_IF_ERROR(call.Recv(me - 1, &theirs, bytes));
     ReduceElements(op, dtype, theirs.data(), data, data, count);
@@ -111,16 +107,19 @@ Status RingReduceScatter(Call& call, ReduceOp op, DType dtype, uint8_t* data,
                          std::span<const Range> blocks, size_t chunk_elems) {
   const int n = call.size(), me = call.rank();
   if (n == 1) return Status::Ok();
+  const int left = Mod(me - 1, n);
   const size_t es = DTypeSize(dtype), chunks = ChunkCount(blocks, chunk_elems);
   Buffer incoming;
   // Block b starts at rank b+1 and travels right, picking up one contribution per
   // hop, until it reaches rank b after n-1 steps.
   for (int step = 0; step < n - 1; ++step) {
     RETURN_IF_ERROR(RingStep(call, data, es, blocks[Mod(me - step - 1, n)],
-                             blocks[Mod(me - step - 2, n)], chunks, chunk_elems, incoming,
-                             [&](const Range& in, const uint8_t* bytes) {
+                             blocks[Mod(me - step - 2, n)], chunks, chunk_elems,
+                             [&](const Range& in) -> Status {
+                               RETURN_IF_ERROR(call.Recv(left, &incoming, in.count * es));
                                uint8_t* dst = data + in.offset * es;
-                               ReduceElements(op, dtype, bytes, dst, dst, in.count);
+                               ReduceElements(op, dtype, incoming.data(), dst, dst, in.count);
+                               return Status::Ok();
                              }));
   }
   return Status::Ok();
@@ -130,13 +129,14 @@ Status RingAllGather(Call& call, size_t elem_size, uint8_t* data, std::span<cons
                      size_t chunk_elems) {
   const int n = call.size(), me = call.rank();
   if (n == 1) return Status::Ok();
+  const int left = Mod(me - 1, n);
   const size_t chunks = ChunkCount(blocks, chunk_elems);
-  Buffer incoming;
   for (int step = 0; step < n - 1; ++step) {
     RETURN_IF_ERROR(RingStep(call, data, elem_size, blocks[Mod(me - step, n)],
-                             blocks[Mod(me - step - 1, n)], chunks, chunk_elems, incoming,
-                             [&](const Range& in, const uint8_t* bytes) {
-                               CopyBytes(data + in.offset * elem_size, bytes, in.count * elem_size);
+                             blocks[Mod(me - step - 1, n)], chunks, chunk_elems,
+                             [&](const Range& in) {
+                               return call.RecvInto(
+                                   left, {data + in.offset * elem_size, in.count * elem_size});
                              }));
   }
   return Status::Ok();
@@ -149,13 +149,9 @@ Status ChainBroadcast(Call& call, int root, uint8_t* data, size_t bytes, size_t 
   const int next = Mod(me + 1, n), prev = Mod(me - 1, n);
   const size_t chunks = std::max<size_t>(1, (bytes + chunk_bytes - 1) / chunk_bytes);
   const Range all{0, bytes};
-  Buffer incoming;
   for (size_t c = 0; c < chunks; ++c) {
     const Range chunk = ChunkOf(all, c, chunk_bytes);
-    if (position > 0) {
-      RETURN_IF_ERROR(call.Recv(prev, &incoming, chunk.count));
-      CopyBytes(data + chunk.offset, incoming.data(), chunk.count);
-    }
+    if (position > 0) RETURN_IF_ERROR(call.RecvInto(prev, {data + chunk.offset, chunk.count}));
     if (position < n - 1) {
       RETURN_IF_ERROR(call.Send(next, ConstBytes(data + chunk.offset, chunk.count)));
     }

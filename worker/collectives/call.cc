@@ -101,12 +101,14 @@ Status Call::Recv(int peer, Buffer* message, size_t expected_bytes) {
   Status st = transport_->Recv(peer, message, deadline_);
   if (!st.ok()) return TransportFailure(st);
   if (message->size() != expected_bytes) {
-    return Fail(Internal("protocol error: expected a message of " + std::to_string(expected_bytes) +
-                             " bytes from rank " + std::to_string(peer) + ", got " +
-                             std::to_string(message->size()),
-                         {{"peer_rank", peer}}));
+    return Fail(WrongMessageSize(peer, expected_bytes, message->size()));
   }
   return Status::Ok();
+}
+
+Status Call::RecvInto(int peer, std::span<uint8_t> dst) {
+  Status st = transport_->RecvInto(peer, dst, deadline_);
+  return st.ok() ? st : TransportFailure(st);
 }
 
 Result<std::vector<ConstBytes>> Call::Exchange(const Plan& plan, ConstBytes payload) {

@@ -77,6 +77,9 @@ class Call {
   }
   // The next message from `peer`, which must be exactly `expected_bytes` long.
   Status Recv(int peer, Buffer* message, size_t expected_bytes);
+  // The next message from `peer`, which must be exactly `dst.size()` bytes, into
+  // `dst` (straight from the wire where the transport can).
+  Status RecvInto(int peer, std::span<uint8_t> dst);
 
   // Prefixes `status` with this call, aborts the group with it and returns it.
   Status Fail(const Status& status);

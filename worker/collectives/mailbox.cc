@@ -47,30 +47,55 @@ Status Mailbox::SendStatus(int peer) const {
   return gone_[peer];
 }
 
-Status Mailbox::Take(int peer, Buffer* out, Deadline deadline) {
-  MutexLock lock(mu_);
+Result<bool> Mailbox::TakeLocked(int peer, Buffer* out) {
   auto& queue = queues_[peer];
-  while (queue.empty()) {
-    // Checked before the deadline: an error that came in while waiting explains
-    // the wait better than "timed out".
+  if (queue.empty()) {
     if (!poison_.ok()) return poison_;
     if (!gone_[peer].ok()) {
       poison_ = gone_[peer];  // sticky: the group cannot finish without this peer
       cv_.NotifyAll();
       return poison_;
     }
-    if (Clock::now() >= deadline) {
-      return DeadlineExceeded("timed out waiting for a message from rank " + std::to_string(peer),
-                              {{"peer_rank", peer}, {"rank", self_}});
-    }
-    cv_.WaitUntil(mu_, deadline);
+    return false;
   }
   if (out->capacity() >= kMinSpareBytes && spares_.size() < kMaxSpares) {
     spares_.push_back(std::move(*out));
   }
   *out = std::move(queue.front());
   queue.pop_front();
-  return Status::Ok();
+  return true;
+}
+
+Status Mailbox::Take(int peer, Buffer* out, Deadline deadline) {
+  MutexLock lock(mu_);
+  while (true) {
+    // Errors are checked before the deadline: an error that came in while
+    // waiting explains the wait better than "timed out".
+    ASSIGN_OR_RETURN(bool taken, TakeLocked(peer, out));
+    if (taken) return Status::Ok();
+    if (Clock::now() >= deadline) {
+      return DeadlineExceeded("timed out waiting for a message from rank " + std::to_string(peer),
+                              {{"peer_rank", peer}, {"rank", self_}});
+    }
+    cv_.WaitUntil(mu_, deadline);
+  }
+}
+
+Result<bool> Mailbox::TryTake(int peer, Buffer* out) {
+  MutexLock lock(mu_);
+  return TakeLocked(peer, out);
+}
+
+bool Mailbox::Ready(int peer) const {
+  MutexLock lock(mu_);
+  return !queues_[peer].empty() || !poison_.ok() || !gone_[peer].ok();
+}
+
+void Mailbox::Wait(int peer, Deadline until) {
+  MutexLock lock(mu_);
+  while (queues_[peer].empty() && poison_.ok() && gone_[peer].ok() && Clock::now() < until) {
+    cv_.WaitUntil(mu_, until);
+  }
 }
 
 Buffer Mailbox::Allocate(size_t size) {

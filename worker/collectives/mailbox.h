@@ -33,6 +33,16 @@ class Mailbox {
   // Allocate. Queued messages come out even after an error. An empty queue of a
   // gone peer poisons the mailbox with the peer's reason; a deadline leaves it as is.
   Status Take(int peer, Buffer* out, Deadline deadline);
+  // Take without waiting: true with the message in *out, false if none is queued
+  // yet, or the error Take would report (poisoned, or the peer gone and its
+  // queue empty).
+  Result<bool> TryTake(int peer, Buffer* out);
+  // Waits until a message from `peer` is queued, the mailbox is poisoned, the
+  // peer is gone, or `until`.
+  void Wait(int peer, Deadline until);
+  // True when Take would return at once: a message from `peer` is queued, or
+  // there is an error to report.
+  bool Ready(int peer) const;
 
   // A buffer of `size` bytes, reusing recycled storage when one is large enough.
   Buffer Allocate(size_t size);
@@ -42,6 +52,10 @@ class Mailbox {
   // flight. Below kMinSpareBytes malloc is cheap and recycling is not worth it.
   static constexpr size_t kMaxSpares = 8;
   static constexpr size_t kMinSpareBytes = 64 << 10;
+
+  // True with the front message of `peer` in *out, false if its queue is empty
+  // and nothing is wrong, else the error.
+  Result<bool> TakeLocked(int peer, Buffer* out) REQUIRES(mu_);
 
   const int self_;
   mutable Mutex mu_;

@@ -37,7 +37,8 @@ struct Options {
   // kAuto, all-reduce: recursive doubling below this size, the ring at or above.
   size_t ring_min_bytes = size_t{1} << 20;
   // Ring and chain steps move at most this many bytes per message, so that a
-  // rank reduces one chunk while the next is on the wire.
+  // rank reduces one chunk while the next is on the wire. Ring steps over
+  // small blocks use smaller chunks (at least 4 per step, of 16 KiB or more).
   size_t chunk_bytes = size_t{256} << 10;
 };
 

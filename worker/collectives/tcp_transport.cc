@@ -11,6 +11,7 @@
 #include <cstring>
 #include <new>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "api/status.h"
@@ -36,6 +37,11 @@ constexpr std::chrono::milliseconds kGoodbyeLockTimeout{200};
 
 }  // namespace
 
+// Staged reads: a frame header is read with whatever follows it, up to this
+// many bytes, so that small frames come many to a recv(2); a payload's rest
+// larger than half of it is read straight into its destination.
+constexpr size_t kStageBytes = 16 << 10;
+
 struct TcpTransport::Peer {
   int fd = -1;
   std::string address;
@@ -44,14 +50,22 @@ struct TcpTransport::Peer {
   Mutex send_mu;
   bool stream_broken GUARDED_BY(send_mu) = false;  // a frame was cut short
 
-  // Receive state, touched only by the receiver thread.
-  uint8_t header[kFrameHeaderBytes] = {};
-  size_t header_filled = 0;
+  // Receive state, touched only by the thread holding the transport's rx_mu_.
+  std::unique_ptr<uint8_t[]> stage{new uint8_t[kStageBytes]};
+  size_t stage_begin = 0, stage_end = 0;  // the staged bytes not consumed yet
   bool in_payload = false;
   FrameKind kind = FrameKind::kData;
   Buffer payload;
-  size_t payload_filled = 0;
+  uint8_t* dst = nullptr;  // where the payload goes: payload.data() or `target`
+  size_t length = 0, filled = 0;
+  // Set by RecvInto while it waits: the next data frame of this length lands
+  // here, and `target_filled` says when it has.
+  std::span<uint8_t> target;
+  bool target_filled = false;
+  bool into_target = false;  // the frame in progress goes to `target`
   bool said_goodbye = false;
+
+  size_t staged() const { return stage_end - stage_begin; }
 };
 
 Result<std::unique_ptr<TcpTransport>> TcpTransport::Connect(
@@ -112,17 +126,24 @@ Result<std::unique_ptr<TcpTransport>> TcpTransport::Join(const std::vector<std::
     peer->address = addresses[j];
     peers.push_back(std::move(peer));
   }
-  return std::unique_ptr<TcpTransport>(new TcpTransport(o.rank, o.group_id, std::move(peers)));
+  return std::unique_ptr<TcpTransport>(
+      new TcpTransport(o.rank, o.group_id, o.spin, std::move(peers)));
 }
 
 
-TcpTransport::TcpTransport(int rank, std::string group_id, std::vector<std::unique_ptr<Peer>> peers)
+TcpTransport::TcpTransport(int rank, std::string group_id, std::chrono::microseconds spin,
+                           std::vector<std::unique_ptr<Peer>> peers)
     : rank_(rank),
       group_id_(std::move(group_id)),
+      spin_(spin),
       peers_(std::move(peers)),
       mailbox_(rank, static_cast<int>(peers_.size())) {
   stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  receiver_ = std::thread([this] { ReceiveLoop(); });
+  MutexLock lock(rx_mu_);
+  const int n = size();
+  rx_fds_.resize(n + 1);
+  for (int p = 0; p < n; ++p) rx_fds_[p] = {p == rank_ ? -1 : peers_[p]->fd, POLLIN, 0};
+  rx_fds_[n] = {stop_fd_, POLLIN, 0};
 }
 
 TcpTransport::~TcpTransport() { Close(); }
@@ -144,11 +165,11 @@ Status TcpTransport::Send(int peer, std::span<const ConstBytes> parts, Deadline 
 Status TcpTransport::SendFrame(int peer_rank, FrameKind kind, std::span<const ConstBytes> parts,
                                Deadline deadline) {
   Peer& peer = *peers_[peer_rank];
-  const std::string who = "rank " + std::to_string(peer_rank) + " (" + peer.address + ")";
+  auto who = [&] { return "rank " + std::to_string(peer_rank) + " (" + peer.address + ")"; };
   // Contended only while Close or Abort races a send, so polling is cheap enough.
   while (!peer.send_mu.try_lock()) {
     if (Clock::now() >= deadline) {
-      return DeadlineExceeded("timed out waiting to send to " + who, {{"peer_rank", peer_rank}});
+      return DeadlineExceeded("timed out waiting to send to " + who(), {{"peer_rank", peer_rank}});
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -157,7 +178,7 @@ Status TcpTransport::SendFrame(int peer_rank, FrameKind kind, std::span<const Co
     return Unavailable("the transport of rank " + std::to_string(rank_) + " is closed");
   }
   if (peer.stream_broken) {
-    return Unavailable("the connection to " + who + " broke earlier", {{"peer_rank", peer_rank}});
+    return Unavailable("the connection to " + who() + " broke earlier", {{"peer_rank", peer_rank}});
   }
   uint64_t length = 0;
   for (ConstBytes part : parts) length += part.size();
@@ -190,14 +211,12 @@ Status TcpTransport::SendFrame(int peer_rank, FrameKind kind, std::span<const Co
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd fds[2] = {{peer.fd, POLLOUT, 0}, {stop_fd_, POLLIN, 0}};
-      int rc = ::poll(fds, 2, PollTimeoutMs(deadline));
-      if (rc < 0 && errno == EINTR) continue;
-      if (rc == 0 || (fds[1].revents & POLLIN)) {
+      const SendWait waited = WaitToSend(peer_rank, deadline);
+      if (waited != SendWait::kReady) {
         if (sent > 0) peer.stream_broken = true;
-        if (rc == 0) {
+        if (waited == SendWait::kTimeout) {
           return DeadlineExceeded("timed out sending " + std::to_string(total) + " bytes to " +
-                                      who + ": it is not reading",
+                                      who() + ": it is not reading",
                                   {{"peer_rank", peer_rank}});
         }
         return Unavailable("the transport of rank " + std::to_string(rank_) + " is closed");
@@ -205,15 +224,142 @@ Status TcpTransport::SendFrame(int peer_rank, FrameKind kind, std::span<const Co
       continue;
     }
     peer.stream_broken = true;
-    return Unavailable("connection to " + who + " lost while sending: " + BrokenText(errno),
+    return Unavailable("connection to " + who() + " lost while sending: " + BrokenText(errno),
                        {{"peer_rank", peer_rank}});
   }
   return Status::Ok();
 }
 
+TcpTransport::SendWait TcpTransport::WaitToSend(int peer_rank, Deadline deadline) {
+  if (rx_mu_.try_lock()) {
+    // The peer may itself be blocked sending to this rank: receive meanwhile.
+    MutexLock rx(rx_mu_, std::adopt_lock);
+    if (closed_.load()) return SendWait::kStopped;
+    pollfd& mine = rx_fds_[peer_rank];
+    if (mine.fd < 0) return SendWait::kReady;  // its end is finished: send fails, naming it
+    mine.events = POLLIN | POLLOUT;
+    SendWait result = SendWait::kTimeout;
+    while (true) {
+      if (Pump(PollTimeoutMs(deadline))) {
+        result = SendWait::kStopped;
+        break;
+      }
+      if (mine.fd < 0 || (mine.revents & (POLLOUT | POLLERR | POLLHUP)) != 0) {
+        result = SendWait::kReady;
+        break;
+      }
+      if (Clock::now() >= deadline) break;
+    }
+    if (mine.fd >= 0) mine.events = POLLIN;
+    return result;
+  }
+  // Another thread is the receiver.
+  while (true) {
+    pollfd fds[2] = {{peers_[peer_rank]->fd, POLLOUT, 0}, {stop_fd_, POLLIN, 0}};
+    const int rc = ::poll(fds, 2, PollTimeoutMs(deadline));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc == 0) return SendWait::kTimeout;
+    if (fds[1].revents & POLLIN) return SendWait::kStopped;
+    return SendWait::kReady;
+  }
+}
+
 Status TcpTransport::Recv(int peer, Buffer* message, Deadline deadline) {
   RETURN_IF_ERROR(CheckPeerRank(rank_, size(), peer));
-  return mailbox_.Take(peer, message, deadline);
+  return Receive(peer, message, nullptr, deadline);
+}
+
+Status TcpTransport::RecvInto(int peer, std::span<uint8_t> dst, Deadline deadline) {
+  RETURN_IF_ERROR(CheckPeerRank(rank_, size(), peer));
+  return Receive(peer, nullptr, &dst, deadline);
+}
+
+Status TcpTransport::Receive(int peer_rank, Buffer* message, std::span<uint8_t>* dst,
+                             Deadline deadline) {
+  Buffer scratch;
+  Buffer* out = dst != nullptr ? &scratch : message;
+  // A message that came into the queue (read by another thread, or before the
+  // caller asked for it) is copied out of it.
+  auto taken = [&]() -> Status {
+    if (dst == nullptr) return Status::Ok();
+    if (scratch.size() != dst->size()) {
+      Status st = WrongMessageSize(peer_rank, dst->size(), scratch.size());
+      Abort(st);
+      return st;
+    }
+    CopyBytes(dst->data(), scratch.data(), dst->size());
+    return Status::Ok();
+  };
+  Peer& peer = *peers_[peer_rank];
+  while (true) {
+    ASSIGN_OR_RETURN(bool queued, mailbox_.TryTake(peer_rank, out));
+    if (queued) return taken();
+    if (Clock::now() >= deadline) break;
+    if (!rx_mu_.try_lock()) {
+      // Another thread is the receiver: it queues what comes for this one.
+      mailbox_.Wait(peer_rank, std::min(deadline, Clock::now() + std::chrono::milliseconds(1)));
+      continue;
+    }
+    MutexLock rx(rx_mu_, std::adopt_lock);
+    // Closed: the mailbox says so. Queued by the previous receiver meanwhile: it
+    // comes first.
+    if (closed_.load() || mailbox_.Ready(peer_rank)) continue;
+    // The next data frame lands in `dst` unless one has begun arriving already.
+    const bool direct = dst != nullptr && !peer.in_payload;
+    if (direct) {
+      peer.target = *dst;
+      peer.target_filled = false;
+    }
+    auto ready = [&] {
+      return (direct && peer.target_filled) || mailbox_.Ready(peer_rank);
+    };
+    Pump(0);  // what is there already
+    const Deadline spin_until = std::min(deadline, Clock::now() + spin_);
+    while (!ready() && Clock::now() < spin_until) {
+      std::this_thread::yield();
+      Pump(0);
+    }
+    while (!ready() && Clock::now() < deadline) {
+      if (Pump(PollTimeoutMs(deadline))) break;  // closing
+    }
+    if (direct) {
+      const bool filled = peer.target_filled;
+      // A frame half-way into `target` keeps it until the frame is complete;
+      // this caller waits no longer, so the rest goes to a queued message.
+      if (peer.into_target && !filled) {
+        Buffer rest = mailbox_.Allocate(peer.length);
+        CopyBytes(rest.data(), peer.target.data(), peer.filled);
+        peer.payload = std::move(rest);
+        peer.dst = peer.payload.data();
+        peer.into_target = false;
+      }
+      peer.target = {};
+      peer.target_filled = false;
+      if (filled) return Status::Ok();
+    }
+  }
+  // Past the deadline: the mailbox tells a message that just came from an error
+  // that explains the wait, and both from a timeout.
+  RETURN_IF_ERROR(mailbox_.Take(peer_rank, out, deadline));
+  return taken();
+}
+
+bool TcpTransport::Pump(int timeout_ms) {
+  const int n = size();
+  for (pollfd& p : rx_fds_) p.revents = 0;
+  int rc = ::poll(rx_fds_.data(), rx_fds_.size(), timeout_ms);
+  if (rc < 0) {
+    if (errno == EINTR) return false;
+    mailbox_.Poison(Internal("rank " + std::to_string(rank_) + ": poll: " + ErrnoText(errno)));
+    return true;
+  }
+  if (rx_fds_[n].revents != 0) return true;
+  for (int p = 0; p < n && rc > 0; ++p) {
+    pollfd& f = rx_fds_[p];
+    if (f.fd < 0 || (f.revents & (POLLIN | POLLERR | POLLHUP)) == 0) continue;
+    if (!ReadFrom(p)) f.fd = -1;
+  }
+  return false;
 }
 
 void TcpTransport::Abort(const Status& reason) {
@@ -240,7 +386,11 @@ void TcpTransport::Close() {
   for (int p = 0; p < size(); ++p) {
     if (p != rank_ && peers_[p]->fd >= 0) (void)SendFrame(p, FrameKind::kGoodbye, {}, deadline);
   }
-  if (receiver_.joinable()) receiver_.join();
+  {
+    // A thread acting as the receiver sees stop_fd_ and lets go.
+    MutexLock rx(rx_mu_);
+    for (pollfd& p : rx_fds_) p.fd = -1;
+  }
   for (auto& peer : peers_) {
     MutexLock lock(peer->send_mu);
     if (peer->fd < 0) continue;
@@ -255,25 +405,6 @@ void TcpTransport::Close() {
   ::close(stop_fd_);
 }
 
-void TcpTransport::ReceiveLoop() {
-  const int n = size();
-  std::vector<pollfd> fds(n + 1);
-  for (int p = 0; p < n; ++p) fds[p] = {p == rank_ ? -1 : peers_[p]->fd, POLLIN, 0};
-  fds[n] = {stop_fd_, POLLIN, 0};
-  while (true) {
-    int rc = ::poll(fds.data(), fds.size(), -1);
-    if (rc < 0) {
-      if (errno == EINTR) continue;
-      mailbox_.Poison(Internal("rank " + std::to_string(rank_) + ": poll: " + ErrnoText(errno)));
-      return;
-    }
-    if (fds[n].revents != 0) return;
-    for (int p = 0; p < n; ++p) {
-      if (fds[p].fd >= 0 && fds[p].revents != 0 && !ReadFrom(p)) fds[p].fd = -1;
-    }
-  }
-}
-
 void TcpTransport::PeerLost(int peer_rank, const std::string& why) {
   mailbox_.MarkPeerGone(peer_rank,
                         Unavailable("connection to rank " + std::to_string(peer_rank) + " (" +
@@ -284,16 +415,38 @@ void TcpTransport::PeerLost(int peer_rank, const std::string& why) {
 bool TcpTransport::ReadFrom(int peer_rank) {
   Peer& peer = *peers_[peer_rank];
   while (true) {
-    uint8_t* dst;
-    size_t want;
+    // Staged bytes first: the rest of a payload, or whole frames.
     if (peer.in_payload) {
-      dst = peer.payload.data() + peer.payload_filled;
-      want = peer.payload.size() - peer.payload_filled;
-    } else {
-      dst = peer.header + peer.header_filled;
-      want = kFrameHeaderBytes - peer.header_filled;
+      const size_t take = std::min(peer.staged(), peer.length - peer.filled);
+      CopyBytes(peer.dst + peer.filled, peer.stage.get() + peer.stage_begin, take);
+      peer.stage_begin += take;
+      peer.filled += take;
+      if (peer.filled == peer.length) {
+        if (!FinishFrame(peer_rank)) return false;
+        continue;
+      }
+    } else if (peer.staged() >= kFrameHeaderBytes) {
+      if (!StartFrame(peer_rank)) return false;
+      continue;
     }
-    ssize_t got = ::recv(peer.fd, dst, want, 0);
+    // The stage is empty, or holds part of a header: read more.
+    uint8_t* into;
+    size_t want;
+    const size_t rest = peer.in_payload ? peer.length - peer.filled : 0;
+    const bool straight = rest > kStageBytes / 2;
+    if (straight) {
+      into = peer.dst + peer.filled;
+      want = rest;
+    } else {
+      if (peer.stage_begin > 0) {
+        std::memmove(peer.stage.get(), peer.stage.get() + peer.stage_begin, peer.staged());
+        peer.stage_end -= peer.stage_begin;
+        peer.stage_begin = 0;
+      }
+      into = peer.stage.get() + peer.stage_end;
+      want = kStageBytes - peer.stage_end;
+    }
+    ssize_t got = ::recv(peer.fd, into, want, 0);
     if (got < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
@@ -302,44 +455,79 @@ bool TcpTransport::ReadFrom(int peer_rank) {
     }
     if (got == 0) {
       if (!peer.said_goodbye) {
-        PeerLost(peer_rank, peer.in_payload || peer.header_filled > 0
+        PeerLost(peer_rank, peer.in_payload || peer.staged() > 0
                                 ? "end of stream in the middle of a message (did the process die?)"
                                 : "end of stream without a goodbye (did the process die?)");
       }
       return false;
     }
-    if (peer.in_payload) {
-      peer.payload_filled += static_cast<size_t>(got);
-      if (peer.payload_filled == peer.payload.size() && !FinishFrame(peer_rank)) return false;
-      continue;
+    if (straight) {
+      peer.filled += static_cast<size_t>(got);
+      if (peer.filled == peer.length && !FinishFrame(peer_rank)) return false;
+    } else {
+      peer.stage_end += static_cast<size_t>(got);
     }
-    peer.header_filled += static_cast<size_t>(got);
-    if (peer.header_filled < kFrameHeaderBytes) continue;
-    auto decoded = wire::DecodeFrameHeader(wire::Bytes(peer.header, kFrameHeaderBytes));
-    if (!decoded.ok() || !decoded->value) {
-      PeerLost(peer_rank, "corrupt frame header");
-      return false;
+    // A short read emptied the socket: what is staged is handled on the next
+    // pass, and no recv(2) needs to say EAGAIN.
+    if (static_cast<size_t>(got) < want) {
+      while (peer.in_payload ? peer.staged() > 0 : peer.staged() >= kFrameHeaderBytes) {
+        if (peer.in_payload) {
+          const size_t take = std::min(peer.staged(), peer.length - peer.filled);
+          CopyBytes(peer.dst + peer.filled, peer.stage.get() + peer.stage_begin, take);
+          peer.stage_begin += take;
+          peer.filled += take;
+          if (peer.filled == peer.length && !FinishFrame(peer_rank)) return false;
+        } else if (!StartFrame(peer_rank)) {
+          return false;
+        }
+      }
+      return true;
     }
-    peer.kind = decoded->value->kind;
-    const uint64_t length = decoded->value->length;
-    try {
-      peer.payload = mailbox_.Allocate(length);
-    } catch (const std::bad_alloc&) {
-      PeerLost(peer_rank, "out of memory for a message of " + std::to_string(length) + " bytes");
-      return false;
-    }
-    peer.payload_filled = 0;
-    peer.in_payload = true;
-    if (length == 0 && !FinishFrame(peer_rank)) return false;
   }
+}
+
+bool TcpTransport::StartFrame(int peer_rank) {
+  Peer& peer = *peers_[peer_rank];
+  auto decoded = wire::DecodeFrameHeader(
+      wire::Bytes(peer.stage.get() + peer.stage_begin, kFrameHeaderBytes));
+  if (!decoded.ok() || !decoded->value) {
+    PeerLost(peer_rank, "corrupt frame header");
+    return false;
+  }
+  peer.stage_begin += kFrameHeaderBytes;
+  peer.kind = decoded->value->kind;
+  peer.length = decoded->value->length;
+  peer.filled = 0;
+  peer.in_payload = true;
+  peer.into_target = peer.kind == FrameKind::kData && !peer.target_filled &&
+                     peer.target.data() != nullptr && peer.target.size() == peer.length;
+  if (peer.into_target) {
+    peer.dst = peer.target.data();
+  } else {
+    try {
+      peer.payload = mailbox_.Allocate(peer.length);
+    } catch (const std::bad_alloc&) {
+      PeerLost(peer_rank,
+               "out of memory for a message of " + std::to_string(peer.length) + " bytes");
+      return false;
+    }
+    peer.dst = peer.payload.data();
+  }
+  if (peer.length == 0) return FinishFrame(peer_rank);
+  return true;
 }
 
 bool TcpTransport::FinishFrame(int peer_rank) {
   Peer& peer = *peers_[peer_rank];
   peer.in_payload = false;
-  peer.header_filled = 0;
   switch (peer.kind) {
     case FrameKind::kData:
+      if (peer.into_target) {
+        peer.into_target = false;
+        peer.target_filled = true;
+        peer.target = {};
+        return true;
+      }
       mailbox_.Deliver(peer_rank, std::move(peer.payload));
       peer.payload = Buffer();
       return true;

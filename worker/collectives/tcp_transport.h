@@ -16,20 +16,33 @@
 //
 // On the wire every message is a frame: a 16-byte header (magic, kind, length)
 // and the payload (tcp_wire.h). Senders write header and payload with one
-// sendmsg (no copy into a staging buffer). One background thread per transport
-// polls every connection and reads whole frames into per-peer queues, so a Send
-// never waits for the peer to call Recv and a ring of blocking sends cannot
-// deadlock. Kinds besides data: goodbye (Close), and abort (carries the error
-// that poisoned the sender).
+// sendmsg (no copy into a staging buffer). Kinds besides data: goodbye (Close),
+// and abort (carries the error that poisoned the sender).
+//
+// Receiving is done by the calling threads, as MPI's progress engines do: no
+// thread of the transport's own sits between the socket and the caller, so a
+// small message costs no extra wake-up. A caller waiting for a message (Recv) or
+// for room to send (Send) becomes the transport's receiver: it spins for a
+// little while (TcpOptions::spin: poll without blocking, yielding the CPU in
+// between), then blocks in poll. It reads every peer's frames, not just the one
+// it waits for, into per-peer queues (the Mailbox), so a ring of blocking sends
+// cannot deadlock and an abort from any peer is seen at once. Small frames are
+// read many at a time through a per-peer staging buffer; large payloads go
+// straight into their buffer, or with RecvInto into the caller's memory.
+// The price: bytes a peer sends while no thread of this rank is inside Send or
+// Recv wait in the kernel's socket buffers (and a sender may wait for this rank
+// to call in); every collective has all its ranks inside a call, so none waits
+// long.
 // Byte order is the host's: the mesh is homogeneous.
 #pragma once
+
+#include <poll.h>
 
 #include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "api/thread_annotations.h"
@@ -66,6 +79,7 @@ class TcpTransport final : public Transport {
   Status Send(int peer, std::span<const ConstBytes> parts, Deadline deadline) override;
   using Transport::Send;
   Status Recv(int peer, Buffer* message, Deadline deadline) override;
+  Status RecvInto(int peer, std::span<uint8_t> dst, Deadline deadline) override;
   void Abort(const Status& reason) override;
   void Close() override;
   Status status() const override { return mailbox_.status(); }
@@ -74,25 +88,43 @@ class TcpTransport final : public Transport {
   struct Peer;
   using FrameKind = wire::FrameKind;
 
-  TcpTransport(int rank, std::string group_id, std::vector<std::unique_ptr<Peer>> peers);
+  TcpTransport(int rank, std::string group_id, std::chrono::microseconds spin,
+               std::vector<std::unique_ptr<Peer>> peers);
   template <typename AcceptFn>
   static Result<std::unique_ptr<TcpTransport>> Join(const std::vector<std::string>& addresses,
                                                     const TcpOptions& options, AcceptFn accept);
   Status SendFrame(int peer, FrameKind kind, std::span<const ConstBytes> parts, Deadline deadline);
-  void ReceiveLoop();
+  enum class SendWait { kReady, kTimeout, kStopped };
+  // Until `peer`'s socket takes more bytes (kReady: or its end is finished, so
+  // that sending fails and names it), receiving from every peer meanwhile unless
+  // another thread is the receiver.
+  SendWait WaitToSend(int peer, Deadline deadline);
+  // Recv and RecvInto: the next message of `peer` into `dst` when it is given,
+  // else into *message.
+  Status Receive(int peer, Buffer* message, std::span<uint8_t>* dst, Deadline deadline);
+  // As the receiver (holding rx_mu_): waits up to `timeout_ms` (0: not at all)
+  // for any peer's bytes and reads what came; rx_fds_ keep the revents. True
+  // once the transport is closing (or poll failed, which poisons it).
+  bool Pump(int timeout_ms) REQUIRES(rx_mu_);
   // Reads what `peer` has sent so far; false once its connection is finished.
-  bool ReadFrom(int peer);
-  bool FinishFrame(int peer);
+  bool ReadFrom(int peer) REQUIRES(rx_mu_);
+  // The header at the front of `peer`'s staged bytes is complete: sets up its payload.
+  bool StartFrame(int peer) REQUIRES(rx_mu_);
+  bool FinishFrame(int peer) REQUIRES(rx_mu_);
   void PeerLost(int peer, const std::string& why);
 
   const int rank_;
   const std::string group_id_;
+  const std::chrono::microseconds spin_;
   std::vector<std::unique_ptr<Peer>> peers_;  // by rank; own entry has no connection
   Mailbox mailbox_;
-  int stop_fd_ = -1;  // eventfd: readable once Close starts; wakes the receiver and senders
+  int stop_fd_ = -1;  // eventfd: readable once Close starts; wakes receivers and senders
   std::atomic<bool> closed_{false};
   std::atomic<bool> abort_sent_{false};
-  std::thread receiver_;
+  // Held by the thread acting as the receiver: it alone reads the sockets and
+  // touches the peers' receive state.
+  Mutex rx_mu_;
+  std::vector<pollfd> rx_fds_ GUARDED_BY(rx_mu_);  // by rank, then stop_fd_; -1: not read
 };
 
 }  // namespace tessera::collectives

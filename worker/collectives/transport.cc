@@ -36,4 +36,22 @@ Status CheckPeerRank(int self, int size, int peer) {
                          " in a group of " + std::to_string(size));
 }
 
+Status WrongMessageSize(int peer, size_t expected, size_t got) {
+  return Internal("protocol error: expected a message of " + std::to_string(expected) +
+                      " bytes from rank " + std::to_string(peer) + ", got " + std::to_string(got),
+                  {{"peer_rank", peer}});
+}
+
+Status Transport::RecvInto(int peer, std::span<uint8_t> dst, Deadline deadline) {
+  Buffer message;
+  RETURN_IF_ERROR(Recv(peer, &message, deadline));
+  if (message.size() != dst.size()) {
+    Status st = WrongMessageSize(peer, dst.size(), message.size());
+    Abort(st);
+    return st;
+  }
+  CopyBytes(dst.data(), message.data(), dst.size());
+  return Status::Ok();
+}
+
 }  // namespace tessera::collectives

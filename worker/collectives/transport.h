@@ -37,6 +37,9 @@ bool IsRelayedAbort(const Status& status);
 std::string RankList(const std::vector<int>& ranks);
 // invalid_argument unless `peer` is a rank of a group of `size` other than `self`.
 Status CheckPeerRank(int self, int size, int peer);
+// The protocol error of a message from `peer` that is `got` bytes where
+// `expected` were due.
+Status WrongMessageSize(int peer, size_t expected, size_t got);
 
 class Transport {
  public:
@@ -61,6 +64,13 @@ class Transport {
   // arrived before an error are still delivered. deadline_exceeded leaves the
   // transport usable; any other error poisons it.
   virtual Status Recv(int peer, Buffer* message, Deadline deadline) = 0;
+
+  // Recv of a message that must be exactly `dst.size()` bytes, into `dst`. A
+  // transport that can lands the bytes there straight from the wire (TCP: when
+  // the message had not started to arrive); the default receives, then copies.
+  // A message of another length is consumed and fails as a protocol error
+  // naming the peer (internal), which poisons the transport.
+  virtual Status RecvInto(int peer, std::span<uint8_t> dst, Deadline deadline);
 
   // Poisons this transport with `reason` and, unless `reason` is itself a relayed
   // abort, tells every reachable peer: their transports become poisoned with
