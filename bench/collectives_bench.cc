@@ -299,15 +299,16 @@ int main(int argc, char** argv) {
                  "largest all_reduce size (64 MiB like the peers)");
   std::string algorithm = "auto";
   app.add_option("--algorithm", algorithm)
-      ->check(CLI::IsMember({"auto", "direct", "recursive_doubling", "ring"}));
+      ->check(CLI::IsMember({"auto", "direct", "recursive_doubling", "ring", "halving_doubling"}));
   app.add_option("--chunk-bytes", config.options.chunk_bytes);
   int64_t spin_us = config.spin.count();
   app.add_option("--spin-us", spin_us, "TcpOptions::spin: polling before blocking");
   app.add_option("--direct-max-bytes", config.options.direct_max_bytes);
-  app.add_option("--ring-min-bytes", config.options.ring_min_bytes);
+  app.add_option("--large-min-bytes", config.options.large_min_bytes);
   CLI11_PARSE(app, argc, argv);
   for (Algorithm a :
-       {Algorithm::kAuto, Algorithm::kDirect, Algorithm::kRecursiveDoubling, Algorithm::kRing}) {
+       {Algorithm::kAuto, Algorithm::kDirect, Algorithm::kRecursiveDoubling, Algorithm::kRing,
+        Algorithm::kHalvingDoubling}) {
     if (tessera::collectives::AlgorithmName(a) == algorithm) config.options.algorithm = a;
   }
   config.options.timeout = std::chrono::seconds(120);

@@ -270,6 +270,67 @@ TEST(TcpTransport, APeerProcessThatDiesIsNamed) {
   }
 }
 
+TEST(TcpTransport, APostedReceiveLandsInPlaceAndACancelledOneIsQueued) {
+  auto mesh = Mesh(2);
+  ASSERT_EQ(mesh.size(), 2u);
+  const uint8_t first[] = {1, 2, 3, 4, 5}, second[] = {6, 7, 8, 9, 10};
+  uint8_t place[5] = {};
+  mesh[0]->PostRecv(1, place);
+  ASSERT_TRUE(mesh[1]->Send(0, ConstBytes(first, 5), In(1s)).ok());
+  ASSERT_TRUE(mesh[0]->RecvInto(1, place, In(5s)).ok());
+  EXPECT_TRUE(std::equal(place, place + 5, first));
+  // Withdrawn before the bytes come: they are an ordinary queued message, and
+  // the memory that was posted is left alone.
+  uint8_t withdrawn[5] = {};
+  mesh[0]->PostRecv(1, withdrawn);
+  mesh[0]->CancelRecv(1);
+  ASSERT_TRUE(mesh[1]->Send(0, ConstBytes(second, 5), In(1s)).ok());
+  Buffer message;
+  ASSERT_TRUE(mesh[0]->Recv(1, &message, In(5s)).ok());
+  ASSERT_EQ(message.size(), 5u);
+  EXPECT_TRUE(std::equal(message.data(), message.data() + 5, second));
+  EXPECT_TRUE(std::all_of(withdrawn, withdrawn + 5, [](uint8_t b) { return b == 0; }));
+  EXPECT_TRUE(mesh[0]->status().ok());
+}
+
+TEST(TcpTransport, APostedReceiveFilledWhileWaitingElsewhereComesBeforeLaterMessages) {
+  // Rank 0 posts a receive from rank 1, then waits for rank 2: meanwhile it
+  // reads rank 1's two messages, the first into the posted memory and the
+  // second into the queue. RecvInto must return the first (it once took the
+  // queued second), and Recv the second.
+  auto mesh = Mesh(3);
+  ASSERT_EQ(mesh.size(), 3u);
+  const uint8_t m1[] = {1, 1, 1, 1}, m2[] = {2, 2, 2, 2}, x[] = {3};
+  uint8_t place[4] = {};
+  mesh[0]->PostRecv(1, place);
+  ASSERT_TRUE(mesh[1]->Send(0, ConstBytes(m1, 4), In(1s)).ok());
+  ASSERT_TRUE(mesh[1]->Send(0, ConstBytes(m2, 4), In(1s)).ok());
+  ASSERT_TRUE(mesh[2]->Send(0, ConstBytes(x, 1), In(1s)).ok());
+  Buffer message;
+  ASSERT_TRUE(mesh[0]->Recv(2, &message, In(5s)).ok());
+  ASSERT_TRUE(mesh[0]->RecvInto(1, place, In(5s)).ok());
+  EXPECT_TRUE(std::equal(place, place + 4, m1));
+  ASSERT_TRUE(mesh[0]->Recv(1, &message, In(5s)).ok());
+  ASSERT_EQ(message.size(), 4u);
+  EXPECT_TRUE(std::equal(message.data(), message.data() + 4, m2));
+}
+
+TEST(TcpTransport, RecvIntoAMessageOfAnotherSizeIsAProtocolErrorNamingThePeer) {
+  auto mesh = Mesh(2);
+  ASSERT_EQ(mesh.size(), 2u);
+  const uint8_t seven[7] = {};
+  uint8_t place[5] = {};
+  mesh[0]->PostRecv(1, place);
+  ASSERT_TRUE(mesh[1]->Send(0, ConstBytes(seven, 7), In(1s)).ok());
+  Status st = mesh[0]->RecvInto(1, place, In(5s));
+  EXPECT_EQ(st.code(), Code::kInternal) << st.ToString();
+  EXPECT_NE(st.message().find("expected a message of 5 bytes from rank 1, got 7"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(Detail(st, "peer_rank"), 1);
+  EXPECT_FALSE(mesh[0]->status().ok());  // poisoned: the stream cannot be trusted
+}
+
 TEST(TcpTransport, LargeAllReduceOverTheRing) {
   auto mesh = Mesh(4);
   ASSERT_EQ(mesh.size(), 4u);

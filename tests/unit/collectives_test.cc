@@ -182,7 +182,8 @@ T Pick(std::mt19937& rng, const std::vector<T>& choices) {
 const std::vector<ReduceOp> kOps = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax,
                                     ReduceOp::kMean};
 const std::vector<Algorithm> kAlgorithms = {Algorithm::kAuto, Algorithm::kDirect,
-                                            Algorithm::kRecursiveDoubling, Algorithm::kRing};
+                                            Algorithm::kRecursiveDoubling, Algorithm::kRing,
+                                            Algorithm::kHalvingDoubling};
 
 // Options that exercise chunking on small tensors.
 Options RandomOptions(std::mt19937& rng) {
@@ -191,7 +192,7 @@ Options RandomOptions(std::mt19937& rng) {
   o.algorithm = Pick(rng, kAlgorithms);
   o.chunk_bytes = Pick<size_t>(rng, {8, 24, 256, 1 << 20});
   o.direct_max_bytes = Pick<size_t>(rng, {0, 64, 16 << 10});
-  o.ring_min_bytes = Pick<size_t>(rng, {128, 256 << 10});
+  o.large_min_bytes = Pick<size_t>(rng, {128, 256 << 10});
   return o;
 }
 

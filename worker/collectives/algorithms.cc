@@ -21,22 +21,34 @@ size_t ChunkCount(std::span<const Range> blocks, size_t chunk_elems) {
   return std::max<size_t>(1, (largest + chunk_elems - 1) / chunk_elems);
 }
 
+// Withdraws, when the scope ends, what a function posted from `peer` (a no-op
+// once its RecvInto came): an error on the way must not leave a transport
+// writing into the caller's memory.
+struct CancelOnExit {
+  Call& call;
+  int peer;
+  ~CancelOnExit() { call.CancelRecv(peer); }
+};
+
 // One ring step: sends `send_block` to the right neighbour and receives
 // `recv_block` from the left, one chunk at a time; `receive(range)` takes each
 // chunk in (Call::Recv and reduce, or Call::RecvInto its place). While this
 // rank handles chunk c, the peer's next chunk is already in the socket. (Sending
 // further ahead was measured slower on 2 oversubscribed cores: the kernel
 // copies then compete with the reduction.)
-template <typename Receive>
+template <typename Prepare, typename Receive>
 Status RingStep(Call& call, uint8_t* data, size_t elem_size, const Range& send_block,
-                const Range& recv_block, size_t chunks, size_t chunk_elems, Receive receive) {
+                const Range& recv_block, size_t chunks, size_t chunk_elems, Prepare prepare,
+                Receive receive) {
   const int n = call.size(), me = call.rank();
   const int right = Mod(me + 1, n);
   for (size_t c = 0; c < chunks; ++c) {
     const Range out = ChunkOf(send_block, c, chunk_elems);
+    const Range in = ChunkOf(recv_block, c, chunk_elems);
+    prepare(in);
     RETURN_IF_ERROR(
         call.Send(right, ConstBytes(data + out.offset * elem_size, out.count * elem_size)));
-    RETURN_IF_ERROR(receive(ChunkOf(recv_block, c, chunk_elems)));
+    RETURN_IF_ERROR(receive(in));
   }
   return Status::Ok();
 }
@@ -66,41 +78,128 @@ void ReduceInRankOrder(ReduceOp op, DType dtype, std::span<const ConstBytes> inp
   CopyBytes(out, acc.data(), bytes);
 }
 
+namespace {
+
+// The ranks of an all-reduce by halves and doublings: p, the largest power of
+// two ≤ n, take part in the core exchanges. The first 2(n-p) ranks pair up
+// around it: the even one hands its data to its odd neighbour (FoldIn) and gets
+// the result back at the end (FoldOut).
+struct Core {
+  int p = 1;
+  int folded = 0;  // pairs
+  int rank = -1;   // position in the core; -1 for a rank that sits out
+
+  Core(int n, int me) {
+    while (p * 2 <= n) p *= 2;
+    folded = n - p;
+    if (me >= 2 * folded) {
+      rank = me - folded;
+    } else if (me % 2 == 1) {
+      rank = me / 2;
+    }
+  }
+  // The group rank of core position `c`.
+  int Member(int c) const { return c < folded ? c * 2 + 1 : c + folded; }
+};
+
+Status FoldIn(Call& call, const Core& core, ReduceOp op, DType dtype, uint8_t* data, size_t count,
+              Buffer& scratch) {
+  const int me = call.rank();
+  if (me >= 2 * core.folded) return Status::Ok();
+  const size_t bytes = count * DTypeSize(dtype);
+  if (core.rank < 0) return call.Send(me + 1, ConstBytes(data, bytes));
+  RETURN_IF_ERROR(call.Recv(me - 1, &scratch, bytes));
+  ReduceElements(op, dtype, scratch.data(), data, data, count);
+  return Status::Ok();
+}
+
+Status FoldOut(Call& call, const Core& core, uint8_t* data, size_t bytes) {
+  const int me = call.rank();
+  if (me >= 2 * core.folded) return Status::Ok();
+  if (core.rank < 0) return call.RecvInto(me + 1, {data, bytes});
+  return call.Send(me - 1, ConstBytes(data, bytes));
+}
+
+// Combines `theirs` from `partner` into `mine` so that both partners hold the
+// same bits: lower rank ⊕ higher rank.
+void Combine(ReduceOp op, DType dtype, int me, int partner, const uint8_t* theirs, uint8_t* mine,
+             size_t count) {
+  if (partner < me) {
+    ReduceElements(op, dtype, theirs, mine, mine, count);
+  } else {
+    ReduceElements(op, dtype, mine, theirs, mine, count);
+  }
+}
+
+}  // namespace
+
 Status RecursiveDoublingAllReduce(Call& call, ReduceOp op, DType dtype, uint8_t* data,
                                   size_t count) {
-  const int n = call.size(), me = call.rank();
+  const int me = call.rank();
   const size_t bytes = count * DTypeSize(dtype);
-  const ConstBytes mine(data, bytes);
-  int p = 1;
-  while (p * 2 <= n) p *= 2;
-  const int folded = n - p;  // ranks [0, 2·folded) pair up around the core exchange
+  const Core core(call.size(), me);
   Buffer theirs;
+  RETURN_IF_ERROR(FoldIn(call, core, op, dtype, data, count, theirs));
+  if (core.rank >= 0) {
+    for (int mask = 1; mask < core.p; mask <<= 1) {
+      const int partner = core.Member(core.rank ^ mask);
+      RETURN_IF_ERROR(call.Send(partner, ConstBytes(data, bytes)));
+      RETURN_IF_ERROR(call.Recv(partner, &theirs, bytes));
+      Combine(op, dtype, me, partner, theirs.data(), data, count);
+    }
+  }
+  return FoldOut(call, core, data, bytes);
+}
 
-  int core_rank;  // position among the p ranks of the core exchange; -1 if sitting out
-  if (me < 2 * folded) {
-    if (me % 2 == 0) {  // hand the data to the odd neighbour, get the result back
-      RETURN_IF_ERROR(call.Send(me + 1, mine));
-      return call.RecvInto(me + 1, {data, bytes});
+Status HalvingDoublingAllReduce(Call& call, ReduceOp op, DType dtype, uint8_t* data, size_t count,
+                                size_t chunk_elems) {
+  const int me = call.rank();
+  const size_t es = DTypeSize(dtype);
+  const Core core(call.size(), me);
+  Buffer theirs;
+  RETURN_IF_ERROR(FoldIn(call, core, op, dtype, data, count, theirs));
+  if (core.rank >= 0) {
+    // Reduce-scatter by recursive halving: at each level keep one half of the
+    // range, send the other to the partner and add in the partner's copy of the
+    // kept half. levels[i] = (kept, sent) at level i.
+    std::vector<std::pair<Range, Range>> levels;
+    Range range{0, count};
+    for (int mask = core.p / 2; mask >= 1; mask >>= 1) {
+      const int partner = core.Member(core.rank ^ mask);
+      const Range low{range.offset, range.count / 2};
+      const Range high{range.offset + low.count, range.count - low.count};
+      const bool keep_low = (core.rank & mask) == 0;
+      const Range kept = keep_low ? low : high, sent = keep_low ? high : low;
+      const size_t chunks = std::max<size_t>(
+          1, (std::max(kept.count, sent.count) + chunk_elems - 1) / chunk_elems);
+      for (size_t c = 0; c < chunks; ++c) {
+        const Range out = ChunkOf(sent, c, chunk_elems), in = ChunkOf(kept, c, chunk_elems);
+        RETURN_IF_ERROR(call.Send(partner, ConstBytes(data + out.offset * es, out.count * es)));
+        RETURN_IF_ERROR(call.Recv(partner, &theirs, in.count * es));
+        Combine(op, dtype, me, partner, theirs.data(), data + in.offset * es, in.count);
+      }
+      levels.emplace_back(kept, sent);
+      range = kept;
     }
-    RETURN_IF_ERROR(call.Recv(me - 1, &theirs, bytes));
-    ReduceElements(op, dtype, theirs.data(), data, data, count);
-    core_rank = me / 2;
-  } else {
-    core_rank = me - folded;
-  }
-  for (int mask = 1; mask < p; mask <<= 1) {
-    const int partner_core = core_rank ^ mask;
-    const int partner = partner_core < folded ? partner_core * 2 + 1 : partner_core + folded;
-    RETURN_IF_ERROR(call.Send(partner, mine));
-    RETURN_IF_ERROR(call.Recv(partner, &theirs, bytes));
-    if (partner < me) {
-      ReduceElements(op, dtype, theirs.data(), data, data, count);
-    } else {
-      ReduceElements(op, dtype, data, theirs.data(), data, count);
+    // All-gather by recursive doubling, the levels in reverse: send what this
+    // rank holds, receive the partner's half in its place.
+    for (int mask = 1, level = static_cast<int>(levels.size()) - 1; mask < core.p;
+         mask <<= 1, --level) {
+      const int partner = core.Member(core.rank ^ mask);
+      const auto& [kept, sent] = levels[level];
+      const size_t chunks = std::max<size_t>(
+          1, (std::max(kept.count, sent.count) + chunk_elems - 1) / chunk_elems);
+      CancelOnExit cancel{call, partner};
+      for (size_t c = 0; c < chunks; ++c) {
+        const Range out = ChunkOf(kept, c, chunk_elems), in = ChunkOf(sent, c, chunk_elems);
+        const std::span<uint8_t> place(data + in.offset * es, in.count * es);
+        call.PostRecv(partner, place);
+        RETURN_IF_ERROR(call.Send(partner, ConstBytes(data + out.offset * es, out.count * es)));
+        RETURN_IF_ERROR(call.RecvInto(partner, place));
+      }
     }
   }
-  if (me < 2 * folded) RETURN_IF_ERROR(call.Send(me - 1, mine));
-  return Status::Ok();
+  return FoldOut(call, core, data, count * es);
 }
 
 Status RingReduceScatter(Call& call, ReduceOp op, DType dtype, uint8_t* data,
@@ -115,7 +214,7 @@ Status RingReduceScatter(Call& call, ReduceOp op, DType dtype, uint8_t* data,
   for (int step = 0; step < n - 1; ++step) {
     RETURN_IF_ERROR(RingStep(call, data, es, blocks[Mod(me - step - 1, n)],
                              blocks[Mod(me - step - 2, n)], chunks, chunk_elems,
-                             [&](const Range& in) -> Status {
+                             [](const Range&) {}, [&](const Range& in) -> Status {
                                RETURN_IF_ERROR(call.Recv(left, &incoming, in.count * es));
                                uint8_t* dst = data + in.offset * es;
                                ReduceElements(op, dtype, incoming.data(), dst, dst, in.count);
@@ -131,13 +230,17 @@ Status RingAllGather(Call& call, size_t elem_size, uint8_t* data, std::span<cons
   if (n == 1) return Status::Ok();
   const int left = Mod(me - 1, n);
   const size_t chunks = ChunkCount(blocks, chunk_elems);
+  auto place = [&](const Range& in) {
+    return std::span<uint8_t>(data + in.offset * elem_size, in.count * elem_size);
+  };
+  CancelOnExit cancel{call, left};
   for (int step = 0; step < n - 1; ++step) {
-    RETURN_IF_ERROR(RingStep(call, data, elem_size, blocks[Mod(me - step, n)],
-                             blocks[Mod(me - step - 1, n)], chunks, chunk_elems,
-                             [&](const Range& in) {
-                               return call.RecvInto(
-                                   left, {data + in.offset * elem_size, in.count * elem_size});
-                             }));
+    // Each chunk is posted before this rank sends, so that it lands in place
+    // while the send waits for room.
+    RETURN_IF_ERROR(RingStep(
+        call, data, elem_size, blocks[Mod(me - step, n)], blocks[Mod(me - step - 1, n)], chunks,
+        chunk_elems, [&](const Range& in) { call.PostRecv(left, place(in)); },
+        [&](const Range& in) { return call.RecvInto(left, place(in)); }));
   }
   return Status::Ok();
 }
@@ -149,9 +252,20 @@ Status ChainBroadcast(Call& call, int root, uint8_t* data, size_t bytes, size_t 
   const int next = Mod(me + 1, n), prev = Mod(me - 1, n);
   const size_t chunks = std::max<size_t>(1, (bytes + chunk_bytes - 1) / chunk_bytes);
   const Range all{0, bytes};
+  auto place = [&](size_t c) {
+    const Range chunk = ChunkOf(all, c, chunk_bytes);
+    return std::span<uint8_t>(data + chunk.offset, chunk.count);
+  };
+  // A forwarding rank posts chunk c+1 before it sends chunk c on, so that it
+  // lands in place while the send waits for room.
+  CancelOnExit cancel{call, prev};
+  if (position > 0) call.PostRecv(prev, place(0));
   for (size_t c = 0; c < chunks; ++c) {
     const Range chunk = ChunkOf(all, c, chunk_bytes);
-    if (position > 0) RETURN_IF_ERROR(call.RecvInto(prev, {data + chunk.offset, chunk.count}));
+    if (position > 0) {
+      RETURN_IF_ERROR(call.RecvInto(prev, place(c)));
+      if (c + 1 < chunks) call.PostRecv(prev, place(c + 1));
+    }
     if (position < n - 1) {
       RETURN_IF_ERROR(call.Send(next, ConstBytes(data + chunk.offset, chunk.count)));
     }

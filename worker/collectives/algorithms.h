@@ -38,6 +38,14 @@ void ReduceInRankOrder(ReduceOp op, DType dtype, std::span<const ConstBytes> inp
 Status RecursiveDoublingAllReduce(Call& call, ReduceOp op, DType dtype, uint8_t* data,
                                   size_t count);
 
+// All-reduce by recursive halving and doubling (Rabenseifner): a reduce-scatter
+// in log2(p) exchanges of halves, then an all-gather retracing them, so each
+// rank moves 2(p-1)/p of the data in 2·log2(p) rounds (the ring needs 2(p-1)).
+// Ranks beyond p fold in and out as in recursive doubling. Exchanges are cut
+// into chunks of `chunk_elems`.
+Status HalvingDoublingAllReduce(Call& call, ReduceOp op, DType dtype, uint8_t* data, size_t count,
+                                size_t chunk_elems);
+
 // Ring reduce-scatter over `blocks` (one per rank): afterwards block r of rank r
 // holds the reduction of every rank's block r. Each step sends one block to the
 // right neighbour and reduces one from the left, chunk by chunk.

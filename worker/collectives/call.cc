@@ -47,6 +47,8 @@ std::string_view AlgorithmName(Algorithm algorithm) {
       return "recursive_doubling";
     case Algorithm::kRing:
       return "ring";
+    case Algorithm::kHalvingDoubling:
+      return "halving_doubling";
   }
   return "unknown";
 }

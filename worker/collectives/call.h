@@ -80,6 +80,9 @@ class Call {
   // The next message from `peer`, which must be exactly `dst.size()` bytes, into
   // `dst` (straight from the wire where the transport can).
   Status RecvInto(int peer, std::span<uint8_t> dst);
+  // Transport::PostRecv and CancelRecv.
+  void PostRecv(int peer, std::span<uint8_t> dst) { transport_->PostRecv(peer, dst); }
+  void CancelRecv(int peer) { transport_->CancelRecv(peer); }
 
   // Prefixes `status` with this call, aborts the group with it and returns it.
   Status Fail(const Status& status);

@@ -48,7 +48,8 @@ size_t ChunkElems(const Options& o, size_t elem_size, std::span<const Range> blo
 Algorithm ResolveAllReduce(const Options& o, size_t bytes, int n) {
   if (o.algorithm != Algorithm::kAuto) return o.algorithm;
   if (n == 1 || bytes <= o.direct_max_bytes) return Algorithm::kDirect;
-  return bytes < o.ring_min_bytes ? Algorithm::kRecursiveDoubling : Algorithm::kRing;
+  if (bytes < o.large_min_bytes) return Algorithm::kRecursiveDoubling;
+  return (n & (n - 1)) == 0 ? Algorithm::kHalvingDoubling : Algorithm::kRing;
 }
 
 // Whether a rank puts its data into the opening exchange (ops other than all-reduce).
@@ -86,6 +87,9 @@ Status AllReduceAccum(Call& call, ReduceOp op, DType dtype, uint8_t* data, size_
   }
   RETURN_IF_ERROR(call.Exchange({algorithm, o.chunk_bytes}).status());
   const std::vector<Range> blocks = SplitEven(count, n);
+  if (algorithm == Algorithm::kHalvingDoubling) {
+    return HalvingDoublingAllReduce(call, op, dtype, data, count, ChunkElems(o, es, blocks));
+  }
   RETURN_IF_ERROR(RingReduceScatter(call, op, dtype, data, blocks, ChunkElems(o, es, blocks)));
   return RingAllGather(call, es, data, blocks, ChunkElems(o, es, blocks));
 }

@@ -34,4 +34,17 @@ Status SubsetTransport::Recv(int peer, Buffer* message, Deadline deadline) {
   return parent_->Recv(members_[peer], message, deadline);
 }
 
+Status SubsetTransport::RecvInto(int peer, std::span<uint8_t> dst, Deadline deadline) {
+  RETURN_IF_ERROR(CheckPeerRank(rank_, size(), peer));
+  return parent_->RecvInto(members_[peer], dst, deadline);
+}
+
+void SubsetTransport::PostRecv(int peer, std::span<uint8_t> dst) {
+  if (CheckPeerRank(rank_, size(), peer).ok()) parent_->PostRecv(members_[peer], dst);
+}
+
+void SubsetTransport::CancelRecv(int peer) {
+  if (CheckPeerRank(rank_, size(), peer).ok()) parent_->CancelRecv(members_[peer]);
+}
+
 }  // namespace tessera::collectives

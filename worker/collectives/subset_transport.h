@@ -29,6 +29,9 @@ class SubsetTransport final : public Transport {
   Status Send(int peer, std::span<const ConstBytes> parts, Deadline deadline) override;
   using Transport::Send;
   Status Recv(int peer, Buffer* message, Deadline deadline) override;
+  Status RecvInto(int peer, std::span<uint8_t> dst, Deadline deadline) override;
+  void PostRecv(int peer, std::span<uint8_t> dst) override;
+  void CancelRecv(int peer) override;
   void Abort(const Status& reason) override { parent_->Abort(reason); }
   // The parent stays open: it belongs to its owner.
   void Close() override {}

@@ -291,6 +291,16 @@ Status TcpTransport::Receive(int peer_rank, Buffer* message, std::span<uint8_t>*
     return Status::Ok();
   };
   Peer& peer = *peers_[peer_rank];
+  if (dst != nullptr) {
+    // A posted target that is filled holds the next message: anything queued
+    // came after it.
+    MutexLock rx(rx_mu_);
+    if (peer.target_filled && peer.target.data() == dst->data() &&
+        peer.target.size() == dst->size()) {
+      Untarget(peer_rank);
+      return Status::Ok();
+    }
+  }
   while (true) {
     ASSIGN_OR_RETURN(bool queued, mailbox_.TryTake(peer_rank, out));
     if (queued) return taken();
@@ -304,12 +314,11 @@ Status TcpTransport::Receive(int peer_rank, Buffer* message, std::span<uint8_t>*
     // Closed: the mailbox says so. Queued by the previous receiver meanwhile: it
     // comes first.
     if (closed_.load() || mailbox_.Ready(peer_rank)) continue;
-    // The next data frame lands in `dst` unless one has begun arriving already.
-    const bool direct = dst != nullptr && !peer.in_payload;
-    if (direct) {
-      peer.target = *dst;
-      peer.target_filled = false;
-    }
+    // The next data frame lands in `dst` (posted already, or now) unless one of
+    // `peer` has begun arriving already.
+    const bool direct =
+        dst != nullptr && ((peer.target.data() == dst->data() && peer.target.size() == dst->size()) ||
+                           Target(peer_rank, *dst));
     auto ready = [&] {
       return (direct && peer.target_filled) || mailbox_.Ready(peer_rank);
     };
@@ -324,17 +333,7 @@ Status TcpTransport::Receive(int peer_rank, Buffer* message, std::span<uint8_t>*
     }
     if (direct) {
       const bool filled = peer.target_filled;
-      // A frame half-way into `target` keeps it until the frame is complete;
-      // this caller waits no longer, so the rest goes to a queued message.
-      if (peer.into_target && !filled) {
-        Buffer rest = mailbox_.Allocate(peer.length);
-        CopyBytes(rest.data(), peer.target.data(), peer.filled);
-        peer.payload = std::move(rest);
-        peer.dst = peer.payload.data();
-        peer.into_target = false;
-      }
-      peer.target = {};
-      peer.target_filled = false;
+      Untarget(peer_rank);
       if (filled) return Status::Ok();
     }
   }
@@ -342,6 +341,40 @@ Status TcpTransport::Receive(int peer_rank, Buffer* message, std::span<uint8_t>*
   // that explains the wait, and both from a timeout.
   RETURN_IF_ERROR(mailbox_.Take(peer_rank, out, deadline));
   return taken();
+}
+
+bool TcpTransport::Target(int peer_rank, std::span<uint8_t> dst) {
+  Peer& peer = *peers_[peer_rank];
+  if (peer.in_payload || mailbox_.Ready(peer_rank)) return false;
+  peer.target = dst;
+  peer.target_filled = false;
+  return true;
+}
+
+void TcpTransport::Untarget(int peer_rank) {
+  Peer& peer = *peers_[peer_rank];
+  if (peer.into_target) {
+    Buffer rest = mailbox_.Allocate(peer.length);
+    CopyBytes(rest.data(), peer.target.data(), peer.filled);
+    peer.payload = std::move(rest);
+    peer.dst = peer.payload.data();
+    peer.into_target = false;
+  }
+  peer.target = {};
+  peer.target_filled = false;
+}
+
+void TcpTransport::PostRecv(int peer_rank, std::span<uint8_t> dst) {
+  if (CheckPeerRank(rank_, size(), peer_rank).ok() && !closed_.load()) {
+    MutexLock rx(rx_mu_);
+    if (!closed_.load()) (void)Target(peer_rank, dst);
+  }
+}
+
+void TcpTransport::CancelRecv(int peer_rank) {
+  if (!CheckPeerRank(rank_, size(), peer_rank).ok()) return;
+  MutexLock rx(rx_mu_);
+  Untarget(peer_rank);
 }
 
 bool TcpTransport::Pump(int timeout_ms) {
@@ -524,8 +557,7 @@ bool TcpTransport::FinishFrame(int peer_rank) {
     case FrameKind::kData:
       if (peer.into_target) {
         peer.into_target = false;
-        peer.target_filled = true;
-        peer.target = {};
+        peer.target_filled = true;  // the target stays until Untarget
         return true;
       }
       mailbox_.Deliver(peer_rank, std::move(peer.payload));

@@ -80,6 +80,8 @@ class TcpTransport final : public Transport {
   using Transport::Send;
   Status Recv(int peer, Buffer* message, Deadline deadline) override;
   Status RecvInto(int peer, std::span<uint8_t> dst, Deadline deadline) override;
+  void PostRecv(int peer, std::span<uint8_t> dst) override;
+  void CancelRecv(int peer) override;
   void Abort(const Status& reason) override;
   void Close() override;
   Status status() const override { return mailbox_.status(); }
@@ -111,6 +113,11 @@ class TcpTransport final : public Transport {
   // The header at the front of `peer`'s staged bytes is complete: sets up its payload.
   bool StartFrame(int peer) REQUIRES(rx_mu_);
   bool FinishFrame(int peer) REQUIRES(rx_mu_);
+  // Points `peer`'s next data frame at `dst`, unless a message of `peer` is
+  // queued or arriving (it comes first): false then.
+  bool Target(int peer, std::span<uint8_t> dst) REQUIRES(rx_mu_);
+  // Ends `peer`'s target; a frame half-way into it goes on into a queued message.
+  void Untarget(int peer) REQUIRES(rx_mu_);
   void PeerLost(int peer, const std::string& why);
 
   const int rank_;

@@ -72,6 +72,15 @@ class Transport {
   // naming the peer (internal), which poisons the transport.
   virtual Status RecvInto(int peer, std::span<uint8_t> dst, Deadline deadline);
 
+  // Announces the RecvInto(peer, dst) that comes next from `peer`, so that the
+  // bytes may land in `dst` while this thread is still sending (MPI's Irecv,
+  // in effect). The next RecvInto from `peer` must pass the same `dst`; until
+  // it returns, or CancelRecv(peer), `dst` must stay valid. Transports that
+  // cannot ignore it.
+  virtual void PostRecv(int /*peer*/, std::span<uint8_t> /*dst*/) {}
+  // Withdraws a PostRecv whose RecvInto will not come (an error on the way).
+  virtual void CancelRecv(int /*peer*/) {}
+
   // Poisons this transport with `reason` and, unless `reason` is itself a relayed
   // abort, tells every reachable peer: their transports become poisoned with
   // AbortedBy(rank(), reason). Thread-safe; the first poison wins.
