@@ -305,6 +305,7 @@ int main(int argc, char** argv) {
   app.add_option("--spin-us", spin_us, "TcpOptions::spin: polling before blocking");
   app.add_option("--direct-max-bytes", config.options.direct_max_bytes);
   app.add_option("--large-min-bytes", config.options.large_min_bytes);
+  app.add_option("--chain-min-bytes", config.options.chain_min_bytes);
   CLI11_PARSE(app, argc, argv);
   for (Algorithm a :
        {Algorithm::kAuto, Algorithm::kDirect, Algorithm::kRecursiveDoubling, Algorithm::kRing,

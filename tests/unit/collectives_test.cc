@@ -193,6 +193,7 @@ Options RandomOptions(std::mt19937& rng) {
   o.chunk_bytes = Pick<size_t>(rng, {8, 24, 256, 1 << 20});
   o.direct_max_bytes = Pick<size_t>(rng, {0, 64, 16 << 10});
   o.large_min_bytes = Pick<size_t>(rng, {128, 256 << 10});
+  o.chain_min_bytes = Pick<size_t>(rng, {0, 4 << 20});
   return o;
 }
 

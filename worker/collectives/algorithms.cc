@@ -245,6 +245,31 @@ Status RingAllGather(Call& call, size_t elem_size, uint8_t* data, std::span<cons
   return Status::Ok();
 }
 
+Status StarBroadcast(Call& call, int root, uint8_t* data, size_t bytes, size_t chunk_bytes) {
+  const int n = call.size(), me = call.rank();
+  if (n == 1) return Status::Ok();
+  const size_t chunks = std::max<size_t>(1, (bytes + chunk_bytes - 1) / chunk_bytes);
+  const Range all{0, bytes};
+  auto place = [&](size_t c) {
+    const Range chunk = ChunkOf(all, c, chunk_bytes);
+    return std::span<uint8_t>(data + chunk.offset, chunk.count);
+  };
+  if (me == root) {
+    // Chunk by chunk to every peer in turn, so that all of them receive at once.
+    for (size_t c = 0; c < chunks; ++c) {
+      for (int i = 1; i < n; ++i) RETURN_IF_ERROR(call.Send(Mod(root + i, n), place(c)));
+    }
+    return Status::Ok();
+  }
+  CancelOnExit cancel{call, root};
+  call.PostRecv(root, place(0));
+  for (size_t c = 0; c < chunks; ++c) {
+    RETURN_IF_ERROR(call.RecvInto(root, place(c)));
+    if (c + 1 < chunks) call.PostRecv(root, place(c + 1));
+  }
+  return Status::Ok();
+}
+
 Status ChainBroadcast(Call& call, int root, uint8_t* data, size_t bytes, size_t chunk_bytes) {
   const int n = call.size(), me = call.rank();
   if (n == 1) return Status::Ok();

@@ -57,6 +57,10 @@ Status RingReduceScatter(Call& call, ReduceOp op, DType dtype, uint8_t* data,
 Status RingAllGather(Call& call, size_t elem_size, uint8_t* data, std::span<const Range> blocks,
                      size_t chunk_elems);
 
+// Broadcast from `root` straight to every other rank, chunk by chunk to each in
+// turn (Gloo's BroadcastOneToAll): the root sends n-1 copies, no rank forwards.
+Status StarBroadcast(Call& call, int root, uint8_t* data, size_t bytes, size_t chunk_bytes);
+
 // Broadcast from `root` along the chain root → root+1 → ... (mod n), pipelined in
 // chunks so that every link is busy at once.
 Status ChainBroadcast(Call& call, int root, uint8_t* data, size_t bytes, size_t chunk_bytes);

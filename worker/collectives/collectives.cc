@@ -285,6 +285,9 @@ Status Broadcast(Group& group, Tensor& tensor, const BroadcastOptions& o) {
     if (me != o.root) CopyBytes(tensor.data.data(), from_root.data() + kSlot, tensor.data.size());
     return Status::Ok();
   }
+  if (tensor.data.size() < o.chain_min_bytes) {
+    return StarBroadcast(call, o.root, tensor.data.data(), tensor.data.size(), o.chunk_bytes);
+  }
   return ChainBroadcast(call, o.root, tensor.data.data(), tensor.data.size(), o.chunk_bytes);
 }
 

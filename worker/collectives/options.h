@@ -43,6 +43,11 @@ struct Options {
   // beyond the power of two). With 4 ranks on 2 cores, halving and doubling
   // beat the ring at every size from 1 MiB to 64 MiB, by up to 1.5×.
   size_t large_min_bytes = size_t{1} << 20;
+  // Broadcast larger than direct_max_bytes: the root sends to every rank itself
+  // (a star, chunk by chunk to each in turn) below this size, and along a
+  // pipelined chain at or above it, where the root's n-1 copies would be the
+  // bottleneck. At 1 MiB with 4 ranks the star took 1.0 ms, the chain 1.5 ms.
+  size_t chain_min_bytes = size_t{4} << 20;
   // Ring and chain steps move at most this many bytes per message, so that a
   // rank reduces one chunk while the next is on the wire. Ring steps over
   // small blocks use smaller chunks (at least 4 per step, of 16 KiB or more).
