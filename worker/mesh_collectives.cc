@@ -246,7 +246,7 @@ std::shared_ptr<MeshCollectives::MeshState> MeshCollectives::StateFor(const std:
 Result<Group*> MeshCollectives::MeshGroup(MeshState& state, const MeshPlacement& p,
                                           std::chrono::milliseconds timeout) {
   const std::string id = GroupId(p);
-  if (state.group && state.group_id == id && state.group->status().ok()) return state.group.get();
+  if (state.group && state.group_id == id && state.group->Poll().ok()) return state.group.get();
   state.subgroups.clear();
   {
     MutexLock lock(state.abort_mu);

@@ -227,6 +227,20 @@ TEST(TcpTransport, AbortReachesEveryPeerWithTheReason) {
   }
 }
 
+TEST(TcpTransport, PollReadsAnAbortThatCameWhileIdle) {
+  // No thread of rank 0 is inside a call when rank 1 aborts; Poll (which every
+  // collective and every reuse of a group begins with) must see it, or rank 0
+  // would run its next call on the stale messages queued before the abort.
+  auto mesh = Mesh(2);
+  ASSERT_EQ(mesh.size(), 2u);
+  const uint8_t stale = 1;
+  ASSERT_TRUE(mesh[1]->Send(0, ConstBytes(&stale, 1), In(1s)).ok());
+  mesh[1]->Abort(DataLoss("checksum mismatch"));
+  Status st = mesh[0]->Poll();
+  EXPECT_EQ(st.code(), Code::kDataLoss) << st.ToString();
+  EXPECT_EQ(Detail(st, "aborted_by"), 1);
+}
+
 TEST(TcpTransport, APeerProcessThatDiesIsNamed) {
   // Rank 2 is a child process: it joins, takes part in one barrier, then dies
   // without closing anything (as a crash would).

@@ -57,7 +57,7 @@ Session::Session(Group& group, std::chrono::milliseconds timeout)
     : group_(group), lock_(group.mu_), timeout_(timeout), deadline_(Clock::now() + timeout) {}
 
 Result<Call> Session::Begin(Signature signature) {
-  if (Status st = group_.status(); !st.ok()) {
+  if (Status st = group_.transport_->Poll(); !st.ok()) {
     return st.WithContext(signature.Describe() + ": group '" + group_.id() +
                           "' was aborted by an earlier error (rebuild it on a new transport)");
   }

@@ -40,6 +40,9 @@ class Group {
   // OK, or the error that poisoned the group. Once poisoned, every collective
   // fails at once with that error; rebuild the group on a new transport.
   Status status() const { return transport_->status(); }
+  // status(), after the transport read what came while the group was idle
+  // (Transport::Poll): check it before reusing a group.
+  Status Poll() { return transport_->Poll(); }
 
  private:
   friend class Session;

@@ -36,6 +36,7 @@ class SubsetTransport final : public Transport {
   // The parent stays open: it belongs to its owner.
   void Close() override {}
   Status status() const override { return parent_->status(); }
+  Status Poll() override { return parent_->Poll(); }
 
   // The parent rank of view rank `rank`.
   int ParentRank(int rank) const { return members_[rank]; }

@@ -364,6 +364,14 @@ void TcpTransport::Untarget(int peer_rank) {
   peer.target_filled = false;
 }
 
+Status TcpTransport::Poll() {
+  if (!closed_.load() && rx_mu_.try_lock()) {
+    MutexLock rx(rx_mu_, std::adopt_lock);
+    if (!closed_.load()) Pump(0);
+  }
+  return status();
+}
+
 void TcpTransport::PostRecv(int peer_rank, std::span<uint8_t> dst) {
   if (CheckPeerRank(rank_, size(), peer_rank).ok() && !closed_.load()) {
     MutexLock rx(rx_mu_);

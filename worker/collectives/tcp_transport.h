@@ -85,6 +85,7 @@ class TcpTransport final : public Transport {
   void Abort(const Status& reason) override;
   void Close() override;
   Status status() const override { return mailbox_.status(); }
+  Status Poll() override;
 
  private:
   struct Peer;

@@ -94,6 +94,11 @@ class Transport {
 
   // OK, or the sticky error.
   virtual Status status() const = 0;
+
+  // status(), after reading what the peers sent while this rank was inside no
+  // call (an abort, a goodbye, a lost connection), so that an idle rank learns
+  // of a failure before its next call instead of in the middle of it.
+  virtual Status Poll() { return status(); }
 };
 
 }  // namespace tessera::collectives
