@@ -135,9 +135,12 @@ int main(int argc, char** argv) {
   sopts.header_timeout_s = header_timeout_s;
   sopts.tls_cert_file = tls_cert;
   sopts.tls_key_file = tls_key;
-  // Heartbeats, task polls and reports keep threads of their own.
+  // Heartbeats, task polls and reports keep threads of their own, as many as
+  // the general pool: every worker's task long-poll holds one of them, and the
+  // heartbeats must still find one free (a pool of 8 let 16 workers' polls take
+  // every thread, and the workers were declared dead).
   sopts.reserved_prefix = "/api/v1/workers/";
-  sopts.reserved_threads = 8;
+  sopts.reserved_threads = threads;
   auto* metrics = (*service)->metrics();
   sopts.on_request = [metrics](const tessera::http::Request& req, const std::string& pattern,
                                int status, double) {

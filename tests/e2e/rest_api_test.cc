@@ -191,6 +191,45 @@ TEST_F(Api, OnlyTheNewestTaskPollOfAWorkerTakesItsTasks) {
   EXPECT_EQ(Send("DELETE", "/api/v1/workers/" + id).status, 204);
 }
 
+// Worker traffic has threads of its own; each worker's task long-poll holds
+// one. With more workers than a small reserved pool, polls queued behind the
+// pool and heartbeats behind them, and every worker went dead at once.
+TEST_F(Api, ManyWorkersLongPollingAllWaitAndStillHeartbeat) {
+  constexpr int kWorkers = 12;  // more than the 8 reserved threads there once were
+  std::vector<std::string> ids;
+  for (int i = 0; i < kWorkers; ++i) {
+    auto reg = Json::parse(
+        Send("POST", "/api/v1/workers",
+             R"({"name":"many-)" + std::to_string(i) + R"(","local_port":1})")
+            .body);
+    ASSERT_TRUE(reg.contains("id")) << reg.dump();
+    ids.push_back(reg["id"]);
+  }
+  std::vector<std::thread> polls;
+  for (const std::string& id : ids) {
+    polls.emplace_back([&, id] { Send("GET", "/api/v1/workers/" + id + "/tasks?wait_ms=30000"); });
+  }
+  // Every poll gets to wait in tesserad (each worker's record says so).
+  int waiting = 0;
+  for (int round = 0; round < 1000 && waiting < kWorkers; ++round) {
+    waiting = 0;
+    for (const std::string& id : ids) {
+      Json w = Json::parse(Send("GET", "/api/v1/workers/" + id).body, nullptr, false);
+      if (w.is_object() && w.value("task_polls_waiting", 0) == 1) ++waiting;
+    }
+    if (waiting < kWorkers) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(waiting, kWorkers) << "task polls queued for a thread instead of waiting";
+  // Heartbeats get through while every poll waits.
+  for (const std::string& id : ids) {
+    EXPECT_EQ(Send("POST", "/api/v1/workers/" + id + "/heartbeat", "{}").status, 200) << id;
+  }
+  // A newer poll that does not wait ends each waiting one.
+  for (const std::string& id : ids) Send("GET", "/api/v1/workers/" + id + "/tasks?wait_ms=0");
+  for (auto& t : polls) t.join();
+  for (const std::string& id : ids) Send("DELETE", "/api/v1/workers/" + id);
+}
+
 TEST_F(Api, DashboardIsServedWithoutTheToken) {
   auto index = Send("GET", "/", "", /*auth=*/false);
   EXPECT_EQ(index.status, 200);

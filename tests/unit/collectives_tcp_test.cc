@@ -162,8 +162,9 @@ TEST(TcpTransport, DeliversManyMessagesOfOddSizesInOrderBothWays) {
   };
   RunRanks(2, [&](int r) {
     const int peer = 1 - r;
-    // Send everything first: the peer's receiver thread drains it meanwhile, so
-    // this cannot deadlock even though both sides send before receiving.
+    // Send everything first: a sender waiting for room reads what its peer
+    // sent meanwhile, so this cannot deadlock even though both sides send
+    // before receiving.
     const auto mine = sizes(r);
     for (size_t i = 0; i < mine.size(); ++i) {
       auto bytes = fill(i, mine[i]);
