@@ -140,8 +140,10 @@ Result<Fd> ConnectTo(int peer, const std::string& address, const TcpOptions& o, 
 
 void NoteRefusal(std::atomic<uint64_t>* counter, const std::string& port,
                  const ServerHandshake& h, const Status& why) {
-  if (counter != nullptr) counter->fetch_add(1);
+  // The process-wide count first: whoever sees this port's count go up then
+  // sees the total include it.
   const uint64_t total = g_refused.fetch_add(1) + 1;
+  if (counter != nullptr) counter->fetch_add(1);
   RefusalLog& log = TheRefusalLog();
   MutexLock lock(log.mu);
   const auto now = Clock::now();
