@@ -15,6 +15,7 @@ constexpr OpInfo kOps[] = {
     {CollectiveOp::kBroadcast, "broadcast", true},
     {CollectiveOp::kAssertEqual, "assert_equal", true},
     {CollectiveOp::kBatchAllReduce, "batch_all_reduce", false},
+    {CollectiveOp::kSparseAllReduce, "sparse_all_reduce", true},
     {CollectiveOp::kBarrier, "barrier", true},
     {CollectiveOp::kBroadcastOneToAll, "broadcast_one_to_all", false},
     {CollectiveOp::kProcessAllGather, "process_allgather", false},

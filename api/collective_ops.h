@@ -22,6 +22,10 @@ enum class CollectiveOp {
   // by group_by_size (bytes_per_pack) when each worker holds one device of a
   // group, else tensor by tensor (hierarchically).
   kBatchAllReduce,
+  // Indexed slices (values [k, ...], indices [k], dense_shape) summed within each
+  // group: gathered when every worker brings as many rows, else densified and
+  // all-reduced (TF cross_device_utils); path=auto|gather|dense.
+  kSparseAllReduce,
   kBarrier,  // the whole mesh: all-reduce of ones checked against its size
   // Process-level (jax.experimental.multihost_utils): one value per worker.
   kBroadcastOneToAll,  // is_source (default: the worker of rank 0)

@@ -10,6 +10,36 @@
 namespace tessera::service {
 namespace {
 
+// sparse_all_reduce: `tensor` holds the values, `indices` the indices; the
+// output is the dense sum, replicated.
+Status CheckSparseBody(const Json& body) {
+  ASSIGN_OR_RETURN(std::string indices, RequiredString(body, "indices"));
+  RETURN_IF_ERROR(ValidateName(indices, "indices"));
+  if (indices == body.value("tensor", "") || indices == body.value("output", "")) {
+    return InvalidArgument("indices must differ from tensor and output", {{"field", "indices"}});
+  }
+  const Json* dense = body.contains("dense_shape") ? &body["dense_shape"] : nullptr;
+  if (dense == nullptr || !dense->is_array() || dense->empty()) {
+    return InvalidArgument("field 'dense_shape' must be a list of at least one dimension",
+                           {{"field", "dense_shape"}});
+  }
+  Shape shape;
+  for (const Json& d : *dense) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 0) {
+      return InvalidArgument("dense_shape: " + d.dump() + " is not a non-negative integer",
+                             {{"field", "dense_shape"}});
+    }
+    shape.push_back(d.get<int64_t>());
+  }
+  RETURN_IF_ERROR(CheckShapeSize(shape, "dense_shape"));
+  ASSIGN_OR_RETURN(auto path, OptionalString(body, "path"));
+  if (path && *path != "auto" && *path != "gather" && *path != "dense") {
+    return InvalidArgument("path must be auto, gather or dense, not '" + *path + "'",
+                           {{"field", "path"}});
+  }
+  return Status::Ok();
+}
+
 // What can be checked without the tensors (which only the workers hold).
 Status CheckCollectiveBody(const Mesh& mesh, const Json& body) {
   RETURN_IF_ERROR(RequireObject(body));
@@ -30,6 +60,7 @@ Status CheckCollectiveBody(const Mesh& mesh, const Json& body) {
       return InvalidArgument("output must differ from tensor", {{"field", "output"}});
     }
   }
+  if (op == "sparse_all_reduce") RETURN_IF_ERROR(CheckSparseBody(body));
   if (body.contains("axes")) {
     if (!body["axes"].is_array()) {
       return InvalidArgument("field 'axes' must be a list of mesh axis names", {{"field", "axes"}});

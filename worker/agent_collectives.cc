@@ -2,9 +2,11 @@
 // preemption sync point, all through MeshCollectives and tesserad.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "worker/agent.h"
 #include "worker/collectives/hash.h"
+#include "worker/collectives/sparse_all_reduce.h"
 #include "worker/device_groups.h"
 
 namespace tessera::worker {
@@ -40,9 +42,42 @@ Result<std::optional<TensorDesc>> OutputDesc(const Mesh& mesh, const CollectiveR
       RETURN_IF_ERROR(ValidateLayout(mesh, out.layout, out.shape));
       return std::optional<TensorDesc>(out);
     }
+    case CollectiveOp::kSparseAllReduce: {  // the dense sum, on every device
+      TensorDesc out{in.dtype, r.dense_shape, Layout::Replicated(r.dense_shape.size())};
+      const uint64_t bytes = out.logical_bytes();
+      if (bytes > collectives::SparseAllReduceOptions().max_dense_bytes) {
+        return ResourceExhausted("the dense output " + out.ToString() + " would hold " +
+                                     std::to_string(bytes) + " bytes on every device",
+                                 {{"field", "dense_shape"}, {"tensor", tensor}});
+      }
+      return std::optional<TensorDesc>(out);
+    }
     default:
       return std::optional<TensorDesc>();
   }
+}
+
+// A device's indices tensor as int64 [rows]; invalid_argument naming it otherwise.
+Result<collectives::Tensor> IndicesAsInt64(const std::string& name, const TensorDesc& desc,
+                                           const Shape& local_shape, const std::string& bytes) {
+  if ((desc.dtype != DType::kInt32 && desc.dtype != DType::kInt64) || local_shape.size() != 1) {
+    return InvalidArgument("indices '" + name + "' must be int32 or int64 with one dimension, not " +
+                               desc.ToString(),
+                           {{"tensor", name}, {"field", "indices"}});
+  }
+  collectives::Tensor t{DType::kInt64, local_shape, {}};
+  t.data.resize(static_cast<size_t>(local_shape[0]) * sizeof(int64_t));
+  auto out = t.values<int64_t>();
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (desc.dtype == DType::kInt32) {
+      int32_t v;
+      std::memcpy(&v, bytes.data() + i * sizeof(v), sizeof(v));
+      out[i] = v;
+    } else {
+      std::memcpy(&out[i], bytes.data() + i * sizeof(int64_t), sizeof(int64_t));
+    }
+  }
+  return t;
 }
 
 }  // namespace
@@ -101,6 +136,14 @@ Result<Json> Agent::DoCollective(const Task& task) {
       t.shape = ref->local_shape;
       t.data.assign(bytes.begin(), bytes.end());
       inputs.push_back(std::move(t));
+      if (r.op == CollectiveOp::kSparseAllReduce) {
+        const std::string indices = params.value("indices", "");
+        auto iref = store_->Read(p.mesh.name, indices, device, &bytes);
+        if (!iref.ok()) return iref.status().WithContext("worker " + id_).WithDetail("worker", id_);
+        ASSIGN_OR_RETURN(collectives::Tensor idx,
+                         IndicesAsInt64(indices, iref->desc, iref->local_shape, bytes));
+        inputs.push_back(std::move(idx));
+      }
     }
     r.dtype = desc.dtype;
     r.shape = inputs.at(0).shape;
@@ -111,6 +154,20 @@ Result<Json> Agent::DoCollective(const Task& task) {
     ASSIGN_OR_RETURN(out_desc, OutputDesc(p.mesh, r, tensor, desc));
   }
   ASSIGN_OR_RETURN(CollectiveResult result, collectives_->Run(p, r, std::move(inputs)));
+  Json sparse;  // sparse_all_reduce: the path taken; the outputs become dense sums
+  if (r.op == CollectiveOp::kSparseAllReduce) {
+    std::vector<collectives::Tensor> dense;
+    for (size_t i = 0; i + 1 < result.outputs.size(); i += 2) {
+      auto indices = result.outputs[i + 1].values<int64_t>();
+      ASSIGN_OR_RETURN(collectives::Tensor d,
+                       collectives::Densify({std::move(result.outputs[i]),
+                                             {indices.begin(), indices.end()}, r.dense_shape}));
+      dense.push_back(std::move(d));
+    }
+    sparse = {{"path", result.paths.empty() ? "" : result.paths[0]},
+              {"rows", result.outputs.empty() ? 0 : result.outputs[1].shape[0]}};
+    result.outputs = std::move(dense);
+  }
   Json out = {{"op", CollectiveOpName(r.op)}, {"bytes", 0}};
   if (out_desc && !output.empty()) {
     uint64_t bytes = 0;
@@ -125,6 +182,7 @@ Result<Json> Agent::DoCollective(const Task& task) {
     out["output"] = output;
     out["bytes"] = bytes;
   }
+  if (sparse.is_object()) out.update(sparse);
   return out;
 }
 

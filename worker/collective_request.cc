@@ -1,6 +1,7 @@
 #include "worker/collective_request.h"
 
 #include <charconv>
+#include <climits>
 #include <utility>
 
 namespace tessera::worker {
@@ -31,6 +32,51 @@ std::vector<std::string> SplitCommas(const std::string& text) {
     start = comma + 1;
   }
   return out;
+}
+
+Status ParseSparse(const ParamGetter& get, CollectiveRequest& r) {
+  auto dense_shape = get("dense_shape");
+  if (!dense_shape) {
+    return InvalidArgument("missing parameter 'dense_shape' (e.g. 1000,64)", {{"field", "dense_shape"}});
+  }
+  ASSIGN_OR_RETURN(r.dense_shape, ParseShape(*dense_shape, "dense_shape"));
+  if (r.dense_shape.empty()) {
+    return InvalidArgument("dense_shape needs at least one dimension (the rows indices pick)",
+                           {{"field", "dense_shape"}});
+  }
+  if (auto v = get("rows")) {
+    for (const std::string& text : SplitCommas(*v)) {
+      ASSIGN_OR_RETURN(int64_t rows, ParseInt(text, "rows"));
+      if (rows < 0 || rows > (int64_t{1} << 40)) {
+        return InvalidArgument("rows must be 0..2^40, not " + text, {{"field", "rows"}});
+      }
+      r.rows.push_back(rows);
+    }
+  }
+  if (auto v = get("index_dtype")) {
+    ASSIGN_OR_RETURN(r.index_dtype, ParseDType(*v, "index_dtype"));
+    if (r.index_dtype != DType::kInt32 && r.index_dtype != DType::kInt64) {
+      return InvalidArgument("index_dtype must be int32 or int64, not " + *v,
+                             {{"field", "index_dtype"}});
+    }
+  }
+  if (r.index_dtype == DType::kInt32 && r.dense_shape[0] > INT32_MAX) {
+    return InvalidArgument("int32 indices cannot address the " + std::to_string(r.dense_shape[0]) +
+                               " rows of dense_shape; use index_dtype=int64",
+                           {{"field", "index_dtype"}});
+  }
+  if (auto v = get("path")) {
+    bool known = false;
+    for (auto p : {collectives::SparsePath::kAuto, collectives::SparsePath::kGather,
+                   collectives::SparsePath::kDense}) {
+      if (*v == collectives::SparsePathName(p)) r.path = p, known = true;
+    }
+    if (!known) {
+      return InvalidArgument("path must be auto, gather or dense, not '" + *v + "'",
+                             {{"field", "path"}});
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -65,6 +111,8 @@ Result<CollectiveRequest> ParseCollectiveRequest(std::string_view op, const Para
         if (b < 0) return InvalidArgument("bytes_per_pack must be ≥ 0", {{"field", "bytes_per_pack"}});
         r.bytes_per_pack = static_cast<uint64_t>(b);
       }
+    } else if (r.op == CollectiveOp::kSparseAllReduce) {
+      RETURN_IF_ERROR(ParseSparse(get, r));
     } else {
       auto shape = get("shape");
       if (!shape) return InvalidArgument("missing parameter 'shape'", {{"field", "shape"}});
@@ -106,6 +154,13 @@ Result<CollectiveRequest> ParseCollectiveRequest(std::string_view op, const Para
 }
 
 Status CheckReduction(const CollectiveRequest& r) {
+  if (r.op == CollectiveOp::kSparseAllReduce) {
+    if (r.dtype == DType::kBool) {
+      return InvalidArgument("sparse_all_reduce sums its values: bool values cannot be summed",
+                             {{"field", "dtype"}});
+    }
+    return Status::Ok();
+  }
   if (r.op != CollectiveOp::kAllReduce && r.op != CollectiveOp::kReduceScatter &&
       r.op != CollectiveOp::kBatchAllReduce) {
     return Status::Ok();

@@ -15,6 +15,7 @@
 #include "api/shape.h"
 #include "api/status.h"
 #include "worker/collectives/reduce.h"
+#include "worker/collectives/sparse_all_reduce.h"
 
 namespace tessera::worker {
 
@@ -31,6 +32,12 @@ struct CollectiveRequest {
   Shape shape;  // one device's (or, process-level, one worker's) input
   std::vector<Shape> shapes;  // batch_all_reduce: one device's inputs, in order
   uint64_t bytes_per_pack = 0;
+  // sparse_all_reduce: values [rows, dense_shape[1:]...] of `dtype` and as many
+  // indices of `index_dtype` (int32 or int64) per local device.
+  Shape dense_shape;
+  std::vector<int64_t> rows;  // the local API: each local device's row count
+  DType index_dtype = DType::kInt64;
+  collectives::SparsePath path = collectives::SparsePath::kAuto;
   collectives::ReduceOp reduce = collectives::ReduceOp::kSum;
   bool tiled = false;
   int64_t root = 0;
@@ -47,10 +54,16 @@ struct CollectiveRequest {
   }
   // Ops without an input tensor.
   bool takes_input() const { return op != CollectiveOp::kBarrier; }
-  // The shapes of one device's inputs (one worker's, process-level).
+  // The shapes of one device's inputs (one worker's, process-level); not for
+  // sparse_all_reduce, whose shapes differ by device.
   std::vector<Shape> input_shapes() const {
     if (!takes_input()) return {};
     return op == CollectiveOp::kBatchAllReduce ? shapes : std::vector<Shape>{shape};
+  }
+  // How many input tensors each device (process-level: the worker) brings:
+  // sparse_all_reduce two, values and indices (as int64).
+  size_t inputs_per_device() const {
+    return op == CollectiveOp::kSparseAllReduce ? 2 : input_shapes().size();
   }
 };
 

@@ -10,6 +10,7 @@
 #include "worker/collectives/collectives.h"
 #include "worker/collectives/hash.h"
 #include "worker/collectives/hierarchical_all_reduce.h"
+#include "worker/collectives/sparse_all_reduce.h"
 #include "worker/collectives/subset_transport.h"
 #include "worker/device_groups.h"
 
@@ -176,6 +177,57 @@ Result<std::vector<Tensor>> AssertEqualOnGroup(const OnGroup& on, std::vector<Te
   return std::vector<Tensor>();
 }
 
+// sparse_all_reduce within one group: the shares of this worker's devices of the
+// group (values and indices, concatenated) are its rank's slices, and each of
+// those devices gets the sum. A malformed share still joins the call, so that
+// every worker fails at once naming it.
+Status SparseOnGroup(Group& sub, const DeviceGroup& g, int64_t position, int64_t count,
+                     size_t first, const CollectiveRequest& r, std::vector<Tensor>& inputs,
+                     CollectiveResult& out) {
+  collectives::SparseAllReduceOptions o;
+  o.timeout = std::chrono::milliseconds(r.timeout_ms);
+  o.path = r.path;
+  collectives::IndexedSlices mine;
+  mine.dense_shape = r.dense_shape;
+  mine.values.dtype = r.dtype;
+  mine.values.shape = r.dense_shape;
+  mine.values.shape[0] = 0;
+  for (int64_t d = 0; d < count && o.input_error.ok(); ++d) {
+    const Tensor& values = inputs[(first + d) * 2];
+    const Tensor& indices = inputs[(first + d) * 2 + 1];
+    collectives::IndexedSlices share{values, {}, r.dense_shape};
+    Status st = indices.dtype == DType::kInt64 && indices.shape.size() == 1
+                    ? Status::Ok()
+                    : InvalidArgument("indices must be int64[rows], not " +
+                                          collectives::DescribeType(indices.dtype, indices.shape),
+                                      {{"field", "indices"}});
+    if (st.ok()) {
+      auto idx = indices.values<int64_t>();
+      share.indices.assign(idx.begin(), idx.end());
+      st = collectives::CheckSlices(share);
+    }
+    if (!st.ok()) {
+      const int64_t device = g.devices[position + d];
+      o.input_error = st.WithContext("device " + std::to_string(device)).WithDetail("device", device);
+      break;
+    }
+    mine.values.shape[0] += values.shape[0];
+    mine.values.data.insert(mine.values.data.end(), values.data.begin(), values.data.end());
+    mine.indices.insert(mine.indices.end(), share.indices.begin(), share.indices.end());
+  }
+  collectives::SparsePath path = collectives::SparsePath::kAuto;
+  ASSIGN_OR_RETURN(collectives::IndexedSlices sum, collectives::SparseAllReduce(sub, mine, o, &path));
+  Tensor indices{DType::kInt64, {static_cast<int64_t>(sum.indices.size())}, {}};
+  indices.data.resize(sum.indices.size() * sizeof(int64_t));
+  if (!sum.indices.empty()) std::memcpy(indices.data.data(), sum.indices.data(), indices.data.size());
+  for (int64_t d = 0; d < count; ++d) {
+    out.outputs[(first + d) * 2] = sum.values;
+    out.outputs[(first + d) * 2 + 1] = indices;
+    out.paths[first + d] = collectives::SparsePathName(path);
+  }
+  return Status::Ok();
+}
+
 Result<std::vector<Tensor>> NotADeviceOp(const OnGroup&, std::vector<Tensor>&) {
   return Internal("not a device-level collective");
 }
@@ -289,7 +341,7 @@ Result<CollectiveResult> MeshCollectives::Run(const MeshPlacement& p, const Coll
     ~Leave() { --*n; }
   } leave{&in_flight_};
   const std::string op(CollectiveOpName(r.op));
-  const size_t expected = (r.process_level() ? 1 : p.devices.size()) * r.input_shapes().size();
+  const size_t expected = (r.process_level() ? 1 : p.devices.size()) * r.inputs_per_device();
   if (inputs.size() != expected) {
     return InvalidArgument(op + " takes " + std::to_string(expected) + " input(s) on this worker, " +
                            "got " + std::to_string(inputs.size()));
@@ -398,6 +450,12 @@ Result<CollectiveResult> MeshCollectives::RunDeviceOp(MeshState& state, const Me
       if (!st.ok()) return NameWorkers(st, p, g.workers, context);
       continue;
     }
+    if (r.op == CollectiveOp::kSparseAllReduce) {
+      out.paths.resize(p.devices.size());
+      Status st = SparseOnGroup(*sub, g, position, count, first, r, inputs, out);
+      if (!st.ok()) return NameWorkers(st, p, g.workers, context);
+      continue;
+    }
     std::vector<Tensor> local(inputs.begin() + static_cast<ptrdiff_t>(first),
                               inputs.begin() + static_cast<ptrdiff_t>(first + count));
     const OnGroup on{r, p, g, *sub, n, count, position, timeout};
@@ -448,7 +506,7 @@ Status NameWorkers(const Status& status, const MeshPlacement& p, const std::vect
     return MeshCollectives::WorkerName(p, ranks[r]);
   };
   Json details = status.details().is_object() ? status.details() : Json::object();
-  for (const char* key : {"missing_ranks", "differing_ranks"}) {
+  for (const char* key : {"missing_ranks", "differing_ranks", "invalid_ranks"}) {
     if (!details.contains(key) || !details[key].is_array()) continue;
     Json workers = Json::array();
     for (const Json& r : details[key]) workers.push_back(worker_of(r));

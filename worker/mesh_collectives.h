@@ -38,8 +38,11 @@ using PeerAddresses = std::function<Result<std::vector<std::string>>(const MeshP
 
 struct CollectiveResult {
   // Device-level ops: one output per local device, in device order; process-level
-  // ops: one; barrier and assert_equal: none.
+  // ops: one; barrier and assert_equal: none. sparse_all_reduce: two per local
+  // device, the summed slices' values and indices (int64 [rows]).
   std::vector<collectives::Tensor> outputs;
+  // sparse_all_reduce: the path each local device's group took ("gather", "dense").
+  std::vector<std::string> paths;
 };
 
 class MeshCollectives {
@@ -52,7 +55,8 @@ class MeshCollectives {
 
   // Runs `request` as this worker (rank p.rank of p.mesh). `inputs`: one tensor
   // of request.dtype × request.shape per local device, in device order (process-
-  // level ops: exactly one; barrier: none). SPMD: every worker of the mesh must
+  // level ops: exactly one; barrier: none; sparse_all_reduce: values [rows, ...]
+  // and indices (int64 [rows]) per local device). SPMD: every worker of the mesh must
   // make the same call (those outside a device group simply take no part in it).
   // Calls of Run in progress (the worker's /healthz shows it).
   int64_t in_flight() const { return in_flight_.load(); }

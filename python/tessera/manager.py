@@ -1,5 +1,6 @@
 """The trainer's side: a CheckpointManager on its worker's local API."""
 
+import collections
 import mmap
 import os
 import threading
@@ -37,6 +38,23 @@ def _shape_text(shape):
 
 def _parse_shape(text):
     return tuple(int(s) for s in text.split(",")) if text else ()
+
+
+class IndexedSlices(collections.namedtuple("IndexedSlices", "values indices dense_shape path")):
+    """The result of sparse_all_reduce: rows `indices` of a tensor of `dense_shape`
+    hold `values` (repeated indices add up); `path` is "gather" or "dense"."""
+
+    __slots__ = ()
+
+    def dense(self):
+        """The dense tensor: the rows of equal indices summed."""
+        if hasattr(self.values, "index_add_"):
+            torch = _dtypes.torch_module()
+            out = torch.zeros(self.dense_shape, dtype=self.values.dtype)
+            return out.index_add_(0, self.indices.long(), self.values)
+        out = np.zeros(self.dense_shape, dtype=self.values.dtype)
+        np.add.at(out, self.indices, self.values)
+        return out
 
 
 class _Mapping:
@@ -476,6 +494,64 @@ class CheckpointManager:
         """Every device gets the input of group position `root`."""
         return self._collective("broadcast", x, timeout_ms, {"axes": _axes_text(axes),
                                                                "root": root})
+
+    def sparse_all_reduce(self, values, indices, dense_shape, axes=None, path="auto",
+                          timeout_ms=None):
+        """Sums indexed slices (TF's IndexedSlices) with the same call on every worker
+        of the mesh (along `axes`, default all): row i of `values` belongs at row
+        indices[i] (int32 or int64) of a tensor of `dense_shape`. When every worker
+        brings as many rows, values and indices are gathered (path "gather");
+        otherwise each worker densifies and the dense tensors are all-reduced
+        ("dense"); path="gather" or "dense" forces one. Both densify to the same
+        sum. Returns IndexedSlices(values, indices, dense_shape, path), of the kind
+        given (numpy or torch). With several devices per worker, values and indices
+        are lists with one entry per device, and so is the result."""
+        ndev = len(self.devices)
+        many = ndev > 1
+        vals, idxs = (list(values), list(indices)) if many else ([values], [indices])
+        if len(vals) != ndev or len(idxs) != ndev:
+            raise invalid_argument(
+                "worker %s holds %d devices of mesh %s: pass a list of %d values and of %d "
+                "indices" % (self.worker, ndev, self.mesh, ndev, ndev), field="values")
+        dense_shape = tuple(int(d) for d in dense_shape)
+        parts, rows, dtype, index_dtype, kind = [], [], None, None, None
+        for v, i in zip(vals, idxs):
+            vdata, vdtype, vshape, kind = _to_bytes(v)
+            idata, idtype, ishape, _ = _to_bytes(i)
+            if idtype not in ("int32", "int64") or len(ishape) != 1:
+                raise invalid_argument("indices must be int32 or int64 with one dimension, not "
+                                       "%s%s" % (idtype, list(ishape)), field="indices")
+            if dtype not in (None, vdtype) or index_dtype not in (None, idtype):
+                raise invalid_argument("every device's values and indices must have the same "
+                                       "dtypes", field="values")
+            if not vshape or vshape[0] != ishape[0]:
+                raise invalid_argument("%d indices for values of shape %s" % (ishape[0],
+                                                                             list(vshape)),
+                                       field="indices")
+            dtype, index_dtype = vdtype, idtype
+            parts += [bytes(vdata), bytes(idata)]
+            rows.append(vshape[0])
+        params = {"dtype": dtype, "dense_shape": _shape_text(dense_shape),
+                  "rows": ",".join(str(r) for r in rows), "index_dtype": index_dtype,
+                  "axes": _axes_text(axes), "path": path, "timeout_ms": timeout_ms}
+        wait_s = (timeout_ms if timeout_ms is not None else 30000) / 1000.0
+        _, headers, out = self._http.call(
+            "POST", "/v1/collectives/sparse_all_reduce%s" % self._q(**params), b"".join(parts),
+            timeout=wait_s + _MARGIN_S)
+        out_rows = [int(r) for r in headers.get("X-Tessera-Rows", "").split(",") if r]
+        paths = headers.get("X-Tessera-Sparse-Path", "").split(",")
+        row_bytes = int(np.prod(dense_shape[1:], dtype=np.int64)) * \
+            np.dtype(_dtypes.numpy_dtype(dtype)).itemsize
+        index_bytes = 4 if index_dtype == "int32" else 8
+        results, offset = [], 0
+        for k, taken in zip(out_rows, paths):
+            vb = out[offset:offset + k * row_bytes]
+            ib = out[offset + len(vb):offset + len(vb) + k * index_bytes]
+            offset += len(vb) + len(ib)
+            results.append(IndexedSlices(_from_bytes(vb, dtype, (k,) + dense_shape[1:], kind),
+                                         _from_bytes(ib, index_dtype, (k,), kind),
+                                         dense_shape, taken))
+        return results if many else results[0]
 
     def barrier(self, name, timeout_ms=None):
         """Waits until every worker of the mesh reaches the barrier `name`."""

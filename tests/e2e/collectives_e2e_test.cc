@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <chrono>
 #include <random>
 #include <thread>
 
@@ -48,6 +49,7 @@ struct Answer {
   std::string body;
   std::string shape;
   Json error;  // the error object of a non-2xx answer
+  http::RawResponse raw;
 };
 
 // Runs fn(rank) on one thread per rank and collects the answers.
@@ -88,6 +90,7 @@ class CollectivesE2E : public ::testing::Test {
     a.status = r->status;
     a.body = r->body;
     a.shape = Header(*r, "X-Tessera-Shape");
+    a.raw = *r;
     if (a.status >= 300) a.error = Json::parse(a.body, nullptr, false).value("error", Json());
     return a;
   }
@@ -406,6 +409,253 @@ TEST_F(CollectivesE2E, RestCollectiveJobs) {
   j = run({{"op", "all_reduce"}, {"tensor", "nope"}, {"output", "y"}, {"timeout_ms", 2000}});
   EXPECT_EQ(j.value("state", ""), "failed");
   EXPECT_NE(j["error"].value("message", "").find("nope"), std::string::npos) << j.dump();
+}
+
+// A device's indexed slices: rows of a [kSparseRows, 2] float32 tensor.
+constexpr int64_t kSparseRows = 5;
+struct Slices {
+  std::vector<float> values;  // rows × 2
+  std::vector<int64_t> indices;
+  std::string Body() const {
+    return Floats(values) + std::string(reinterpret_cast<const char*>(indices.data()),
+                                        indices.size() * sizeof(int64_t));
+  }
+  std::string Query(const std::string& extra = "") const {
+    return "dtype=float32&dense_shape=" + std::to_string(kSparseRows) +
+           ",2&rows=" + std::to_string(indices.size()) + extra;
+  }
+};
+
+std::vector<float> Dense(const Slices& s) {
+  std::vector<float> d(kSparseRows * 2, 0.f);
+  for (size_t i = 0; i < s.indices.size(); ++i) {
+    d[s.indices[i] * 2] += s.values[i * 2];
+    d[s.indices[i] * 2 + 1] += s.values[i * 2 + 1];
+  }
+  return d;
+}
+
+// The answer's slices (values then int64 indices), densified.
+std::vector<float> DenseAnswer(const Answer& a, std::string* path, int64_t* rows) {
+  *path = Header(a.raw, "X-Tessera-Sparse-Path");
+  *rows = std::stoll(Header(a.raw, "X-Tessera-Rows"));
+  Slices s;
+  s.values = ToFloats(a.body.substr(0, *rows * 2 * sizeof(float)));
+  s.indices.resize(*rows);
+  std::memcpy(s.indices.data(), a.body.data() + *rows * 2 * sizeof(float), *rows * sizeof(int64_t));
+  EXPECT_EQ(a.body.size(), *rows * (2 * sizeof(float) + sizeof(int64_t)));
+  return Dense(s);
+}
+
+Slices RandomSlices(int64_t rows, std::mt19937& rng) {
+  Slices s;
+  for (int64_t i = 0; i < rows; ++i) {
+    s.values.push_back(float(rng() % 50));
+    s.values.push_back(float(rng() % 50) - 25.f);
+    s.indices.push_back(static_cast<int64_t>(rng() % kSparseRows));  // repeats add up
+  }
+  return s;
+}
+
+TEST_F(CollectivesE2E, SparseAllReduceBothPathsGiveTheDenseSum) {
+  std::mt19937 rng(41);
+  struct Case {
+    std::string axes;  // along data the groups are devices {0,2} and {1,3}
+    bool equal_rows;
+    std::string path;
+    std::string want_path;
+  };
+  for (const Case& c : std::vector<Case>{{"data", true, "", "gather"},
+                                         {"data", false, "", "dense"},
+                                         {"data,model", true, "auto", "gather"},
+                                         {"data,model", false, "auto", "dense"},
+                                         {"data,model", true, "dense", "dense"},
+                                         {"data,model", false, "gather", "gather"}}) {
+    std::vector<Slices> in;
+    for (int r = 0; r < 4; ++r) in.push_back(RandomSlices(c.equal_rows ? 3 : r + 1, rng));
+    auto answers = OnWorkers(4, [&](int r) {
+      return Collective(r, "sparse_all_reduce",
+                        in[r].Query("&axes=" + c.axes + (c.path.empty() ? "" : "&path=" + c.path)),
+                        in[r].Body());
+    });
+    const std::string what = "axes " + c.axes + " equal " + std::to_string(c.equal_rows) + " path " + c.path;
+    for (int r = 0; r < 4; ++r) {
+      ASSERT_EQ(answers[r].status, 200) << what << " rank " << r << ": " << answers[r].body;
+      std::vector<float> want(kSparseRows * 2, 0.f);
+      for (int d = 0; d < 4; ++d) {
+        if (c.axes == "data" && d % 2 != r % 2) continue;  // another group
+        for (size_t i = 0; i < want.size(); ++i) want[i] += Dense(in[d])[i];
+      }
+      std::string path;
+      int64_t rows = 0;
+      EXPECT_EQ(DenseAnswer(answers[r], &path, &rows), want) << what << " rank " << r;
+      EXPECT_EQ(path, c.want_path) << what;
+      if (path == "dense") EXPECT_EQ(rows, kSparseRows) << what;
+      EXPECT_EQ(Header(answers[r].raw, "X-Tessera-Dense-Shape"), "5,2");
+    }
+  }
+  // int32 indices in, int32 indices out.
+  auto answers = OnWorkers(4, [&](int r) {
+    std::vector<int32_t> idx = {r, 4};
+    return Collective(r, "sparse_all_reduce", "dtype=float32&dense_shape=5,2&rows=2&index_dtype=int32",
+                      Floats({1, 2, 3, 4}) +
+                          std::string(reinterpret_cast<const char*>(idx.data()), 8));
+  });
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(answers[r].status, 200) << answers[r].body;
+    EXPECT_EQ(Header(answers[r].raw, "X-Tessera-Index-Dtype"), "int32");
+    ASSERT_EQ(answers[r].body.size(), 8u * (2 * 4 + 4));
+    std::vector<int32_t> idx(8);
+    std::memcpy(idx.data(), answers[r].body.data() + 64, 32);
+    EXPECT_EQ(idx, (std::vector<int32_t>{0, 4, 1, 4, 2, 4, 3, 4}));
+  }
+}
+
+TEST_F(CollectivesE2E, SparseAllReduceMalformedInputIsNamedAndTheMeshGoesOn) {
+  std::mt19937 rng(43);
+  // Refused by the worker it is sent to, before the call.
+  const std::string body = RandomSlices(2, rng).Body();
+  struct Bad {
+    std::string query;
+    std::string body;
+    std::string field;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"dtype=float32&rows=2", body, "dense_shape"},
+           {"dtype=float32&dense_shape=5,2", body, "rows"},
+           {"dtype=float32&dense_shape=5,2&rows=2,2", body, "rows"},
+           {"dtype=float32&dense_shape=5,2&rows=3", body, "body"},
+           {"dtype=float32&dense_shape=5,2&rows=2&index_dtype=float32", body, "index_dtype"},
+           {"dtype=bool&dense_shape=5,2&rows=2", body, "dtype"},
+           {"dtype=float32&dense_shape=5,2&rows=2&path=sideways", body, "path"},
+           {"dtype=float32&dense_shape=5,2&rows=1099511627776", body, "rows"},
+       }) {
+    Answer a = Collective(0, "sparse_all_reduce", b.query, b.body);
+    EXPECT_EQ(a.status, 400) << b.query << ": " << a.body;
+    EXPECT_EQ(a.error["details"].value("field", ""), b.field) << b.query << ": " << a.body;
+  }
+  // Found inside the call on one worker: every worker hears at once, naming it.
+  struct Spoiled {
+    std::string what;
+    std::function<void(Slices&)> spoil;
+    std::string field;
+  };
+  for (const Spoiled& b : std::vector<Spoiled>{
+           {"index past the rows", [](Slices& s) { s.indices[0] = kSparseRows; }, "indices"},
+           {"negative index", [](Slices& s) { s.indices[1] = -3; }, "indices"},
+       }) {
+    std::vector<Slices> in;
+    for (int r = 0; r < 4; ++r) in.push_back(RandomSlices(2, rng));
+    b.spoil(in[2]);
+    const auto start = std::chrono::steady_clock::now();
+    auto answers = OnWorkers(4, [&](int r) {
+      return Collective(r, "sparse_all_reduce", in[r].Query("&timeout_ms=30000"), in[r].Body());
+    });
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20)) << b.what;
+    for (int r = 0; r < 4; ++r) {
+      ASSERT_EQ(answers[r].status, 400) << b.what << ": " << answers[r].body;
+      EXPECT_EQ(answers[r].error["details"]["invalid_workers"], Json::array({"w-worker-2"}))
+          << answers[r].body;
+      EXPECT_EQ(answers[r].error["details"].value("field", ""), b.field) << answers[r].body;
+    }
+  }
+  // A dense_shape one worker disagrees on: a conflict naming it.
+  auto answers = OnWorkers(4, [&](int r) {
+    Slices s = RandomSlices(2, rng);
+    std::string q = s.Query();
+    if (r == 1) q = "dtype=float32&dense_shape=6,2&rows=2";
+    return Collective(r, "sparse_all_reduce", q, s.Body());
+  });
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(answers[r].status, 409) << answers[r].body;
+    EXPECT_EQ(answers[r].error["details"]["differing_workers"], Json::array({"w-worker-1"}))
+        << answers[r].body;
+  }
+  // The workers still serve the next collective.
+  std::vector<Slices> in;
+  for (int r = 0; r < 4; ++r) in.push_back(RandomSlices(2, rng));
+  answers = OnWorkers(4, [&](int r) { return Collective(r, "sparse_all_reduce", in[r].Query(), in[r].Body()); });
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(answers[r].status, 200) << answers[r].body;
+}
+
+TEST_F(CollectivesE2E, SparseAllReduceAsARestJob) {
+  // Each device holds 2 rows of a [5, 3] gradient (values, int32 indices),
+  // replicated layout but different on each device.
+  std::vector<std::vector<float>> values(4);
+  std::vector<std::vector<int32_t>> indices(4);
+  for (int d = 0; d < 4; ++d) {
+    values[d] = {float(d), 1, 2, float(10 * d), 0, -1};
+    indices[d] = {d, (d + 1) % 5};
+  }
+  auto put = [&](int d, const std::string& name, const std::string& query, const std::string& bytes) {
+    http::Client local = cluster_->WorkerClient(d);
+    auto r = local.Send("PUT", "/v1/tensors/" + name + "?mesh=m&device=" + std::to_string(d) + "&" + query,
+                        bytes, "application/octet-stream");
+    ASSERT_TRUE(r.ok() && r->status == 204) << (r.ok() ? r->body : r.status().ToString());
+  };
+  for (int d = 0; d < 4; ++d) {
+    put(d, "emb_grad", "dtype=float32&shape=2,3&layout=unsharded,unsharded", Floats(values[d]));
+    put(d, "emb_idx", "dtype=int32&shape=2&layout=unsharded",
+        std::string(reinterpret_cast<const char*>(indices[d].data()), 8));
+    put(d, "emb_bad_idx", "dtype=float32&shape=2&layout=unsharded", Floats({0, 1}));
+  }
+  std::vector<float> want(15, 0.f);
+  for (int d = 0; d < 4; ++d) {
+    for (int i = 0; i < 2; ++i) {
+      for (int k = 0; k < 3; ++k) want[indices[d][i] * 3 + k] += values[d][i * 3 + k];
+    }
+  }
+  auto run = [&](const Json& body) {
+    auto r = cluster_->Call("POST", "/api/v1/meshes/m/collectives", body);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? Wait(*cluster_, r->value("job", "")) : Json();
+  };
+  for (const char* path : {"auto", "dense"}) {
+    const std::string output = std::string("emb_sum_") + path;
+    Json j = run({{"op", "sparse_all_reduce"}, {"tensor", "emb_grad"}, {"indices", "emb_idx"},
+                  {"dense_shape", {5, 3}}, {"output", output}, {"path", path}});
+    ASSERT_EQ(j.value("state", ""), "succeeded") << j.dump();
+    EXPECT_EQ(j["result"].value("path", ""), std::string(path) == "auto" ? "gather" : "dense") << j.dump();
+    EXPECT_EQ(j["result"]["shape"], Json::array({5, 3})) << j.dump();
+    EXPECT_EQ(j["result"]["layout"], Json::array({"unsharded", "unsharded"})) << j.dump();
+    for (int d = 0; d < 4; ++d) {
+      http::Client local = cluster_->WorkerClient(d);
+      auto r = local.Send("GET", "/v1/tensors/" + output + "?mesh=m&device=" + std::to_string(d));
+      ASSERT_TRUE(r.ok() && r->status == 200);
+      EXPECT_EQ(ToFloats(r->body), want) << path << " device " << d;
+    }
+  }
+  // Indices out of range on the workers (dense_shape too small), and indices of a
+  // wrong dtype: the job fails naming them.
+  Json j = run({{"op", "sparse_all_reduce"}, {"tensor", "emb_grad"}, {"indices", "emb_idx"},
+                {"dense_shape", {3, 3}}, {"output", "y"}, {"timeout_ms", 20000}});
+  EXPECT_EQ(j.value("state", ""), "failed") << j.dump();
+  EXPECT_NE(j["error"].value("message", "").find("outside [0, 3)"), std::string::npos) << j.dump();
+  j = run({{"op", "sparse_all_reduce"}, {"tensor", "emb_grad"}, {"indices", "emb_bad_idx"},
+           {"dense_shape", {5, 3}}, {"output", "y"}, {"timeout_ms", 20000}});
+  EXPECT_EQ(j.value("state", ""), "failed") << j.dump();
+  EXPECT_NE(j["error"].value("message", "").find("emb_bad_idx"), std::string::npos) << j.dump();
+  // Bad requests are refused before any worker is involved.
+  const Json base = {{"op", "sparse_all_reduce"}, {"tensor", "emb_grad"}, {"indices", "emb_idx"},
+                     {"dense_shape", {5, 3}}, {"output", "y"}};
+  for (const auto& [key, value] : std::vector<std::pair<std::string, Json>>{
+           {"indices", nullptr}, {"indices", "emb_grad"}, {"dense_shape", nullptr},
+           {"dense_shape", Json::array()}, {"dense_shape", {5, -3}}, {"dense_shape", "5,3"},
+           {"path", "sideways"}}) {
+    Json body = base;
+    if (value.is_null()) {
+      body.erase(key);
+    } else {
+      body[key] = value;
+    }
+    auto r = cluster_->Call("POST", "/api/v1/meshes/m/collectives", body);
+    ASSERT_FALSE(r.ok()) << body.dump();
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << r.status().ToString();
+    EXPECT_EQ(r.status().details().value("field", ""), key) << r.status().ToString();
+  }
+  // The mesh still works.
+  j = run({{"op", "barrier"}, {"timeout_ms", 5000}});
+  EXPECT_EQ(j.value("state", ""), "succeeded") << j.dump();
 }
 
 TEST_F(CollectivesE2E, MalformedCallsAreRefusedNamingTheField) {

@@ -576,6 +576,107 @@ TEST_P(CollectivesTest, SparseAllReduceBothPathsGiveTheDenseSum) {
   }
 }
 
+TEST_P(CollectivesTest, SparseAllReduceReportsItsPathAndTakesEmptyShares) {
+  const int n = 3;
+  Groups groups = Make(n);
+  std::mt19937 rng(29);
+  const Shape dense_shape = {5, 2};
+  // No rows anywhere: gathered (equal counts), and the sum is zero.
+  std::vector<IndexedSlices> in(n);
+  for (int r = 0; r < n; ++r) in[r] = RandomSlices(DType::kFloat32, dense_shape, 0, rng);
+  std::vector<IndexedSlices> out(n);
+  std::vector<SparsePath> taken(n, SparsePath::kAuto);
+  ExpectAllOk(OnAllRanks(n,
+                         [&](int r) -> Status {
+                           ASSIGN_OR_RETURN(out[r], SparseAllReduce(*groups[r], in[r], {}, &taken[r]));
+                           return Status::Ok();
+                         }),
+              "empty");
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(taken[r], SparsePath::kGather);
+    EXPECT_TRUE(out[r].indices.empty());
+    EXPECT_EQ(*Densify(out[r]), Tensor::Zeros(DType::kFloat32, dense_shape));
+  }
+  // One rank with rows, the others none: counts differ, so the dense path runs.
+  in[1] = RandomSlices(DType::kFloat32, dense_shape, 3, rng);
+  ExpectAllOk(OnAllRanks(n,
+                         [&](int r) -> Status {
+                           ASSIGN_OR_RETURN(out[r], SparseAllReduce(*groups[r], in[r], {}, &taken[r]));
+                           return Status::Ok();
+                         }),
+              "one rank");
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(taken[r], SparsePath::kDense);
+    EXPECT_EQ(out[r].indices, (std::vector<int64_t>{0, 1, 2, 3, 4}));
+    EXPECT_EQ(*Densify(out[r]), *Densify(in[1]));
+  }
+}
+
+TEST_P(CollectivesTest, SparseAllReduceMalformedInputOnOneRankFailsEveryRankNamingIt) {
+  const int n = 3;
+  Groups groups = Make(n);
+  std::mt19937 rng(31);
+  const Shape dense_shape = {4, 2};
+  struct Bad {
+    std::string what;
+    std::function<void(IndexedSlices&)> spoil;
+    std::string field;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"index out of range", [](IndexedSlices& s) { s.indices[1] = 4; }, "indices"},
+           {"negative index", [](IndexedSlices& s) { s.indices[0] = -1; }, "indices"},
+           {"fewer indices than rows", [](IndexedSlices& s) { s.indices.pop_back(); }, "indices"},
+           {"rows of another shape",
+            [](IndexedSlices& s) {
+              s.values.shape = {1, 6};  // 6 elements, as before, but not rows of [4, 2]
+            },
+            "values"},
+       }) {
+    for (SparsePath path : {SparsePath::kAuto, SparsePath::kDense}) {
+      std::vector<IndexedSlices> in(n);
+      for (int r = 0; r < n; ++r) in[r] = RandomSlices(DType::kFloat32, dense_shape, 3, rng);
+      b.spoil(in[2]);
+      SparseAllReduceOptions o;
+      o.path = path;
+      o.timeout = 20s;  // the others must not wait for it
+      const auto start = std::chrono::steady_clock::now();
+      auto statuses = OnAllRanks(n, [&](int r) { return SparseAllReduce(*groups[r], in[r], o).status(); });
+      EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << b.what;
+      for (int r = 0; r < n; ++r) {
+        const Status& st = statuses[r];
+        EXPECT_EQ(st.code(), Code::kInvalidArgument) << b.what << " rank " << r << ": " << st.ToString();
+        EXPECT_EQ(st.details()["invalid_ranks"], Json::array({2})) << b.what << ": " << st.ToString();
+        EXPECT_EQ(st.details().value("field", ""), b.field) << b.what << ": " << st.ToString();
+        EXPECT_NE(st.message().find("rank 2"), std::string::npos) << st.ToString();
+      }
+    }
+    // The group is still usable.
+    std::vector<IndexedSlices> in(n);
+    for (int r = 0; r < n; ++r) in[r] = RandomSlices(DType::kInt32, dense_shape, 2, rng);
+    ExpectAllOk(OnAllRanks(n, [&](int r) { return SparseAllReduce(*groups[r], in[r]).status(); }),
+                b.what + ", after");
+  }
+  // A dense_shape or dtype that differs across ranks is a conflict naming the rank.
+  std::vector<IndexedSlices> in(n);
+  for (int r = 0; r < n; ++r) in[r] = RandomSlices(DType::kFloat32, dense_shape, 2, rng);
+  in[1] = RandomSlices(DType::kFloat32, {5, 2}, 2, rng);
+  auto statuses = OnAllRanks(n, [&](int r) { return SparseAllReduce(*groups[r], in[r]).status(); });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(statuses[r].code(), Code::kConflict) << statuses[r].ToString();
+    EXPECT_NE(statuses[r].message().find("[5,2]"), std::string::npos) << statuses[r].ToString();
+  }
+  // The dense path has a size limit, the same on every rank.
+  for (int r = 0; r < n; ++r) in[r] = RandomSlices(DType::kFloat32, dense_shape, r + 1, rng);
+  SparseAllReduceOptions small;
+  small.max_dense_bytes = 16;  // [4, 2] float32 is 32 bytes
+  statuses = OnAllRanks(n, [&](int r) { return SparseAllReduce(*groups[r], in[r], small).status(); });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(statuses[r].code(), Code::kResourceExhausted) << statuses[r].ToString();
+  }
+  ExpectAllOk(OnAllRanks(n, [&](int r) { return SparseAllReduce(*groups[r], in[r]).status(); }),
+              "after the limit");
+}
+
 TEST(GroupBySize, FollowsTensorFlowPacking) {
   std::vector<Tensor> t = {Tensor::Zeros(DType::kFloat32, {1}), Tensor::Zeros(DType::kFloat32, {1}),
                            Tensor::Zeros(DType::kFloat32, {1}),

@@ -4,11 +4,13 @@
 // devices (so groups cut through workers unevenly), against a naive reference.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 #include <thread>
 
 #include "worker/collective_request.h"
 #include "worker/collectives/collectives.h"
+#include "worker/collectives/sparse_all_reduce.h"
 #include "worker/collectives/subset_transport.h"
 #include "worker/collectives/in_process_transport.h"
 #include "worker/collectives/tcp_transport.h"
@@ -90,6 +92,17 @@ TEST(CollectiveRequest, ParsesAndNamesBadFields) {
            {"batch_all_reduce", {{"dtype", "float32"}, {"shapes", "4;x"}}, "shapes"},
            {"batch_all_reduce", {{"dtype", "float32"}, {"shapes", "4"}, {"bytes_per_pack", "-1"}},
             "bytes_per_pack"},
+           {"sparse_all_reduce", {{"dtype", "float32"}}, "dense_shape"},
+           {"sparse_all_reduce", {{"dtype", "float32"}, {"dense_shape", ""}}, "dense_shape"},
+           {"sparse_all_reduce", {{"dtype", "float32"}, {"dense_shape", "4,-2"}}, "dense_shape"},
+           {"sparse_all_reduce", {{"dtype", "bool"}, {"dense_shape", "4"}}, "dtype"},
+           {"sparse_all_reduce", {{"dtype", "float32"}, {"dense_shape", "4"}, {"rows", "1,-1"}}, "rows"},
+           {"sparse_all_reduce", {{"dtype", "float32"}, {"dense_shape", "4"}, {"index_dtype", "float32"}},
+            "index_dtype"},
+           {"sparse_all_reduce",
+            {{"dtype", "float32"}, {"dense_shape", "3000000000"}, {"index_dtype", "int32"}},
+            "index_dtype"},
+           {"sparse_all_reduce", {{"dtype", "float32"}, {"dense_shape", "4"}, {"path", "fast"}}, "path"},
        }) {
     auto res = ParseCollectiveRequest(b.op, params(b.params));
     ASSERT_FALSE(res.ok()) << b.op << " " << b.field;
@@ -106,6 +119,14 @@ TEST(CollectiveRequest, ParsesAndNamesBadFields) {
   ASSERT_TRUE(j.ok()) << j.status().ToString();
   EXPECT_TRUE(j->tiled);
   EXPECT_EQ(j->shape, Shape{3});
+  auto sparse = ParseCollectiveRequest(
+      "sparse_all_reduce",
+      JsonParams({{"dtype", "float16"}, {"dense_shape", {100, 8}}, {"path", "dense"}}));
+  ASSERT_TRUE(sparse.ok()) << sparse.status().ToString();
+  EXPECT_EQ(sparse->dense_shape, (Shape{100, 8}));
+  EXPECT_EQ(sparse->path, collectives::SparsePath::kDense);
+  EXPECT_EQ(sparse->index_dtype, DType::kInt64);
+  EXPECT_EQ(sparse->inputs_per_device(), 2u);
 }
 
 TEST(SubsetTransport, RoutesToParentRanksAndSharesErrors) {
@@ -379,6 +400,88 @@ TEST_P(MeshCollectivesTest, EveryOpAlongEveryAxisSetMatchesTheReference) {
       }
     }
   }
+  // sparse_all_reduce: each device brings rows of a [6, 2] tensor; a worker's
+  // share of a group is its devices' rows concatenated. Equal counts per device,
+  // then a different count on every device.
+  for (const auto& axes : AxisSubsets(mesh)) {
+    const auto groups = DeviceGroups(mesh, axes);
+    for (bool equal : {true, false}) {
+      for (auto path : {collectives::SparsePath::kAuto, collectives::SparsePath::kGather,
+                        collectives::SparsePath::kDense}) {
+        const Shape dense_shape{6, 2};
+        std::vector<Tensor> in;  // device-major: values, indices
+        std::vector<Tensor> dense_in;
+        for (int64_t d = 0; d < n_dev; ++d) {
+          const int64_t rows = equal ? 2 : 1 + d % 3;
+          collectives::IndexedSlices s{Tensor::Zeros(DType::kInt32, {rows, 2}), {}, dense_shape};
+          for (int32_t& v : s.values.values<int32_t>()) v = static_cast<int32_t>(rng() % 100);
+          Tensor idx = Tensor::Zeros(DType::kInt64, {rows});
+          for (int64_t& i : idx.values<int64_t>()) i = static_cast<int64_t>(rng() % 6);
+          s.indices.assign(idx.values<int64_t>().begin(), idx.values<int64_t>().end());
+          dense_in.push_back(*collectives::Densify(s));
+          in.push_back(s.values);
+          in.push_back(idx);
+        }
+        CollectiveRequest r;
+        r.op = CollectiveOp::kSparseAllReduce;
+        r.mesh = mesh.name;
+        r.axes = axes;
+        r.dtype = DType::kInt32;
+        r.dense_shape = dense_shape;
+        r.path = path;
+        r.timeout_ms = 10000;
+        std::vector<Result<CollectiveResult>> results(workers.runtimes.size(), Internal("not run"));
+        std::vector<std::thread> threads;
+        for (size_t w = 0; w < workers.runtimes.size(); ++w) {
+          threads.emplace_back([&, w] {
+            std::vector<Tensor> mine;
+            for (int64_t d : workers.placements[w].devices) {
+              mine.push_back(in[d * 2]);
+              mine.push_back(in[d * 2 + 1]);
+            }
+            results[w] = workers.runtimes[w]->Run(workers.placements[w], r, std::move(mine));
+          });
+        }
+        for (auto& t : threads) t.join();
+        const std::string what = "sparse along " + Json(axes).dump() + " equal=" +
+                                 std::to_string(equal) + " path " + collectives::SparsePathName(path);
+        for (size_t w = 0; w < results.size(); ++w) {
+          ASSERT_TRUE(results[w].ok()) << what << ": " << results[w].status().ToString();
+          const auto& p = workers.placements[w];
+          ASSERT_EQ(results[w]->outputs.size(), p.devices.size() * 2) << what;
+          for (size_t j = 0; j < p.devices.size(); ++j) {
+            const int64_t d = p.devices[j];
+            const DeviceGroup* g = nullptr;
+            for (const auto& cand : groups) {
+              if (std::count(cand.devices.begin(), cand.devices.end(), d)) g = &cand;
+            }
+            Tensor want = Tensor::Zeros(DType::kInt32, dense_shape);
+            std::map<int64_t, int64_t> rows_of_worker;
+            for (int64_t gd : g->devices) {
+              for (size_t e = 0; e < want.values<int32_t>().size(); ++e) {
+                want.values<int32_t>()[e] += dense_in[gd].values<int32_t>()[e];
+              }
+              rows_of_worker[mesh.WorkerOfDevice(gd)] += in[gd * 2].shape[0];
+            }
+            bool counts_equal = true;
+            for (const auto& [worker, rows] : rows_of_worker) {
+              counts_equal = counts_equal && rows == rows_of_worker.begin()->second;
+            }
+            const bool gathered = path == collectives::SparsePath::kGather ||
+                                  (path == collectives::SparsePath::kAuto && counts_equal);
+            EXPECT_EQ(results[w]->paths.at(j), gathered ? "gather" : "dense") << what;
+            const Tensor& idx = results[w]->outputs[j * 2 + 1];
+            collectives::IndexedSlices sum{results[w]->outputs[j * 2],
+                                           {idx.values<int64_t>().begin(), idx.values<int64_t>().end()},
+                                           dense_shape};
+            auto dense = collectives::Densify(sum);
+            ASSERT_TRUE(dense.ok()) << what << ": " << dense.status().ToString();
+            EXPECT_EQ(*dense, want) << what << " device " << d;
+          }
+        }
+      }
+    }
+  }
   // Barrier and a process-level op on the same mesh connections.
   CollectiveRequest barrier;
   barrier.op = CollectiveOp::kBarrier;
@@ -421,6 +524,51 @@ TEST(MeshCollectives, ErrorsNameWorkersAndTheMeshRecovers) {
   // A wrong number of inputs is refused before any communication.
   auto wrong = workers.runtimes[0]->Run(workers.placements[0], r, {});
   EXPECT_EQ(wrong.status().code(), Code::kInvalidArgument);
+}
+
+TEST(MeshCollectives, AMalformedSparseShareFailsEveryWorkerNamingItsDevice) {
+  const Mesh mesh{"m", {{"x", 4}}, 2};  // 2 workers, 2 devices each
+  Workers workers(mesh);
+  CollectiveRequest r;
+  r.op = CollectiveOp::kSparseAllReduce;
+  r.mesh = "m";
+  r.dtype = DType::kFloat32;
+  r.dense_shape = {3, 1};
+  r.timeout_ms = 20000;
+  std::vector<Tensor> in;
+  for (int d = 0; d < 4; ++d) {
+    in.push_back(Tensor::Zeros(DType::kFloat32, {1, 1}));
+    Tensor idx = Tensor::Zeros(DType::kInt64, {1});
+    idx.values<int64_t>()[0] = d == 3 ? 7 : d % 3;  // device 3 (worker 1) points past row 2
+    in.push_back(idx);
+  }
+  std::vector<Result<CollectiveResult>> results(2, Internal("not run"));
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      results[w] = workers.runtimes[w]->Run(workers.placements[w], r,
+                                            {in.begin() + w * 4, in.begin() + w * 4 + 4});
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& res : results) {
+    ASSERT_FALSE(res.ok());
+    const Status& st = res.status();
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+    EXPECT_EQ(st.details()["invalid_workers"], Json::array({"w-1"})) << st.ToString();
+    EXPECT_EQ(st.details().value("field", ""), "indices") << st.ToString();
+    EXPECT_NE(st.message().find("device 3"), std::string::npos) << st.ToString();
+  }
+  in[7].values<int64_t>()[0] = 2;
+  threads.clear();
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      results[w] = workers.runtimes[w]->Run(workers.placements[w], r,
+                                            {in.begin() + w * 4, in.begin() + w * 4 + 4});
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& res : results) EXPECT_TRUE(res.ok()) << res.status().ToString();
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "api/collective_ops.h"
 #include "service/dashboard.h"
 #include "service/openapi.h"
 #include "service/service.h"
@@ -120,6 +121,20 @@ TEST(OpenApi, TheWorkerReferenceListsEveryLocalRoute) {
   worker::AddLocalRoutes(&router, &store, &agent, nullptr);
   ExpectDocumentsExactly(ReadJson(std::string(TESSERA_SOURCE_DIR) + "/docs/openapi-worker.json"),
                          RoutesOf(router), "docs/openapi-worker.json");
+}
+
+TEST(OpenApi, TheCollectiveOpsAreTheOnesTheCodeKnows) {
+  // Every op the worker parses, and the REST ones, as the references list them.
+  Json all = ParseCollectiveOp("").status().details()["allowed"];
+  Json rest = Json::array();
+  for (const Json& op : all) {
+    if (IsRestCollective(*ParseCollectiveOp(op.get<std::string>()))) rest.push_back(op);
+  }
+  ASSERT_GE(rest.size(), 7u);
+  const Json worker = ReadJson(std::string(TESSERA_SOURCE_DIR) + "/docs/openapi-worker.json");
+  EXPECT_EQ(worker["components"]["schemas"]["CollectiveOp"]["enum"], all);
+  const Json service = ReadJson(std::string(TESSERA_SOURCE_DIR) + "/docs/openapi.json");
+  EXPECT_EQ(service["components"]["schemas"]["CollectiveRequest"]["properties"]["op"]["enum"], rest);
 }
 
 }  // namespace
