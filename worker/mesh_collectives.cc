@@ -506,7 +506,7 @@ Status NameWorkers(const Status& status, const MeshPlacement& p, const std::vect
     return MeshCollectives::WorkerName(p, ranks[r]);
   };
   Json details = status.details().is_object() ? status.details() : Json::object();
-  for (const char* key : {"missing_ranks", "differing_ranks", "invalid_ranks"}) {
+  for (const char* key : {"missing_ranks", "differing_ranks", "mismatched_ranks", "invalid_ranks"}) {
     if (!details.contains(key) || !details[key].is_array()) continue;
     Json workers = Json::array();
     for (const Json& r : details[key]) workers.push_back(worker_of(r));

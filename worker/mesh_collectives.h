@@ -12,7 +12,8 @@
 // Device-level ops with several local devices reduce or concatenate locally
 // first and send one message per worker (hierarchical). Errors name workers:
 // "rank 2" of a group becomes "rank 2 (w-b)", and details gain missing_workers,
-// differing_workers, peer_worker, aborted_by_worker.
+// differing_workers, mismatched_workers, invalid_workers, peer_worker,
+// aborted_by_worker.
 #pragma once
 
 #include <atomic>

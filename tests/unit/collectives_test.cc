@@ -645,7 +645,7 @@ TEST_P(CollectivesTest, SparseAllReduceMalformedInputOnOneRankFailsEveryRankNami
       for (int r = 0; r < n; ++r) {
         const Status& st = statuses[r];
         EXPECT_EQ(st.code(), Code::kInvalidArgument) << b.what << " rank " << r << ": " << st.ToString();
-        EXPECT_EQ(st.details()["invalid_ranks"], Json::array({2})) << b.what << ": " << st.ToString();
+        EXPECT_EQ(st.details()["invalid_ranks"], nlohmann::json::array({2})) << b.what << ": " << st.ToString();
         EXPECT_EQ(st.details().value("field", ""), b.field) << b.what << ": " << st.ToString();
         EXPECT_NE(st.message().find("rank 2"), std::string::npos) << st.ToString();
       }
@@ -665,7 +665,9 @@ TEST_P(CollectivesTest, SparseAllReduceMalformedInputOnOneRankFailsEveryRankNami
     EXPECT_EQ(statuses[r].code(), Code::kConflict) << statuses[r].ToString();
     EXPECT_NE(statuses[r].message().find("[5,2]"), std::string::npos) << statuses[r].ToString();
   }
-  // The dense path has a size limit, the same on every rank.
+  // The dense path has a size limit, the same on every rank (on a new group: a
+  // conflict poisons the group).
+  groups = Make(n, "after-conflict");
   for (int r = 0; r < n; ++r) in[r] = RandomSlices(DType::kFloat32, dense_shape, r + 1, rng);
   SparseAllReduceOptions small;
   small.max_dense_bytes = 16;  // [4, 2] float32 is 32 bytes
