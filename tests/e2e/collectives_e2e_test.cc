@@ -563,11 +563,12 @@ TEST_F(CollectivesE2E, SparseAllReduceMalformedInputIsNamedAndTheMeshGoesOn) {
     }
   }
   // A dense_shape one worker disagrees on: a conflict naming it.
+  std::vector<Slices> shares;
+  for (int r = 0; r < 4; ++r) shares.push_back(RandomSlices(2, rng));
   auto answers = OnWorkers(4, [&](int r) {
-    Slices s = RandomSlices(2, rng);
-    std::string q = s.Query();
+    std::string q = shares[r].Query();
     if (r == 1) q = "dtype=float32&dense_shape=6,2&rows=2";
-    return Collective(r, "sparse_all_reduce", q, s.Body());
+    return Collective(r, "sparse_all_reduce", q, shares[r].Body());
   });
   for (int r = 0; r < 4; ++r) {
     ASSERT_EQ(answers[r].status, 409) << answers[r].body;
