@@ -4,6 +4,7 @@
 //
 //   build/bin/fuzz_make_corpus fuzz/corpus
 #include <cstdio>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -105,6 +106,41 @@ const std::vector<std::pair<std::string, std::string>> kIndexEdits = {
     {"sql-drop-index", "DROP INDEX chunks_by_slice"},
 };
 
+// Bytes of `values` as the local API's bodies carry them (host order).
+template <typename T>
+std::string Raw(const std::vector<T>& values) {
+  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+}
+
+// Collective calls on a worker's local API: op, query, body (README.md,
+// docs/openapi-worker.json, examples/12_collectives.sh); devices=N is the
+// target's own parameter (local devices).
+std::vector<std::pair<std::string, std::string>> CollectiveCalls() {
+  auto call = [](const std::string& op, const std::string& query, const std::string& body) {
+    return op + "\n" + query + "\n" + body;
+  };
+  return {
+      {"all-reduce", call("all_reduce", "mesh=demo&axes=data&dtype=float32&shape=2&reduce=sum",
+                          Raw<float>({1, 2}))},
+      {"all-reduce-two-devices", call("all_reduce", "mesh=demo&dtype=int32&shape=2,1&devices=2",
+                                      Raw<int32_t>({1, 2, 3, 4}))},
+      {"batch", call("batch_all_reduce", "mesh=demo&dtype=float32&shapes=2;;1&bytes_per_pack=8",
+                     Raw<float>({1, 2, 3, 4}))},
+      {"process-allgather", call("process_allgather", "mesh=demo&dtype=int64&shape=&tiled=true&devices=3",
+                                 Raw<int64_t>({7}))},
+      {"barrier", call("barrier", "mesh=demo&name=after-step-1&local_devices=1", "")},
+      {"sparse", call("sparse_all_reduce", "mesh=demo&dtype=int32&dense_shape=6,2&rows=2",
+                      Raw<int32_t>({1, 2, 3, 4}) + Raw<int64_t>({5, 0}))},
+      {"sparse-int32-two-devices",
+       call("sparse_all_reduce",
+            "mesh=demo&dtype=int32&dense_shape=4&rows=1,2&index_dtype=int32&path=gather&devices=2",
+            Raw<int32_t>({9}) + Raw<int32_t>({3}) + Raw<int32_t>({1, 1}) + Raw<int32_t>({0, 0}))},
+      {"sparse-out-of-range", call("sparse_all_reduce", "mesh=demo&dtype=int32&dense_shape=2&rows=1&path=dense",
+                                   Raw<int32_t>({1}) + Raw<int64_t>({2}))},
+      {"sparse-empty", call("sparse_all_reduce", "mesh=demo&dtype=float16&dense_shape=0,3&rows=0", "")},
+  };
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -116,6 +152,7 @@ int main(int argc, char** argv) {
   const fs::path root = argv[1];
   for (const auto& [name, body] : kBodies) Put(root / "rest_decoders", name, body);
   for (const auto& [name, request] : kRequests) Put(root / "route", name, request);
+  for (const auto& [name, request] : CollectiveCalls()) Put(root / "collective_call", name, request);
 
   fuzz::SavedCheckpoint ck;
   for (int rank = 0; rank < 4; ++rank) {

@@ -3,8 +3,10 @@
 //   POST /v1/collectives/{op}?mesh=&axes=&dtype=&shape=&reduce=&tiled=&root=&...
 //        body = this worker's local-device inputs of `shape`, concatenated in
 //        device order (process-level ops broadcast_one_to_all / process_allgather:
-//        one value); answers the outputs the same way, with headers
+//        one value; SplitInputs); answers the outputs the same way, with headers
 //        X-Tessera-Dtype, X-Tessera-Shape (one output's) and X-Tessera-Outputs.
+//        sparse_all_reduce answers each device's values then indices, with
+//        X-Tessera-Rows, -Sparse-Path, -Index-Dtype and -Dense-Shape.
 //   POST /v1/barriers/{name+}?mesh=&timeout_ms=  sync_global_devices(name)
 #pragma once
 
@@ -16,10 +18,5 @@ namespace tessera::worker {
 
 void AddCollectiveRoutes(http::Router* router, MeshResolver resolver,
                          MeshCollectives* collectives);
-
-// Splits `bytes` into `devices` runs of tensors of dtype × shapes (device-major);
-// invalid_argument naming the expected size otherwise.
-Result<std::vector<collectives::Tensor>> SplitInputs(std::string_view bytes, size_t devices,
-                                                     DType dtype, const std::vector<Shape>& shapes);
 
 }  // namespace tessera::worker

@@ -16,6 +16,7 @@
 #include "api/status.h"
 #include "worker/collectives/reduce.h"
 #include "worker/collectives/sparse_all_reduce.h"
+#include "worker/collectives/tensor.h"
 
 namespace tessera::worker {
 
@@ -77,6 +78,14 @@ Result<CollectiveRequest> ParseCollectiveRequest(std::string_view op, const Para
 // invalid_argument when the op reduces and `reduce` does not apply to `dtype`
 // (ParseCollectiveRequest checks it; call it again once the dtype is known later).
 Status CheckReduction(const CollectiveRequest& request);
+
+// This worker's inputs of `r` from the body of a local-API call: for each of
+// `devices` local devices in order, its tensors of r.dtype × r.input_shapes();
+// sparse_all_reduce: its values (r.rows[d] × dense_shape[1:]) then its indices
+// (r.rows[d] of r.index_dtype, returned as int64 [rows]). invalid_argument naming
+// the field (body, rows) when the bytes do not fit.
+Result<std::vector<collectives::Tensor>> SplitInputs(std::string_view bytes, size_t devices,
+                                                     const CollectiveRequest& r);
 
 // A ParamGetter over a JSON object (strings as they are, numbers and booleans
 // printed, arrays of strings joined with commas).

@@ -28,7 +28,8 @@ struct MeshCollectives::MeshState {
   Mutex abort_mu;
   std::string running_job GUARDED_BY(abort_mu);
   collectives::Transport* transport GUARDED_BY(abort_mu) = nullptr;
-  // Jobs aborted before their call started here (the abort can overtake the task).
+  // Jobs aborted lately: the abort can overtake the task, or find its call joining
+  // a new group with no transport to stop; the call checks before it runs.
   std::deque<std::pair<std::string, Status>> aborted GUARDED_BY(abort_mu);  // newest last
 };
 
@@ -275,12 +276,11 @@ void MeshCollectives::Abort(const std::string& mesh, const std::string& job, con
   if (job.empty()) return;
   std::shared_ptr<MeshState> state = StateFor(mesh);
   MutexLock lock(state->abort_mu);
-  if (state->running_job == job) {
-    if (state->transport != nullptr) state->transport->Abort(reason);
-  } else {
-    state->aborted.emplace_back(job, reason);
-    if (state->aborted.size() > 64) state->aborted.pop_front();
-  }
+  if (state->running_job == job && state->transport != nullptr) state->transport->Abort(reason);
+  // Also remembered: the call may not have begun here yet, or be joining a new
+  // group (no transport to abort, or a stale one); it checks before it runs.
+  state->aborted.emplace_back(job, reason);
+  if (state->aborted.size() > 64) state->aborted.pop_front();
 }
 
 std::string MeshCollectives::WorkerName(const MeshPlacement& p, int64_t rank) {
@@ -356,25 +356,33 @@ Result<CollectiveResult> MeshCollectives::Run(const MeshPlacement& p, const Coll
   MutexLock lock(state->mu);
   struct Running {  // marks the call abortable for its job
     MeshState& s;
-    Status aborted;
-    Running(MeshState& state, const std::string& job) : s(state) {
+    const std::string job;
+    Running(MeshState& state, const std::string& j) : s(state), job(j) {
       MutexLock l(s.abort_mu);
       s.running_job = job;
-      for (const auto& [j, reason] : s.aborted) {
-        if (!job.empty() && j == job) aborted = reason;
-      }
     }
     ~Running() {
       MutexLock l(s.abort_mu);
       s.running_job.clear();
     }
+    // Why the job was aborted, if it was (before this call began, or since).
+    Status Aborted() {
+      MutexLock l(s.abort_mu);
+      for (const auto& [j, reason] : s.aborted) {
+        if (!job.empty() && j == job) return reason;
+      }
+      return Status::Ok();
+    }
   } running(*state, r.job);
-  if (!running.aborted.ok()) return running.aborted;
+  RETURN_IF_ERROR(running.Aborted());
   const std::string context = op + " on mesh '" + p.mesh.name + "'";
   std::vector<int64_t> all_ranks(static_cast<size_t>(p.mesh.num_workers()));
   for (size_t i = 0; i < all_ranks.size(); ++i) all_ranks[i] = static_cast<int64_t>(i);
   auto group = MeshGroup(*state, p, std::chrono::milliseconds(r.timeout_ms));
   if (!group.ok()) return NameWorkers(group.status(), p, all_ranks, context + ": joining the mesh");
+  // An abort that came while this worker joined a new group found no transport
+  // to stop: the call ends here, and the group it joined stays usable.
+  RETURN_IF_ERROR(running.Aborted());
 
   if (!r.process_level() && r.op != CollectiveOp::kBarrier) {
     return RunDeviceOp(*state, p, r, inputs);

@@ -526,6 +526,48 @@ TEST(MeshCollectives, ErrorsNameWorkersAndTheMeshRecovers) {
   EXPECT_EQ(wrong.status().code(), Code::kInvalidArgument);
 }
 
+TEST(MeshCollectives, AnAbortWhileJoiningANewGroupEndsTheStaleCall) {
+  // A job's call on worker 0 starts late, after the mesh's group was poisoned:
+  // it is joining a new group when the job's abort comes, so there is no
+  // transport to stop. It must not run once the group forms for the next job's
+  // collective, which the other workers have begun.
+  const Mesh mesh{"m", {{"x", 3}}, 1};
+  Workers workers(mesh);
+  CollectiveRequest r;
+  r.op = CollectiveOp::kAllReduce;
+  r.mesh = "m";
+  r.dtype = DType::kFloat32;
+  r.shape = {1};
+  r.timeout_ms = 300;
+  std::vector<Tensor> in(3, Tensor::Zeros(DType::kFloat32, {1}));
+  // Worker 2 stays away: everyone else times out and the group is poisoned.
+  std::thread t0([&] { (void)workers.runtimes[0]->Run(workers.placements[0], r, {in[0]}); });
+  std::thread t1([&] { (void)workers.runtimes[1]->Run(workers.placements[1], r, {in[1]}); });
+  t0.join();
+  t1.join();
+  CollectiveRequest stale = r;
+  stale.job = "j-stale";
+  stale.timeout_ms = 20000;
+  Result<CollectiveResult> stale_result = Internal("not run");
+  std::thread late([&] { stale_result = workers.runtimes[0]->Run(workers.placements[0], stale, {in[0]}); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // inside Connect by now
+  workers.runtimes[0]->Abort("m", "j-stale", Unavailable("job j-stale failed elsewhere"));
+  CollectiveRequest barrier;
+  barrier.op = CollectiveOp::kBarrier;
+  barrier.mesh = "m";
+  barrier.name = "next-job";
+  barrier.timeout_ms = 20000;
+  std::vector<Result<CollectiveResult>> next(3, Internal("not run"));
+  std::thread b1([&] { next[1] = workers.runtimes[1]->Run(workers.placements[1], barrier, {}); });
+  std::thread b2([&] { next[2] = workers.runtimes[2]->Run(workers.placements[2], barrier, {}); });
+  late.join();
+  EXPECT_EQ(stale_result.status().code(), Code::kUnavailable) << stale_result.status().ToString();
+  next[0] = workers.runtimes[0]->Run(workers.placements[0], barrier, {});
+  b1.join();
+  b2.join();
+  for (const auto& res : next) EXPECT_TRUE(res.ok()) << res.status().ToString();
+}
+
 TEST(MeshCollectives, AMalformedSparseShareFailsEveryWorkerNamingItsDevice) {
   const Mesh mesh{"m", {{"x", 4}}, 2};  // 2 workers, 2 devices each
   Workers workers(mesh);
