@@ -114,3 +114,23 @@ def test_two_devices_per_worker():
         # Along data, device 0 meets device 2 and device 1 meets device 3.
         np.testing.assert_array_equal(out[0], [[2.0, 1.0], [4.0, 1.0]])
         np.testing.assert_array_equal(out[1], out[0])
+        # sparse_all_reduce takes and gives a list, one entry per device: device d
+        # brings d+1 rows of ones for row d % 3 of a [3, 1] tensor.
+
+        def sparse(i):
+            devs = ms[i].devices
+            out[i] = ms[i].sparse_all_reduce(
+                [np.ones((d + 1, 1), np.float32) for d in devs],
+                [np.full(d + 1, d % 3, np.int64) for d in devs], (3, 1), axes=["data"],
+                timeout_ms=10000)
+        threads = [threading.Thread(target=sparse, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        want = {0: [[1.0], [0.0], [3.0]], 1: [[4.0], [2.0], [0.0]]}  # groups {0,2} and {1,3}
+        for i in range(2):
+            assert len(out[i]) == 2
+            for j, g in enumerate(out[i]):
+                assert g.path == "dense"  # a worker brings d+1 rows: the counts differ
+                np.testing.assert_array_equal(g.dense(), want[j])
