@@ -10,6 +10,10 @@
 // verified (outside the timed region); a wrong result fails the run.
 // Besides the peers' fields, every line has p99_us (nearest rank over the same
 // per-iteration maxima), and the barrier line p50_us (= time_us) as well.
+// sparse_all_reduce (no peer sweep; bench/sparse_torch_gloo.py measures torch
+// Gloo's sparse all_reduce the same way): an embedding gradient, rows of
+// [65536, 64] float32 at uniform random indices, every rank 4096 rows ("equal":
+// the gather path) or rank r 2048·(r+1) rows ("unequal": the dense path).
 //
 //   tessera_bench_collectives [--ranks 4] [--transport tcp|inproc] [--min-bytes N]
 //                             [--max-bytes N] [--algorithm A] [--chunk-bytes N] [--spin-us N]
@@ -24,12 +28,14 @@
 #include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "worker/collectives/collectives.h"
 #include "worker/collectives/in_process_transport.h"
 #include "worker/collectives/local_mesh.h"
+#include "worker/collectives/sparse_all_reduce.h"
 #include "worker/collectives/tcp_transport.h"
 #include "bench/stats.h"
 
@@ -76,6 +82,10 @@ class Bench {
       if (per_rank < config_.min_bytes) continue;
       RETURN_IF_ERROR(AllGatherSize(per_rank));
       RETURN_IF_ERROR(BroadcastSize(per_rank));
+    }
+    if (config_.min_bytes <= 4) {
+      RETURN_IF_ERROR(SparseCase("equal", [](int) { return int64_t{4096}; }));
+      RETURN_IF_ERROR(SparseCase("unequal", [](int r) { return int64_t{2048} * (r + 1); }));
     }
     BarrierOptions barrier;
     static_cast<Options&>(barrier) = config_.options;
@@ -208,6 +218,71 @@ class Bench {
                          [&] { return Broadcast(group_, x, o); },
                          [&] { return ExpectAll(x.values<float>(), kPattern, "broadcast"); }));
     Emit("broadcast", bytes, t, iters, 1.0);
+    return Status::Ok();
+  }
+
+  // Rank r's indices: fixed by r, so that every rank can work out the sum.
+  static std::vector<int64_t> SparseIndices(int r, int64_t rows, int64_t dense_rows) {
+    std::mt19937_64 rng(static_cast<uint64_t>(r) + 1);
+    std::uniform_int_distribution<int64_t> row(0, dense_rows - 1);
+    std::vector<int64_t> out(static_cast<size_t>(rows));
+    for (int64_t& i : out) i = row(rng);
+    return out;
+  }
+
+  Status SparseCase(const std::string& name, const std::function<int64_t(int)>& rows_of) {
+    const int n = group_.size(), me = group_.rank();
+    constexpr int64_t kDenseRows = 65536, kWidth = 64;
+    const Shape dense_shape{kDenseRows, kWidth};
+    IndexedSlices mine;
+    mine.dense_shape = dense_shape;
+    mine.indices = SparseIndices(me, rows_of(me), kDenseRows);
+    mine.values = Tensor::Zeros(DType::kFloat32, {rows_of(me), kWidth});
+    std::fill(mine.values.values<float>().begin(), mine.values.values<float>().end(), 1.0f);
+    // Ones everywhere: the sum's row i is how many times i was sent, exactly.
+    std::vector<float> want(static_cast<size_t>(kDenseRows), 0.0f);
+    std::vector<int64_t> rows;
+    for (int r = 0; r < n; ++r) {
+      rows.push_back(rows_of(r));
+      for (int64_t i : SparseIndices(r, rows_of(r), kDenseRows)) want[static_cast<size_t>(i)] += 1;
+    }
+    SparseAllReduceOptions o;
+    static_cast<Options&>(o) = config_.options;
+    IndexedSlices sum;
+    SparsePath path = SparsePath::kAuto;
+    auto verify = [&]() -> Status {
+      ASSIGN_OR_RETURN(Tensor dense, Densify(sum));
+      auto v = dense.values<float>();
+      for (int64_t i = 0; i < kDenseRows; ++i) {
+        if (v[static_cast<size_t>(i * kWidth)] != want[static_cast<size_t>(i)]) {
+          return DataLoss("sparse_all_reduce " + name + ": row " + std::to_string(i) + " is " +
+                          std::to_string(v[static_cast<size_t>(i * kWidth)]) + ", expected " +
+                          std::to_string(want[static_cast<size_t>(i)]));
+        }
+      }
+      return Status::Ok();
+    };
+    constexpr int kIters = 20;
+    ASSIGN_OR_RETURN(Timing t, Measure(
+                                   kIters, 2, nullptr,
+                                   [&]() -> Status {
+                                     ASSIGN_OR_RETURN(sum, SparseAllReduce(group_, mine, o, &path));
+                                     return Status::Ok();
+                                   },
+                                   verify));
+    if (me == 0) {
+      Print({{"bench", Name()},
+             {"op", "sparse_all_reduce"},
+             {"case", name},
+             {"ranks", n},
+             {"dense_shape", dense_shape},
+             {"rows", rows},
+             {"path", SparsePathName(path)},
+             {"time_us", Round(t.p50 * 1e6, 1)},
+             {"p99_us", Round(t.p99 * 1e6, 1)},
+             {"iters", kIters},
+             {"transport", config_.transport}});
+    }
     return Status::Ok();
   }
 

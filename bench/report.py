@@ -246,6 +246,9 @@ def main():
         if cmd is None and re.fullmatch(r"gloo\d+", name):
             cmd = (f"/usr/bin/python3 ../shared/peers/allreduce_torch_gloo.py --ranks 4 "
                    f"--port {29510 + int(name[4:])}")
+        elif cmd is None and re.fullmatch(r"sparse_gloo\d+", name):
+            cmd = (f"/usr/bin/python3 bench/sparse_torch_gloo.py --ranks 4 "
+                   f"--port {29520 + int(name[11:])}")
         elif cmd is None and re.fullmatch(r"mpi\d+", name):
             cmd = "NP=4 ../shared/peers/allreduce_mpi.sh"
         elif cmd is None and re.fullmatch(r"ours\d+", name):
@@ -840,6 +843,7 @@ class Collectives:
     def __init__(self, out_dir, steps, peers_dir=None):
         self.ours = numbered(out_dir, "ours")
         self.gloo = numbered(out_dir, "gloo")
+        self.sparse_gloo = numbered(out_dir, "sparse_gloo")
         mpi = numbered(out_dir, "mpi")
         self.mpi_tcp = [(n, [r for r in rows if r.get("bench") == "mpi_tcp"]) for n, rows in mpi]
         self.mpi_vader = [(n, [r for r in rows if r.get("bench") == "mpi_vader"])
@@ -850,7 +854,7 @@ class Collectives:
         self.inproc = [(n, rows) for n, rows in self.inproc if rows]
         rest = load(os.path.join(out_dir, "rest_barrier.jsonl"))
         self.rest = rest[0] if rest else None
-        pattern = r"(gloo|ours|mpi)\d+|ours_inproc|rest_barrier"
+        pattern = r"(gloo|sparse_gloo|ours|mpi)\d+|ours_inproc|rest_barrier"
         self.steps = [s for s in steps if re.fullmatch(pattern, s["step"])]
         self.n = next((r["ranks"] for _, rows in self.ours for r in rows if "ranks" in r), 4)
         self.torch_version = next((r["torch"] for _, rows in self.gloo for r in rows
@@ -1015,6 +1019,43 @@ class Collectives:
         w("")
 
     # --- the section ---
+    @staticmethod
+    def sparse_values(runs, case, field="time_us"):
+        return [r[field] for _, rows in runs for r in rows
+                if r.get("op") == "sparse_all_reduce" and r.get("case") == case and field in r]
+
+    def write_sparse(self, w):
+        w("### sparse_all_reduce (indexed slices)")
+        w("")
+        w("An embedding gradient: rows of a [65536, 64] float32 tensor at uniform random indices "
+          "(ones, so the sum is checked exactly), 20 ops after 2 warmups, each iteration's time "
+          "the slowest rank's, the median reported. Ours: `SparseAllReduce` in "
+          "tessera_bench_collectives (auto path: all-gather of values and indices when the row "
+          "counts are equal, else densify and all-reduce, as TF's cross_device_utils). Peer: "
+          "torch Gloo's all_reduce of the same rows as a sparse COO tensor "
+          "(`bench/sparse_torch_gloo.py`; Gloo all-gathers indices and values). Ratio = ours / "
+          "Gloo time (< 1: ours is faster).")
+        w("")
+        w("| case | rows per rank | ours path | ours µs (runs) | Gloo µs (runs) | ours / Gloo |")
+        w("|---|---|---|---|---|---:|")
+        cases = []
+        for _, rows in self.ours + self.sparse_gloo:
+            for r in rows:
+                if r.get("op") == "sparse_all_reduce" and r["case"] not in cases:
+                    cases.append(r["case"])
+        if not cases:
+            w("| — | not measured (no sparse_all_reduce lines) | — | — | — | — |")
+        for case in cases:
+            ours = self.sparse_values(self.ours, case)
+            gloo = self.sparse_values(self.sparse_gloo, case)
+            rows = next((r.get("rows") for _, rs in self.ours + self.sparse_gloo for r in rs
+                         if r.get("op") == "sparse_all_reduce" and r.get("case") == case), [])
+            paths = sorted(set(self.sparse_values(self.ours, case, "path")))
+            w(f"| {case} | {', '.join(str(x) for x in rows)} | {', '.join(paths) or '—'} | "
+              f"{us_runs(ours) if ours else '—'} | {us_runs(gloo) if gloo else '—'} | "
+              f"{ratio_text(ratio(med(ours), med(gloo)))} |")
+        w("")
+
     def write(self, w):
         n = self.n
         w(f"## Collectives ({n} ranks, loopback TCP)")
@@ -1157,6 +1198,8 @@ class Collectives:
                   f"{us_runs(self.values(self.gloo, op, nbytes))} | {bw_text(g)} | "
                   f"{ratio_text(ratio(o, g))} | {bw_text(self.busbw(self.inproc, op, nbytes))} |")
         w("")
+
+        self.write_sparse(w)
 
         # barrier
         w("### Barrier latency")

@@ -231,6 +231,9 @@ if want collectives; then
     # A port of its own per run: the last run's TCPStore port may linger in TIME_WAIT.
     step "gloo$i" "$out/gloo$i.jsonl" "$py" "$peers/allreduce_torch_gloo.py" --ranks 4 \
       --port $((29510 + i)) || true
+    # torch Gloo's sparse all_reduce, the peer of our sparse_all_reduce lines.
+    step "sparse_gloo$i" "$out/sparse_gloo$i.jsonl" "$py" bench/sparse_torch_gloo.py --ranks 4 \
+      --port $((29520 + i)) || true
     step "ours$((2 * i - 1))" "$out/ours$((2 * i - 1)).jsonl" "$coll" --ranks 4 --transport tcp ||
       true
     if [ "$have_mpi" = 1 ]; then
