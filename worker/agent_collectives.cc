@@ -2,7 +2,6 @@
 // preemption sync point, all through MeshCollectives and tesserad.
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 
 #include "worker/agent.h"
 #include "worker/collectives/hash.h"
@@ -58,26 +57,14 @@ Result<std::optional<TensorDesc>> OutputDesc(const Mesh& mesh, const CollectiveR
 }
 
 // A device's indices tensor as int64 [rows]; invalid_argument naming it otherwise.
-Result<collectives::Tensor> IndicesAsInt64(const std::string& name, const TensorDesc& desc,
-                                           const Shape& local_shape, const std::string& bytes) {
+Result<collectives::Tensor> IndicesOf(const std::string& name, const TensorDesc& desc,
+                                      const Shape& local_shape, const std::string& bytes) {
   if ((desc.dtype != DType::kInt32 && desc.dtype != DType::kInt64) || local_shape.size() != 1) {
     return InvalidArgument("indices '" + name + "' must be int32 or int64 with one dimension, not " +
                                desc.ToString(),
                            {{"tensor", name}, {"field", "indices"}});
   }
-  collectives::Tensor t{DType::kInt64, local_shape, {}};
-  t.data.resize(static_cast<size_t>(local_shape[0]) * sizeof(int64_t));
-  auto out = t.values<int64_t>();
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (desc.dtype == DType::kInt32) {
-      int32_t v;
-      std::memcpy(&v, bytes.data() + i * sizeof(v), sizeof(v));
-      out[i] = v;
-    } else {
-      std::memcpy(&out[i], bytes.data() + i * sizeof(int64_t), sizeof(int64_t));
-    }
-  }
-  return t;
+  return IndicesAsInt64(desc.dtype, bytes.data(), static_cast<size_t>(local_shape[0]));
 }
 
 }  // namespace
@@ -141,7 +128,7 @@ Result<Json> Agent::DoCollective(const Task& task) {
         auto iref = store_->Read(p.mesh.name, indices, device, &bytes);
         if (!iref.ok()) return iref.status().WithContext("worker " + id_).WithDetail("worker", id_);
         ASSIGN_OR_RETURN(collectives::Tensor idx,
-                         IndicesAsInt64(indices, iref->desc, iref->local_shape, bytes));
+                         IndicesOf(indices, iref->desc, iref->local_shape, bytes));
         inputs.push_back(std::move(idx));
       }
     }

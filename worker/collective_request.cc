@@ -152,19 +152,9 @@ Result<std::vector<collectives::Tensor>> SplitSparse(std::string_view bytes, siz
     const size_t n = values.num_bytes();
     values.data.assign(bytes.begin() + offset, bytes.begin() + offset + n);
     offset += n;
-    collectives::Tensor& indices = inputs[i + 1];
-    const size_t rows = static_cast<size_t>(indices.shape[0]);
-    indices.data.resize(rows * sizeof(int64_t));
-    auto out = indices.values<int64_t>();
-    for (size_t k = 0; k < rows; ++k, offset += index_size) {
-      if (index_size == sizeof(int32_t)) {
-        int32_t v;
-        std::memcpy(&v, bytes.data() + offset, sizeof(v));
-        out[k] = v;
-      } else {
-        std::memcpy(&out[k], bytes.data() + offset, sizeof(int64_t));
-      }
-    }
+    const size_t rows = static_cast<size_t>(inputs[i + 1].shape[0]);
+    inputs[i + 1] = IndicesAsInt64(r.index_dtype, bytes.data() + offset, rows);
+    offset += rows * index_size;
   }
   return inputs;
 }
@@ -262,6 +252,23 @@ Result<std::vector<collectives::Tensor>> SplitInputs(std::string_view bytes, siz
                                                      const CollectiveRequest& r) {
   if (r.op == CollectiveOp::kSparseAllReduce) return SplitSparse(bytes, devices, r);
   return SplitDense(bytes, devices, r.dtype, r.input_shapes());
+}
+
+collectives::Tensor IndicesAsInt64(DType index_dtype, const void* data, size_t count) {
+  collectives::Tensor t{DType::kInt64, {static_cast<int64_t>(count)}, {}};
+  t.data.resize(count * sizeof(int64_t));
+  auto out = t.values<int64_t>();
+  const auto* in = static_cast<const uint8_t*>(data);
+  for (size_t k = 0; k < count; ++k) {
+    if (index_dtype == DType::kInt32) {
+      int32_t v;
+      std::memcpy(&v, in + k * sizeof(v), sizeof(v));
+      out[k] = v;
+    } else {
+      std::memcpy(&out[k], in + k * sizeof(int64_t), sizeof(int64_t));
+    }
+  }
+  return t;
 }
 
 ParamGetter JsonParams(const Json& object) {

@@ -87,6 +87,10 @@ Status CheckReduction(const CollectiveRequest& request);
 Result<std::vector<collectives::Tensor>> SplitInputs(std::string_view bytes, size_t devices,
                                                      const CollectiveRequest& r);
 
+// `count` indices of `index_dtype` (int32 or int64, host order) at `data` as an
+// int64 [count] tensor.
+collectives::Tensor IndicesAsInt64(DType index_dtype, const void* data, size_t count);
+
 // A ParamGetter over a JSON object (strings as they are, numbers and booleans
 // printed, arrays of strings joined with commas).
 ParamGetter JsonParams(const Json& object);
