@@ -50,10 +50,16 @@ def can_run(share="bind"):
 
 
 class Hosts:
+    _made = 0  # Hosts made by this process: each gets names of its own
+
     def __init__(self, n, dir=None, share="bind"):  # noqa: A002
         self.n = n
         self.share = share
-        tag = "%05d" % (os.getpid() % 100000)
+        # Names of its own per instance: a namespace that outlives close() (the
+        # kernel tears it down when its last process is gone) keeps its veth, and
+        # the next Hosts of this process must not collide with it.
+        tag = "%05d%d" % (os.getpid() % 100000, Hosts._made % 10)
+        Hosts._made += 1
         self.bridge = "tsb" + tag
         # A /24 per test process, so that several runs never share addresses.
         self.net = "10.%d.%d" % (100 + (os.getpid() >> 8) % 100, os.getpid() % 256)
@@ -189,6 +195,10 @@ class Hosts:
         for a in self.anchors:
             a.kill()
             a.wait()
+        # Deleting one end of a veth pair deletes both, at once, even while the
+        # namespace of the other end is still being torn down.
+        for veth in self.veth:
+            sh("ip", "link", "del", veth, check=False)
         for ns in self.ns:
             sh("ip", "netns", "del", ns, check=False)
         sh("ip", "link", "del", self.bridge, check=False)
