@@ -145,6 +145,10 @@ Result<Json> Agent::DoCollective(const Task& task) {
   if (r.op == CollectiveOp::kSparseAllReduce) {
     std::vector<collectives::Tensor> dense;
     for (size_t i = 0; i + 1 < result.outputs.size(); i += 2) {
+      if (result.paths[i / 2] == "dense") {  // every row in order: the values are the sum
+        dense.push_back(std::move(result.outputs[i]));
+        continue;
+      }
       auto indices = result.outputs[i + 1].values<int64_t>();
       ASSIGN_OR_RETURN(collectives::Tensor d,
                        collectives::Densify({std::move(result.outputs[i]),

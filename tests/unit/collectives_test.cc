@@ -586,12 +586,15 @@ TEST_P(CollectivesTest, SparseAllReduceReportsItsPathAndTakesEmptyShares) {
   for (int r = 0; r < n; ++r) in[r] = RandomSlices(DType::kFloat32, dense_shape, 0, rng);
   std::vector<IndexedSlices> out(n);
   std::vector<SparsePath> taken(n, SparsePath::kAuto);
-  ExpectAllOk(OnAllRanks(n,
-                         [&](int r) -> Status {
-                           ASSIGN_OR_RETURN(out[r], SparseAllReduce(*groups[r], in[r], {}, &taken[r]));
-                           return Status::Ok();
-                         }),
-              "empty");
+  auto run = [&](const std::string& what) {
+    ExpectAllOk(OnAllRanks(n,
+                           [&](int r) -> Status {
+                             ASSIGN_OR_RETURN(out[r], SparseAllReduce(*groups[r], in[r], {}, &taken[r]));
+                             return Status::Ok();
+                           }),
+                what);
+  };
+  run("empty");
   for (int r = 0; r < n; ++r) {
     EXPECT_EQ(taken[r], SparsePath::kGather);
     EXPECT_TRUE(out[r].indices.empty());
@@ -599,12 +602,7 @@ TEST_P(CollectivesTest, SparseAllReduceReportsItsPathAndTakesEmptyShares) {
   }
   // One rank with rows, the others none: counts differ, so the dense path runs.
   in[1] = RandomSlices(DType::kFloat32, dense_shape, 3, rng);
-  ExpectAllOk(OnAllRanks(n,
-                         [&](int r) -> Status {
-                           ASSIGN_OR_RETURN(out[r], SparseAllReduce(*groups[r], in[r], {}, &taken[r]));
-                           return Status::Ok();
-                         }),
-              "one rank");
+  run("one rank");
   for (int r = 0; r < n; ++r) {
     EXPECT_EQ(taken[r], SparsePath::kDense);
     EXPECT_EQ(out[r].indices, (std::vector<int64_t>{0, 1, 2, 3, 4}));

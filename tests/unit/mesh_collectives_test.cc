@@ -234,15 +234,22 @@ struct Workers {
     }
   }
 
-  // Runs `r` on every worker with per-device inputs `in` (by global device).
-  std::vector<Result<CollectiveResult>> Run(const CollectiveRequest& r, const std::vector<Tensor>& in) {
+  // Runs `r` on workers `only` (default all) with `per_device` inputs per device
+  // from `in` (device-major, by global device).
+  std::vector<Result<CollectiveResult>> Run(const CollectiveRequest& r, const std::vector<Tensor>& in,
+                                            size_t per_device = 1, std::vector<size_t> only = {}) {
+    if (only.empty()) {
+      for (size_t w = 0; w < runtimes.size(); ++w) only.push_back(w);
+    }
     std::vector<Result<CollectiveResult>> out(runtimes.size(), Internal("not run"));
     std::vector<std::thread> threads;
-    for (size_t w = 0; w < runtimes.size(); ++w) {
+    for (size_t w : only) {
       threads.emplace_back([&, w] {
         std::vector<Tensor> mine;
         for (int64_t d : placements[w].devices) {
-          if (!in.empty()) mine.push_back(in[d]);
+          for (size_t i = 0; i < per_device && !in.empty(); ++i) {
+            mine.push_back(in[static_cast<size_t>(d) * per_device + i]);
+          }
         }
         out[w] = runtimes[w]->Run(placements[w], r, std::move(mine));
       });
@@ -365,18 +372,7 @@ TEST_P(MeshCollectivesTest, EveryOpAlongEveryAxisSetMatchesTheReference) {
     r.shapes = shapes;
     r.bytes_per_pack = 16;
     r.timeout_ms = 10000;
-    std::vector<Result<CollectiveResult>> results(workers.runtimes.size(), Internal("not run"));
-    std::vector<std::thread> threads;
-    for (size_t w = 0; w < workers.runtimes.size(); ++w) {
-      threads.emplace_back([&, w] {
-        std::vector<Tensor> mine;
-        for (int64_t d : workers.placements[w].devices) {
-          for (size_t i = 0; i < shapes.size(); ++i) mine.push_back(in[d * shapes.size() + i]);
-        }
-        results[w] = workers.runtimes[w]->Run(workers.placements[w], r, std::move(mine));
-      });
-    }
-    for (auto& t : threads) t.join();
+    auto results = workers.Run(r, in, shapes.size());
     for (size_t w = 0; w < results.size(); ++w) {
       ASSERT_TRUE(results[w].ok()) << Json(axes).dump() << ": " << results[w].status().ToString();
       const auto& p = workers.placements[w];
@@ -430,19 +426,7 @@ TEST_P(MeshCollectivesTest, EveryOpAlongEveryAxisSetMatchesTheReference) {
         r.dense_shape = dense_shape;
         r.path = path;
         r.timeout_ms = 10000;
-        std::vector<Result<CollectiveResult>> results(workers.runtimes.size(), Internal("not run"));
-        std::vector<std::thread> threads;
-        for (size_t w = 0; w < workers.runtimes.size(); ++w) {
-          threads.emplace_back([&, w] {
-            std::vector<Tensor> mine;
-            for (int64_t d : workers.placements[w].devices) {
-              mine.push_back(in[d * 2]);
-              mine.push_back(in[d * 2 + 1]);
-            }
-            results[w] = workers.runtimes[w]->Run(workers.placements[w], r, std::move(mine));
-          });
-        }
-        for (auto& t : threads) t.join();
+        auto results = workers.Run(r, in, 2);
         const std::string what = "sparse along " + Json(axes).dump() + " equal=" +
                                  std::to_string(equal) + " path " + collectives::SparsePathName(path);
         for (size_t w = 0; w < results.size(); ++w) {
@@ -497,22 +481,25 @@ INSTANTIATE_TEST_SUITE_P(Meshes, MeshCollectivesTest,
                                            Mesh{"single", {{"x", 4}}, 4}),
                          [](const ::testing::TestParamInfo<Mesh>& info) { return info.param.name; });
 
-TEST(MeshCollectives, ErrorsNameWorkersAndTheMeshRecovers) {
-  const Mesh mesh{"m", {{"x", 3}}, 1};
-  Workers workers(mesh);
+// An all-reduce of one float32 on mesh "m".
+CollectiveRequest ScalarAllReduce(int64_t timeout_ms) {
   CollectiveRequest r;
   r.op = CollectiveOp::kAllReduce;
   r.mesh = "m";
   r.dtype = DType::kFloat32;
   r.shape = {1};
-  r.timeout_ms = 500;
+  r.timeout_ms = timeout_ms;
+  return r;
+}
+
+TEST(MeshCollectives, ErrorsNameWorkersAndTheMeshRecovers) {
+  const Mesh mesh{"m", {{"x", 3}}, 1};
+  Workers workers(mesh);
+  CollectiveRequest r = ScalarAllReduce(500);
   std::vector<Tensor> in(3, Tensor::Zeros(DType::kFloat32, {1}));
   // Worker 2 does not come: the others time out naming it.
-  std::vector<Result<CollectiveResult>> out(2, Internal(""));
-  std::thread t0([&] { out[0] = workers.runtimes[0]->Run(workers.placements[0], r, {in[0]}); });
-  std::thread t1([&] { out[1] = workers.runtimes[1]->Run(workers.placements[1], r, {in[1]}); });
-  t0.join();
-  t1.join();
+  auto out = workers.Run(r, in, 1, {0, 1});
+  out.pop_back();
   for (const auto& res : out) {
     ASSERT_FALSE(res.ok());
     EXPECT_EQ(res.status().code(), Code::kDeadlineExceeded) << res.status().ToString();
@@ -533,18 +520,10 @@ TEST(MeshCollectives, AnAbortWhileJoiningANewGroupEndsTheStaleCall) {
   // collective, which the other workers have begun.
   const Mesh mesh{"m", {{"x", 3}}, 1};
   Workers workers(mesh);
-  CollectiveRequest r;
-  r.op = CollectiveOp::kAllReduce;
-  r.mesh = "m";
-  r.dtype = DType::kFloat32;
-  r.shape = {1};
-  r.timeout_ms = 300;
+  CollectiveRequest r = ScalarAllReduce(300);
   std::vector<Tensor> in(3, Tensor::Zeros(DType::kFloat32, {1}));
   // Worker 2 stays away: everyone else times out and the group is poisoned.
-  std::thread t0([&] { (void)workers.runtimes[0]->Run(workers.placements[0], r, {in[0]}); });
-  std::thread t1([&] { (void)workers.runtimes[1]->Run(workers.placements[1], r, {in[1]}); });
-  t0.join();
-  t1.join();
+  (void)workers.Run(r, in, 1, {0, 1});
   CollectiveRequest stale = r;
   stale.job = "j-stale";
   stale.timeout_ms = 20000;
@@ -584,16 +563,7 @@ TEST(MeshCollectives, AMalformedSparseShareFailsEveryWorkerNamingItsDevice) {
     idx.values<int64_t>()[0] = d == 3 ? 7 : d % 3;  // device 3 (worker 1) points past row 2
     in.push_back(idx);
   }
-  std::vector<Result<CollectiveResult>> results(2, Internal("not run"));
-  std::vector<std::thread> threads;
-  for (int w = 0; w < 2; ++w) {
-    threads.emplace_back([&, w] {
-      results[w] = workers.runtimes[w]->Run(workers.placements[w], r,
-                                            {in.begin() + w * 4, in.begin() + w * 4 + 4});
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const auto& res : results) {
+  for (const auto& res : workers.Run(r, in, 2)) {
     ASSERT_FALSE(res.ok());
     const Status& st = res.status();
     EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
@@ -602,15 +572,7 @@ TEST(MeshCollectives, AMalformedSparseShareFailsEveryWorkerNamingItsDevice) {
     EXPECT_NE(st.message().find("device 3"), std::string::npos) << st.ToString();
   }
   in[7].values<int64_t>()[0] = 2;
-  threads.clear();
-  for (int w = 0; w < 2; ++w) {
-    threads.emplace_back([&, w] {
-      results[w] = workers.runtimes[w]->Run(workers.placements[w], r,
-                                            {in.begin() + w * 4, in.begin() + w * 4 + 4});
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const auto& res : results) EXPECT_TRUE(res.ok()) << res.status().ToString();
+  for (const auto& res : workers.Run(r, in, 2)) EXPECT_TRUE(res.ok()) << res.status().ToString();
 }
 
 }  // namespace
