@@ -17,6 +17,7 @@
 //
 //   tessera_bench_collectives [--ranks 4] [--transport tcp|inproc] [--min-bytes N]
 //                             [--max-bytes N] [--algorithm A] [--chunk-bytes N] [--spin-us N]
+//                             [--ops all_reduce,all_gather,broadcast,sparse_all_reduce,barrier]
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,6 +56,12 @@ struct Config {
   size_t max_bytes = kSweepBytes;
   Options options;  // algorithm, thresholds, chunk size
   std::chrono::microseconds spin = TcpOptions().spin;
+  // Ops to measure (all_reduce, all_gather, broadcast, sparse_all_reduce, barrier);
+  // empty: every one.
+  std::vector<std::string> ops;
+  bool Wants(const std::string& op) const {
+    return ops.empty() || std::find(ops.begin(), ops.end(), op) != ops.end();
+  }
 };
 
 int IterationsFor(size_t bytes) {
@@ -73,20 +80,21 @@ class Bench {
 
   Status Run() {
     const int n = group_.size();
-    for (size_t bytes = 4; bytes <= config_.max_bytes; bytes *= 4) {
+    for (size_t bytes = 4; bytes <= config_.max_bytes && config_.Wants("all_reduce"); bytes *= 4) {
       if (bytes < config_.min_bytes) continue;
       RETURN_IF_ERROR(AllReduceSize(bytes));
     }
     for (size_t per_rank : {size_t{1} << 20, size_t{16} << 20}) {
       if (per_rank > config_.max_bytes) break;
       if (per_rank < config_.min_bytes) continue;
-      RETURN_IF_ERROR(AllGatherSize(per_rank));
-      RETURN_IF_ERROR(BroadcastSize(per_rank));
+      if (config_.Wants("all_gather")) RETURN_IF_ERROR(AllGatherSize(per_rank));
+      if (config_.Wants("broadcast")) RETURN_IF_ERROR(BroadcastSize(per_rank));
     }
-    if (config_.min_bytes <= 4) {
+    if (config_.min_bytes <= 4 && config_.Wants("sparse_all_reduce")) {
       RETURN_IF_ERROR(SparseCase("equal", [](int) { return int64_t{4096}; }));
       RETURN_IF_ERROR(SparseCase("unequal", [](int r) { return int64_t{2048} * (r + 1); }));
     }
+    if (!config_.Wants("barrier")) return Status::Ok();
     BarrierOptions barrier;
     static_cast<Options&>(barrier) = config_.options;
     ASSIGN_OR_RETURN(Timing t,
@@ -381,6 +389,10 @@ int main(int argc, char** argv) {
   app.add_option("--direct-max-bytes", config.options.direct_max_bytes);
   app.add_option("--large-min-bytes", config.options.large_min_bytes);
   app.add_option("--chain-min-bytes", config.options.chain_min_bytes);
+  app.add_option("--ops", config.ops, "only these ops (default: every one)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"all_reduce", "all_gather", "broadcast", "sparse_all_reduce",
+                             "barrier"}));
   CLI11_PARSE(app, argc, argv);
   for (Algorithm a :
        {Algorithm::kAuto, Algorithm::kDirect, Algorithm::kRecursiveDoubling, Algorithm::kRing,
