@@ -33,7 +33,7 @@ struct Options {
   std::chrono::milliseconds timeout{30000};
   Algorithm algorithm = Algorithm::kAuto;
   // The defaults below were the fastest with 4 ranks on 2 cores over loopback
-
+  // (bench/RESULTS.md).
 
   // kAuto: inputs up to this size (per rank) are sent directly (kDirect).
   size_t direct_max_bytes = size_t{16} << 10;
