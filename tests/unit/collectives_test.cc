@@ -862,6 +862,67 @@ TEST_P(CollectivesTest, TimeoutNamesTheMissingRanks) {
   EXPECT_NE(st.message().find("aborted the group"), std::string::npos) << st.message();
 }
 
+// With 4 or 8 ranks the headers are relayed (recursive doubling), so a rank
+// stuck behind a missing partner is not itself named: the roll call sorts them out.
+TEST_P(CollectivesTest, TimeoutNamesOnlyTheMissingRanksWhenHeadersAreRelayed) {
+  for (const auto& [n, absent] :
+       std::vector<std::pair<int, std::vector<int>>>{{4, {3}}, {4, {0}}, {8, {5, 6}}, {8, {1}}}) {
+    Groups groups = Make(n, "relay-" + std::to_string(n) + "-" + std::to_string(absent[0]));
+    AllReduceOptions o;
+    o.timeout = 300ms;
+    std::vector<int> present;
+    for (int r = 0; r < n; ++r) {
+      if (std::find(absent.begin(), absent.end(), r) == absent.end()) present.push_back(r);
+    }
+    auto statuses = OnAllRanks(static_cast<int>(present.size()), [&](int i) {
+      Tensor t = Tensor::Zeros(DType::kFloat32, {8});
+      return AllReduce(*groups[present[i]], t, o);
+    });
+    for (size_t i = 0; i < present.size(); ++i) {
+      const Status& st = statuses[i];
+      EXPECT_EQ(st.code(), Code::kDeadlineExceeded) << "rank " << present[i] << ": " << st.ToString();
+      EXPECT_EQ(Detail(st, "missing_ranks"), absent) << "rank " << present[i] << ": " << st.ToString();
+    }
+  }
+}
+
+// A member that sends rank 0 something other than relayed headers in the first
+// round (rank 1 is rank 0's partner there) fails rank 0 with a protocol error
+// naming it, at once and without reading past the message.
+TEST(HeaderRelay, AMalformedRelayMessageIsAProtocolErrorNamingItsSender) {
+  auto u64 = [](uint64_t v) {
+    std::string s(8, '\0');
+    std::memcpy(s.data(), &v, 8);
+    return s;
+  };
+  const std::string bad_magic = u64(48) + std::string(48, 'x');
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"empty", ""},
+      {"short length", "abc"},
+      {"length past the end", u64(uint64_t{1} << 50)},
+      {"length 2^64 - 1", u64(~uint64_t{0}) + std::string(8, 'x')},
+      {"zero length", u64(0)},
+      {"two records where one is due", bad_magic + bad_magic},
+      {"a record that is no header", bad_magic},
+  };
+  for (const auto& [what, message] : cases) {
+    auto transports = InProcessTransport::CreateGroup(4);
+    Group group(std::move(transports[0]), "relay");
+    const ConstBytes bytes(reinterpret_cast<const uint8_t*>(message.data()), message.size());
+    ASSERT_TRUE(transports[1]->Send(0, bytes, Clock::now() + 1s).ok()) << what;
+    AllReduceOptions o;
+    o.timeout = 5s;
+    Tensor t = Tensor::Zeros(DType::kFloat32, {4});
+    const auto start = Clock::now();
+    Status st = AllReduce(group, t, o);
+    EXPECT_LT(Clock::now() - start, 2s) << what;
+    EXPECT_EQ(st.code(), Code::kInternal) << what << ": " << st.ToString();
+    EXPECT_NE(st.message().find("protocol error: malformed collective header"), std::string::npos)
+        << what << ": " << st.ToString();
+    EXPECT_EQ(Detail(st, "peer_rank"), 1) << what << ": " << st.ToString();
+  }
+}
+
 TEST_P(CollectivesTest, ARankThatClosesItsTransportIsNamedWithoutAHang) {
   const int n = 3;
   Groups groups = Make(n);

@@ -29,6 +29,36 @@ static_assert(sizeof(HeaderFields) == kHeaderBytes);
 
 size_t PadTo8(size_t n) { return (n + 7) & ~size_t{7}; }
 
+// A rank whose relayed header exchange timed out tells every rank it has not
+// heard of so far with this note ([magic][seq]), then waits this long (at most
+// the call's timeout) for a message from each of them: those it hears from are
+// in the collective, the others did not arrive. Relay messages begin with a
+// record length (< 2^40), never with the magic.
+constexpr uint64_t kRollCallMagic = 0x4c4c4143'4c4c4f52;  // "ROLLCALL"
+constexpr std::chrono::milliseconds kRollCallGrace{1000};
+
+// The header at the front of `record`, when it is one of `rank`'s; desc_end:
+// where the description ends (and the payload starts).
+bool ReadHeader(ConstBytes record, int rank, HeaderFields* fields, size_t* desc_end) {
+  if (record.size() < kHeaderBytes) return false;
+  std::memcpy(fields, record.data(), kHeaderBytes);
+  *desc_end = kHeaderBytes + PadTo8(fields->description_bytes);
+  return fields->magic == kHeaderMagic && fields->rank == static_cast<uint32_t>(rank) &&
+         *desc_end <= record.size();
+}
+
+Status MalformedFrom(int peer) {
+  return Internal("protocol error: malformed collective header from rank " + std::to_string(peer),
+                  {{"peer_rank", peer}});
+}
+
+bool IsRollCall(ConstBytes message) {
+  uint64_t magic = 0;
+  if (message.size() != 2 * sizeof(uint64_t)) return false;
+  std::memcpy(&magic, message.data(), sizeof(magic));
+  return magic == kRollCallMagic;
+}
+
 std::string PlanText(uint32_t algorithm, uint64_t chunk_bytes) {
   std::string text(AlgorithmName(static_cast<Algorithm>(algorithm)));
   if (chunk_bytes > 0) text += " in " + std::to_string(chunk_bytes) + "-byte chunks";
@@ -76,14 +106,18 @@ Call::Call(Transport& transport, const std::string& group_id, Signature signatur
       timeout_(timeout),
       deadline_(deadline) {}
 
-Status Call::Fail(const Status& status) {
+Status Call::Fail(const Status& status, bool tell_peers) {
   Status annotated =
       status
           .WithContext(description_ + " (collective #" + std::to_string(seq_) + " of group '" +
                        group_id_ + "', rank " + std::to_string(rank()) + ")")
           .WithDetail("op", description_)
           .WithDetail("seq", seq_);
-  transport_->Abort(annotated);
+  if (tell_peers) {
+    transport_->Abort(annotated);
+  } else {
+    transport_->Poison(annotated);
+  }
   return annotated;
 }
 
@@ -113,6 +147,141 @@ Status Call::RecvInto(int peer, std::span<uint8_t> dst) {
   return st.ok() ? st : TransportFailure(st);
 }
 
+Call::Gathered Call::GatherDirect(ConstBytes header, ConstBytes payload) {
+  // Send to every peer, then wait for every peer until the deadline. Past it, or
+  // past an error, only collect what already arrived: the error then lists every
+  // missing rank, and a mismatch among the headers at hand (the root cause,
+  // when a peer that saw it first aborted the group) is reported first.
+  const int n = size(), me = rank();
+  Gathered got;
+  got.records.resize(n);
+  got.arrived.resize(n, false);
+  const ConstBytes parts[] = {header, payload};
+  for (int i = 1; i < n && got.failure.ok(); ++i) {
+    got.failure = transport_->Send((me + i) % n, parts, deadline_);
+  }
+  received_.resize(n);
+  for (int i = 1; i < n; ++i) {
+    const int peer = (me - i + n) % n;
+    const Deadline wait = got.missing.empty() && got.failure.ok() ? deadline_ : Deadline();
+    Status st = transport_->Recv(peer, &received_[peer], wait);
+    if (st.ok()) {
+      got.records[peer] = received_[peer].bytes();
+      got.arrived[peer] = true;
+    } else if (st.code() == Code::kDeadlineExceeded && transport_->status().ok()) {
+      got.missing.push_back(peer);
+    } else if (got.failure.ok()) {
+      got.failure = st;
+    }
+  }
+  return got;
+}
+
+Call::Gathered Call::GatherByDoubling(ConstBytes header, ConstBytes payload) {
+  // Recursive doubling: in round k every rank swaps with rank ^ 2^k the records
+  // of the 2^k ranks it knows so far (its own block), each as [u64 length][record]
+  // padded to 8 bytes, so after log2(n) rounds every rank holds every record
+  // having sent n log2(n) messages in all instead of n(n-1).
+  static constexpr uint8_t kZeros[8] = {};
+  const int n = size(), me = rank();
+  Gathered got;
+  got.records.resize(n);
+  got.arrived.resize(n, false);
+  std::vector<uint64_t> lengths(n, 0);
+  lengths[me] = header.size() + payload.size();
+  auto pad = [](uint64_t length) { return PadTo8(length) - length; };
+  int mask = 1;
+  for (int round = 0; mask < n; mask <<= 1, ++round) {
+    const int partner = me ^ mask;
+    const int mine = me & ~(mask - 1), theirs = partner & ~(mask - 1);
+    std::vector<ConstBytes> parts;
+    for (int r = mine; r < mine + mask; ++r) {
+      parts.push_back(ConstBytes(reinterpret_cast<const uint8_t*>(&lengths[r]), sizeof(uint64_t)));
+      if (r == me) {
+        parts.push_back(header);
+        parts.push_back(payload);
+      } else {
+        parts.push_back(got.records[r]);
+      }
+      parts.push_back(ConstBytes(kZeros, pad(lengths[r])));
+    }
+    got.failure = transport_->Send(partner, parts, deadline_);
+    if (!got.failure.ok()) break;
+    if (received_.size() <= static_cast<size_t>(round)) received_.resize(round + 1);
+    Buffer& message = received_[round];
+    Status st = transport_->Recv(partner, &message, deadline_);
+    if (!st.ok()) {
+      if (st.code() != Code::kDeadlineExceeded || !transport_->status().ok()) {
+        got.failure = st;
+      } else {
+        RollCall(got, -1);
+      }
+      return got;
+    }
+    if (IsRollCall(message.bytes())) {
+      // The partner gave up waiting in an earlier round: so does this rank.
+      RollCall(got, partner);
+      return got;
+    }
+    size_t at = 0;
+    bool whole = true;
+    for (int r = theirs; r < theirs + mask && whole; ++r) {
+      uint64_t length = 0;
+      whole = message.size() - at >= sizeof(length);
+      if (!whole) break;
+      std::memcpy(&length, message.data() + at, sizeof(length));
+      at += sizeof(length);
+      whole = length <= message.size() - at && PadTo8(length) <= message.size() - at;
+      if (!whole) break;
+      // Checked here, not after the last round: the relay must not go on.
+      HeaderFields fields;
+      size_t desc_end = 0;
+      whole = ReadHeader(message.bytes().subspan(at, length), r, &fields, &desc_end);
+      if (!whole) break;
+      got.records[r] = message.bytes().subspan(at, length);
+      got.arrived[r] = true;
+      lengths[r] = length;
+      at += PadTo8(length);
+    }
+    if (!whole || at != message.size()) {
+      got.malformed = MalformedFrom(partner);
+      return got;
+    }
+  }
+  return got;
+}
+
+void Call::RollCall(Gathered& got, int heard_from) {
+  const int n = size(), me = rank();
+  const Deadline until = Clock::now() + std::min<std::chrono::milliseconds>(timeout_, kRollCallGrace);
+  std::vector<int> lacking;
+  for (int r = 0; r < n; ++r) {
+    if (r != me && !got.arrived[r]) lacking.push_back(r);
+  }
+  const uint64_t note[2] = {kRollCallMagic, seq_};
+  const ConstBytes part(reinterpret_cast<const uint8_t*>(note), sizeof(note));
+  for (int r : lacking) {
+    Status st = transport_->Send(r, std::span<const ConstBytes>(&part, 1), until);
+    if (!st.ok() && (st.code() != Code::kDeadlineExceeded || !transport_->status().ok())) {
+      got.failure = st;
+      return;
+    }
+  }
+  // Any message from a rank (its roll call, or a relay message this rank never
+  // got to) shows that it is in this collective.
+  for (int r : lacking) {
+    if (r == heard_from) continue;
+    Buffer message;
+    Status st = transport_->Recv(r, &message, until);
+    if (st.ok()) continue;
+    if (st.code() != Code::kDeadlineExceeded || !transport_->status().ok()) {
+      got.failure = st;
+      return;
+    }
+    got.missing.push_back(r);
+  }
+}
+
 Result<std::vector<ConstBytes>> Call::Exchange(const Plan& plan, ConstBytes payload) {
   const int n = size(), me = rank();
   const std::string shown = description_.substr(0, kMaxDescriptionBytes);
@@ -127,49 +296,26 @@ Result<std::vector<ConstBytes>> Call::Exchange(const Plan& plan, ConstBytes payl
   std::memcpy(header.data(), &fields, kHeaderBytes);
   CopyBytes(header.data() + kHeaderBytes, shown.data(), shown.size());
 
-  // Send to every peer, then wait for every peer until the deadline. Past it, or
-  // past an error, only collect what already arrived: the error then lists every
-  // missing rank, and a mismatch among the headers at hand (the root cause,
-  // when a peer that saw it first aborted the group) is reported first.
-  Status failure;
-  const ConstBytes parts[] = {header, payload};
-  for (int i = 1; i < n && failure.ok(); ++i) {
-    failure = transport_->Send((me + i) % n, parts, deadline_);
-  }
-  received_.resize(n);
-  std::vector<bool> arrived(n, false);
-  std::vector<int> missing;
-  for (int i = 1; i < n; ++i) {
-    const int peer = (me - i + n) % n;
-    const Deadline wait = missing.empty() && failure.ok() ? deadline_ : Deadline();
-    Status st = transport_->Recv(peer, &received_[peer], wait);
-    if (st.ok()) {
-      arrived[peer] = true;
-    } else if (st.code() == Code::kDeadlineExceeded && transport_->status().ok()) {
-      missing.push_back(peer);
-    } else if (failure.ok()) {
-      failure = st;
-    }
-  }
+  Gathered got = (n >= 4 && (n & (n - 1)) == 0) ? GatherByDoubling(header, payload)
+                                                 : GatherDirect(header, payload);
+  if (!got.malformed.ok()) return Fail(got.malformed);
+  Status failure = got.failure;
+  std::vector<int>& missing = got.missing;
+  const std::vector<ConstBytes>& records = got.records;
+  const std::vector<bool>& arrived = got.arrived;
 
   std::vector<ConstBytes> payloads(n);
   std::vector<int> mismatched;
   std::string conflicts;
   for (int peer = 0; peer < n; ++peer) {
     if (!arrived[peer]) continue;
-    const Buffer& message = received_[peer];
+    const ConstBytes message = records[peer];
     HeaderFields theirs{};
-    if (message.size() >= kHeaderBytes) std::memcpy(&theirs, message.data(), kHeaderBytes);
-    const size_t desc_end = kHeaderBytes + PadTo8(theirs.description_bytes);
-    if (message.size() < kHeaderBytes || theirs.magic != kHeaderMagic ||
-        theirs.rank != static_cast<uint32_t>(peer) || desc_end > message.size()) {
-      return Fail(
-          Internal("protocol error: malformed collective header from rank " + std::to_string(peer),
-                   {{"peer_rank", peer}}));
-    }
+    size_t desc_end = 0;
+    if (!ReadHeader(message, peer, &theirs, &desc_end)) return Fail(MalformedFrom(peer));
     const std::string their_desc(reinterpret_cast<const char*>(message.data()) + kHeaderBytes,
                                  theirs.description_bytes);
-    payloads[peer] = message.bytes().subspan(desc_end);
+    payloads[peer] = message.subspan(desc_end);
     std::string conflict;
     if (theirs.seq != seq_) {
       conflict = "rank " + std::to_string(peer) + " is at collective #" +
@@ -192,7 +338,11 @@ Result<std::vector<ConstBytes>> Call::Exchange(const Plan& plan, ConstBytes payl
     }
   }
   if (!mismatched.empty()) {
-    return Fail(Conflict(conflicts, {{"mismatched_ranks", mismatched}}));
+    // Every rank got every header: each finds the mismatch itself and reports it
+    // as it sees it. An abort could overtake a relayed header and make a peer
+    // report this rank's view instead.
+    const bool complete = failure.ok() && missing.empty();
+    return Fail(Conflict(conflicts, {{"mismatched_ranks", mismatched}}), !complete);
   }
   if (!failure.ok()) return TransportFailure(failure);
   if (!missing.empty()) {

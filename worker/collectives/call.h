@@ -2,13 +2,20 @@
 //
 // A public op opens a Session (which serializes it with other ops on the group and
 // fixes its deadline) and begins one Call per collective step. Every Call opens
-// with Exchange: each rank sends every peer a header (sequence number, fingerprint
-// of the signature, description, algorithm plan) plus an optional payload, and
-// checks the headers it receives. That one all-to-all round gives
+// with Exchange: each rank's header (sequence number, fingerprint of the
+// signature, description, algorithm plan) plus an optional payload reaches every
+// other rank, and each rank checks all of them. With n a power of two (4 or
+// more) the records travel by recursive doubling, log2(n) rounds in which a
+// rank swaps every record it holds with one partner (n log2(n) messages);
+// otherwise every rank sends its own to every peer in one round (n(n-1)). That
+// exchange gives
 //   - mismatch detection before any data is interpreted, on every rank, with
 //     both ranks' calls named;
-//   - the exact list of ranks that did not arrive, when it times out;
-//   - a one-round path for small inputs (the payload is the data).
+//   - the exact list of ranks that did not arrive, when it times out (relayed:
+//     a rank that timed out, or whose partner did, sends a roll call to every
+//     rank it has not heard of and names those that do not answer within
+//     min(timeout, 1 s));
+//   - a path for small inputs with no other round (the payload is the data).
 // Any communication failure after Begin aborts the group (Transport::Abort) and
 // returns the error prefixed with the call's description.
 #pragma once
@@ -64,7 +71,7 @@ class Call {
   int size() const { return transport_->size(); }
   const std::string& description() const { return description_; }
 
-  // Sends this rank's header and `payload` to every peer and checks theirs.
+  // Gets this rank's header and `payload` to every peer and checks theirs.
   // Returns every rank's payload by rank (this rank's is `payload` itself), valid
   // until the next Exchange on this call. Payloads are 8-byte aligned.
   // Errors: conflict naming every mismatching rank and its call; deadline_exceeded
@@ -85,12 +92,30 @@ class Call {
   void CancelRecv(int peer) { transport_->CancelRecv(peer); }
 
   // Prefixes `status` with this call, aborts the group with it and returns it.
-  Status Fail(const Status& status);
+  // tell_peers false: poisons only this rank (Transport::Poison).
+  Status Fail(const Status& status, bool tell_peers = true);
 
  private:
   friend class Session;
   Call(Transport& transport, const std::string& group_id, Signature signature, uint64_t seq,
        std::chrono::milliseconds timeout, Deadline deadline);
+  // The first phase of Exchange: every rank's record (header + payload) by rank
+  // (empty: not received, and this rank's own), and what went wrong on the way.
+  struct Gathered {
+    std::vector<ConstBytes> records;
+    std::vector<bool> arrived;  // by rank
+    std::vector<int> missing;  // ranks not heard from by the deadline
+    Status failure;            // the transport's error
+    Status malformed;          // a message that is not records (protocol error)
+  };
+  // Every rank sends its record to every other one: one round, n(n-1) messages.
+  Gathered GatherDirect(ConstBytes header, ConstBytes payload);
+  // Records relayed by recursive doubling (n a power of two): log2(n) rounds,
+  // n log2(n) messages.
+  Gathered GatherByDoubling(ConstBytes header, ConstBytes payload);
+  // After a relayed exchange stopped at the deadline (or at a partner's roll
+  // call, heard_from): finds which of the ranks not heard of are missing.
+  void RollCall(Gathered& got, int heard_from);
   // Fail for an error of the transport: reports the error that poisoned it, if any.
   Status TransportFailure(const Status& status);
 
@@ -101,7 +126,7 @@ class Call {
   uint64_t seq_;
   std::chrono::milliseconds timeout_;
   Deadline deadline_;
-  std::vector<Buffer> received_;  // the last Exchange's headers, by rank
+  std::vector<Buffer> received_;  // the last Exchange's messages
 };
 
 }  // namespace tessera::collectives

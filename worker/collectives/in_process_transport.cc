@@ -58,6 +58,8 @@ void InProcessTransport::Abort(const Status& reason) {
   }
 }
 
+void InProcessTransport::Poison(const Status& reason) { hub_->mailboxes[rank_]->Poison(reason); }
+
 void InProcessTransport::Close() {
   if (closed_.exchange(true)) return;
   hub_->mailboxes[rank_]->Poison(

@@ -25,6 +25,7 @@ class InProcessTransport final : public Transport {
   using Transport::Send;
   Status Recv(int peer, Buffer* message, Deadline deadline) override;
   void Abort(const Status& reason) override;
+  void Poison(const Status& reason) override;
   void Close() override;
   Status status() const override;
 

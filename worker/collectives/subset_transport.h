@@ -33,6 +33,7 @@ class SubsetTransport final : public Transport {
   void PostRecv(int peer, std::span<uint8_t> dst) override;
   void CancelRecv(int peer) override;
   void Abort(const Status& reason) override { parent_->Abort(reason); }
+  void Poison(const Status& reason) override { parent_->Poison(reason); }
   // The parent stays open: it belongs to its owner.
   void Close() override {}
   Status status() const override { return parent_->status(); }

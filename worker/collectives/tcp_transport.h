@@ -83,6 +83,7 @@ class TcpTransport final : public Transport {
   void PostRecv(int peer, std::span<uint8_t> dst) override;
   void CancelRecv(int peer) override;
   void Abort(const Status& reason) override;
+  void Poison(const Status& reason) override { mailbox_.Poison(reason); }
   void Close() override;
   Status status() const override { return mailbox_.status(); }
   Status Poll() override;

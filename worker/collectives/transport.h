@@ -85,6 +85,11 @@ class Transport {
   // abort, tells every reachable peer: their transports become poisoned with
   // AbortedBy(rank(), reason). Thread-safe; the first poison wins.
   virtual void Abort(const Status& reason) = 0;
+  // Poisons this transport with `reason` without telling the peers: for an
+  // error every peer finds by itself (a mismatch in a header exchange that
+  // completed), where an abort could reach a peer ahead of what shows it its own
+  // view of the error.
+  virtual void Poison(const Status& reason) = 0;
 
   // Says goodbye to every peer and releases the resources. Peers see this rank as
   // closed: messages it sent before stay receivable, anything more fails naming
