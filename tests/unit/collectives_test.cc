@@ -886,6 +886,53 @@ TEST_P(CollectivesTest, TimeoutNamesOnlyTheMissingRanksWhenHeadersAreRelayed) {
   }
 }
 
+// Groups of 8 and 16 relay the opening exchange in 3 and 4 rounds: every rank's
+// payload (the data of a small all-reduce or all-gather) reaches every rank, and a
+// rank whose call differs is named by every other rank, while it names them all.
+TEST_P(CollectivesTest, HeaderRelayReachesEveryRankOf8And16) {
+  for (int n : {8, 16}) {
+    Groups groups = Make(n, "relay-" + std::to_string(n));
+    std::vector<Tensor> sums(n), gathered(n);
+    ExpectAllOk(OnAllRanks(n,
+                           [&](int r) {
+                             sums[r] = Tensor::Zeros(DType::kInt32, {3});
+                             for (int i = 0; i < 3; ++i) sums[r].values<int32_t>()[i] = (r + 1) << i;
+                             RETURN_IF_ERROR(AllReduce(*groups[r], sums[r]));
+                             Tensor mine = Tensor::Zeros(DType::kInt32, {2});
+                             mine.values<int32_t>()[0] = r;
+                             mine.values<int32_t>()[1] = -r;
+                             AllGatherOptions o;
+                             o.tiled = true;
+                             ASSIGN_OR_RETURN(gathered[r], AllGather(*groups[r], mine, o));
+                             return Status::Ok();
+                           }),
+                "n=" + std::to_string(n));
+    const int32_t total = n * (n + 1) / 2;
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(sums[r].num_elements(), 3);
+      for (int i = 0; i < 3; ++i) EXPECT_EQ(sums[r].values<int32_t>()[i], total << i) << r;
+      ASSERT_EQ(gathered[r].num_elements(), 2 * n);
+      for (int q = 0; q < n; ++q) {
+        EXPECT_EQ(gathered[r].values<int32_t>()[2 * q], q) << "rank " << r;
+        EXPECT_EQ(gathered[r].values<int32_t>()[2 * q + 1], -q) << "rank " << r;
+      }
+    }
+    // Rank 5 calls with another shape.
+    auto statuses = OnAllRanks(n, [&](int r) {
+      Tensor t = Tensor::Zeros(DType::kFloat32, {r == 5 ? 9 : 8});
+      return AllReduce(*groups[r], t);
+    });
+    for (int r = 0; r < n; ++r) {
+      std::vector<int> want;
+      for (int q = 0; q < n; ++q) {
+        if (r == 5 ? q != 5 : q == 5) want.push_back(q);
+      }
+      EXPECT_EQ(statuses[r].code(), Code::kConflict) << r << ": " << statuses[r].ToString();
+      EXPECT_EQ(Detail(statuses[r], "mismatched_ranks"), want) << r << ": " << statuses[r].ToString();
+    }
+  }
+}
+
 // A member that sends rank 0 something other than relayed headers in the first
 // round (rank 1 is rank 0's partner there) fails rank 0 with a protocol error
 // naming it, at once and without reading past the message.
