@@ -862,11 +862,13 @@ TEST_P(CollectivesTest, TimeoutNamesTheMissingRanks) {
   EXPECT_NE(st.message().find("aborted the group"), std::string::npos) << st.message();
 }
 
-// With 4 or 8 ranks the headers are relayed (recursive doubling), so a rank
-// stuck behind a missing partner is not itself named: the roll call sorts them out.
+// From 4 ranks up the headers are relayed (recursive doubling, ranks beyond a
+// power of two folded in and out), so a rank stuck behind a missing partner is
+// not itself named: the roll call sorts them out.
 TEST_P(CollectivesTest, TimeoutNamesOnlyTheMissingRanksWhenHeadersAreRelayed) {
   for (const auto& [n, absent] :
-       std::vector<std::pair<int, std::vector<int>>>{{4, {3}}, {4, {0}}, {8, {5, 6}}, {8, {1}}}) {
+       std::vector<std::pair<int, std::vector<int>>>{
+           {4, {3}}, {4, {0}}, {8, {5, 6}}, {8, {1}}, {5, {4}}, {6, {0}}, {6, {1}}, {7, {2, 5}}}) {
     Groups groups = Make(n, "relay-" + std::to_string(n) + "-" + std::to_string(absent[0]));
     AllReduceOptions o;
     o.timeout = 300ms;
@@ -886,11 +888,12 @@ TEST_P(CollectivesTest, TimeoutNamesOnlyTheMissingRanksWhenHeadersAreRelayed) {
   }
 }
 
-// Groups of 8 and 16 relay the opening exchange in 3 and 4 rounds: every rank's
-// payload (the data of a small all-reduce or all-gather) reaches every rank, and a
-// rank whose call differs is named by every other rank, while it names them all.
-TEST_P(CollectivesTest, HeaderRelayReachesEveryRankOf8And16) {
-  for (int n : {8, 16}) {
+// Groups of 5 to 16 relay the opening exchange (5-7 with ranks folded in and
+// out): every rank's payload (the data of a small all-reduce or all-gather)
+// reaches every rank, and a rank whose call differs is named by every other
+// rank, while it names them all.
+TEST_P(CollectivesTest, HeaderRelayReachesEveryRank) {
+  for (int n : {5, 6, 7, 8, 16}) {
     Groups groups = Make(n, "relay-" + std::to_string(n));
     std::vector<Tensor> sums(n), gathered(n);
     ExpectAllOk(OnAllRanks(n,
@@ -917,18 +920,22 @@ TEST_P(CollectivesTest, HeaderRelayReachesEveryRankOf8And16) {
         EXPECT_EQ(gathered[r].values<int32_t>()[2 * q + 1], -q) << "rank " << r;
       }
     }
-    // Rank 5 calls with another shape.
-    auto statuses = OnAllRanks(n, [&](int r) {
-      Tensor t = Tensor::Zeros(DType::kFloat32, {r == 5 ? 9 : 8});
-      return AllReduce(*groups[r], t);
-    });
-    for (int r = 0; r < n; ++r) {
-      std::vector<int> want;
-      for (int q = 0; q < n; ++q) {
-        if (r == 5 ? q != 5 : q == 5) want.push_back(q);
+    // One rank calls with another shape: a folded one (0), one in the core.
+    for (int odd : {0, n - 2}) {
+      Groups fresh = Make(n, "relay-" + std::to_string(n) + "-odd-" + std::to_string(odd));
+      auto statuses = OnAllRanks(n, [&](int r) {
+        Tensor t = Tensor::Zeros(DType::kFloat32, {r == odd ? 9 : 8});
+        return AllReduce(*fresh[r], t);
+      });
+      for (int r = 0; r < n; ++r) {
+        std::vector<int> want;
+        for (int q = 0; q < n; ++q) {
+          if (r == odd ? q != odd : q == odd) want.push_back(q);
+        }
+        EXPECT_EQ(statuses[r].code(), Code::kConflict) << r << ": " << statuses[r].ToString();
+        EXPECT_EQ(Detail(statuses[r], "mismatched_ranks"), want)
+            << "n=" << n << " rank " << r << ": " << statuses[r].ToString();
       }
-      EXPECT_EQ(statuses[r].code(), Code::kConflict) << r << ": " << statuses[r].ToString();
-      EXPECT_EQ(Detail(statuses[r], "mismatched_ranks"), want) << r << ": " << statuses[r].ToString();
     }
   }
 }

@@ -29,10 +29,10 @@ static_assert(sizeof(HeaderFields) == kHeaderBytes);
 
 size_t PadTo8(size_t n) { return (n + 7) & ~size_t{7}; }
 
-// A rank whose relayed header exchange timed out tells every rank it has not
-// heard of so far with this note ([magic][seq]), then waits this long (at most
-// the call's timeout) for a message from each of them: those it hears from are
-// in the collective, the others did not arrive. Relay messages begin with a
+// A rank whose relayed header exchange timed out sends every rank this note
+// ([magic][seq]), then waits this long (at most the call's timeout) for a
+// message from each rank it has not heard of: those it hears from are in the
+// collective, the others did not arrive. Relay messages begin with a
 // record length (< 2^40), never with the magic.
 constexpr uint64_t kRollCallMagic = 0x4c4c4143'4c4c4f52;  // "ROLLCALL"
 constexpr std::chrono::milliseconds kRollCallGrace{1000};
@@ -136,6 +136,12 @@ Status Call::Send(int peer, std::span<const ConstBytes> parts) {
 Status Call::Recv(int peer, Buffer* message, size_t expected_bytes) {
   Status st = transport_->Recv(peer, message, deadline_);
   if (!st.ok()) return TransportFailure(st);
+  if (message->size() != expected_bytes && IsRollCall(message->bytes())) {
+    // This rank got through the opening exchange just as `peer` gave up on it.
+    return Fail(DeadlineExceeded("rank " + std::to_string(peer) +
+                                     " timed out in this call's opening exchange",
+                                 {{"peer_rank", peer}}));
+  }
   if (message->size() != expected_bytes) {
     return Fail(WrongMessageSize(peer, expected_bytes, message->size()));
   }
@@ -178,24 +184,39 @@ Call::Gathered Call::GatherDirect(ConstBytes header, ConstBytes payload) {
 }
 
 Call::Gathered Call::GatherByDoubling(ConstBytes header, ConstBytes payload) {
-  // Recursive doubling: in round k every rank swaps with rank ^ 2^k the records
-  // of the 2^k ranks it knows so far (its own block), each as [u64 length][record]
-  // padded to 8 bytes, so after log2(n) rounds every rank holds every record
-  // having sent n log2(n) messages in all instead of n(n-1).
+  // Recursive doubling among p, the largest power of two ≤ n: in round k every
+  // core rank swaps with the core rank ^ 2^k the records it holds so far (those
+  // of its block), so after log2(p) rounds every core rank holds every record.
+  // The first 2(n-p) ranks pair up around it, as in the all-reduce: the even
+  // one hands its record to its odd neighbour first and gets all the others
+  // from it at the end. A message is records in an order both sides know, each
+  // [u64 length][record] padded to 8 bytes. n log2(n) messages when n is a
+  // power of two, where all-to-all takes n(n-1).
   static constexpr uint8_t kZeros[8] = {};
   const int n = size(), me = rank();
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const int folded = n - p;
+  // The group ranks whose records core position c holds once folded in.
+  auto ranks_of = [&](int c, std::vector<int>& out) {
+    if (c < folded) {
+      out.push_back(2 * c);
+      out.push_back(2 * c + 1);
+    } else {
+      out.push_back(c + folded);
+    }
+  };
+  const int core = me >= 2 * folded ? me - folded : (me % 2 == 1 ? me / 2 : -1);
+
   Gathered got;
   got.records.resize(n);
   got.arrived.resize(n, false);
   std::vector<uint64_t> lengths(n, 0);
   lengths[me] = header.size() + payload.size();
   auto pad = [](uint64_t length) { return PadTo8(length) - length; };
-  int mask = 1;
-  for (int round = 0; mask < n; mask <<= 1, ++round) {
-    const int partner = me ^ mask;
-    const int mine = me & ~(mask - 1), theirs = partner & ~(mask - 1);
+  auto send = [&](int to, const std::vector<int>& ranks) {
     std::vector<ConstBytes> parts;
-    for (int r = mine; r < mine + mask; ++r) {
+    for (int r : ranks) {
       parts.push_back(ConstBytes(reinterpret_cast<const uint8_t*>(&lengths[r]), sizeof(uint64_t)));
       if (r == me) {
         parts.push_back(header);
@@ -205,48 +226,82 @@ Call::Gathered Call::GatherByDoubling(ConstBytes header, ConstBytes payload) {
       }
       parts.push_back(ConstBytes(kZeros, pad(lengths[r])));
     }
-    got.failure = transport_->Send(partner, parts, deadline_);
-    if (!got.failure.ok()) break;
-    if (received_.size() <= static_cast<size_t>(round)) received_.resize(round + 1);
-    Buffer& message = received_[round];
-    Status st = transport_->Recv(partner, &message, deadline_);
+    got.failure = transport_->Send(to, parts, deadline_);
+    return got.failure.ok();
+  };
+  // Receives the records of `ranks` from `from` into received_[slot]; false
+  // when the exchange ends here (got says why).
+  auto receive = [&](int from, const std::vector<int>& ranks, size_t slot) {
+    if (received_.size() <= slot) received_.resize(slot + 1);
+    Buffer& message = received_[slot];
+    Status st = transport_->Recv(from, &message, deadline_);
     if (!st.ok()) {
       if (st.code() != Code::kDeadlineExceeded || !transport_->status().ok()) {
         got.failure = st;
       } else {
         RollCall(got, -1);
       }
-      return got;
+      return false;
     }
     if (IsRollCall(message.bytes())) {
-      // The partner gave up waiting in an earlier round: so does this rank.
-      RollCall(got, partner);
-      return got;
+      // The sender gave up waiting further back: so does this rank.
+      RollCall(got, from);
+      return false;
     }
     size_t at = 0;
-    bool whole = true;
-    for (int r = theirs; r < theirs + mask && whole; ++r) {
+    for (int r : ranks) {
       uint64_t length = 0;
-      whole = message.size() - at >= sizeof(length);
-      if (!whole) break;
-      std::memcpy(&length, message.data() + at, sizeof(length));
-      at += sizeof(length);
-      whole = length <= message.size() - at && PadTo8(length) <= message.size() - at;
-      if (!whole) break;
+      bool whole = message.size() - at >= sizeof(length);
+      if (whole) {
+        std::memcpy(&length, message.data() + at, sizeof(length));
+        at += sizeof(length);
+        whole = length <= message.size() - at && PadTo8(length) <= message.size() - at;
+      }
       // Checked here, not after the last round: the relay must not go on.
       HeaderFields fields;
       size_t desc_end = 0;
-      whole = ReadHeader(message.bytes().subspan(at, length), r, &fields, &desc_end);
-      if (!whole) break;
+      if (!whole || !ReadHeader(message.bytes().subspan(at, length), r, &fields, &desc_end)) {
+        got.malformed = MalformedFrom(from);
+        return false;
+      }
       got.records[r] = message.bytes().subspan(at, length);
       got.arrived[r] = true;
       lengths[r] = length;
       at += PadTo8(length);
     }
-    if (!whole || at != message.size()) {
-      got.malformed = MalformedFrom(partner);
-      return got;
+    if (at != message.size()) {
+      got.malformed = MalformedFrom(from);
+      return false;
     }
+    return true;
+  };
+
+  size_t slot = 0;
+  if (core < 0) {
+    // Folded: hand the record over, get every other one back.
+    std::vector<int> others;
+    for (int r = 0; r < n; ++r) {
+      if (r != me) others.push_back(r);
+    }
+    if (send(me + 1, {me})) receive(me + 1, others, slot);
+    return got;
+  }
+  if (me < 2 * folded && !receive(me - 1, {me - 1}, slot++)) return got;
+  for (int mask = 1; mask < p; mask <<= 1) {
+    const int partner = core ^ mask;
+    const int mine = core & ~(mask - 1), theirs = partner & ~(mask - 1);
+    std::vector<int> out, in;
+    for (int c = mine; c < mine + mask; ++c) ranks_of(c, out);
+    for (int c = theirs; c < theirs + mask; ++c) ranks_of(c, in);
+    const int to = partner < folded ? 2 * partner + 1 : partner + folded;
+    if (!send(to, out) || !receive(to, in, slot++)) return got;
+  }
+  if (me < 2 * folded) {
+    std::vector<int> all;
+    for (int r = 0; r < n; ++r) {
+      if (r != me - 1) all.push_back(r);
+    }
+    send(me - 1, all);
   }
   return got;
 }
@@ -260,7 +315,10 @@ void Call::RollCall(Gathered& got, int heard_from) {
   }
   const uint64_t note[2] = {kRollCallMagic, seq_};
   const ConstBytes part(reinterpret_cast<const uint8_t*>(note), sizeof(note));
-  for (int r : lacking) {
+  // To every rank, not only those not heard of: one this rank has heard of may
+  // be waiting for a message from it (a folded rank for the records back).
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
     Status st = transport_->Send(r, std::span<const ConstBytes>(&part, 1), until);
     if (!st.ok() && (st.code() != Code::kDeadlineExceeded || !transport_->status().ok())) {
       got.failure = st;
@@ -296,8 +354,7 @@ Result<std::vector<ConstBytes>> Call::Exchange(const Plan& plan, ConstBytes payl
   std::memcpy(header.data(), &fields, kHeaderBytes);
   CopyBytes(header.data() + kHeaderBytes, shown.data(), shown.size());
 
-  Gathered got = (n >= 4 && (n & (n - 1)) == 0) ? GatherByDoubling(header, payload)
-                                                 : GatherDirect(header, payload);
+  Gathered got = n >= 4 ? GatherByDoubling(header, payload) : GatherDirect(header, payload);
   if (!got.malformed.ok()) return Fail(got.malformed);
   Status failure = got.failure;
   std::vector<int>& missing = got.missing;

@@ -4,17 +4,19 @@
 // fixes its deadline) and begins one Call per collective step. Every Call opens
 // with Exchange: each rank's header (sequence number, fingerprint of the
 // signature, description, algorithm plan) plus an optional payload reaches every
-// other rank, and each rank checks all of them. With n a power of two (4 or
-// more) the records travel by recursive doubling, log2(n) rounds in which a
-// rank swaps every record it holds with one partner (n log2(n) messages);
-// otherwise every rank sends its own to every peer in one round (n(n-1)). That
+// other rank, and each rank checks all of them. From 4 ranks up the records
+// travel by recursive doubling among the largest power of two p ≤ n ranks
+// (log2(p) rounds in which a rank swaps every record it holds with one
+// partner), the other n - p ranks handing theirs to a neighbour first and
+// getting all back from it at the end: n log2(n) messages for n a power of
+// two. Smaller groups send every record to every peer in one round. That
 // exchange gives
 //   - mismatch detection before any data is interpreted, on every rank, with
 //     both ranks' calls named;
 //   - the exact list of ranks that did not arrive, when it times out (relayed:
-//     a rank that timed out, or whose partner did, sends a roll call to every
-//     rank it has not heard of and names those that do not answer within
-//     min(timeout, 1 s));
+//     a rank that timed out, or that got a roll call in place of a relay
+//     message, sends a roll call to every rank and names those it has not
+//     heard of that do not answer within min(timeout, 1 s));
 //   - a path for small inputs with no other round (the payload is the data).
 // Any communication failure after Begin aborts the group (Transport::Abort) and
 // returns the error prefixed with the call's description.
@@ -110,8 +112,8 @@ class Call {
   };
   // Every rank sends its record to every other one: one round, n(n-1) messages.
   Gathered GatherDirect(ConstBytes header, ConstBytes payload);
-  // Records relayed by recursive doubling (n a power of two): log2(n) rounds,
-  // n log2(n) messages.
+  // Records relayed by recursive doubling (n ≥ 4), ranks beyond a power of two
+  // folded in and out.
   Gathered GatherByDoubling(ConstBytes header, ConstBytes payload);
   // After a relayed exchange stopped at the deadline (or at a partner's roll
   // call, heard_from): finds which of the ranks not heard of are missing.
