@@ -882,8 +882,9 @@ TEST_P(CollectivesTest, TimeoutNamesOnlyTheMissingRanksWhenHeadersAreRelayed) {
     });
     for (size_t i = 0; i < present.size(); ++i) {
       const Status& st = statuses[i];
-      EXPECT_EQ(st.code(), Code::kDeadlineExceeded) << "rank " << present[i] << ": " << st.ToString();
-      EXPECT_EQ(Detail(st, "missing_ranks"), absent) << "rank " << present[i] << ": " << st.ToString();
+      const std::string who = "rank " + std::to_string(present[i]) + ": " + st.ToString();
+      EXPECT_EQ(st.code(), Code::kDeadlineExceeded) << who;
+      EXPECT_EQ(Detail(st, "missing_ranks"), absent) << who;
     }
   }
 }
@@ -899,7 +900,9 @@ TEST_P(CollectivesTest, HeaderRelayReachesEveryRank) {
     ExpectAllOk(OnAllRanks(n,
                            [&](int r) {
                              sums[r] = Tensor::Zeros(DType::kInt32, {3});
-                             for (int i = 0; i < 3; ++i) sums[r].values<int32_t>()[i] = (r + 1) << i;
+                             for (int i = 0; i < 3; ++i) {
+                               sums[r].values<int32_t>()[i] = (r + 1) << i;
+                             }
                              RETURN_IF_ERROR(AllReduce(*groups[r], sums[r]));
                              Tensor mine = Tensor::Zeros(DType::kInt32, {2});
                              mine.values<int32_t>()[0] = r;

@@ -308,7 +308,8 @@ Call::Gathered Call::GatherByDoubling(ConstBytes header, ConstBytes payload) {
 
 void Call::RollCall(Gathered& got, int heard_from) {
   const int n = size(), me = rank();
-  const Deadline until = Clock::now() + std::min<std::chrono::milliseconds>(timeout_, kRollCallGrace);
+  const Deadline until =
+      Clock::now() + std::min<std::chrono::milliseconds>(timeout_, kRollCallGrace);
   std::vector<int> lacking;
   for (int r = 0; r < n; ++r) {
     if (r != me && !got.arrived[r]) lacking.push_back(r);
