@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -939,6 +940,60 @@ TEST_P(CollectivesTest, HeaderRelayReachesEveryRank) {
         EXPECT_EQ(Detail(statuses[r], "mismatched_ranks"), want)
             << "n=" << n << " rank " << r << ": " << statuses[r].ToString();
       }
+    }
+  }
+}
+
+// Counts the messages a rank sends, passing everything on to `inner`.
+class CountingTransport final : public Transport {
+ public:
+  explicit CountingTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  Status Send(int peer, std::span<const ConstBytes> parts, Deadline deadline) override {
+    ++sent;
+    return inner_->Send(peer, parts, deadline);
+  }
+  using Transport::Send;
+  Status Recv(int peer, Buffer* message, Deadline deadline) override {
+    return inner_->Recv(peer, message, deadline);
+  }
+  Status RecvInto(int peer, std::span<uint8_t> dst, Deadline deadline) override {
+    return inner_->RecvInto(peer, dst, deadline);
+  }
+  void Abort(const Status& reason) override { inner_->Abort(reason); }
+  void Poison(const Status& reason) override { inner_->Poison(reason); }
+  void Close() override { inner_->Close(); }
+  Status status() const override { return inner_->status(); }
+
+  std::atomic<int> sent{0};
+
+ private:
+  std::unique_ptr<Transport> inner_;
+};
+
+// The opening exchange's message counts: all-to-all below 4 ranks (n - 1 each),
+// recursive doubling from 4 (log2(p) each in the core of p ranks, plus one to
+// hand a folded rank's record over and one to hand all back).
+TEST(HeaderRelay, SendsLog2MessagesPerRank) {
+  const std::vector<std::pair<int, std::vector<int>>> cases = {
+      {3, {2, 2, 2}},
+      {4, {2, 2, 2, 2}},
+      {5, {1, 3, 2, 2, 2}},
+      {6, {1, 3, 1, 3, 2, 2}},
+      {8, {3, 3, 3, 3, 3, 3, 3, 3}},
+  };
+  for (const auto& [n, want] : cases) {
+    std::vector<CountingTransport*> counters;
+    Groups groups;
+    for (auto& t : InProcessTransport::CreateGroup(n)) {
+      auto counting = std::make_unique<CountingTransport>(std::move(t));
+      counters.push_back(counting.get());
+      groups.push_back(std::make_unique<Group>(std::move(counting), "count"));
+    }
+    ExpectAllOk(OnAllRanks(n, [&](int r) { return Barrier(*groups[r]); }), "barrier");
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(counters[r]->sent.load(), want[r]) << "n=" << n << " rank " << r;
     }
   }
 }
