@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "worker/collectives/core_ranks.h"
+
 namespace tessera::collectives {
 namespace {
 
@@ -80,30 +82,8 @@ void ReduceInRankOrder(ReduceOp op, DType dtype, std::span<const ConstBytes> inp
 
 namespace {
 
-// The ranks of an all-reduce by halves and doublings: p, the largest power of
-// two ≤ n, take part in the core exchanges. The first 2(n-p) ranks pair up
-// around it: the even one hands its data to its odd neighbour (FoldIn) and gets
-// the result back at the end (FoldOut).
-struct Core {
-  int p = 1;
-  int folded = 0;  // pairs
-  int rank = -1;   // position in the core; -1 for a rank that sits out
-
-  Core(int n, int me) {
-    while (p * 2 <= n) p *= 2;
-    folded = n - p;
-    if (me >= 2 * folded) {
-      rank = me - folded;
-    } else if (me % 2 == 1) {
-      rank = me / 2;
-    }
-  }
-  // The group rank of core position `c`.
-  int Member(int c) const { return c < folded ? c * 2 + 1 : c + folded; }
-};
-
-Status FoldIn(Call& call, const Core& core, ReduceOp op, DType dtype, uint8_t* data, size_t count,
-              Buffer& scratch) {
+Status FoldIn(Call& call, const CoreRanks& core, ReduceOp op, DType dtype, uint8_t* data,
+              size_t count, Buffer& scratch) {
   const int me = call.rank();
   if (me >= 2 * core.folded) return Status::Ok();
   const size_t bytes = count * DTypeSize(dtype);
@@ -113,7 +93,7 @@ Status FoldIn(Call& call, const Core& core, ReduceOp op, DType dtype, uint8_t* d
   return Status::Ok();
 }
 
-Status FoldOut(Call& call, const Core& core, uint8_t* data, size_t bytes) {
+Status FoldOut(Call& call, const CoreRanks& core, uint8_t* data, size_t bytes) {
   const int me = call.rank();
   if (me >= 2 * core.folded) return Status::Ok();
   if (core.rank < 0) return call.RecvInto(me + 1, {data, bytes});
@@ -137,7 +117,7 @@ Status RecursiveDoublingAllReduce(Call& call, ReduceOp op, DType dtype, uint8_t*
                                   size_t count) {
   const int me = call.rank();
   const size_t bytes = count * DTypeSize(dtype);
-  const Core core(call.size(), me);
+  const CoreRanks core(call.size(), me);
   Buffer theirs;
   RETURN_IF_ERROR(FoldIn(call, core, op, dtype, data, count, theirs));
   if (core.rank >= 0) {
@@ -155,7 +135,7 @@ Status HalvingDoublingAllReduce(Call& call, ReduceOp op, DType dtype, uint8_t* d
                                 size_t chunk_elems) {
   const int me = call.rank();
   const size_t es = DTypeSize(dtype);
-  const Core core(call.size(), me);
+  const CoreRanks core(call.size(), me);
   Buffer theirs;
   RETURN_IF_ERROR(FoldIn(call, core, op, dtype, data, count, theirs));
   if (core.rank >= 0) {

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "worker/collectives/core_ranks.h"
 #include "worker/collectives/hash.h"
 
 namespace tessera::collectives {
@@ -194,9 +195,8 @@ Call::Gathered Call::GatherByDoubling(ConstBytes header, ConstBytes payload) {
   // power of two, where all-to-all takes n(n-1).
   static constexpr uint8_t kZeros[8] = {};
   const int n = size(), me = rank();
-  int p = 1;
-  while (p * 2 <= n) p *= 2;
-  const int folded = n - p;
+  const CoreRanks doubling(n, me);
+  const int p = doubling.p, folded = doubling.folded, core = doubling.rank;
   // The group ranks whose records core position c holds once folded in.
   auto ranks_of = [&](int c, std::vector<int>& out) {
     if (c < folded) {
@@ -206,7 +206,6 @@ Call::Gathered Call::GatherByDoubling(ConstBytes header, ConstBytes payload) {
       out.push_back(c + folded);
     }
   };
-  const int core = me >= 2 * folded ? me - folded : (me % 2 == 1 ? me / 2 : -1);
 
   Gathered got;
   got.records.resize(n);
@@ -293,7 +292,7 @@ Call::Gathered Call::GatherByDoubling(ConstBytes header, ConstBytes payload) {
     std::vector<int> out, in;
     for (int c = mine; c < mine + mask; ++c) ranks_of(c, out);
     for (int c = theirs; c < theirs + mask; ++c) ranks_of(c, in);
-    const int to = partner < folded ? 2 * partner + 1 : partner + folded;
+    const int to = doubling.Member(partner);
     if (!send(to, out) || !receive(to, in, slot++)) return got;
   }
   if (me < 2 * folded) {
