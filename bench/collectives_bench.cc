@@ -74,6 +74,20 @@ struct Timing {
   double p99 = 0;
 };
 
+// Untimed work around each op. `reset` restores the input before every op:
+// the all-reduce works in place (Open MPI's out-of-place call copies its input
+// inside the timed call instead). `clear` wipes the output before, and `check`
+// verifies it after, the warm-up ops and the last one only: on 2 cores the
+// ranks share the CPUs, so one rank's untimed work runs inside the other
+// ranks' timed calls (checking every 1 MiB all-reduce made it 5-10% slower,
+// zeroing every 16 MiB broadcast's output up to 1.5× slower), and the peers'
+// loops neither clear nor check. The tests check every result.
+struct Around {
+  std::function<void()> reset = nullptr;
+  std::function<void()> clear = nullptr;
+  std::function<Status()> check = nullptr;
+};
+
 class Bench {
  public:
   Bench(Group& group, const Config& config) : group_(group), config_(config) {}
@@ -98,8 +112,7 @@ class Bench {
     BarrierOptions barrier;
     static_cast<Options&>(barrier) = config_.options;
     ASSIGN_OR_RETURN(Timing t,
-                     Measure(
-                         500, 20, nullptr, [&] { return Barrier(group_, barrier); }, nullptr));
+                     Measure(500, 20, [&] { return Barrier(group_, barrier); }));
     if (group_.rank() == 0) {
       Print({{"bench", Name()},
              {"op", "barrier"},
@@ -135,23 +148,20 @@ class Bench {
            {"algorithm", std::string(AlgorithmName(config_.options.algorithm))}});
   }
 
-  // Median and p99 over `iters` of the slowest rank's time for `op`. `prepare`
-  // runs before each op, untimed; `verify` checks the result of the warm-up ops
-  // and of the last one. Not of every op: on 2 cores the ranks share the CPUs,
-  // so one rank's check runs inside the other ranks' timed calls (a 1 MiB
-  // all-reduce took 5-10% longer checked each time), and the peers' loops check
-  // nothing. The tests check every result.
-  Result<Timing> Measure(int iters, int warmup, const std::function<void()>& prepare,
-                         const std::function<Status()>& op, const std::function<Status()>& verify) {
+  // Median and p99 over `iters` of the slowest rank's time for `op`.
+  Result<Timing> Measure(int iters, int warmup, const std::function<Status()>& op,
+                         const Around& around = {}) {
     Tensor times = Tensor::Zeros(DType::kFloat64, {iters});
     for (int i = 0; i < warmup + iters; ++i) {
       if (i == warmup) RETURN_IF_ERROR(Barrier(group_));
-      if (prepare) prepare();
+      const bool checked = i < warmup || i == warmup + iters - 1;
+      if (around.reset) around.reset();
+      if (checked && around.clear) around.clear();
       const auto start = std::chrono::steady_clock::now();
       RETURN_IF_ERROR(op());
       const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
       if (i >= warmup) times.values<double>()[i - warmup] = took.count();
-      if (verify && (i < warmup || i == warmup + iters - 1)) RETURN_IF_ERROR(verify());
+      if (checked && around.check) RETURN_IF_ERROR(around.check());
     }
     AllReduceOptions max;
     max.op = ReduceOp::kMax;
@@ -184,10 +194,11 @@ class Bench {
     const int iters = IterationsFor(bytes);
     ASSIGN_OR_RETURN(
         Timing t,
-        Measure(
-            iters, 2, [&] { std::fill(x.values<float>().begin(), x.values<float>().end(), 1.0f); },
-            [&] { return AllReduce(group_, x, o); },
-            [&] { return ExpectAll(x.values<float>(), static_cast<float>(n), "all_reduce"); }));
+        Measure(iters, 2, [&] { return AllReduce(group_, x, o); },
+                {.reset = [&] { std::fill(x.values<float>().begin(), x.values<float>().end(), 1.0f); },
+                 .check = [&] {
+                   return ExpectAll(x.values<float>(), static_cast<float>(n), "all_reduce");
+                 }}));
     Emit("all_reduce", bytes, t, iters, 2.0 * (n - 1) / n);
     return Status::Ok();
   }
@@ -211,9 +222,9 @@ class Bench {
       return Status::Ok();
     };
     ASSIGN_OR_RETURN(Timing t,
-                     Measure(
-                         iters, 2, [&] { std::fill(out.data.begin(), out.data.end(), 0); },
-                         [&] { return AllGatherInto(group_, x, out, o); }, verify));
+                     Measure(iters, 2, [&] { return AllGatherInto(group_, x, out, o); },
+                             {.clear = [&] { std::fill(out.data.begin(), out.data.end(), 0); },
+                              .check = verify}));
     Emit("all_gather", per_rank * n, t, iters, (n - 1.0) / n);
     return Status::Ok();
   }
@@ -227,13 +238,14 @@ class Bench {
     static_cast<Options&>(o) = config_.options;
     const int iters = IterationsFor(bytes);
     ASSIGN_OR_RETURN(Timing t,
-                     Measure(
-                         iters, 2,
-                         [&] {
-                           if (!root) std::fill(x.data.begin(), x.data.end(), 0);
-                         },
-                         [&] { return Broadcast(group_, x, o); },
-                         [&] { return ExpectAll(x.values<float>(), kPattern, "broadcast"); }));
+                     Measure(iters, 2, [&] { return Broadcast(group_, x, o); },
+                             {.clear =
+                                  [&] {
+                                    if (!root) std::fill(x.data.begin(), x.data.end(), 0);
+                                  },
+                              .check = [&] {
+                                return ExpectAll(x.values<float>(), kPattern, "broadcast");
+                              }}));
     Emit("broadcast", bytes, t, iters, 1.0);
     return Status::Ok();
   }
@@ -281,12 +293,12 @@ class Bench {
     };
     constexpr int kIters = 20;
     ASSIGN_OR_RETURN(Timing t, Measure(
-                                   kIters, 2, nullptr,
+                                   kIters, 2,
                                    [&]() -> Status {
                                      ASSIGN_OR_RETURN(sum, SparseAllReduce(group_, mine, o, &path));
                                      return Status::Ok();
                                    },
-                                   verify));
+                                   {.check = verify}));
     if (me == 0) {
       Print({{"bench", Name()},
              {"op", "sparse_all_reduce"},
