@@ -409,7 +409,7 @@ int main(int argc, char** argv) {
   app.add_option("--spin-us", spin_us, "TcpOptions::spin: polling before blocking");
   app.add_option("--direct-max-bytes", config.options.direct_max_bytes);
   app.add_option("--large-min-bytes", config.options.large_min_bytes);
-  app.add_option("--chain-min-bytes", config.options.chain_min_bytes);
+  app.add_option("--scatter-min-bytes", config.options.scatter_min_bytes);
   app.add_option("--ops", config.ops, "only these ops (default: every one)")
       ->delimiter(',')
       ->check(CLI::IsMember({"all_reduce", "all_gather", "broadcast", "sparse_all_reduce",

@@ -194,7 +194,7 @@ Options RandomOptions(std::mt19937& rng) {
   o.chunk_bytes = Pick<size_t>(rng, {8, 24, 256, 1 << 20});
   o.direct_max_bytes = Pick<size_t>(rng, {0, 64, 16 << 10});
   o.large_min_bytes = Pick<size_t>(rng, {128, 256 << 10});
-  o.chain_min_bytes = Pick<size_t>(rng, {0, 4 << 20});
+  o.scatter_min_bytes = Pick<size_t>(rng, {0, 4 << 20});
   return o;
 }
 
@@ -462,6 +462,35 @@ TEST_P(CollectivesTest, BroadcastFromAnyRootIgnoresNonRootData) {
       ExpectAllOk(OnAllRanks(n, [&](int r) { return Broadcast(*groups[r], t[r], o); }),
                   "broadcast");
       for (int r = 0; r < n; ++r) EXPECT_TRUE(t[r] == source) << "n=" << n << " root=" << root;
+    }
+  }
+}
+
+// From scatter_min_bytes up the root sends every other rank one piece and the
+// ranks pass their pieces on to each other: every byte must reach every rank,
+// from any root, however the size splits into n - 1 pieces and into chunks.
+TEST_P(CollectivesTest, BroadcastByScatterReachesEveryRankFromEveryRoot) {
+  std::mt19937 rng(29);
+  for (int n = 2; n <= 6; ++n) {
+    Groups groups = Make(n, "scatter-" + std::to_string(n));
+    for (int64_t count : {1, 2, 7, 1000}) {
+      for (size_t chunk : {size_t{3}, size_t{64}, size_t{1} << 20}) {
+        BroadcastOptions o;
+        o.timeout = 20s;
+        o.root = std::uniform_int_distribution<int>(0, n - 1)(rng);
+        o.direct_max_bytes = 0;
+        o.scatter_min_bytes = 0;
+        o.chunk_bytes = chunk;
+        const Tensor source = RandomExact(DType::kFloat32, {count}, ReduceOp::kSum, rng);
+        std::vector<Tensor> t(n, Tensor::Zeros(DType::kFloat32, {count}));
+        t[o.root] = source;
+        ExpectAllOk(OnAllRanks(n, [&](int r) { return Broadcast(*groups[r], t[r], o); }),
+                    "scatter broadcast");
+        for (int r = 0; r < n; ++r) {
+          EXPECT_TRUE(t[r] == source) << "n=" << n << " root=" << o.root << " rank " << r
+                                      << " count=" << count << " chunk=" << chunk;
+        }
+      }
     }
   }
 }

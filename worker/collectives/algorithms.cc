@@ -1,6 +1,7 @@
 #include "worker/collectives/algorithms.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "worker/collectives/core_ranks.h"
 
@@ -23,13 +24,17 @@ size_t ChunkCount(std::span<const Range> blocks, size_t chunk_elems) {
   return std::max<size_t>(1, (largest + chunk_elems - 1) / chunk_elems);
 }
 
-// Withdraws, when the scope ends, what a function posted from `peer` (a no-op
+// Withdraws, when the scope ends, what a function posted from `peers` (a no-op
 // once its RecvInto came): an error on the way must not leave a transport
 // writing into the caller's memory.
 struct CancelOnExit {
+  CancelOnExit(Call& call, int peer) : call(call), peers{peer} {}
+  CancelOnExit(Call& call, std::vector<int> peers) : call(call), peers(std::move(peers)) {}
+  ~CancelOnExit() {
+    for (int peer : peers) call.CancelRecv(peer);
+  }
   Call& call;
-  int peer;
-  ~CancelOnExit() { call.CancelRecv(peer); }
+  std::vector<int> peers;
 };
 
 // One ring step: sends `send_block` to the right neighbour and receives
@@ -250,29 +255,44 @@ Status StarBroadcast(Call& call, int root, uint8_t* data, size_t bytes, size_t c
   return Status::Ok();
 }
 
-Status ChainBroadcast(Call& call, int root, uint8_t* data, size_t bytes, size_t chunk_bytes) {
+Status ScatterBroadcast(Call& call, int root, uint8_t* data, size_t bytes, size_t chunk_bytes) {
   const int n = call.size(), me = call.rank();
   if (n == 1) return Status::Ok();
-  const int position = Mod(me - root, n);
-  const int next = Mod(me + 1, n), prev = Mod(me - 1, n);
-  const size_t chunks = std::max<size_t>(1, (bytes + chunk_bytes - 1) / chunk_bytes);
-  const Range all{0, bytes};
-  auto place = [&](size_t c) {
-    const Range chunk = ChunkOf(all, c, chunk_bytes);
+  // Piece k (0 ≤ k < n-1) is the part of the rank k+1 places after the root.
+  const std::vector<Range> pieces = SplitEven(bytes, n - 1);
+  const size_t chunks = ChunkCount(pieces, chunk_bytes);
+  auto owner = [&](int k) { return Mod(root + 1 + k, n); };
+  auto place = [&](int k, size_t c) {
+    const Range chunk = ChunkOf(pieces[k], c, chunk_bytes);
     return std::span<uint8_t>(data + chunk.offset, chunk.count);
   };
-  // A forwarding rank posts chunk c+1 before it sends chunk c on, so that it
-  // lands in place while the send waits for room.
-  CancelOnExit cancel{call, prev};
-  if (position > 0) call.PostRecv(prev, place(0));
-  for (size_t c = 0; c < chunks; ++c) {
-    const Range chunk = ChunkOf(all, c, chunk_bytes);
-    if (position > 0) {
-      RETURN_IF_ERROR(call.RecvInto(prev, place(c)));
-      if (c + 1 < chunks) call.PostRecv(prev, place(c + 1));
+  if (me == root) {
+    // Chunk c of every piece in turn, so that every rank receives at once.
+    for (size_t c = 0; c < chunks; ++c) {
+      for (int k = 0; k < n - 1; ++k) RETURN_IF_ERROR(call.Send(owner(k), place(k, c)));
     }
-    if (position < n - 1) {
-      RETURN_IF_ERROR(call.Send(next, ConstBytes(data + chunk.offset, chunk.count)));
+    return Status::Ok();
+  }
+  const int mine = Mod(me - root, n) - 1;
+  // Chunks of this rank's piece come from the root, those of piece k from its owner.
+  std::vector<int> sources(n - 1);
+  for (int k = 0; k < n - 1; ++k) sources[k] = k == mine ? root : owner(k);
+  CancelOnExit cancel{call, sources};
+  for (int k = 0; k < n - 1; ++k) call.PostRecv(sources[k], place(k, 0));
+  auto take = [&](int k, size_t c) -> Status {
+    RETURN_IF_ERROR(call.RecvInto(sources[k], place(k, c)));
+    if (c + 1 < chunks) call.PostRecv(sources[k], place(k, c + 1));
+    return Status::Ok();
+  };
+  for (size_t c = 0; c < chunks; ++c) {
+    // Pass each chunk of this rank's piece on as soon as it is in, then take
+    // the same chunk of every other piece.
+    RETURN_IF_ERROR(take(mine, c));
+    for (int k = 0; k < n - 1; ++k) {
+      if (k != mine) RETURN_IF_ERROR(call.Send(owner(k), place(mine, c)));
+    }
+    for (int k = 0; k < n - 1; ++k) {
+      if (k != mine) RETURN_IF_ERROR(take(k, c));
     }
   }
   return Status::Ok();

@@ -61,8 +61,11 @@ Status RingAllGather(Call& call, size_t elem_size, uint8_t* data, std::span<cons
 // turn (Gloo's BroadcastOneToAll): the root sends n-1 copies, no rank forwards.
 Status StarBroadcast(Call& call, int root, uint8_t* data, size_t bytes, size_t chunk_bytes);
 
-// Broadcast from `root` along the chain root → root+1 → ... (mod n), pipelined in
-// chunks so that every link is busy at once.
-Status ChainBroadcast(Call& call, int root, uint8_t* data, size_t bytes, size_t chunk_bytes);
+// Broadcast by scatter and all-gather: the root sends each other rank one
+// (n-1)th of the data, and each of them passes its piece on to the n-2 others,
+// chunk by chunk as the pieces come in. Every rank but the root receives the
+// whole once and sends (n-2)/(n-1) of it, so the root's n-1 copies of a star
+// are spread over all ranks, with no pipeline to fill as along a chain.
+Status ScatterBroadcast(Call& call, int root, uint8_t* data, size_t bytes, size_t chunk_bytes);
 
 }  // namespace tessera::collectives

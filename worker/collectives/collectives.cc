@@ -285,10 +285,10 @@ Status Broadcast(Group& group, Tensor& tensor, const BroadcastOptions& o) {
     if (me != o.root) CopyBytes(tensor.data.data(), from_root.data() + kSlot, tensor.data.size());
     return Status::Ok();
   }
-  if (tensor.data.size() < o.chain_min_bytes) {
+  if (tensor.data.size() < o.scatter_min_bytes) {
     return StarBroadcast(call, o.root, tensor.data.data(), tensor.data.size(), o.chunk_bytes);
   }
-  return ChainBroadcast(call, o.root, tensor.data.data(), tensor.data.size(), o.chunk_bytes);
+  return ScatterBroadcast(call, o.root, tensor.data.data(), tensor.data.size(), o.chunk_bytes);
 }
 
 Status Barrier(Group& group, const BarrierOptions& o) {

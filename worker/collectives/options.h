@@ -17,8 +17,8 @@ enum class Algorithm : uint32_t {
   kDirect = 1,
   // All-reduce only: log2(n) rounds of whole-buffer exchanges (other ops use kRing).
   kRecursiveDoubling = 2,
-  // Ring reduce-scatter / all-gather, or a chain for broadcast: 2(n-1) steps of
-  // 1/n of the data, pipelined in chunks. Bandwidth-optimal.
+  // Ring reduce-scatter / all-gather: 2(n-1) steps of 1/n of the data,
+  // pipelined in chunks. Bandwidth-optimal.
   kRing = 3,
   // All-reduce only: Rabenseifner's reduce-scatter by recursive halving, then
   // all-gather by recursive doubling; the ring's traffic in 2·log2(n) rounds.
@@ -44,13 +44,15 @@ struct Options {
   // beat the ring at every size from 1 MiB to 64 MiB, by up to 1.5×.
   size_t large_min_bytes = size_t{1} << 20;
   // Broadcast larger than direct_max_bytes: the root sends to every rank itself
-  // (a star, chunk by chunk to each in turn) below this size, and along a
-  // pipelined chain at or above it, where the root's n-1 copies would be the
-  // bottleneck. At 1 MiB with 4 ranks the star took 1.0 ms, the chain 1.5 ms.
-  size_t chain_min_bytes = size_t{4} << 20;
-  // Ring and chain steps move at most this many bytes per message, so that a
-  // rank reduces one chunk while the next is on the wire. Ring steps over
-  // small blocks use smaller chunks (at least 4 per step, of 16 KiB or more).
+  // (a star, chunk by chunk to each in turn) below this size, and by scatter
+  // and all-gather at or above it, where the root's n-1 copies would be the
+  // bottleneck. With 4 ranks on 2 cores the two took the same time at 1 MiB;
+  // at 16 MiB scatter and all-gather took 7.3-10 ms where a pipelined chain
+  // took 10-15 ms (8 ranks: 17-19 ms against 23-25 ms).
+  size_t scatter_min_bytes = size_t{4} << 20;
+  // Ring steps and broadcast chunks move at most this many bytes per message,
+  // so that a rank handles one chunk while the next is on the wire. Ring steps
+  // over small blocks use smaller chunks (at least 4 per step, of 16 KiB or more).
   size_t chunk_bytes = size_t{256} << 10;
 };
 
