@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -240,6 +242,66 @@ TEST(TcpTransport, PollReadsAnAbortThatCameWhileIdle) {
   Status st = mesh[0]->Poll();
   EXPECT_EQ(st.code(), Code::kDataLoss) << st.ToString();
   EXPECT_EQ(Detail(st, "aborted_by"), 1);
+}
+
+// A broadcast of 4 MiB or more goes by scatter and all-gather, so every rank
+// waits on every other one in the middle of the call. Rank 3 (a child process)
+// is killed while the others broadcast 16 MiB again and again: each of them
+// fails at once, naming rank 3, and none waits for its timeout.
+TEST(TcpTransport, APeerThatDiesMidScatterBroadcastIsNamed) {
+  constexpr int64_t kCount = 4 << 20;  // 16 MiB of float32
+  Listeners l = BindLoopback(4);
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    for (int r = 0; r < 3; ++r) l.listeners[r].reset();
+    auto t = TcpTransport::Connect(std::move(l.listeners[3]), l.addresses,
+                                   {.rank = 3, .size = 4, .group_id = "g", .connect_timeout = 10s});
+    if (!t.ok()) ::_exit(1);
+    Group group(std::move(t).value(), "g");
+    Tensor x = Tensor::Zeros(DType::kFloat32, {kCount});
+    BroadcastOptions o;
+    o.timeout = 60s;
+    while (Broadcast(group, x, o).ok()) {
+    }
+    ::_exit(2);
+  }
+  l.listeners[3].reset();
+  std::atomic<int> done{0};  // broadcasts rank 0 finished
+  std::thread killer([&] {
+    for (int i = 0; i < 2000 && done.load() < 2; ++i) std::this_thread::sleep_for(5ms);
+    ::kill(child, SIGKILL);
+  });
+  std::vector<Status> st(3);
+  const auto start = std::chrono::steady_clock::now();
+  RunRanks(3, [&](int r) {
+    auto t = TcpTransport::Connect(std::move(l.listeners[r]), l.addresses,
+                                   {.rank = r, .size = 4, .group_id = "g", .connect_timeout = 10s});
+    if (!t.ok()) {
+      st[r] = t.status();
+      return;
+    }
+    Group group(std::move(t).value(), "g");
+    Tensor x = Tensor::Zeros(DType::kFloat32, {kCount});
+    BroadcastOptions o;
+    o.timeout = 60s;
+    for (int i = 0; i < 100000 && st[r].ok(); ++i) {
+      st[r] = Broadcast(group, x, o);
+      if (st[r].ok() && r == 0) ++done;
+    }
+  });
+  const auto took = std::chrono::steady_clock::now() - start;
+  killer.join();
+  int wstatus = 0;
+  ASSERT_EQ(::waitpid(child, &wstatus, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(wstatus)) << wstatus;
+  EXPECT_GE(done.load(), 2);
+  for (const Status& s : st) {
+    EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
+    EXPECT_NE(s.message().find("rank 3"), std::string::npos) << s.message();
+  }
+  EXPECT_LT(took, 30s) << "a rank waited for its timeout";
 }
 
 TEST(TcpTransport, APeerProcessThatDiesIsNamed) {
