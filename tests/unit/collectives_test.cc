@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "worker/collectives/algorithms.h"
 #include "worker/collectives/batch_all_reduce.h"
 #include "api/half.h"
 #include "worker/collectives/hierarchical_all_reduce.h"
@@ -981,6 +982,12 @@ class CountingTransport final : public Transport {
   int size() const override { return inner_->size(); }
   Status Send(int peer, std::span<const ConstBytes> parts, Deadline deadline) override {
     ++sent;
+    size_t bytes = 0;
+    for (ConstBytes part : parts) bytes += part.size();
+    // Within 256 bytes below a multiple of 64 KiB: with its frame header the
+    // message would spill into one more TCP segment than its size needs.
+    const size_t tail = bytes % (64 << 10);
+    if (bytes > 0 && (tail == 0 || tail > (64 << 10) - 256)) ++spilling;
     return inner_->Send(peer, parts, deadline);
   }
   using Transport::Send;
@@ -996,6 +1003,7 @@ class CountingTransport final : public Transport {
   Status status() const override { return inner_->status(); }
 
   std::atomic<int> sent{0};
+  std::atomic<int> spilling{0};
 
  private:
   std::unique_ptr<Transport> inner_;
@@ -1024,6 +1032,60 @@ TEST(HeaderRelay, SendsLog2MessagesPerRank) {
     for (int r = 0; r < n; ++r) {
       EXPECT_EQ(counters[r]->sent.load(), want[r]) << "n=" << n << " rank " << r;
     }
+  }
+}
+
+// Chunked steps (halving and doubling, the ring, broadcast by star and by
+// scatter, all-gather) cut their chunks so that a chunk's message fills whole
+// 64 KiB TCP segments: 64 KiB chunks had sent a 69-byte segment of their own
+// after each one. With 1 MiB inputs no step's last, shorter chunk ends near a
+// multiple of 64 KiB either (with 16 MiB all-gathers one does, by chance).
+TEST(Chunking, ChunkMessagesFillWholeSegments) {
+  for (int n : {3, 4}) {
+    std::vector<CountingTransport*> counters;
+    Groups groups;
+    for (auto& t : InProcessTransport::CreateGroup(n)) {
+      auto counting = std::make_unique<CountingTransport>(std::move(t));
+      counters.push_back(counting.get());
+      groups.push_back(std::make_unique<Group>(std::move(counting), "chunks"));
+    }
+    ExpectAllOk(OnAllRanks(n,
+                           [&](int r) {
+                             Tensor x = Tensor::Zeros(DType::kFloat32, {int64_t{1} << 18});
+                             RETURN_IF_ERROR(AllReduce(*groups[r], x));
+                             BroadcastOptions star;
+                             star.root = n - 1;
+                             RETURN_IF_ERROR(Broadcast(*groups[r], x, star));
+                             BroadcastOptions scatter = star;
+                             scatter.scatter_min_bytes = 0;
+                             RETURN_IF_ERROR(Broadcast(*groups[r], x, scatter));
+                             Tensor out;
+                             return AllGatherInto(*groups[r], x, out, AllGatherOptions{});
+                           }),
+                "chunked ops");
+    for (int r = 0; r < n; ++r) {
+      EXPECT_GT(counters[r]->sent.load(), 10) << "n=" << n << " rank " << r;
+      EXPECT_EQ(counters[r]->spilling.load(), 0) << "n=" << n << " rank " << r;
+    }
+  }
+}
+
+TEST(Chunking, FitSegmentsLeavesRoomForTheHeadersInEvery64KiB) {
+  EXPECT_EQ(FitSegments(16 << 10, 4), size_t{16} << 10);  // below 64 KiB: as it is
+  EXPECT_EQ(FitSegments(65535, 1), size_t{65535});
+  EXPECT_EQ(FitSegments(64 << 10, 4), size_t{65280});
+  EXPECT_EQ(FitSegments(256 << 10, 1), size_t{4 * 65280});
+  EXPECT_EQ(FitSegments((256 << 10) + 100, 1), size_t{4 * 65280});
+  EXPECT_EQ(FitSegments(100000, 1), size_t{65280});  // 1 whole unit, not 1.5
+  EXPECT_EQ(FitSegments(64 << 10, 24), size_t{65280} / 24 * 24);  // whole elements
+  for (size_t chunk = 64 << 10; chunk < (8 << 20); chunk += 4093) {
+    const size_t fitted = FitSegments(chunk, 8);
+    EXPECT_LE(fitted, chunk);
+    EXPECT_EQ(fitted % 8, 0u);
+    // With its 16-byte frame header it fills no more loopback segments (65483
+    // bytes of payload) than its size in 64 KiB units.
+    const size_t units = (fitted + (64 << 10) - 1) / (64 << 10);
+    EXPECT_LE(fitted + 16, units * 65483) << chunk;
   }
 }
 

@@ -62,6 +62,14 @@ Status RingStep(Call& call, uint8_t* data, size_t elem_size, const Range& send_b
 
 }  // namespace
 
+size_t FitSegments(size_t chunk_bytes, size_t elem_size) {
+  constexpr size_t kUnit = 64 << 10, kRoom = 256;
+  const size_t units = chunk_bytes / kUnit;
+  if (units == 0) return chunk_bytes;
+  const size_t fitted = std::min(chunk_bytes, units * (kUnit - kRoom));
+  return std::max(elem_size, fitted / elem_size * elem_size);
+}
+
 std::vector<Range> SplitEven(size_t count, int parts) {
   std::vector<Range> ranges(parts);
   const size_t base = count / parts, extra = count % parts;

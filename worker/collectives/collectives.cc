@@ -42,7 +42,7 @@ size_t ChunkElems(const Options& o, size_t elem_size, std::span<const Range> blo
   const size_t cap = std::max<size_t>(1, o.chunk_bytes / elem_size);
   const size_t floor = std::max<size_t>(1, kMinChunkBytes / elem_size);
   const size_t piped = (largest + kChunksPerStep - 1) / kChunksPerStep;
-  return std::min(cap, std::max(floor, piped));
+  return FitSegments(std::min(cap, std::max(floor, piped)) * elem_size, elem_size) / elem_size;
 }
 
 Algorithm ResolveAllReduce(const Options& o, size_t bytes, int n) {
@@ -286,9 +286,11 @@ Status Broadcast(Group& group, Tensor& tensor, const BroadcastOptions& o) {
     return Status::Ok();
   }
   if (tensor.data.size() < o.scatter_min_bytes) {
-    return StarBroadcast(call, o.root, tensor.data.data(), tensor.data.size(), o.chunk_bytes);
+    return StarBroadcast(call, o.root, tensor.data.data(), tensor.data.size(),
+                         FitSegments(o.chunk_bytes, 1));
   }
-  return ScatterBroadcast(call, o.root, tensor.data.data(), tensor.data.size(), o.chunk_bytes);
+  return ScatterBroadcast(call, o.root, tensor.data.data(), tensor.data.size(),
+                          FitSegments(o.chunk_bytes, 1));
 }
 
 Status Barrier(Group& group, const BarrierOptions& o) {
