@@ -52,7 +52,9 @@ struct Options {
   size_t scatter_min_bytes = size_t{4} << 20;
   // Ring steps and broadcast chunks move at most this many bytes per message,
   // so that a rank handles one chunk while the next is on the wire. Ring steps
-  // over small blocks use smaller chunks (at least 4 per step, of 16 KiB or more).
+  // over small blocks use smaller chunks (at least 4 per step, of 16 KiB or
+  // more). From 64 KiB up, chunks are cut to fill whole TCP segments
+  // (FitSegments: 256 KiB becomes 4 × 65280 bytes).
   size_t chunk_bytes = size_t{256} << 10;
 };
 
