@@ -183,9 +183,13 @@ T Pick(std::mt19937& rng, const std::vector<T>& choices) {
 
 const std::vector<ReduceOp> kOps = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax,
                                     ReduceOp::kMean};
-const std::vector<Algorithm> kAlgorithms = {Algorithm::kAuto, Algorithm::kDirect,
-                                            Algorithm::kRecursiveDoubling, Algorithm::kRing,
-                                            Algorithm::kHalvingDoubling};
+const std::vector<Algorithm> kAlgorithms = {Algorithm::kAuto,
+                                            Algorithm::kDirect,
+                                            Algorithm::kRecursiveDoubling,
+                                            Algorithm::kRing,
+                                            Algorithm::kHalvingDoubling,
+                                            Algorithm::kStar,
+                                            Algorithm::kScatter};
 
 // Options that exercise chunking on small tensors.
 Options RandomOptions(std::mt19937& rng) {
@@ -493,6 +497,28 @@ TEST_P(CollectivesTest, BroadcastByScatterReachesEveryRankFromEveryRoot) {
         }
       }
     }
+  }
+}
+
+// Options that make ranks pick different broadcast data paths (here the size
+// from which the scatter runs) are a conflict on every rank, naming both plans:
+// run against each other, the root and one receiver could finish while the
+// others failed.
+TEST_P(CollectivesTest, BroadcastsThatWouldTakeDifferentPathsAreConflicts) {
+  const int n = 4;
+  Groups groups = Make(n, "paths");
+  auto statuses = OnAllRanks(n, [&](int r) {
+    Tensor t = Tensor::Zeros(DType::kFloat32, {1 << 16});
+    BroadcastOptions o;
+    o.timeout = 10s;
+    o.scatter_min_bytes = r == 1 ? 0 : (64 << 20);
+    return Broadcast(*groups[r], t, o);
+  });
+  for (int r = 0; r < n; ++r) {
+    const Status& st = statuses[r];
+    EXPECT_EQ(st.code(), Code::kConflict) << "rank " << r << ": " << st.ToString();
+    const std::string other = r == 1 ? "runs it as star" : "rank 1 runs it as scatter";
+    EXPECT_NE(st.message().find(other), std::string::npos) << "rank " << r << ": " << st.message();
   }
 }
 

@@ -80,6 +80,10 @@ std::string_view AlgorithmName(Algorithm algorithm) {
       return "ring";
     case Algorithm::kHalvingDoubling:
       return "halving_doubling";
+    case Algorithm::kStar:
+      return "star";
+    case Algorithm::kScatter:
+      return "scatter";
   }
   return "unknown";
 }

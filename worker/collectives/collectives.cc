@@ -61,6 +61,16 @@ bool Inline(const Options& o, size_t bytes) {
 // The plan of ops whose data phase is decided by per-rank flags in the payload.
 Plan FlagPlan(const Options& o) { return {o.algorithm, o.chunk_bytes}; }
 
+// How a broadcast of `bytes` moves: in the opening exchange, by star or by
+// scatter. Every rank resolves it and the exchange compares the plans, so
+// ranks with different options fail naming them instead of running two
+// different data phases against each other.
+Algorithm ResolveBroadcast(const Options& o, size_t bytes) {
+  if (o.algorithm == Algorithm::kStar || o.algorithm == Algorithm::kScatter) return o.algorithm;
+  if (Inline(o, bytes)) return Algorithm::kDirect;
+  return bytes < o.scatter_min_bytes ? Algorithm::kStar : Algorithm::kScatter;
+}
+
 Status CheckPayload(Call& call, int peer, ConstBytes payload, size_t expected) {
   if (payload.size() == expected) return Status::Ok();
   return call.Fail(Internal("protocol error: rank " + std::to_string(peer) + " sent " +
@@ -273,11 +283,12 @@ Status Broadcast(Group& group, Tensor& tensor, const BroadcastOptions& o) {
   ASSIGN_OR_RETURN(Call call, session.Begin({"broadcast", DescribeType(tensor.dtype, tensor.shape) +
                                                               ", root=" + std::to_string(o.root)}));
   // Payload: [inlined?][data if inlined], from the root only.
-  const bool inlined = me == o.root && Inline(o, tensor.data.size());
+  const Algorithm algorithm = ResolveBroadcast(o, tensor.data.size());
+  const bool inlined = me == o.root && algorithm == Algorithm::kDirect;
   std::vector<uint8_t> payload;
   AppendI64(payload, inlined ? 1 : 0);
   if (inlined) payload.insert(payload.end(), tensor.data.begin(), tensor.data.end());
-  ASSIGN_OR_RETURN(auto payloads, call.Exchange(FlagPlan(o), payload));
+  ASSIGN_OR_RETURN(auto payloads, call.Exchange({algorithm, o.chunk_bytes}, payload));
   const ConstBytes from_root = payloads[o.root];
   if (from_root.size() < kSlot) return CheckPayload(call, o.root, from_root, kSlot);
   if (ReadI64(from_root.data()) != 0) {
@@ -285,7 +296,7 @@ Status Broadcast(Group& group, Tensor& tensor, const BroadcastOptions& o) {
     if (me != o.root) CopyBytes(tensor.data.data(), from_root.data() + kSlot, tensor.data.size());
     return Status::Ok();
   }
-  if (tensor.data.size() < o.scatter_min_bytes) {
+  if (algorithm != Algorithm::kScatter) {
     return StarBroadcast(call, o.root, tensor.data.data(), tensor.data.size(),
                          FitSegments(o.chunk_bytes, 1));
   }

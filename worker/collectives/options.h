@@ -23,6 +23,11 @@ enum class Algorithm : uint32_t {
   // All-reduce only: Rabenseifner's reduce-scatter by recursive halving, then
   // all-gather by recursive doubling; the ring's traffic in 2·log2(n) rounds.
   kHalvingDoubling = 4,
+  // Broadcast only (other ops use kRing): the root sends to every rank in turn.
+  kStar = 5,
+  // Broadcast only (other ops use kRing): the root scatters the data, and each
+  // rank passes its piece on to all the others.
+  kScatter = 6,
 };
 std::string_view AlgorithmName(Algorithm algorithm);
 
