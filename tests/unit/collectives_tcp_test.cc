@@ -52,6 +52,12 @@ Listeners BindLoopback(int n) {
   return l;
 }
 
+// Rank r of a group of `size` over `l`, group id "g".
+Result<std::unique_ptr<TcpTransport>> Join(Listeners& l, int r, int size) {
+  return TcpTransport::Connect(std::move(l.listeners[r]), l.addresses,
+                               {.rank = r, .size = size, .group_id = "g", .connect_timeout = 10s});
+}
+
 std::vector<std::unique_ptr<Transport>> Mesh(int n) {
   auto mesh = ConnectLoopbackMesh(n, "tcp-test");
   EXPECT_TRUE(mesh.ok()) << mesh.status().ToString();
@@ -256,8 +262,7 @@ TEST(TcpTransport, APeerThatDiesMidScatterBroadcastIsNamed) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     for (int r = 0; r < 3; ++r) l.listeners[r].reset();
-    auto t = TcpTransport::Connect(std::move(l.listeners[3]), l.addresses,
-                                   {.rank = 3, .size = 4, .group_id = "g", .connect_timeout = 10s});
+    auto t = Join(l, 3, 4);
     if (!t.ok()) ::_exit(1);
     Group group(std::move(t).value(), "g");
     Tensor x = Tensor::Zeros(DType::kFloat32, {kCount});
@@ -276,8 +281,7 @@ TEST(TcpTransport, APeerThatDiesMidScatterBroadcastIsNamed) {
   std::vector<Status> st(3);
   const auto start = std::chrono::steady_clock::now();
   RunRanks(3, [&](int r) {
-    auto t = TcpTransport::Connect(std::move(l.listeners[r]), l.addresses,
-                                   {.rank = r, .size = 4, .group_id = "g", .connect_timeout = 10s});
+    auto t = Join(l, r, 4);
     if (!t.ok()) {
       st[r] = t.status();
       return;
@@ -314,8 +318,7 @@ TEST(TcpTransport, APeerProcessThatDiesIsNamed) {
   if (child == 0) {
     l.listeners[0].reset();
     l.listeners[1].reset();
-    auto t = TcpTransport::Connect(std::move(l.listeners[2]), l.addresses,
-                                   {.rank = 2, .size = 3, .group_id = "g", .connect_timeout = 10s});
+    auto t = Join(l, 2, 3);
     if (!t.ok()) ::_exit(1);
     Group group(std::move(t).value(), "g");
     ::_exit(Barrier(group).ok() ? 0 : 2);
@@ -323,8 +326,7 @@ TEST(TcpTransport, APeerProcessThatDiesIsNamed) {
   l.listeners[2].reset();
   std::vector<Status> st(2);
   RunRanks(2, [&](int r) {
-    auto t = TcpTransport::Connect(std::move(l.listeners[r]), l.addresses,
-                                   {.rank = r, .size = 3, .group_id = "g", .connect_timeout = 10s});
+    auto t = Join(l, r, 3);
     if (!t.ok()) {
       st[r] = t.status();
       return;

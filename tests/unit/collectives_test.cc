@@ -1035,6 +1035,17 @@ class CountingTransport final : public Transport {
   std::unique_ptr<Transport> inner_;
 };
 
+// n in-process ranks whose sends are counted.
+std::pair<Groups, std::vector<CountingTransport*>> CountedGroups(int n, const std::string& id) {
+  std::pair<Groups, std::vector<CountingTransport*>> out;
+  for (auto& t : InProcessTransport::CreateGroup(n)) {
+    auto counting = std::make_unique<CountingTransport>(std::move(t));
+    out.second.push_back(counting.get());
+    out.first.push_back(std::make_unique<Group>(std::move(counting), id));
+  }
+  return out;
+}
+
 // The opening exchange's message counts: all-to-all below 4 ranks (n - 1 each),
 // recursive doubling from 4 (log2(p) each in the core of p ranks, plus one to
 // hand a folded rank's record over and one to hand all back).
@@ -1047,13 +1058,9 @@ TEST(HeaderRelay, SendsLog2MessagesPerRank) {
       {8, {3, 3, 3, 3, 3, 3, 3, 3}},
   };
   for (const auto& [n, want] : cases) {
-    std::vector<CountingTransport*> counters;
-    Groups groups;
-    for (auto& t : InProcessTransport::CreateGroup(n)) {
-      auto counting = std::make_unique<CountingTransport>(std::move(t));
-      counters.push_back(counting.get());
-      groups.push_back(std::make_unique<Group>(std::move(counting), "count"));
-    }
+    auto counted = CountedGroups(n, "count");
+    Groups& groups = counted.first;
+    const std::vector<CountingTransport*>& counters = counted.second;
     ExpectAllOk(OnAllRanks(n, [&](int r) { return Barrier(*groups[r]); }), "barrier");
     for (int r = 0; r < n; ++r) {
       EXPECT_EQ(counters[r]->sent.load(), want[r]) << "n=" << n << " rank " << r;
@@ -1068,13 +1075,9 @@ TEST(HeaderRelay, SendsLog2MessagesPerRank) {
 // multiple of 64 KiB either (with 16 MiB all-gathers one does, by chance).
 TEST(Chunking, ChunkMessagesFillWholeSegments) {
   for (int n : {3, 4}) {
-    std::vector<CountingTransport*> counters;
-    Groups groups;
-    for (auto& t : InProcessTransport::CreateGroup(n)) {
-      auto counting = std::make_unique<CountingTransport>(std::move(t));
-      counters.push_back(counting.get());
-      groups.push_back(std::make_unique<Group>(std::move(counting), "chunks"));
-    }
+    auto counted = CountedGroups(n, "chunks");
+    Groups& groups = counted.first;
+    const std::vector<CountingTransport*>& counters = counted.second;
     ExpectAllOk(OnAllRanks(n,
                            [&](int r) {
                              Tensor x = Tensor::Zeros(DType::kFloat32, {int64_t{1} << 18});

@@ -296,12 +296,11 @@ Status Broadcast(Group& group, Tensor& tensor, const BroadcastOptions& o) {
     if (me != o.root) CopyBytes(tensor.data.data(), from_root.data() + kSlot, tensor.data.size());
     return Status::Ok();
   }
+  const size_t chunk = FitSegments(o.chunk_bytes, 1);
   if (algorithm != Algorithm::kScatter) {
-    return StarBroadcast(call, o.root, tensor.data.data(), tensor.data.size(),
-                         FitSegments(o.chunk_bytes, 1));
+    return StarBroadcast(call, o.root, tensor.data.data(), tensor.data.size(), chunk);
   }
-  return ScatterBroadcast(call, o.root, tensor.data.data(), tensor.data.size(),
-                          FitSegments(o.chunk_bytes, 1));
+  return ScatterBroadcast(call, o.root, tensor.data.data(), tensor.data.size(), chunk);
 }
 
 Status Barrier(Group& group, const BarrierOptions& o) {
