@@ -129,7 +129,18 @@ class Hosts:
                                 stdout=subprocess.DEVNULL,
                                 stderr=open(os.path.join(self.dir, "sshd.log"), "ab"))
         self.daemons.append(sshd)
+        # sshd says so on stderr once it listens; a mount tried before that fails.
+        deadline = time.monotonic() + 10
+        while "Server listening" not in open(os.path.join(self.dir, "sshd.log")).read():
+            if sshd.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("sshd on host 0 did not start; see %s" % os.path.join(self.dir, "sshd.log"))
+            time.sleep(0.02)
         self.run(0, ["mount", "--bind", export, self.shared])
+        # A mount counts once this file, written here, reads back through it: sshfs can
+        # show in /proc/mounts for a moment and then exit when its connection fails.
+        marker = ".sshfs-%d" % os.getpid()
+        with open(os.path.join(export, marker), "w") as f:
+            f.write("ok\n")
         for i in range(1, self.n):
             deadline = time.monotonic() + 10
             while True:
@@ -142,17 +153,19 @@ class Hosts:
                     stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "sshfs-%d.log" % i), "ab"))
                 mounted = False
                 while mount.poll() is None and time.monotonic() < deadline and not mounted:
-                    mounted = self.run(i, ["sh", "-c", "grep -q ' %s fuse.sshfs ' /proc/mounts && echo y || true"
-                                           % self.shared]).strip() == "y"
+                    mounted = self.run(i, ["sh", "-c", "grep -q ' %s fuse.sshfs ' /proc/mounts && cat %s || true"
+                                           % (self.shared, os.path.join(self.shared, marker))]).strip() == "ok"
                     time.sleep(0.05)
-                if mounted:
+                if mounted and mount.poll() is None:
                     self.daemons.append(mount)
                     break
                 mount.kill()
                 mount.wait()
-                if time.monotonic() > deadline:  # sshd may not have been listening yet
+                self.run(i, ["umount", "-l", self.shared], check=False)  # a mount it left behind
+                if time.monotonic() > deadline:
                     raise RuntimeError("host %d could not mount %s over sshfs; see %s" % (
                         i, export, os.path.join(self.dir, "sshfs-%d.log" % i)))
+        os.unlink(os.path.join(export, marker))
 
     def command(self, i, argv):
         """argv, run inside host i's namespaces."""
