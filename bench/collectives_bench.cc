@@ -17,6 +17,7 @@
 //
 //   tessera_bench_collectives [--ranks 4] [--transport tcp|inproc] [--min-bytes N]
 //                             [--max-bytes N] [--algorithm A] [--chunk-bytes N] [--spin-us N]
+//                             [--iters N]
 //                             [--ops all_reduce,all_gather,broadcast,sparse_all_reduce,barrier]
 #include <sys/wait.h>
 #include <unistd.h>
@@ -56,6 +57,7 @@ struct Config {
   size_t max_bytes = kSweepBytes;
   Options options;  // algorithm, thresholds, chunk size
   std::chrono::microseconds spin = TcpOptions().spin;
+  int iters = 0;  // timed ops per size; 0: IterationsFor(bytes), as the peers
   // Ops to measure (all_reduce, all_gather, broadcast, sparse_all_reduce, barrier);
   // empty: every one.
   std::vector<std::string> ops;
@@ -127,6 +129,9 @@ class Bench {
   }
 
  private:
+  int Iterations(size_t bytes) const {
+    return config_.iters > 0 ? config_.iters : IterationsFor(bytes);
+  }
   std::string Name() const { return "tessera_" + config_.transport; }
 
   static void Print(const nlohmann::ordered_json& line) { std::cout << line.dump() << std::endl; }
@@ -191,7 +196,7 @@ class Bench {
     Tensor x = Tensor::Zeros(DType::kFloat32, {static_cast<int64_t>(bytes / 4)});
     AllReduceOptions o;
     static_cast<Options&>(o) = config_.options;
-    const int iters = IterationsFor(bytes);
+    const int iters = Iterations(bytes);
     ASSIGN_OR_RETURN(
         Timing t,
         Measure(iters, 2, [&] { return AllReduce(group_, x, o); },
@@ -211,7 +216,7 @@ class Bench {
     AllGatherOptions o;
     static_cast<Options&>(o) = config_.options;
     o.tiled = true;
-    const int iters = IterationsFor(per_rank * n);
+    const int iters = Iterations(per_rank * n);
     auto verify = [&]() -> Status {
       auto all = out.values<float>();
       if (all.size() != per_rank / 4 * n) return DataLoss("all_gather: wrong output size");
@@ -236,7 +241,7 @@ class Bench {
     if (root) std::fill(x.values<float>().begin(), x.values<float>().end(), kPattern);
     BroadcastOptions o;
     static_cast<Options&>(o) = config_.options;
-    const int iters = IterationsFor(bytes);
+    const int iters = Iterations(bytes);
     ASSIGN_OR_RETURN(Timing t,
                      Measure(iters, 2, [&] { return Broadcast(group_, x, o); },
                              {.clear =
@@ -407,6 +412,9 @@ int main(int argc, char** argv) {
   app.add_option("--chunk-bytes", config.options.chunk_bytes);
   int64_t spin_us = config.spin.count();
   app.add_option("--spin-us", spin_us, "TcpOptions::spin: polling before blocking");
+  app.add_option("--iters", config.iters,
+                 "timed ops per size (default: as the peers, 64 MiB / size within 5..200)")
+      ->check(CLI::Range(0, 10000000));
   app.add_option("--direct-max-bytes", config.options.direct_max_bytes);
   app.add_option("--large-min-bytes", config.options.large_min_bytes);
   app.add_option("--scatter-min-bytes", config.options.scatter_min_bytes);

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -248,6 +250,67 @@ TEST(TcpTransport, PollReadsAnAbortThatCameWhileIdle) {
   Status st = mesh[0]->Poll();
   EXPECT_EQ(st.code(), Code::kDataLoss) << st.ToString();
   EXPECT_EQ(Detail(st, "aborted_by"), 1);
+}
+
+// Pins `thread` to `cpu`.
+bool PinTo(pthread_t thread, int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return pthread_setaffinity_np(thread, sizeof(set), &set) == 0;
+}
+
+// A receiver that shares its CPU with a busy thread stops spinning at its first
+// yield (which runs the busy thread) and sleeps in poll, even with a spin of 10 s:
+// on a shared CPU, spinning only takes turns from the threads it waits for.
+// Without that, the whole 100 ms wait would be spent spinning (no sleep counted).
+TEST(TcpTransport, AReceiverOnASharedCpuSleepsInsteadOfSpinning) {
+  Listeners l = BindLoopback(2);
+  std::unique_ptr<TcpTransport> sender;
+  std::thread joiner([&] {
+    auto t = Join(l, 1, 2);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    sender = std::move(t).value();
+  });
+  auto receiver = TcpTransport::Connect(std::move(l.listeners[0]), l.addresses,
+                                        {.rank = 0, .size = 2, .group_id = "g",
+                                         .connect_timeout = 10s, .spin = 10s});
+  joiner.join();
+  ASSERT_TRUE(receiver.ok()) << receiver.status().ToString();
+  ASSERT_NE(sender, nullptr);
+
+  const int cpu = sched_getcpu();
+  ASSERT_GE(cpu, 0);
+  std::atomic<bool> busy_running{false}, stop{false};
+  std::thread busy([&] {
+    busy_running = true;
+    while (!stop.load(std::memory_order_relaxed)) {
+    }
+  });
+  const bool pinned = PinTo(busy.native_handle(), cpu);
+  while (!busy_running.load()) std::this_thread::yield();
+  std::thread late_sender([&] {
+    std::this_thread::sleep_for(100ms);
+    const uint8_t byte = 5;
+    EXPECT_TRUE(sender->Send(0, ConstBytes(&byte, 1), In(5s)).ok());
+  });
+  Status st = Internal("the receiving thread could not be pinned");
+  Buffer message;
+  std::thread waiter([&] {
+    if (PinTo(pthread_self(), cpu)) st = (*receiver)->Recv(1, &message, In(5s));
+  });
+  waiter.join();
+  stop = true;
+  busy.join();
+  late_sender.join();
+  ASSERT_TRUE(pinned);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_EQ(message.size(), 1u);
+  EXPECT_EQ(message.data()[0], 5);
+  const TcpTransport::WaitStats stats = (*receiver)->wait_stats();
+  EXPECT_EQ(stats.waits, 1u);
+  EXPECT_GE(stats.spins_cut, 1u);
+  EXPECT_EQ(stats.sleeps, 1u);
 }
 
 // A broadcast of 4 MiB or more goes by scatter and all-gather, so every rank

@@ -32,8 +32,9 @@ struct TcpOptions {
   DataPortKey key{};
   // How long a thread waiting on the transport polls without blocking (yielding
   // the CPU between polls) before it sleeps in poll(2). A message that comes
-  // within it costs no wake-up; the default was the fastest for 4 ranks on 2
-  // cores (bench/collectives_bench.cc).
+  // within it costs no wake-up. The spin ends early once a yield ran another
+  // thread (the CPU is shared; TcpTransport::wait_stats counts it), so the
+  // full spin is only spent on a core of its own.
   std::chrono::microseconds spin{50};
 };
 

@@ -34,6 +34,9 @@ using wire::kMaxGroupIdBytes;
 constexpr std::chrono::milliseconds kAbortSendTimeout{1000};
 // How long Close waits for a sender it woke to let go of a connection.
 constexpr std::chrono::milliseconds kGoodbyeLockTimeout{200};
+// A sched_yield(2) that takes longer than this ran another thread: alone on its
+// CPU it returns within a microsecond or two.
+constexpr std::chrono::microseconds kYieldRanAnother{5};
 
 }  // namespace
 
@@ -323,13 +326,27 @@ Status TcpTransport::Receive(int peer_rank, Buffer* message, std::span<uint8_t>*
       return (direct && peer.target_filled) || mailbox_.Ready(peer_rank);
     };
     Pump(0);  // what is there already
-    const Deadline spin_until = std::min(deadline, Clock::now() + spin_);
-    while (!ready() && Clock::now() < spin_until) {
-      std::this_thread::yield();
-      Pump(0);
-    }
-    while (!ready() && Clock::now() < deadline) {
-      if (Pump(PollTimeoutMs(deadline))) break;  // closing
+    if (!ready()) {
+      waits_.fetch_add(1, std::memory_order_relaxed);
+      // Spin. Once a yield ran another thread, this CPU is shared (more runnable
+      // threads than cores, as with several ranks on one host): polling on would
+      // only take turns from the threads that this rank waits for, while sleeping
+      // hands them the CPU at once.
+      Deadline spin_until = std::min(deadline, Clock::now() + spin_);
+      while (!ready() && Clock::now() < spin_until) {
+        const Clock::time_point before = Clock::now();
+        std::this_thread::yield();
+        const Clock::time_point after = Clock::now();
+        if (after - before > kYieldRanAnother) {
+          spin_until = after;
+          spins_cut_.fetch_add(1, std::memory_order_relaxed);
+        }
+        Pump(0);
+      }
+      if (!ready()) sleeps_.fetch_add(1, std::memory_order_relaxed);
+      while (!ready() && Clock::now() < deadline) {
+        if (Pump(PollTimeoutMs(deadline))) break;  // closing
+      }
     }
     if (direct) {
       const bool filled = peer.target_filled;
