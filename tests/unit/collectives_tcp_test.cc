@@ -260,11 +260,12 @@ bool PinTo(pthread_t thread, int cpu) {
   return pthread_setaffinity_np(thread, sizeof(set), &set) == 0;
 }
 
-// A receiver that shares its CPU with a busy thread stops spinning at its first
-// yield (which runs the busy thread) and sleeps in poll, even with a spin of 10 s:
-// on a shared CPU, spinning only takes turns from the threads it waits for.
-// Without that, the whole 100 ms wait would be spent spinning (no sleep counted).
-TEST(TcpTransport, AReceiverOnASharedCpuSleepsInsteadOfSpinning) {
+// A receiver that shares its CPU with a busy thread, in a call bound by latency,
+// stops spinning at its first yield (which runs the busy thread) and sleeps in
+// poll, even with a spin of 10 s: on a shared CPU, spinning only takes turns
+// from the threads it waits for. Without that, the whole 100 ms wait would be
+// spent spinning (no sleep counted), as it is for bulk transfers.
+void ReceiveOnASharedCpu(bool latency_bound, TcpTransport::WaitStats* stats) {
   Listeners l = BindLoopback(2);
   std::unique_ptr<TcpTransport> sender;
   std::thread joiner([&] {
@@ -278,6 +279,7 @@ TEST(TcpTransport, AReceiverOnASharedCpuSleepsInsteadOfSpinning) {
   joiner.join();
   ASSERT_TRUE(receiver.ok()) << receiver.status().ToString();
   ASSERT_NE(sender, nullptr);
+  (*receiver)->SetLatencyBound(latency_bound);
 
   const int cpu = sched_getcpu();
   ASSERT_GE(cpu, 0);
@@ -307,10 +309,23 @@ TEST(TcpTransport, AReceiverOnASharedCpuSleepsInsteadOfSpinning) {
   ASSERT_TRUE(st.ok()) << st.ToString();
   ASSERT_EQ(message.size(), 1u);
   EXPECT_EQ(message.data()[0], 5);
-  const TcpTransport::WaitStats stats = (*receiver)->wait_stats();
+  *stats = (*receiver)->wait_stats();
+}
+
+TEST(TcpTransport, AReceiverOnASharedCpuSleepsInsteadOfSpinningInCallsBoundByLatency) {
+  TcpTransport::WaitStats stats;
+  ASSERT_NO_FATAL_FAILURE(ReceiveOnASharedCpu(true, &stats));
   EXPECT_EQ(stats.waits, 1u);
   EXPECT_GE(stats.spins_cut, 1u);
   EXPECT_EQ(stats.sleeps, 1u);
+}
+
+TEST(TcpTransport, AReceiverOfBulkDataSpinsOnASharedCpu) {
+  TcpTransport::WaitStats stats;
+  ASSERT_NO_FATAL_FAILURE(ReceiveOnASharedCpu(false, &stats));
+  EXPECT_EQ(stats.waits, 1u);
+  EXPECT_EQ(stats.spins_cut, 0u);
+  EXPECT_EQ(stats.sleeps, 0u);
 }
 
 // A broadcast of 4 MiB or more goes by scatter and all-gather, so every rank

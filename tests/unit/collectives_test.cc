@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -1000,7 +1001,8 @@ TEST_P(CollectivesTest, HeaderRelayReachesEveryRank) {
   }
 }
 
-// Counts the messages a rank sends, passing everything on to `inner`.
+// Counts the messages a rank sends (and those sent in calls bound by latency),
+// passing everything on to `inner`.
 class CountingTransport final : public Transport {
  public:
   explicit CountingTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
@@ -1008,6 +1010,7 @@ class CountingTransport final : public Transport {
   int size() const override { return inner_->size(); }
   Status Send(int peer, std::span<const ConstBytes> parts, Deadline deadline) override {
     ++sent;
+    if (latency_bound_) ++sent_latency_bound;
     size_t bytes = 0;
     for (ConstBytes part : parts) bytes += part.size();
     // Within 256 bytes below a multiple of 64 KiB: with its frame header the
@@ -1027,12 +1030,15 @@ class CountingTransport final : public Transport {
   void Poison(const Status& reason) override { inner_->Poison(reason); }
   void Close() override { inner_->Close(); }
   Status status() const override { return inner_->status(); }
+  void SetLatencyBound(bool latency_bound) override { latency_bound_ = latency_bound; }
 
   std::atomic<int> sent{0};
+  std::atomic<int> sent_latency_bound{0};
   std::atomic<int> spilling{0};
 
  private:
   std::unique_ptr<Transport> inner_;
+  std::atomic<bool> latency_bound_{false};
 };
 
 // n in-process ranks whose sends are counted.
@@ -1065,6 +1071,61 @@ TEST(HeaderRelay, SendsLog2MessagesPerRank) {
     for (int r = 0; r < n; ++r) {
       EXPECT_EQ(counters[r]->sent.load(), want[r]) << "n=" << n << " rank " << r;
     }
+  }
+}
+
+// Calls whose data rides the opening exchange are marked bound by latency
+// (TcpTransport then sleeps on a shared CPU rather than spin); bulk transfers
+// are not, whatever ran before them on the group.
+TEST(LatencyBound, OnlyCallsWhoseDataRidesTheOpeningExchangeAreMarked) {
+  constexpr int n = 4;
+  using Op = std::function<Status(Group&, int64_t)>;
+  const std::vector<std::pair<std::string, Op>> ops = {
+      {"all_reduce",
+       [](Group& g, int64_t count) {
+         Tensor x = Tensor::Zeros(DType::kFloat32, {count});
+         return AllReduce(g, x);
+       }},
+      {"broadcast",
+       [](Group& g, int64_t count) {
+         Tensor x = Tensor::Zeros(DType::kFloat32, {count});
+         return Broadcast(g, x, BroadcastOptions{});
+       }},
+      {"all_gather",
+       [](Group& g, int64_t count) {
+         Tensor x = Tensor::Zeros(DType::kFloat32, {count}), out;
+         return AllGatherInto(g, x, out, AllGatherOptions{});
+       }},
+      {"reduce_scatter",
+       [](Group& g, int64_t count) {
+         return ReduceScatter(g, Tensor::Zeros(DType::kFloat32, {count})).status();
+       }},
+  };
+  for (const auto& [name, op] : ops) {
+    for (const int64_t count : {int64_t{8}, int64_t{1} << 18}) {
+      auto counted = CountedGroups(n, "latency");
+      Groups& groups = counted.first;
+      // A small call first, so that a large one must clear the mark itself.
+      ExpectAllOk(OnAllRanks(n, [&](int r) { return Barrier(*groups[r]); }), "barrier");
+      for (CountingTransport* c : counted.second) c->sent = c->sent_latency_bound = 0;
+      ExpectAllOk(OnAllRanks(n, [&](int r) { return op(*groups[r], count); }), name);
+      for (int r = 0; r < n; ++r) {
+        const CountingTransport& c = *counted.second[r];
+        EXPECT_GT(c.sent.load(), 0) << name << " of " << count << ", rank " << r;
+        EXPECT_EQ(c.sent_latency_bound.load(), count == 8 ? c.sent.load() : 0)
+            << name << " of " << count << " floats, rank " << r;
+      }
+    }
+  }
+  auto counted = CountedGroups(n, "assert");
+  ExpectAllOk(OnAllRanks(n,
+                         [&](int r) {
+                           return AssertEqual(*counted.first[r],
+                                              Tensor::Zeros(DType::kFloat32, {1 << 18}), "same");
+                         }),
+              "assert_equal");
+  for (CountingTransport* c : counted.second) {
+    EXPECT_EQ(c->sent_latency_bound.load(), c->sent.load()) << "assert_equal";
   }
 }
 

@@ -97,6 +97,7 @@ Result<Call> Session::Begin(Signature signature) {
                           "' was aborted by an earlier error (rebuild it on a new transport)");
   }
   group_.mu_.AssertHeld();  // by lock_
+  group_.transport_->SetLatencyBound(false);
   return Call(*group_.transport_, group_.id(), std::move(signature), group_.next_seq_++, timeout_,
               deadline_);
 }

@@ -93,6 +93,10 @@ class Call {
   void PostRecv(int peer, std::span<uint8_t> dst) { transport_->PostRecv(peer, dst); }
   void CancelRecv(int peer) { transport_->CancelRecv(peer); }
 
+  // Transport::SetLatencyBound for this call (Begin sets it off): on for calls
+  // whose data rides the opening exchange.
+  void SetLatencyBound(bool latency_bound) { transport_->SetLatencyBound(latency_bound); }
+
   // Prefixes `status` with this call, aborts the group with it and returns it.
   // tell_peers false: poisons only this rank (Transport::Poison).
   Status Fail(const Status& status, bool tell_peers = true);

@@ -85,6 +85,7 @@ Status AllReduceAccum(Call& call, ReduceOp op, DType dtype, uint8_t* data, size_
   const int n = call.size();
   const size_t es = DTypeSize(dtype), bytes = count * es;
   const Algorithm algorithm = ResolveAllReduce(o, bytes, n);
+  call.SetLatencyBound(algorithm == Algorithm::kDirect);
   if (algorithm == Algorithm::kDirect) {
     ASSIGN_OR_RETURN(auto inputs, call.Exchange({algorithm, 0}, ConstBytes(data, bytes)));
     for (int r = 0; r < n; ++r) RETURN_IF_ERROR(CheckPayload(call, r, inputs[r], bytes));
@@ -156,6 +157,7 @@ Status GatherTensor(Session& session, const Tensor& input, Tensor& output, bool 
 
   // Payload: [rows][inlined?][data if inlined].
   const bool inlined = Inline(o, input.data.size());
+  call.SetLatencyBound(inlined);
   std::vector<uint8_t> payload;
   AppendI64(payload, my_rows);
   AppendI64(payload, inlined ? 1 : 0);
@@ -248,6 +250,7 @@ Result<Tensor> ReduceScatter(Group& group, const Tensor& input, const ReduceScat
                    session.Begin({"reduce_scatter", DescribeType(input.dtype, input.shape) + ", " +
                                                         std::string(ReduceOpName(o.op))}));
   const Range mine = blocks[me];
+  call.SetLatencyBound(Inline(o, work.size()));
   if (Inline(o, work.size())) {
     ASSIGN_OR_RETURN(auto inputs, call.Exchange({Algorithm::kDirect, 0}, work));
     for (int r = 0; r < n; ++r) RETURN_IF_ERROR(CheckPayload(call, r, inputs[r], work.size()));
@@ -285,6 +288,7 @@ Status Broadcast(Group& group, Tensor& tensor, const BroadcastOptions& o) {
   // Payload: [inlined?][data if inlined], from the root only.
   const Algorithm algorithm = ResolveBroadcast(o, tensor.data.size());
   const bool inlined = me == o.root && algorithm == Algorithm::kDirect;
+  call.SetLatencyBound(algorithm == Algorithm::kDirect);
   std::vector<uint8_t> payload;
   AppendI64(payload, inlined ? 1 : 0);
   if (inlined) payload.insert(payload.end(), tensor.data.begin(), tensor.data.end());
@@ -336,6 +340,7 @@ Status AssertEqual(Group& group, const Tensor& value, std::string_view message, 
 
   Session session(group, o.timeout);
   ASSIGN_OR_RETURN(Call call, session.Begin({"assert_equal", ""}));
+  call.SetLatencyBound(true);
   ASSIGN_OR_RETURN(auto digests, call.Exchange(FlagPlan(o), digest));
   std::vector<std::string> types(n);  // "float32[3,5]" per rank, for the message
   for (int r = 0; r < n; ++r) {

@@ -129,6 +129,7 @@ Result<IndexedSlices> SparseAllReduce(Group& group, const IndexedSlices& slices,
     ASSIGN_OR_RETURN(Call call, session.Begin({"sparse_all_reduce",
                                                type + ", path=" + SparsePathName(o.path)}));
     const std::vector<uint8_t> mine = RowsPayload(rows, input);
+    call.SetLatencyBound(true);
     ASSIGN_OR_RETURN(auto counts, call.Exchange({Algorithm::kDirect, 0}, ConstBytes(mine)));
     bool equal = true, malformed = false;
     for (int r = 0; r < n; ++r) {

@@ -38,6 +38,7 @@ class SubsetTransport final : public Transport {
   void Close() override {}
   Status status() const override { return parent_->status(); }
   Status Poll() override { return parent_->Poll(); }
+  void SetLatencyBound(bool latency_bound) override { parent_->SetLatencyBound(latency_bound); }
 
   // The parent rank of view rank `rank`.
   int ParentRank(int rank) const { return members_[rank]; }

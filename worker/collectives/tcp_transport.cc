@@ -328,16 +328,19 @@ Status TcpTransport::Receive(int peer_rank, Buffer* message, std::span<uint8_t>*
     Pump(0);  // what is there already
     if (!ready()) {
       waits_.fetch_add(1, std::memory_order_relaxed);
-      // Spin. Once a yield ran another thread, this CPU is shared (more runnable
-      // threads than cores, as with several ranks on one host): polling on would
-      // only take turns from the threads that this rank waits for, while sleeping
-      // hands them the CPU at once.
+      // Spin. In a call bound by latency, once a yield ran another thread this
+      // CPU is shared (more runnable threads than cores, as with several ranks
+      // on one host): polling on would only take turns from the threads that
+      // this rank waits for, while sleeping hands them the CPU at once. Bulk
+      // transfers keep spinning: their ranks lost more to the wake-ups (4 ranks
+      // on 2 vCPUs, 64 KiB - 1 MiB all-reduces; README, Benchmarks).
+      const bool cut = latency_bound_.load(std::memory_order_relaxed);
       Deadline spin_until = std::min(deadline, Clock::now() + spin_);
       while (!ready() && Clock::now() < spin_until) {
         const Clock::time_point before = Clock::now();
         std::this_thread::yield();
         const Clock::time_point after = Clock::now();
-        if (after - before > kYieldRanAnother) {
+        if (cut && after - before > kYieldRanAnother) {
           spin_until = after;
           spins_cut_.fetch_add(1, std::memory_order_relaxed);
         }

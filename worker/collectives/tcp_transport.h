@@ -24,9 +24,11 @@
 // small message costs no extra wake-up. A caller waiting for a message (Recv) or
 // for room to send (Send) becomes the transport's receiver: it spins for a
 // little while (TcpOptions::spin: poll without blocking, yielding the CPU in
-// between), then blocks in poll. It stops spinning early once a yield ran
-// another thread: on a CPU shared by more runnable threads than it has (ranks
-// outnumbering cores), the peer this rank waits for may need that very CPU. It reads every peer's frames, not just the one
+// between), then blocks in poll. In calls bound by latency (SetLatencyBound) it
+// stops spinning early once a yield ran another thread: on a CPU shared by more
+// runnable threads than it has (ranks outnumbering cores), the peer this rank
+// waits for may need that very CPU. Bulk transfers keep the full spin: there a
+// sleep's wake-up costs more than the turns the spin takes. It reads every peer's frames, not just the one
 // it waits for, into per-peer queues (the Mailbox), so a ring of blocking sends
 // cannot deadlock and an abort from any peer is seen at once. Small frames are
 // read many at a time through a per-peer staging buffer; large payloads go
@@ -89,10 +91,12 @@ class TcpTransport final : public Transport {
   void Close() override;
   Status status() const override { return mailbox_.status(); }
   Status Poll() override;
+  void SetLatencyBound(bool latency_bound) override { latency_bound_.store(latency_bound); }
 
   // How receiving threads waited, since Connect: counts of waits for a message
   // that was not there at once, of spins cut short because a yield ran another
-  // thread, and of waits that went on to sleep in poll(2).
+  // thread (in calls bound by latency), and of waits that went on to sleep in
+  // poll(2).
   struct WaitStats {
     uint64_t waits = 0;
     uint64_t spins_cut = 0;
@@ -146,6 +150,7 @@ class TcpTransport final : public Transport {
   std::atomic<bool> closed_{false};
   std::atomic<bool> abort_sent_{false};
   std::atomic<uint64_t> waits_{0}, spins_cut_{0}, sleeps_{0};  // wait_stats()
+  std::atomic<bool> latency_bound_{false};                       // SetLatencyBound
   // Held by the thread acting as the receiver: it alone reads the sockets and
   // touches the peers' receive state.
   Mutex rx_mu_;

@@ -100,6 +100,13 @@ class Transport {
   // OK, or the sticky error.
   virtual Status status() const = 0;
 
+  // Whether the calls that wait on this transport now are bound by latency
+  // (their data, a few KiB, rides the opening exchange), as opposed to moving
+  // bulk data. TcpTransport then stops a waiting thread's spin once its CPU
+  // turns out to be shared; other transports ignore it. The collectives set it
+  // for each call (Call::SetLatencyBound); off by default.
+  virtual void SetLatencyBound(bool /*latency_bound*/) {}
+
   // status(), after reading what the peers sent while this rank was inside no
   // call (an abort, a goodbye, a lost connection), so that an idle rank learns
   // of a failure before its next call instead of in the middle of it.
