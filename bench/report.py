@@ -1240,8 +1240,9 @@ class Collectives:
           "sockets and condition variables; in our TcpTransport the calling thread receives: "
           "it polls every peer's socket without blocking for up to 50 µs (yielding the CPU "
           "between polls), then blocks in poll(2), so a message that comes soon costs no "
-          "wake-up; it stops polling at the first yield that ran another thread, since then "
-          "the ranks it waits for need its CPU. "
+          "wake-up; in calls whose data rides the opening exchange (up to 16 KiB) it stops "
+          "polling at the first yield that ran another thread, since then the ranks it waits "
+          "for need its CPU. "
           "Below ~16 KiB the times are mostly scheduler wake-ups (BASELINE.md, Noise); compare "
           "ours with the in-process column, which has the same engine without sockets.")
         w("- At 16–64 MiB every transport here is bound by 2 cores copying, reducing and moving "

@@ -32,9 +32,10 @@ struct TcpOptions {
   DataPortKey key{};
   // How long a thread waiting on the transport polls without blocking (yielding
   // the CPU between polls) before it sleeps in poll(2). A message that comes
-  // within it costs no wake-up. The spin ends early once a yield ran another
-  // thread (the CPU is shared; TcpTransport::wait_stats counts it), so the
-  // full spin is only spent on a core of its own.
+  // within it costs no wake-up. In calls bound by latency
+  // (Transport::SetLatencyBound) the spin ends early once a yield ran another
+  // thread (the CPU is shared; TcpTransport::wait_stats counts it), so there
+  // the full spin is only spent on a core of its own.
   std::chrono::microseconds spin{50};
 };
 
