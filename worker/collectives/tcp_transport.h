@@ -28,8 +28,9 @@
 // stops spinning early once a yield ran another thread: on a CPU shared by more
 // runnable threads than it has (ranks outnumbering cores), the peer this rank
 // waits for may need that very CPU. Bulk transfers keep the full spin: there a
-// sleep's wake-up costs more than the turns the spin takes. It reads every peer's frames, not just the one
-// it waits for, into per-peer queues (the Mailbox), so a ring of blocking sends
+// sleep's wake-up costs more than the turns the spin takes. It reads every
+// peer's frames, not just the one it waits for, into per-peer queues (the
+// Mailbox), so a ring of blocking sends
 // cannot deadlock and an abort from any peer is seen at once. Small frames are
 // read many at a time through a per-peer staging buffer; large payloads go
 // straight into their buffer, or with RecvInto into the caller's memory.
