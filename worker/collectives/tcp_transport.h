@@ -30,10 +30,10 @@
 // waits for may need that very CPU. Bulk transfers keep the full spin: there a
 // sleep's wake-up costs more than the turns the spin takes. It reads every
 // peer's frames, not just the one it waits for, into per-peer queues (the
-// Mailbox), so a ring of blocking sends
-// cannot deadlock and an abort from any peer is seen at once. Small frames are
-// read many at a time through a per-peer staging buffer; large payloads go
-// straight into their buffer, or with RecvInto into the caller's memory.
+// Mailbox), so a ring of blocking sends cannot deadlock and an abort from any
+// peer is seen at once. Small frames are read many at a time through a per-peer
+// staging buffer; large payloads go straight into their buffer, or with
+// RecvInto into the caller's memory.
 // The price: bytes a peer sends while no thread of this rank is inside Send or
 // Recv wait in the kernel's socket buffers (and a sender may wait for this rank
 // to call in); every collective has all its ranks inside a call, so none waits
