@@ -8,7 +8,8 @@
 //   mesh_init   the self-test of a newly registered mesh (device-table merge)
 // It survives tesserad restarts: on 404 it registers again under the same id.
 // Files: agent.cc (lifecycle, task loop), agent_tasks.cc (snapshot, write, restore),
-// agent_collectives.cc (collective, mesh_init), agent_trainer.cc (in-loop saves).
+// agent_collectives.cc (collective, mesh_init), agent_trainer.cc (in-loop saves),
+// agent_restore.cc (the trainer's restores and checkpoint lookups).
 #pragma once
 
 #include <atomic>
@@ -79,12 +80,17 @@ class Agent {
   // GET /v1/saves/{step}: what an in-loop save became, waiting up to `timeout_ms` for `until`.
   Result<Json> WaitTrainerSave(const std::string& mesh, int64_t step, TrainerSaves::Until until,
                                int64_t timeout_ms);
-  // Restores this worker's devices of `mesh` from `step` ("latest" or a number).
+  // Restores this worker's devices of `mesh` from `step` (a number, or "latest": the
+  // newest step every worker of the mesh saw committed, agreed with them, so every
+  // worker's trainer must make the call). Body: {"tensors"?: [names], "strict"?: bool
+  // (default true)}; see restore_match.h for what strict refuses.
+  // {checkpoint, job, bytes, tensors, missing, unexpected, metadata}.
   Result<Json> RestoreForTrainer(const std::string& mesh, const std::string& step,
                                  const Json& body, int64_t timeout_ms);
-  // The mesh's checkpoints {"checkpoints":[...]}, and its newest committed one, from tesserad.
+  // The mesh's checkpoints {"checkpoints":[...]}, and one checkpoint's record (step a
+  // number or "latest": the newest committed), with its tensors and metadata, from tesserad.
   Result<Json> Checkpoints(const std::string& mesh);
-  Result<Json> LatestCheckpoint(const std::string& mesh);
+  Result<Json> Checkpoint(const std::string& mesh, const std::string& step);
   // reached_preemption_sync_point: asks tesserad (which decides the sync step).
   Result<Json> PreemptionSyncPoint(const std::string& mesh, int64_t step, int64_t timeout_ms);
 
@@ -104,6 +110,10 @@ class Agent {
   static MeshPlacement PlacementFromTask(const Task& task);
   // A mesh's placement of this worker, from tesserad (and into the cache).
   Result<MeshPlacement> FetchPlacement(const std::string& mesh);
+
+  // agent_restore.cc
+  // The newest step every worker of `mesh` saw committed: an all-reduce of their views.
+  Result<int64_t> AgreeOnLatest(const std::string& mesh, int64_t timeout_ms);
 
   // agent_trainer.cc
   // Starts or joins the job of an in-loop save and follows it until `deadline`.

@@ -1,8 +1,8 @@
-// The agent's side of the training loop (its routes are in trainer_api.cc): an in-loop
-// save snapshots, answers, then starts or joins the job in the background; restores and
-// checkpoint lookups for the trainer. Nothing the trainer waits for inside a step goes to
-// tesserad: /v1/save answers after the copy, and the control plane is reached from a
-// thread of the agent.
+// The agent's side of the training loop's saves (routes in trainer_api.cc; restores in
+// agent_restore.cc): an in-loop save snapshots, answers, then starts or joins the job in
+// the background. Nothing the trainer waits for inside a step goes to tesserad:
+// /v1/save answers after the copy, and the control plane is reached from a thread of
+// the agent.
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -149,41 +149,9 @@ void Agent::FollowTrainerSave(const std::string& mesh, int64_t step, Json body,
   trainer_saves_.Ended(mesh, step, ended.status());
 }
 
-Result<Json> Agent::RestoreForTrainer(const std::string& mesh, const std::string& step,
-                                      const Json& body, int64_t timeout_ms) {
-  Json request = {{"target_mesh", mesh}, {"workers", {id_}}};
-  if (body.contains("tensors")) request["tensors"] = body["tensors"];
-  ASSIGN_OR_RETURN(Json started,
-                   control_.Call("POST",
-                               "/api/v1/meshes/" + http::PercentEncode(mesh) + "/checkpoints/" +
-                                   http::PercentEncode(step) + "/restore",
-                               request));
-  const std::string job = started.value("job", "");
-  ASSIGN_OR_RETURN(Json done, FollowJob("restore", job, timeout_ms));
-  const Json ck = started.value("checkpoint", Json::object());
-  const Json result = done.value("result", Json::object());
-  return Json{{"job", job},
-              {"checkpoint", {{"mesh", mesh}, {"step", ck.value("step", int64_t{-1})}}},
-              {"bytes", result.value("bytes", uint64_t{0})},
-              {"tensors", result.value("tensors", Json::array())}};
-}
-
 Result<Json> Agent::WaitTrainerSave(const std::string& mesh, int64_t step,
                                     TrainerSaves::Until until, int64_t timeout_ms) {
   return trainer_saves_.Wait(mesh, step, until, timeout_ms);
-}
-
-Result<Json> Agent::Checkpoints(const std::string& mesh) {
-  ASSIGN_OR_RETURN(Json list, control_.Call("GET",
-                                            "/api/v1/meshes/" + http::PercentEncode(mesh) +
-                                                "/checkpoints",
-                                            nullptr, 10));
-  return Json{{"checkpoints", list}};
-}
-
-Result<Json> Agent::LatestCheckpoint(const std::string& mesh) {
-  return control_.Call("GET", "/api/v1/meshes/" + http::PercentEncode(mesh) + "/checkpoints/latest",
-                       nullptr, 10);
 }
 
 }  // namespace tessera::worker

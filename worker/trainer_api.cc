@@ -2,7 +2,8 @@
 //   POST /v1/save              snapshot, answer, then start or join the job in the background
 //   GET  /v1/saves/{step}      what that save became; waits for its job or its commit
 //   POST /v1/restore           restore this worker's devices of a mesh from a committed step
-//   GET  /v1/checkpoints       the mesh's checkpoints; /v1/checkpoints/latest the newest
+//   GET  /v1/checkpoints       the mesh's checkpoints; /v1/checkpoints/{step} one (or
+//                              "latest"), with its tensors and metadata
 //   GET  /v1/preemption        reached_preemption_sync_point(step)
 #include "worker/trainer_api.h"
 
@@ -65,19 +66,24 @@ void AddTrainerRoutes(http::Router* router, Agent* agent) {
                  ASSIGN_OR_RETURN(int64_t timeout, TimeoutQuery(req, 600 * 1000, kMaxRestoreMs));
                  return agent->RestoreForTrainer(mesh, step, body, timeout);
                }),
-               "restore this worker's devices of a mesh from a committed step (default latest)",
+               "restore this worker's devices of a mesh from a committed step (default: the "
+               "latest every worker of the mesh saw, agreed with them); strict by default",
                true});
   router->Add({"GET", "/v1/checkpoints", http::JsonHandler([agent](const Request& req) -> Result<Json> {
                  ASSIGN_OR_RETURN(std::string mesh, MeshQuery(req));
                  return agent->Checkpoints(mesh);
                }),
                "the checkpoints of a mesh, newest first", true});
-  router->Add({"GET", "/v1/checkpoints/latest",
+  router->Add({"GET", "/v1/checkpoints/{step}",
                http::JsonHandler([agent](const Request& req) -> Result<Json> {
                  ASSIGN_OR_RETURN(std::string mesh, MeshQuery(req));
-                 return agent->LatestCheckpoint(mesh);
+                 const std::string step = req.Param("step");
+                 if (step != "latest") RETURN_IF_ERROR(ParseStep(step, "step").status());
+                 return agent->Checkpoint(mesh, step);
                }),
-               "the newest committed checkpoint of a mesh", true});
+               "one checkpoint of a mesh (step or \"latest\": the newest committed), with its "
+               "tensors and metadata",
+               true});
   router->Add({"GET", "/v1/preemption", http::JsonHandler([agent](const Request& req) -> Result<Json> {
                  ASSIGN_OR_RETURN(std::string mesh, MeshQuery(req));
                  RETURN_IF_ERROR(http::RequiredQuery(req, "step").status());

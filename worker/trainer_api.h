@@ -1,5 +1,5 @@
 // The training loop's routes of the worker's local API (/v1/save, /v1/saves/{step},
-// /v1/restore, /v1/checkpoints, /v1/checkpoints/latest, /v1/preemption), behind the
+// /v1/restore, /v1/checkpoints, /v1/checkpoints/{step}, /v1/preemption), behind the
 // worker's local credential like every other local route.
 #pragma once
 

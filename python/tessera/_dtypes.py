@@ -66,3 +66,13 @@ def torch_dtype(name):
 def name_of_array(x):
     """docs/openapi.json's dtype name of a numpy array or a torch tensor."""
     return dtype_name(x.dtype)
+
+
+def shape_text(shape):
+    """The query form of a shape: "8,4"."""
+    return ",".join(str(int(s)) for s in shape)
+
+
+def parse_shape(text):
+    """A shape from its query form ("" is a scalar)."""
+    return tuple(int(s) for s in text.split(",")) if text else ()

@@ -1,5 +1,6 @@
 """attach_state_dict and init_optimizer_state: torch state in mapped memory."""
 
+import weakref
 from collections import OrderedDict
 
 from ._dtypes import torch_module
@@ -11,14 +12,53 @@ def _optimizer_params(optimizer):
     return [p for group in optimizer.param_groups for p in group["params"]]
 
 
+def _unwrap(torch, module):
+    """The module inside DistributedDataParallel, DataParallel and torch.compile's
+    wrapper: names are then the same for a module and its wrapper, as torch's
+    consume_prefix_in_state_dict_if_present makes them (without touching a
+    submodule that is itself called "module")."""
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    while True:
+        if isinstance(module, wrappers):
+            module = module.module
+        elif isinstance(getattr(module, "_orig_mod", None), torch.nn.Module):
+            module = module._orig_mod  # torch.compile (torch >= 2)
+        else:
+            return module
+
+
+def _missing_state(optimizer):
+    """Indices of the optimizer's parameters that have no state yet."""
+    return [i for i, p in enumerate(_optimizer_params(optimizer)) if not optimizer.state.get(p)]
+
+
+def _prepare_optimizer(torch, name, optimizer):
+    """Creates the lazily made state of Adam, AdamW and SGD with momentum (as their
+    first step would, see init_optimizer_state); refuses another optimizer that
+    has no state at all, which would attach nothing and restore nothing."""
+    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD)):
+        if _missing_state(optimizer):
+            init_optimizer_state(optimizer)
+        return
+    params = _optimizer_params(optimizer)
+    if params and len(_missing_state(optimizer)) == len(params):
+        raise invalid_argument(
+            "optimizer '%s' (%s) has no state yet: %s creates it on its first step, so "
+            "attaching it now would save and restore nothing of it. Take one optimizer step "
+            "before attach_state_dict (or leave a stateless optimizer out of the state)"
+            % (name, type(optimizer).__name__, type(optimizer).__name__),
+            field="state", tensor=name)
+
+
 def _collect(torch, prefix, obj, out, seen):
     """Appends (name, tensor) for every tensor of obj to `out`, depth first."""
     if isinstance(obj, torch.nn.Module):
-        for key, t in obj.state_dict(keep_vars=True).items():
+        for key, t in _unwrap(torch, obj).state_dict(keep_vars=True).items():
             if isinstance(t, torch.Tensor) and id(t) not in seen:
                 seen.add(id(t))  # a tied weight is attached once, under its first name
                 out.append((prefix + key, t))
     elif isinstance(obj, torch.optim.Optimizer):
+        _prepare_optimizer(torch, prefix.rstrip("/"), obj)
         for index, p in enumerate(_optimizer_params(obj)):
             for key, value in obj.state.get(p, {}).items():
                 if isinstance(value, torch.Tensor) and id(value) not in seen:
@@ -89,7 +129,20 @@ def attach_state_dict(manager, state, layouts, device):
                 mapped.copy_(t)
                 t.data = mapped  # same Python object (optimizers keep it), mapped storage
         attached[name] = t
+        manager._repointed.append((weakref.ref(t), t.data_ptr()))
     return attached
+
+
+def release_repointed(repointed):
+    """At close: each tensor that attach_state_dict re-pointed at mapped memory,
+    and that still lives there, gets a private copy of its values, so the model
+    and the optimizer go on as ordinary tensors that no later attach can alias."""
+    torch = torch_module()
+    with torch.no_grad():
+        for ref, ptr in repointed:
+            t = ref()
+            if t is not None and t.numel() and t.data_ptr() == ptr:
+                t.data = t.data.clone()
 
 
 def init_optimizer_state(optimizer):

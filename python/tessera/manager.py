@@ -1,7 +1,5 @@
 """The trainer's side: a CheckpointManager on its worker's local API."""
 
-import collections
-import mmap
 import os
 import threading
 import time
@@ -9,16 +7,16 @@ import time
 import numpy as np
 
 from . import _dtypes
+from ._collectives import MARGIN_S, Collectives, IndexedSlices  # noqa: F401 - re-exported
+from ._dtypes import parse_shape, shape_text
 from ._http import Endpoint, local_credential, query, quote
+from ._mapping import Mapping
+from ._save_handle import SaveHandle
 from .errors import TesseraError, invalid_argument
 
-# GET /v1/saves/{step} holds a wait at most this long (the worker caps timeout_ms).
-_SAVE_POLL_MS = 60000
 # The tensor name of the device probe, which creates nothing: the worker refuses
 # device -1 before it looks at the name.
 _PROBE_NAME = "tessera.device-probe"
-# Seconds added to a server-side wait for the socket timeout.
-_MARGIN_S = 10.0
 
 
 def _layout_text(layout, ndim):
@@ -32,167 +30,41 @@ def _layout_text(layout, ndim):
     return ",".join(entries)
 
 
-def _shape_text(shape):
-    return ",".join(str(int(s)) for s in shape)
+def _check_step(step, optional=False):
+    if optional and step is None:
+        return
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise invalid_argument("step must be a non-negative int%s, not %r" % (
+            " or None" if optional else "", step), field="step")
 
 
-def _parse_shape(text):
-    return tuple(int(s) for s in text.split(",")) if text else ()
+class Restored(int):
+    """What restore() returns: the step restored, as an int (so `restore() + 1` is
+    the next step), with what the worker reported:
 
-
-class IndexedSlices(collections.namedtuple("IndexedSlices", "values indices dense_shape path")):
-    """The result of sparse_all_reduce: rows `indices` of a tensor of `dense_shape`
-    hold `values` (repeated indices add up); `path` is "gather" or "dense"."""
-
-    __slots__ = ()
-
-    def dense(self):
-        """The dense tensor: the rows of equal indices summed."""
-        if hasattr(self.values, "index_add_"):
-            torch = _dtypes.torch_module()
-            out = torch.zeros(self.dense_shape, dtype=self.values.dtype)
-            return out.index_add_(0, self.indices.long(), self.values)
-        out = np.zeros(self.dense_shape, dtype=self.values.dtype)
-        np.add.at(out, self.indices, self.values)
-        return out
-
-
-class _Mapping:
-    """One shared-memory file of the worker, mapped into this process."""
-
-    def __init__(self, path, nbytes):
-        self.path = path
-        self.nbytes = nbytes
-        self.views = {}
-        if nbytes == 0:
-            self.mm = None  # mmap refuses empty files; an empty tensor shares nothing
-            return
-        fd = os.open(path, os.O_RDWR)
-        try:
-            self.mm = mmap.mmap(fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
-            os.close(fd)
-
-    def view(self, like, dtype, local_shape):
-        key = (like, dtype, local_shape)
-        if key not in self.views:
-            if like == "torch":
-                torch = _dtypes.torch_module()
-                tdt = _dtypes.torch_dtype(dtype)
-                if self.mm is None:
-                    t = torch.empty(local_shape, dtype=tdt)
-                else:
-                    t = torch.frombuffer(self.mm, dtype=tdt).reshape(local_shape)
-                self.views[key] = t
-            else:
-                ndt = _dtypes.numpy_dtype(dtype)
-                if self.mm is None:
-                    self.views[key] = np.zeros(local_shape, dtype=ndt)
-                else:
-                    self.views[key] = np.frombuffer(self.mm, dtype=ndt).reshape(local_shape)
-        return self.views[key]
-
-    def close(self):
-        self.views.clear()
-        if self.mm is not None:
-            try:
-                self.mm.close()
-            except BufferError:
-                pass  # arrays the caller still holds keep it mapped until they go
-            self.mm = None
-
-
-class SaveHandle:
-    """A save started by CheckpointManager.save(); the trainer holds it while the
-    worker writes in the background.
-
-    step:           the checkpoint's step.
-    snapshot_ms:    how long the worker took to snapshot this worker's tensors.
-    snapshot_bytes: how many bytes it copied.
-    job:            the save job's id (asks the worker, waiting until the job
-                    exists, the first time it is read).
+    step:       the same step.
+    missing:    names attached here that the checkpoint lacks (strict=False only).
+    unexpected: names in the checkpoint that nobody attached (strict=False only).
+    tensors:    the names restored.
+    metadata:   the JSON saved with the checkpoint.
     """
 
-    def __init__(self, manager, step, answer):
-        self._manager = manager
-        self.step = step
-        self.checkpoint = answer.get("checkpoint") or {"mesh": manager.mesh, "step": step}
-        self.snapshot_ms = answer.get("snapshot_ms")
-        self.snapshot_bytes = answer.get("snapshot_bytes")
-        self._job = answer.get("job")
-        self._state = answer.get("state", "snapshotted")
-        self._error = None
-
-    @property
-    def job(self):
-        if self._job is None:
-            self._update(self._manager._save_status(self.step, "started",
-                                                    self._manager.timeout))
-        return self._job
-
-    @property
-    def state(self):
-        """What the worker last said: snapshotted, running or committed."""
-        return self._state
-
-    def _update(self, answer):
-        self._job = answer.get("job") or self._job
-        self._state = answer.get("state") or self._state
-        return answer
-
-    def _check(self, fn):
-        if self._error is not None:
-            raise self._error
-        try:
-            return fn()
-        except TesseraError as e:
-            if e.code not in ("unavailable",) and e.status != 0:
-                self._error = e  # the save failed: it stays failed
-            raise
-
-    def done(self):
-        """True once the checkpoint is committed, False while it is being
-        written; raises TesseraError if the save failed."""
-        if self._state == "committed":
-            return True
-        answer = self._check(lambda: self._manager._save_status(self.step, None, None))
-        return self._update(answer).get("state") == "committed"
-
-    def wait(self, timeout=None):
-        """Blocks until the checkpoint is committed, returning the worker's answer
-        {"checkpoint", "job", "state": "committed"}. Raises TesseraError with the
-        save's error if it failed (its code, and details naming the culprit), or
-        deadline_exceeded (status 0) after `timeout` seconds."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            if self._state == "committed":
-                return {"checkpoint": self.checkpoint, "job": self._job, "state": "committed"}
-            wait_ms = _SAVE_POLL_MS
-            if deadline is not None:
-                left_ms = int((deadline - time.monotonic()) * 1000)
-                if left_ms <= 0:
-                    raise TesseraError(
-                        "deadline_exceeded", "the save of step %d of mesh %s is still %s after "
-                        "%g s" % (self.step, self._manager.mesh, self._state, timeout), 0,
-                        {"mesh": self._manager.mesh, "step": self.step, "job": self._job})
-                wait_ms = max(1, min(wait_ms, left_ms))
-            try:
-                answer = self._check(lambda: self._manager._save_status(
-                    self.step, "committed", wait_ms / 1000.0))
-            except TesseraError as e:
-                if e.code != "deadline_exceeded" or e.status != 504:
-                    raise
-                # The wait timed out, or the save failed with a timeout: ask without waiting.
-                self._error = None
-                self.done()
-                continue
-            self._update(answer)
+    def __new__(cls, answer):
+        self = super().__new__(cls, int(answer["checkpoint"]["step"]))
+        self.step = int(self)
+        self.missing = list(answer.get("missing") or [])
+        self.unexpected = list(answer.get("unexpected") or [])
+        self.tensors = list(answer.get("tensors") or [])
+        self.metadata = answer.get("metadata") or {}
+        self.job = answer.get("job")
+        return self
 
     def __repr__(self):
-        return "SaveHandle(step=%r, job=%r, state=%r)" % (self.step, self._job, self._state)
+        return "Restored(step=%d, missing=%d, unexpected=%d)" % (
+            self.step, len(self.missing), len(self.unexpected))
 
 
-class CheckpointManager:
+class CheckpointManager(Collectives):
     """The trainer's handle on its worker for one mesh.
 
     mesh:    the mesh's name (registered with tesserad, this worker part of it).
@@ -225,6 +97,7 @@ class CheckpointManager:
         self.worker = self._http.url
         self._lock = threading.Lock()
         self._maps = {}
+        self._repointed = []  # (weakref, data_ptr) of what attach_state_dict re-pointed
         self._saves = []
         health = self._get("/healthz")
         self.worker_id = (health or {}).get("worker")
@@ -276,7 +149,7 @@ class CheckpointManager:
         timeout = None
         if wait is not None and wait_s is not None:
             params["timeout_ms"] = max(1, int(wait_s * 1000))
-            timeout = wait_s + _MARGIN_S
+            timeout = wait_s + MARGIN_S
         return self._get("/v1/saves/%d%s" % (step, self._q(**params)), timeout)
 
     # -- tensors
@@ -312,7 +185,7 @@ class CheckpointManager:
         device = self._device(device, name)
         try:
             answer = self._post("/v1/tensors/%s/mapping%s" % (quote(name), self._q(
-                device=device, dtype=dtype, shape=_shape_text(shape),
+                device=device, dtype=dtype, shape=shape_text(shape),
                 layout=_layout_text(layout, len(shape)))))
         except TesseraError as e:
             if e.status == 0 or "tensor" in e.details:
@@ -328,7 +201,7 @@ class CheckpointManager:
             if m is None or m.path != answer["path"]:
                 if m is not None:
                     m.close()
-                m = _Mapping(answer["path"], int(answer["bytes"]))
+                m = Mapping(answer["path"], int(answer["bytes"]))
                 self._maps[(name, device)] = m
             return m.view(like, dtype, local_shape)
 
@@ -339,9 +212,12 @@ class CheckpointManager:
         state: a dict whose values are torch.nn.Module, torch.optim.Optimizer,
         torch.Tensor, or nested dicts of those, e.g. {"model": m, "optim": opt}.
         Names are the keys joined with "/": "model/fc.weight",
-        "optim/state/0/exp_avg". An optimizer's state is attached as it is now,
-        so one whose state is created on its first step (Adam, SGD with momentum)
-        must have stepped once, or have had init_optimizer_state() called.
+        "optim/state/0/exp_avg". A DistributedDataParallel or DataParallel
+        wrapper is looked through: its names are those of the module inside (no
+        "module." prefix), so a wrapped model and the bare one restore into each
+        other. The lazily made state of Adam, AdamW and SGD with momentum is
+        created here if a parameter lacks it (init_optimizer_state); another
+        optimizer with no state at all is refused (take one step first).
         layouts: {name: layout}; default replicated. A sharded entry means the
         tensor given is this device's local shard (needs axes= on the manager).
         """
@@ -357,7 +233,7 @@ class CheckpointManager:
         dtype = headers.get("X-Tessera-Dtype", "uint8")
         np_dtype = np.dtype("uint16") if dtype == "bfloat16" else np.dtype(dtype)
         return np.frombuffer(data, dtype=np_dtype).reshape(
-            _parse_shape(headers.get("X-Tessera-Local-Shape", "")))
+            parse_shape(headers.get("X-Tessera-Local-Shape", "")))
 
     def tensors(self):
         """The tensors of this mesh the worker holds: [{name, dtype, shape, layout, ...}]."""
@@ -377,9 +253,7 @@ class CheckpointManager:
         returns a SaveHandle as soon as they are copied: the trainer may then
         overwrite them. The trainers of the mesh calling save(step) together
         make one save job. tensors: names to save (default all); metadata: JSON."""
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise invalid_argument("step must be a non-negative int, not %r" % (step,),
-                                   field="step")
+        _check_step(step)
         body = {}
         if tensors is not None:
             body["tensors"] = list(tensors)
@@ -413,19 +287,45 @@ class CheckpointManager:
         if first is not None:
             raise first
 
-    def restore(self, step=None, tensors=None, timeout=600.0):
-        """Restores this worker's devices from checkpoint `step` (default: the
-        latest committed one) into the tensors, mapped ones in place, and returns
-        the step restored. tensors: names to restore (default all). timeout:
-        seconds the worker may take (at most 3600)."""
-        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
-            raise invalid_argument("step must be a non-negative int or None, not %r" % (step,),
-                                   field="step")
-        body = {"tensors": list(tensors)} if tensors is not None else {}
-        answer = self._post("/v1/restore%s" % self._q(
-            step="latest" if step is None else step, timeout_ms=int(timeout * 1000)), body,
-            timeout=timeout + _MARGIN_S)
-        return int(answer["checkpoint"]["step"])
+    def restore(self, step=None, tensors=None, timeout=600.0, strict=True):
+        """Restores this worker's devices from checkpoint `step` into the tensors,
+        mapped ones in place, and returns a Restored: the step restored (an int),
+        with .missing, .unexpected and .metadata. With step=None every trainer of
+        the mesh makes the call: their workers agree on the newest step that all of
+        them saw committed, and it returns None when the mesh has none.
+
+        strict: a tensor attached here that the checkpoint lacks (missing), or a
+        checkpoint tensor nobody attached (unexpected), raises conflict with both
+        lists in .details before anything is written; strict=False restores the
+        tensors both have and reports the rest. A dtype or shape that differs
+        always raises (details.mismatched). tensors: only these names (then each
+        must be in the checkpoint). timeout: seconds the worker may take (at most
+        3600), the agreement on the step included."""
+        _check_step(step, optional=True)
+        body = {"strict": bool(strict)}
+        if tensors is not None:
+            body["tensors"] = list(tensors)
+        try:
+            answer = self._post("/v1/restore%s" % self._q(
+                step="latest" if step is None else step, timeout_ms=int(timeout * 1000)), body,
+                timeout=timeout + MARGIN_S)
+        except TesseraError as e:
+            if step is None and e.code == "not_found" and e.details.get("step") == "latest":
+                return None  # no committed checkpoint that every worker saw: a fresh start
+            raise
+        return Restored(answer)
+
+    def metadata(self, step=None):
+        """The metadata saved with checkpoint `step` (default: the latest committed),
+        read through the worker with its local credential."""
+        return self.checkpoint(step).get("metadata") or {}
+
+    def checkpoint(self, step=None):
+        """tesserad's record of checkpoint `step` (default: the latest committed):
+        {mesh, step, state, tensors: [{name, dtype, shape, layout, ...}], metadata,
+        ...}; not_found when there is none."""
+        _check_step(step, optional=True)
+        return self._get("/v1/checkpoints/%s%s" % ("latest" if step is None else step, self._q()))
 
     def latest_step(self):
         """The newest committed step of the mesh, or None if there is none."""
@@ -443,138 +343,22 @@ class CheckpointManager:
         listed = answer.get("checkpoints", []) if isinstance(answer, dict) else answer
         return sorted(int(c["step"]) for c in listed if c.get("state") == "committed")
 
-    # -- collectives
-
-    def _collective(self, op, x, timeout_ms, params):
-        data, dtype, shape, kind = _to_bytes(x)
-        ndev = len(self.devices)
-        if ndev > 1:
-            if not shape or shape[0] != ndev:
-                raise invalid_argument(
-                    "worker %s holds %d devices of mesh %s: stack their inputs on a first axis "
-                    "of %d, not shape %s" % (self.worker, ndev, self.mesh, ndev, list(shape)),
-                    field="shape")
-            shape = shape[1:]
-        params = dict(params, dtype=dtype, shape=_shape_text(shape), timeout_ms=timeout_ms)
-        wait_s = (timeout_ms if timeout_ms is not None else 30000) / 1000.0
-        _, headers, out = self._http.call(
-            "POST", "/v1/collectives/%s%s" % (op, self._q(**params)), data,
-            timeout=wait_s + _MARGIN_S)
-        out_shape = _parse_shape(headers.get("X-Tessera-Shape", ""))
-        outputs = int(headers.get("X-Tessera-Outputs", "1"))
-        if ndev > 1:
-            out_shape = (outputs,) + out_shape
-        return _from_bytes(out, headers.get("X-Tessera-Dtype", dtype), out_shape, kind)
-
-    def all_reduce(self, x, reduce="mean", axes=None, timeout_ms=None, check_inf_nan=False,
-                   out=None):
-        """All-reduces `x` (numpy array or torch tensor) with the same call on every
-        worker of the mesh (along `axes`, default all). Returns the result as the
-        same kind of array, or writes it into `out` (which may be `x`) and returns
-        `out`. With several devices per worker, x stacks their inputs on axis 0."""
-        params = {"reduce": reduce, "axes": _axes_text(axes)}
-        if check_inf_nan:
-            params["check_inf_nan"] = "true"
-        result = self._collective("all_reduce", x, timeout_ms, params)
-        if out is None:
-            return result
-        if hasattr(out, "copy_"):
-            out.copy_(result.reshape(out.shape))
-        else:
-            np.copyto(out, result.reshape(out.shape))
-        return out
-
-    def all_gather(self, x, axes=None, tiled=False, timeout_ms=None):
-        """All-gathers `x` along `axes`: stacked on a new axis, or concatenated
-        along axis 0 when tiled."""
-        return self._collective("all_gather", x, timeout_ms,
-                                {"axes": _axes_text(axes), "tiled": "true" if tiled else None})
-
-    def broadcast(self, x, root=0, axes=None, timeout_ms=None):
-        """Every device gets the input of group position `root`."""
-        return self._collective("broadcast", x, timeout_ms, {"axes": _axes_text(axes),
-                                                               "root": root})
-
-    def sparse_all_reduce(self, values, indices, dense_shape, axes=None, path="auto",
-                          timeout_ms=None):
-        """Sums indexed slices (TF's IndexedSlices) with the same call on every worker
-        of the mesh (along `axes`, default all): row i of `values` belongs at row
-        indices[i] (int32 or int64) of a tensor of `dense_shape`. When every worker
-        brings as many rows, values and indices are gathered (path "gather");
-        otherwise each worker densifies and the dense tensors are all-reduced
-        ("dense"); path="gather" or "dense" forces one. Both densify to the same
-        sum. Returns IndexedSlices(values, indices, dense_shape, path), of the kind
-        given (numpy or torch). With several devices per worker, values and indices
-        are lists with one entry per device, and so is the result."""
-        ndev = len(self.devices)
-        many = ndev > 1
-        vals, idxs = (list(values), list(indices)) if many else ([values], [indices])
-        if len(vals) != ndev or len(idxs) != ndev:
-            raise invalid_argument(
-                "worker %s holds %d devices of mesh %s: pass a list of %d values and of %d "
-                "indices" % (self.worker, ndev, self.mesh, ndev, ndev), field="values")
-        dense_shape = tuple(int(d) for d in dense_shape)
-        parts, rows, dtype, index_dtype, kind = [], [], None, None, None
-        for v, i in zip(vals, idxs):
-            vdata, vdtype, vshape, kind = _to_bytes(v)
-            idata, idtype, ishape, _ = _to_bytes(i)
-            if idtype not in ("int32", "int64") or len(ishape) != 1:
-                raise invalid_argument("indices must be int32 or int64 with one dimension, not "
-                                       "%s%s" % (idtype, list(ishape)), field="indices")
-            if dtype not in (None, vdtype) or index_dtype not in (None, idtype):
-                raise invalid_argument("every device's values and indices must have the same "
-                                       "dtypes", field="values")
-            if not vshape or vshape[0] != ishape[0]:
-                raise invalid_argument("%d indices for values of shape %s" % (ishape[0],
-                                                                             list(vshape)),
-                                       field="indices")
-            dtype, index_dtype = vdtype, idtype
-            parts += [bytes(vdata), bytes(idata)]
-            rows.append(vshape[0])
-        params = {"dtype": dtype, "dense_shape": _shape_text(dense_shape),
-                  "rows": ",".join(str(r) for r in rows), "index_dtype": index_dtype,
-                  "axes": _axes_text(axes), "path": path, "timeout_ms": timeout_ms}
-        wait_s = (timeout_ms if timeout_ms is not None else 30000) / 1000.0
-        _, headers, out = self._http.call(
-            "POST", "/v1/collectives/sparse_all_reduce%s" % self._q(**params), b"".join(parts),
-            timeout=wait_s + _MARGIN_S)
-        out_rows = [int(r) for r in headers.get("X-Tessera-Rows", "").split(",") if r]
-        paths = headers.get("X-Tessera-Sparse-Path", "").split(",")
-        row_bytes = int(np.prod(dense_shape[1:], dtype=np.int64)) * \
-            np.dtype(_dtypes.numpy_dtype(dtype)).itemsize
-        index_bytes = 4 if index_dtype == "int32" else 8
-        results, offset = [], 0
-        for k, taken in zip(out_rows, paths):
-            vb = out[offset:offset + k * row_bytes]
-            ib = out[offset + len(vb):offset + len(vb) + k * index_bytes]
-            offset += len(vb) + len(ib)
-            results.append(IndexedSlices(_from_bytes(vb, dtype, (k,) + dense_shape[1:], kind),
-                                         _from_bytes(ib, index_dtype, (k,), kind),
-                                         dense_shape, taken))
-        return results if many else results[0]
-
-    def barrier(self, name, timeout_ms=None):
-        """Waits until every worker of the mesh reaches the barrier `name`."""
-        wait_s = (timeout_ms if timeout_ms is not None else 30000) / 1000.0
-        return self._post("/v1/barriers/%s%s" % (quote(name), self._q(timeout_ms=timeout_ms)),
-                          {}, timeout=wait_s + _MARGIN_S)
-
-    def reached_preemption_sync_point(self, step, timeout_ms=None):
-        """False until a preemption notice; then True exactly at the agreed step."""
-        wait_s = (timeout_ms if timeout_ms is not None else 60000) / 1000.0
-        answer = self._get("/v1/preemption%s" % self._q(step=step, timeout_ms=timeout_ms),
-                           timeout=wait_s + _MARGIN_S)
-        return bool(answer.get("sync"))
-
     # -- lifetime
 
     def close(self):
-        """Unmaps every attached tensor (arrays still referenced stay valid until
-        they go) and closes this thread's connection. The worker keeps the tensors."""
+        """Lets go of the worker's memory and closes this thread's connection; the
+        worker keeps the tensors. The tensors that attach_state_dict re-pointed
+        move to private memory (a copy of their current values), so the model and
+        the optimizer keep working. An array or tensor that attach() returned keeps
+        its mapping alive, and valid, for as long as it is referenced."""
         with self._lock:
+            repointed, self._repointed = self._repointed, []
             for m in self._maps.values():
                 m.close()
             self._maps.clear()
+        if repointed:
+            from . import _torch_state  # noqa: PLC0415 - torch is loaded already
+            _torch_state.release_repointed(repointed)
         self._http.close()
 
     def __enter__(self):
@@ -588,36 +372,3 @@ class CheckpointManager:
             self.mesh, self.worker, self.devices)
 
 
-def _axes_text(axes):
-    if axes is None:
-        return None
-    return axes if isinstance(axes, str) else ",".join(axes)
-
-
-def _to_bytes(x):
-    """(bytes-like, dtype name, shape, kind) of a numpy array or torch tensor."""
-    if isinstance(x, np.ndarray) or np.isscalar(x):
-        arr = np.ascontiguousarray(x)
-        return _raw(arr), _dtypes.dtype_name(arr.dtype), arr.shape, "numpy"
-    torch = _dtypes.torch_module()
-    if isinstance(x, torch.Tensor):
-        t = x.detach().contiguous().cpu()
-        name = _dtypes.dtype_name(t.dtype)
-        arr = (t.view(torch.int16) if name == "bfloat16" else t).numpy()
-        return _raw(arr), name, tuple(t.shape), "torch"
-    raise invalid_argument("expected a numpy array or a torch tensor, not %s" % type(x).__name__,
-                           field="x")
-
-
-def _raw(arr):
-    """The bytes of a contiguous array, without a copy."""
-    return memoryview(arr.reshape(-1).view(np.uint8))
-
-
-def _from_bytes(data, dtype, shape, kind):
-    if kind == "torch":
-        torch = _dtypes.torch_module()
-        if not data:
-            return torch.empty(shape, dtype=_dtypes.torch_dtype(dtype))
-        return torch.frombuffer(bytearray(data), dtype=_dtypes.torch_dtype(dtype)).reshape(shape)
-    return np.frombuffer(bytearray(data), dtype=_dtypes.numpy_dtype(dtype)).reshape(shape)

@@ -83,9 +83,6 @@ CASES = {
         400, device=3, tensor="v"),
     "step-not-committed": case(
         lambda c, mesh, ms: ms[0].restore(2), "conflict", 409, step=2),
-    "restore-latest-without-checkpoints": case(
-        lambda c, mesh, ms: tessera.CheckpointManager(mesh + ".solo", worker=c.worker_urls[0])
-        .restore(), "not_found", 404, mesh=lambda mesh: mesh + ".solo"),
     "step-unknown": case(
         lambda c, mesh, ms: ms[0].restore(999), "not_found", 404, step=999),
     "save-negative-step": case(
