@@ -36,9 +36,9 @@ std::string PrefixHint(const std::vector<std::string>& missing,
   for (const std::string& u : unexpected) paired += absent.count(WithoutModulePrefix(u));
   if (paired == 0) return "";
   return "; " + std::to_string(paired) +
-         " of the checkpoint's names differ from attached ones only by DDP's 'module.' prefix "
-         "(a checkpoint of a wrapped model saved with its wrapper's names): restore those by "
-         "name with tensors=, or attach under the same names";
+         " of the checkpoint's names differ from attached ones only by DDP's 'module.' prefix: "
+         "it was saved under a wrapper's names, which attach_state_dict no longer uses, so "
+         "those tensors restore only into tensors attached under the same names";
 }
 
 Json ListJson(const std::vector<std::string>& names) { return Json(names); }

@@ -7,7 +7,8 @@ on mesh {data: WORLD}:
   through the trainer;
 - gradients are averaged with an all-reduce through the workers;
 - every --save-every steps the loop calls save(step) and goes on at once;
-- at start it restores the latest committed step, if any, and resumes after it.
+- at start it restores the latest committed step, if any (restore() agrees on
+  it across the ranks' workers), and resumes after it.
 
 Everything is a function of (seed, step, rank), and torch runs on one thread, so
 a run that is killed and resumed logs the same losses, bit for bit, as one that
@@ -88,15 +89,12 @@ def train(args):
     with tessera.CheckpointManager(args.mesh, worker=args.worker) as ckpt:
         ckpt.attach_state_dict({"model": model, "optim": optim})
 
-        # Resume: rank 0's view of the latest step, so that every rank agrees.
-        latest = ckpt.latest_step() if args.rank == 0 else None
-        mine = torch.tensor([-1 if latest is None else latest], dtype=torch.int64)
-        latest = int(ckpt.broadcast(mine, root=0, timeout_ms=args.start_timeout_ms)[0])
+        # Resume: every rank's worker agrees on the newest step they all saw committed.
+        restored = ckpt.restore()
         start = 1
-        if latest >= 0:
-            ckpt.restore(latest)
-            start = latest + 1
-            log.write("resume from %d\n" % latest)
+        if restored is not None:
+            start = restored + 1
+            log.write("resume from %d\n" % restored)
         # From here on a rank that does not arrive within --timeout-ms is a failure.
         ckpt.barrier("start-%d" % start, timeout_ms=args.start_timeout_ms)
 

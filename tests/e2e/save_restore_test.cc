@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
+#include <thread>
 
 #include "cluster_fixture.h"
 #include "storage/checkpoint_dir.h"
@@ -291,11 +293,22 @@ TEST(SaveRestore, TrainerRoutesRestoreOwnWorkerAndReportFailedSaves) {
   };
   EXPECT_EQ(shard(w0), w.Slice(DeviceSlice(two, w.layout, w.shape, 0)));
   EXPECT_EQ(shard(w1), changed.Slice(DeviceSlice(two, changed.layout, changed.shape, 1)));
-  // latest is the default; an unknown step names it.
+  // latest is the default, and the mesh's workers agree on it: alone, worker 1 waits
+  // for worker 0 and names it; together, both restore step 5.
+  auto alone = w1.Call("POST", "/v1/restore?mesh=two&timeout_ms=300", Json::object());
+  ASSERT_EQ(alone.status().code(), Code::kDeadlineExceeded) << alone.status().ToString();
+  EXPECT_EQ(alone.status().details()["missing_workers"], Json::array({c->worker_id(0)}));
+  EXPECT_EQ(shard(w1), changed.Slice(DeviceSlice(two, changed.layout, changed.shape, 1)));
+  std::optional<Result<Json>> latest0;
+  std::thread first([&] { latest0 = w0.Call("POST", "/v1/restore?mesh=two", Json::object()); });
   auto latest = w1.Call("POST", "/v1/restore?mesh=two", Json::object());
+  first.join();
   ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  ASSERT_TRUE(latest0->ok()) << latest0->status().ToString();
   EXPECT_EQ((*latest)["checkpoint"]["step"], 5);
+  EXPECT_EQ((**latest0)["checkpoint"]["step"], 5);
   EXPECT_EQ(shard(w1), w.Slice(DeviceSlice(two, w.layout, w.shape, 1)));
+  // An unknown step names it.
   auto missing = w1.Call("POST", "/v1/restore?mesh=two&step=9", Json::object());
   EXPECT_EQ(missing.status().code(), Code::kNotFound);
   EXPECT_EQ(missing.status().details()["step"], 9);

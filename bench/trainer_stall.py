@@ -1,0 +1,127 @@
+#!/usr/bin/python3
+"""The trainer's stall in an in-loop save, as a PyTorch trainer meets it.
+
+tesserad and 4 workers on this machine (tessera.local.LocalCluster), and 4 trainer
+processes on mesh {data: 4}, each with a model of STATE bytes (float32, in 8
+tensors) attached with attach_state_dict. For every size, each trainer runs
+--saves saves; before each one the trainers meet at a barrier and the previous
+save has committed, so every save() starts from the same quiet state. Per save it
+records the wall time of save() in the trainer and the worker's snapshot_ms; the
+difference is what the HTTP round trip and the client add. As context, rank 0
+also times torch.save of the same state_dict to a file in the same directory
+(no fsync), the way a hand-rolled checkpoint stalls a loop.
+
+    /usr/bin/python3 bench/trainer_stall.py --out bench/out/trainer_stall.jsonl
+    /usr/bin/python3 bench/trainer_stall.py --sizes-mb 1,40 --saves 20
+
+TESSERA_BIN (default build/bin) names the directory of tesserad and tessera-worker.
+Each line of --out is one trainer's save: {"size_mb", "rank", "save", "save_ms",
+"snapshot_ms", "overhead_ms"}, or {"size_mb", "torch_save_ms"} for the peer.
+"""
+
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+
+TRAINER = r"""
+import json, os, sys, time
+import torch
+import tessera
+
+mesh, size_mb, saves, out_dir = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+rank = int(os.environ["RANK"])
+torch.set_num_threads(1)
+n = int(size_mb * (1 << 20) / 4 / 8)
+model = torch.nn.ParameterList(torch.nn.Parameter(torch.randn(n)) for _ in range(8))
+rows = []
+with tessera.CheckpointManager(mesh, timeout=120) as ck:
+    ck.attach_state_dict({"model": model})
+    for i in range(saves + 1):  # save 0 warms up
+        ck.barrier("s%d" % i, timeout_ms=120000)
+        t0 = time.perf_counter()
+        h = ck.save(i + 1)
+        save_ms = (time.perf_counter() - t0) * 1000
+        h.wait(timeout=120)
+        if i:
+            rows.append({"size_mb": size_mb, "rank": rank, "save": i, "save_ms": save_ms,
+                         "snapshot_ms": h.snapshot_ms, "overhead_ms": save_ms - h.snapshot_ms})
+    if rank == 0:
+        path = os.path.join(out_dir, "torch-%d.pt" % os.getpid())
+        for i in range(saves):
+            t0 = time.perf_counter()
+            torch.save(model.state_dict(), path)
+            rows.append({"size_mb": size_mb, "torch_save_ms": (time.perf_counter() - t0) * 1000})
+        os.unlink(path)
+print(json.dumps(rows))
+"""
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def measure(cluster, size_mb, saves, scratch):
+    mesh = "stall-%g" % size_mb
+    cluster.client().register_mesh(mesh, {"data": 4}, workers=cluster.worker_ids)
+    env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "python"))
+    procs = [subprocess.Popen([sys.executable, "-c", TRAINER, mesh, str(size_mb), str(saves),
+                               scratch], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=dict(env, RANK=str(r), TESSERA_WORKER=cluster.worker_urls[r]))
+             for r in range(4)]
+    rows = []
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        if p.returncode != 0:
+            raise SystemExit("a trainer failed (%s): %s" % (p.returncode, err.decode()[-2000:]))
+        rows += json.loads(out.decode().strip().splitlines()[-1])
+    return rows
+
+
+def summary(rows):
+    lines = ["| state per trainer | save() p50 / p90 ms | snapshot_ms p50 / p90 | "
+             "save() − snapshot_ms p50 / p90 / max | torch.save on rank 0 p50 ms |",
+             "|---|---|---|---|---|"]
+    for size in sorted({r["size_mb"] for r in rows}):
+        ours = [r for r in rows if r["size_mb"] == size and "save_ms" in r]
+        peer = [r["torch_save_ms"] for r in rows if r["size_mb"] == size and "torch_save_ms" in r]
+        s = [r["save_ms"] for r in ours]
+        snap = [r["snapshot_ms"] for r in ours]
+        over = [r["overhead_ms"] for r in ours]
+        lines.append("| %g MB | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f / %.2f | %.1f |" % (
+            size, pct(s, .5), pct(s, .9), pct(snap, .5), pct(snap, .9), pct(over, .5),
+            pct(over, .9), max(over), statistics.median(peer)))
+    return "\n".join(lines)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sizes-mb", default="1,40")
+    p.add_argument("--saves", type=int, default=20)
+    p.add_argument("--out", default=None, help="JSON lines of every save (default: none)")
+    a = p.parse_args()
+    from tessera.local import LocalCluster  # noqa: PLC0415 - after sys.path
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tessera-stall-") as scratch, \
+            LocalCluster(workers=4, dir=os.path.join(scratch, "cluster")) as cluster:
+        for size in (float(s) for s in a.sizes_mb.split(",")):
+            rows += measure(cluster, size, a.saves, scratch)
+    if a.out:
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+        with open(a.out, "w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+    print(summary(rows))
+
+
+if __name__ == "__main__":
+    main()
