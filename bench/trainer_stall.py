@@ -3,7 +3,7 @@
 
 tesserad and 4 workers on this machine (tessera.local.LocalCluster), and 4 trainer
 processes on mesh {data: 4}, each with a model of STATE bytes (float32, in 8
-tensors) attached with attach_state_dict. For every size, each trainer runs
+tensors) attached with attach_state_dict (--trainers changes the 4). For every size, each trainer runs
 --saves saves; before each one the trainers meet at a barrier and the previous
 save has committed, so every save() starts from the same quiet state. Per save it
 records the wall time of save() in the trainer and the worker's snapshot_ms; the
@@ -16,7 +16,7 @@ also times torch.save of the same state_dict to a file in the same directory
 
 TESSERA_BIN (default build/bin) names the directory of tesserad and tessera-worker.
 Each line of --out is one trainer's save: {"size_mb", "rank", "save", "save_ms",
-"snapshot_ms", "overhead_ms"}, or {"size_mb", "torch_save_ms"} for the peer.
+"snapshot_ms", "overhead_ms", "trainers"}, or {"size_mb", "torch_save_ms"} for the peer.
 """
 
 import argparse
@@ -70,20 +70,23 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
-def measure(cluster, size_mb, saves, scratch):
-    mesh = "stall-%g" % size_mb
-    cluster.client().register_mesh(mesh, {"data": 4}, workers=cluster.worker_ids)
+def measure(cluster, size_mb, saves, scratch, trainers):
+    mesh = "stall-%g-%d" % (size_mb, trainers)
+    cluster.client().register_mesh(mesh, {"data": trainers},
+                                   workers=cluster.worker_ids[:trainers])
     env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "python"))
     procs = [subprocess.Popen([sys.executable, "-c", TRAINER, mesh, str(size_mb), str(saves),
                                scratch], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               env=dict(env, RANK=str(r), TESSERA_WORKER=cluster.worker_urls[r]))
-             for r in range(4)]
+             for r in range(trainers)]
     rows = []
     for p in procs:
         out, err = p.communicate(timeout=600)
         if p.returncode != 0:
             raise SystemExit("a trainer failed (%s): %s" % (p.returncode, err.decode()[-2000:]))
         rows += json.loads(out.decode().strip().splitlines()[-1])
+    for r in rows:
+        r["trainers"] = trainers
     return rows
 
 
@@ -107,14 +110,15 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes-mb", default="1,40")
     p.add_argument("--saves", type=int, default=20)
+    p.add_argument("--trainers", type=int, default=4, help="trainer processes (and workers)")
     p.add_argument("--out", default=None, help="JSON lines of every save (default: none)")
     a = p.parse_args()
     from tessera.local import LocalCluster  # noqa: PLC0415 - after sys.path
     rows = []
     with tempfile.TemporaryDirectory(prefix="tessera-stall-") as scratch, \
-            LocalCluster(workers=4, dir=os.path.join(scratch, "cluster")) as cluster:
+            LocalCluster(workers=a.trainers, dir=os.path.join(scratch, "cluster")) as cluster:
         for size in (float(s) for s in a.sizes_mb.split(",")):
-            rows += measure(cluster, size, a.saves, scratch)
+            rows += measure(cluster, size, a.saves, scratch, a.trainers)
     if a.out:
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
         with open(a.out, "w") as f:
