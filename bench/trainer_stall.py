@@ -20,14 +20,12 @@ Each line of --out is one trainer's save: {"size_mb", "rank", "save", "save_ms",
 """
 
 import argparse
-import io
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))

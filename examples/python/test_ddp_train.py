@@ -5,29 +5,14 @@ state, bit for bit, as a run that never stopped."""
 
 import os
 import re
-import sys
 
-import pytest
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
-
-import ddp_run  # noqa: E402
-import tessera  # noqa: E402
-from tessera.local import LocalCluster  # noqa: E402
+import ddp_run
+import tessera
 
 STEPS = 16
 ARGS = ["--steps", str(STEPS), "--save-every", "5"]
 STEP_LINE = re.compile(r"^step (\d+) loss (\S+)$", re.M)
 STATE_LINE = re.compile(r"^state (\w+) tokens (\d+)$", re.M)
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    c = LocalCluster(workers=4, heartbeat_ms=100, lease_ms=1500)
-    yield c
-    c.stop()
 
 
 def read(log_dir, rank):

@@ -4,28 +4,15 @@ killed right after save() returned leaves that checkpoint committed."""
 
 import os
 import re
-import sys
 import time
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
-
-import run  # noqa: E402
-from tessera.local import LocalCluster  # noqa: E402
+import run
 
 STEPS = 24
 ARGS = ["--steps", str(STEPS), "--save-every", "5", "--timeout-ms", "4000"]
 STEP_LINE = re.compile(r"^step (\d+) loss (\S+) global (\S+)$", re.M)
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    c = LocalCluster(workers=4, heartbeat_ms=100, lease_ms=1500)
-    yield c
-    c.stop()
 
 
 def losses(log_dir, rank):

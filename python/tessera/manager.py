@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from . import _dtypes
-from ._collectives import MARGIN_S, Collectives, IndexedSlices  # noqa: F401 - re-exported
+from ._collectives import MARGIN_S, Collectives, IndexedSlices
 from ._dtypes import parse_shape, shape_text
 from ._http import Endpoint, local_credential, query, quote
 from ._mapping import Mapping
@@ -17,6 +17,9 @@ from .errors import TesseraError, invalid_argument
 # The tensor name of the device probe, which creates nothing: the worker refuses
 # device -1 before it looks at the name.
 _PROBE_NAME = "tessera.device-probe"
+
+
+__all__ = ["CheckpointManager", "IndexedSlices", "Restored", "SaveHandle"]
 
 
 def _layout_text(layout, ndim):

@@ -134,3 +134,21 @@ def test_two_devices_per_worker():
             for j, g in enumerate(out[i]):
                 assert g.path == "dense"  # a worker brings d+1 rows: the counts differ
                 np.testing.assert_array_equal(g.dense(), want[j])
+        # A save of both workers, then restore() without a step: the two workers
+        # (four devices) agree on it and each device gets its own shard back.
+        for h in [m.save(7) for m in ms]:
+            h.wait(timeout=30)
+        for m in ms:
+            for d in m.devices:
+                m.attach("w", (4, 4), "float32", ["data", "model"], device=d)[:] = -1
+        restored = [None, None]
+        threads = [threading.Thread(target=lambda i=i: restored.__setitem__(i, ms[i].restore()))
+                   for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert restored == [7, 7]
+        for m in ms:
+            for d in m.devices:
+                np.testing.assert_array_equal(m.read("w", device=d), np.full((2, 2), float(d)))
