@@ -111,7 +111,8 @@ void AddCollectiveRoutes(http::Router* router, MeshResolver resolver,
         [resolver, collectives, fn](const Request& req) { return fn(resolver, collectives, req); });
   };
   router->Add({"POST", "/v1/collectives/{op}", wrap(RunCollective),
-               "SPMD collective across the mesh's workers: body = local-device inputs", true});
+               "SPMD collective across the mesh's workers: body = local-device inputs", true,
+               http::ServerMaxBody});
   router->Add({"POST", "/v1/barriers/{name+}", wrap(RunBarrier),
                "SPMD barrier across the mesh's workers (sync_global_devices)", true});
 }

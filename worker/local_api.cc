@@ -45,6 +45,15 @@ Result<TensorDesc> DescFromQuery(const Request& req) {
   return desc;
 }
 
+// A PUT's body limit, from the header alone: the bytes of the whole tensor it
+// declares (a shard is never larger). A query that does not parse leaves the
+// server's limit; the handler then names what is wrong.
+uint64_t DeclaredTensorBytes(const Request& req) {
+  auto desc = DescFromQuery(req);
+  if (!desc.ok() || !CheckShapeSize(desc->shape).ok()) return http::ServerMaxBody(req);
+  return desc->logical_bytes();
+}
+
 Json InfoToJson(const TensorInfo& info) {
   Json j = TensorMetaToJson(TensorMeta(info.name, info.desc));
   j["mesh"] = info.mesh;
@@ -95,10 +104,11 @@ Result<Response> DeleteTensor(TensorStore* store, const Request& req) {
 // A route (behind the worker's local credential) whose errors become docs/openapi-worker.json's JSON error.
 http::Route LocalRoute(std::string method, std::string pattern, TensorStore* store,
                        Result<Response> (*handler)(TensorStore*, const Request&),
-                       std::string help) {
+                       std::string help,
+                       std::function<uint64_t(const Request&)> body_limit = nullptr) {
   return {std::move(method), std::move(pattern),
           http::Handle([store, handler](const Request& req) { return handler(store, req); }),
-          std::move(help)};
+          std::move(help), true, std::move(body_limit)};
 }
 
 }  // namespace
@@ -108,7 +118,7 @@ void AddTensorRoutes(http::Router* router, TensorStore* store) {
   router->Add(LocalRoute("POST", "/v1/tensors/{name+}/mapping", store, MapShard,
                          "map a local shard from a 0600 file in /dev/shm: {path, bytes, local_shape}"));
   router->Add(LocalRoute("PUT", "/v1/tensors/{name+}", store, PutShard,
-                         "store the raw bytes of a device's local shard"));
+                         "store the raw bytes of a device's local shard", DeclaredTensorBytes));
   router->Add(LocalRoute("GET", "/v1/tensors/{name+}", store, GetShard,
                          "the raw bytes of a device's local shard"));
   router->Add(

@@ -162,6 +162,8 @@ std::string Encode(std::string_view s, bool keep_slash) {
 std::string PercentEncode(std::string_view s) { return Encode(s, true); }
 std::string PercentEncodeSegment(std::string_view s) { return Encode(s, false); }
 
+uint64_t ServerMaxBody(const Request&) { return UINT64_MAX; }
+
 Result<int64_t> QueryInt(const Request& req, const std::string& key, int64_t fallback) {
   auto v = req.Query(key);
   if (!v) return fallback;

@@ -54,6 +54,10 @@ struct Route {
   Handler handler;
   std::string help;
   bool auth = true;  // needs the bearer token (when the server has one)
+  // The most body bytes a request may bring, worked out from its path and query
+  // before any byte of the body is read (a tensor's declared size, say). Unset:
+  // the server's max_json_body_bytes. Either way at most its max_body_bytes.
+  std::function<uint64_t(const Request&)> body_limit = nullptr;
 };
 
 class Router {
@@ -76,6 +80,10 @@ std::string PercentDecode(std::string_view s);
 std::string PercentEncode(std::string_view s);  // everything but unreserved chars and '/'
 // For a value that must stay one path segment ({id} routes): '/' too.
 std::string PercentEncodeSegment(std::string_view s);
+
+// A Route::body_limit for routes whose bodies are bulk data: only the server's
+// max_body_bytes applies.
+uint64_t ServerMaxBody(const Request& req);
 
 // Parses an integer query parameter; absent → fallback; malformed → invalid_argument.
 Result<int64_t> QueryInt(const Request& req, const std::string& key, int64_t fallback);

@@ -2,15 +2,18 @@
 
 #include <httplib.h>
 #include <netdb.h>
+#include <poll.h>
 #include <openssl/ssl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "api/http/connection.h"
@@ -51,6 +54,32 @@ void MarkClose(httplib::Response& res) {
   t_close_after = true;
 }
 
+// Set when a request was answered without its body being read.
+thread_local bool t_body_unread = false;
+
+// After an answer that left the body unread: stop sending, then read and drop what
+// the client still sends for a little while before closing. Closing at once, with
+// unread bytes queued, resets the connection, and a client still writing its body
+// loses the answer. Bounded in time and bytes, so a slow sender costs this thread
+// a second at most, and a silent one 100 ms.
+void LingerAndDrop(int fd) {
+  constexpr int64_t kLingerMs = 1000;
+  constexpr int64_t kIdleMs = 100;
+  constexpr size_t kLingerBytes = size_t{64} << 20;
+  ::shutdown(fd, SHUT_WR);
+  const int64_t until = MonoMs() + kLingerMs;
+  char scratch[64 << 10];
+  size_t dropped = 0;
+  while (dropped < kLingerBytes) {
+    const int64_t left = std::min(until - MonoMs(), kIdleMs);
+    pollfd p{fd, POLLIN, 0};
+    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) return;
+    const ssize_t n = ::recv(fd, scratch, sizeof(scratch), MSG_DONTWAIT);
+    if (n <= 0) return;
+    dropped += static_cast<size_t>(n);
+  }
+}
+
 // Lets this process hold as many connections as its hard limit allows: the
 // default soft limit (1024) is below what the gate is built to hold.
 void RaiseFileLimit() {
@@ -69,6 +98,22 @@ bool StartsWithNoCase(std::string_view s, std::string_view prefix) {
   return true;
 }
 
+// The request as routes see it, without its body.
+Request ToRequest(const httplib::Request& hreq) {
+  Request req;
+  req.method = hreq.method;
+  // Route on the raw target so a %2F inside a name stays inside that name.
+  const std::string& target = hreq.target.empty() ? hreq.path : hreq.target;
+  req.path = target.substr(0, target.find('?'));
+  for (const auto& [k, v] : hreq.params) req.query.emplace(k, v);
+  for (const auto& [k, v] : hreq.headers) {
+    std::string lower = k;
+    for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    req.headers[lower] = v;
+  }
+  return req;
+}
+
 }  // namespace
 
 Server::Server(std::shared_ptr<Router> router, ServerOptions options)
@@ -82,41 +127,65 @@ Server::Server(std::shared_ptr<Router> router, ServerOptions options)
   // Bodies are read here, whatever their Content-Type: left to httplib, a body
   // that says it is a form (curl --data-binary's default) is capped at 8 KiB,
   // and tensor bytes are not forms. The size limit still applies (413).
+  // Whatever the header alone decides is answered before any byte of the body is
+  // read, and the connection is then closed: an unknown route, a missing or wrong
+  // credential, a declared body over the route's limit. A stranger so holds no
+  // thread while it trickles a body, and no memory for one.
   auto with_body = [this](const httplib::Request& req, httplib::Response& res,
                           const httplib::ContentReader& reader) {
+    std::string none;
     // An answer without reading (the rest of) the body: the connection then closes.
-    auto refuse = [&res](const Status& st) {
-      Response r = Response::Error(st);
-      res.status = r.status;
+    auto refuse = [&](const Status& st) {
+      Handle(&req, &res, &none, &st);
       MarkClose(res);
-      res.set_content(r.body, "application/json");
+      t_body_unread = true;
+    };
+    Request head = ToRequest(req);
+    bool wrong_method = false;
+    const Route* route = router_->Match(&head, &wrong_method);
+    if (route == nullptr || !Authorized(*route, head)) {
+      Handle(&req, &res, &none);  // the 404, 405 or 401
+      MarkClose(res);
+      t_body_unread = true;
+      return;
+    }
+    const uint64_t limit =
+        std::min<uint64_t>(options_.max_body_bytes,
+                           route->body_limit ? route->body_limit(head) : options_.max_json_body_bytes);
+    auto too_large = [&] {
+      return Status(Code::kPayloadTooLarge,
+                    "request body too large: " + route->method + " " + route->pattern +
+                        " takes at most " + std::to_string(limit) + " bytes",
+                    {{"field", "body"}, {"limit", limit}});
     };
     if (req.is_multipart_form_data()) {
       // Nothing here takes forms, and httplib's form parser is not ours to feed.
-      reader([](const httplib::MultipartFormData&) { return false; },
-             [](const char*, size_t) { return false; });
       return refuse(InvalidArgument(
           "multipart/form-data bodies are not accepted; send the bytes as the body "
           "(curl --data-binary @FILE)",
           {{"field", "content-type"}}));
     }
+    if (req.has_header("Content-Length")) {
+      const std::string declared = req.get_header_value("Content-Length");
+      char* end = nullptr;
+      errno = 0;
+      const unsigned long long n = std::strtoull(declared.c_str(), &end, 10);
+      if (errno != 0 || end == declared.c_str() || *end != '\0' || n > limit) {
+        return refuse(too_large());
+      }
+    }
     std::string body;
-    bool too_large = false;
-    const size_t limit = options_.max_body_bytes;
+    bool over = false;
     const bool read = reader([&](const char* data, size_t n) {
       if (body.size() + n > limit) {
-        too_large = true;
+        over = true;
         return false;
       }
       body.append(data, n);
       return true;
     });
-    // httplib refuses a declared Content-Length over the limit itself (status 413).
-    if (too_large || res.status == 413) {
-      return refuse(Status(Code::kPayloadTooLarge,
-                           "request body too large: more than " + std::to_string(limit) + " bytes",
-                           {{"field", "body"}, {"limit", limit}}));
-    }
+    // httplib refuses a declared Content-Length over max_body_bytes itself (413).
+    if (over || res.status == 413) return refuse(too_large());  // the rest is unread
     if (!read) {
       return refuse(InvalidArgument(
           "could not read the request body (cut short, or a bad chunked encoding)",
@@ -320,9 +389,11 @@ void Server::Serve(std::shared_ptr<Conn> c) {
     ConnStream strm(*c, options_.read_timeout_s * 1000, options_.write_timeout_s * 1000,
                     MonoMs() + int64_t{options_.body_timeout_s} * 1000);
     t_close_after = false;
+    t_body_unread = false;
     bool closed = false;
     const bool ok = core_->ServeOne(strm, last, closed);
     keep = ok && !closed && !last && !t_close_after && !stopping_;
+    if (t_body_unread && c->ssl == nullptr) LingerAndDrop(c->fd);
     // A pipelined request already here is served on this thread.
     if (!keep || !c->HeaderComplete()) break;
   }
@@ -334,21 +405,19 @@ void Server::Serve(std::shared_ptr<Conn> c) {
   if (keep && gate_) gate_->Return(std::move(c));
 }
 
-void Server::Handle(const void* raw_req, void* raw_res, std::string* body) {
+bool Server::Authorized(const Route& route, const Request& req) const {
+  // Browsers' EventSource cannot set headers, so ?token= is accepted too.
+  return !route.auth || options_.token.empty() ||
+         BearerMatches(req.Header("authorization"), options_.token) ||
+         BearerMatches("Bearer " + req.Query("token").value_or(""), options_.token);
+}
+
+void Server::Handle(const void* raw_req, void* raw_res, std::string* body,
+                    const Status* refusal) {
   const auto& hreq = *static_cast<const httplib::Request*>(raw_req);
   auto& hres = *static_cast<httplib::Response*>(raw_res);
   auto t0 = std::chrono::steady_clock::now();
-  Request req;
-  req.method = hreq.method;
-  // Route on the raw target so a %2F inside a name stays inside that name.
-  const std::string& target = hreq.target.empty() ? hreq.path : hreq.target;
-  req.path = target.substr(0, target.find('?'));
-  for (const auto& [k, v] : hreq.params) req.query.emplace(k, v);
-  for (const auto& [k, v] : hreq.headers) {
-    std::string lower = k;
-    for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    req.headers[lower] = v;
-  }
+  Request req = ToRequest(hreq);
   req.body = body != nullptr ? std::move(*body) : hreq.body;
 
   Response res;
@@ -360,14 +429,13 @@ void Server::Handle(const void* raw_req, void* raw_res, std::string* body) {
     res = router_->Dispatch(req);  // produces the 404 / 405 body
   } else {
     pattern = route->pattern;
-    // Browsers' EventSource cannot set headers, so ?token= is accepted too.
-    if (route->auth && !options_.token.empty() &&
-        !BearerMatches(req.Header("authorization"), options_.token) &&
-        !BearerMatches("Bearer " + req.Query("token").value_or(""), options_.token)) {
+    if (!Authorized(*route, req)) {
       res = Response::Error(Status(Code::kUnauthenticated,
                                    "missing or wrong bearer token (Authorization: Bearer <token>)" +
                                        (options_.token_hint.empty() ? "" : "; " + options_.token_hint),
                                    {{"field", "authorization"}}));
+    } else if (refusal != nullptr) {
+      res = Response::Error(*refusal);
     } else {
       res = route->handler(matched);
     }

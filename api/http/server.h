@@ -28,6 +28,10 @@ struct ServerOptions {
   int port = 0;                          // 0: any free port
   int threads = 32;                      // handler threads (long-polls and barriers hold one)
   size_t max_body_bytes = 64ull << 20;   // larger bodies get 413 payload_too_large
+  // The body limit of routes that set no Route::body_limit (JSON routes). A declared
+  // Content-Length over a route's limit gets 413 before any byte of the body is
+  // read, and so does a request without the token on a route that needs it (401).
+  size_t max_json_body_bytes = 4ull << 20;
   std::string token;                     // empty: no auth
   std::string token_hint;                // where a client finds the token, for the 401 message
   int read_timeout_s = 30;               // no byte of a body for this long: the request fails
@@ -87,7 +91,11 @@ class Server {
  private:
   class Core;
   // `body`: the request body when it was read by a content reader (else hreq's).
-  void Handle(const void* raw_req, void* raw_res, std::string* body = nullptr);
+  // Answers a request: by its route, or with `refusal` when set.
+  void Handle(const void* raw_req, void* raw_res, std::string* body = nullptr,
+              const Status* refusal = nullptr);
+  // Whether the request's credential lets it reach `route`.
+  bool Authorized(const Route& route, const Request& req) const;
   void Dispatch(std::shared_ptr<Conn> c);
   // Serves requests on `c` until it closes or has to wait for its next one.
   void Serve(std::shared_ptr<Conn> c);

@@ -216,6 +216,70 @@ TEST(HostileClients, ALocalApiRefusesRequestsWithoutItsCredential) {
   EXPECT_EQ(file.st_uid, ::getuid());
 }
 
+// What `n` connections to `url`, each sending `head` (a request header that
+// declares a body) and never a byte of the body, are answered, in order. Each is
+// read until the server closes it.
+std::vector<std::string> Unsent(const std::string& url, const std::string& head, int n) {
+  const int port = std::stoi(url.substr(url.rfind(':') + 1));
+  std::vector<int> fds;
+  for (int i = 0; i < n; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    EXPECT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+    fds.push_back(fd);
+  }
+  std::vector<std::string> answers;
+  for (int fd : fds) {
+    std::string out;
+    char buf[4096];
+    for (;;) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 60000) <= 0) break;
+      const ssize_t got = ::recv(fd, buf, sizeof(buf), 0);
+      if (got <= 0) break;
+      out.append(buf, static_cast<size_t>(got));
+    }
+    answers.push_back(out.substr(0, out.find("\r\n")));
+    ::close(fd);
+  }
+  return answers;
+}
+
+// 300 requests that declare a 512 MiB body and never send it, without the
+// credential, are answered 401 from their header on tesserad and on a worker's
+// local API; one with the credential but over a JSON route's limit gets 413.
+TEST(HostileClients, BodiesAreRefusedFromTheirHeaderOnBothServers) {
+  tools::ClusterOptions opts;
+  opts.workers = 1;
+  auto c = StartCluster(opts);
+  ASSERT_TRUE(c);
+  const std::string declares = " HTTP/1.1\r\nHost: x\r\nContent-Length: 536870912\r\n";
+  for (const auto& [url, head] : std::vector<std::pair<std::string, std::string>>{
+           {c->url(), "POST /api/v1/meshes/m/checkpoints" + declares},
+           {c->worker_url(0), "PUT /v1/tensors/w?mesh=m&device=0&dtype=uint8&shape=536870912"
+                              "&layout=unsharded" + declares}}) {
+    for (const std::string& answer : Unsent(url, head + "\r\n", 300)) {
+      EXPECT_EQ(answer, "HTTP/1.1 401 Unauthorized") << url;
+    }
+  }
+  for (const auto& [url, head] : std::vector<std::pair<std::string, std::string>>{
+           {c->url(), "POST /api/v1/meshes/m/checkpoints" + declares + "Authorization: Bearer " +
+                          c->token() + "\r\n"},
+           {c->worker_url(0), "POST /v1/save?mesh=m&step=1" + declares + "Authorization: Bearer " +
+                                  http::FindLocalCredential(c->worker_url(0)) + "\r\n"}}) {
+    for (const std::string& answer : Unsent(url, head + "\r\n", 1)) {
+      EXPECT_EQ(answer, "HTTP/1.1 413 Payload Too Large") << url;
+    }
+  }
+  // Both still answer their clients.
+  EXPECT_TRUE(c->Call("GET", "/api/v1/workers").ok());
+  EXPECT_TRUE(c->WorkerClient(0).Call("GET", "/v1/tensors").ok());
+}
+
 TEST(HostileClients, ACredentialDirectoryOthersCanWriteToIsRefused) {
   const std::string dir = ::testing::TempDir() + "/open-" + std::to_string(::getpid());
   ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);

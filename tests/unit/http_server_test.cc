@@ -61,6 +61,16 @@ class HttpServerTest : public ::testing::Test {
                   }, "", false});
     router_->Add({"GET", "/w/x", [](const Request&) { return Response::Json(200, {{"w", 1}}); },
                   "", true});
+    router_->Add({"POST", "/w/json", [this](const Request& r) {
+                    handled_++;
+                    return Response::Json(200, {{"bytes", r.body.size()}});
+                  }, "", true});
+    router_->Add({"PUT", "/w/bulk", [this](const Request& r) {
+                    handled_++;
+                    return Response::Json(200, {{"bytes", r.body.size()}});
+                  }, "", true, [](const Request& r) {
+                    return static_cast<uint64_t>(std::stoull(r.Query("bytes").value_or("0")));
+                  }});
   }
   void TearDown() override { release_ = true; }
 
@@ -78,6 +88,7 @@ class HttpServerTest : public ::testing::Test {
 
   std::shared_ptr<Router> router_;
   std::atomic<int> blocked_{0};
+  std::atomic<int> handled_{0};
   std::atomic<bool> release_{false};
 };
 
@@ -194,6 +205,63 @@ TEST_F(HttpServerTest, WorkerTrafficHasThreadsOfItsOwn) {
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   release_ = true;
   holder.join();
+}
+
+// The route, the credential and the declared size are checked from the header: a
+// stranger's body is never waited for, nor read, and takes no thread for long.
+TEST_F(HttpServerTest, ABodyWithoutTheTokenIsRefusedFromItsHeader) {
+  ServerOptions o;
+  o.threads = 2;
+  o.token = "secret";
+  auto server = Serve(o);
+  std::vector<int> strangers;
+  for (int i = 0; i < 50; ++i) {  // 25 times the handler threads, no body byte ever sent
+    strangers.push_back(Connect(server->port()));
+    SendText(strangers.back(), std::string(i % 2 ? "PUT /w/bulk?bytes=1000000000" : "POST /w/json") +
+                                   " HTTP/1.1\r\nHost: x\r\nContent-Length: 536870912\r\n\r\n");
+  }
+  for (int fd : strangers) {
+    const std::string answer = ReadUntilClosed(fd, 20000);  // closed once answered
+    EXPECT_EQ(answer.rfind("HTTP/1.1 401", 0), 0u) << answer;
+    EXPECT_NE(answer.find("Connection: close"), std::string::npos) << answer;
+    ::close(fd);
+  }
+  EXPECT_EQ(handled_, 0);
+  auto r = Client(Url(*server), "secret", 5).Call("POST", "/w/json", Json{{"a", 1}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(handled_, 1);
+}
+
+TEST_F(HttpServerTest, ADeclaredBodyOverTheRoutesLimitGets413BeforeItIsSent) {
+  ServerOptions o;
+  o.token = "secret";
+  o.max_json_body_bytes = 1000;
+  auto server = Serve(o);
+  auto ask = [&](const std::string& head) {
+    int fd = Connect(server->port());
+    SendText(fd, head + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret\r\n"
+                        "Content-Length: 104857600\r\n\r\n");  // 100 MiB declared, none sent
+    std::string answer = ReadUntilClosed(fd, 20000);
+    ::close(fd);
+    return answer;
+  };
+  std::string json = ask("POST /w/json");
+  EXPECT_EQ(json.rfind("HTTP/1.1 413", 0), 0u) << json;
+  EXPECT_NE(json.find("at most 1000 bytes"), std::string::npos) << json;
+  std::string bulk = ask("PUT /w/bulk?bytes=4096");  // the route's own limit
+  EXPECT_EQ(bulk.rfind("HTTP/1.1 413", 0), 0u) << bulk;
+  EXPECT_NE(bulk.find("at most 4096 bytes"), std::string::npos) << bulk;
+  EXPECT_EQ(handled_, 0);
+  // Within the limits, both are served; a chunked body past one is refused too.
+  Client client(Url(*server), "secret", 5);
+  auto small = client.Send("PUT", "/w/bulk?bytes=4096", std::string(4096, 'x'),
+                           "application/octet-stream");
+  ASSERT_TRUE(small.ok()) << small.status().ToString();
+  EXPECT_EQ(small->status, 200) << small->body;
+  auto over = client.Send("PUT", "/w/bulk?bytes=4096", std::string(4097, 'x'),
+                          "application/octet-stream");
+  ASSERT_TRUE(over.ok()) << over.status().ToString();
+  EXPECT_EQ(over->status, 413) << over->body;
 }
 
 // A self-signed certificate for 127.0.0.1 made by the openssl command.
