@@ -1,6 +1,10 @@
 #include "api/json_codec.h"
 
 #include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
 
 namespace tessera {
 namespace {
@@ -35,15 +39,34 @@ size_t TooDeepAt(std::string_view text) {
 
 }  // namespace
 
-Result<Json> ParseJson(std::string_view text, std::string_view what) {
+namespace {
+
+// Parses `text`; with `seen` (a stack of the keys of the objects open), each key
+// is checked against its object's, and the first repeated one is kept in *dup.
+Result<Json> Parse(std::string_view text, std::string_view what,
+                   std::vector<std::set<std::string>>* seen, std::optional<std::string>* dup) {
   if (size_t at = TooDeepAt(text); at != std::string_view::npos) {
     return InvalidArgument(std::string(what) + " nests arrays and objects deeper than " +
                                std::to_string(kMaxJsonDepth) + " levels at byte " +
                                std::to_string(at),
                            {{"field", what}});
   }
+  Json::parser_callback_t check = nullptr;
+  if (seen != nullptr) {
+    check = [seen, dup](int, Json::parse_event_t event, Json& parsed) {
+      if (event == Json::parse_event_t::object_start) {
+        seen->emplace_back();
+      } else if (event == Json::parse_event_t::object_end) {
+        seen->pop_back();
+      } else if (event == Json::parse_event_t::key && !*dup &&
+                 !seen->back().insert(parsed.get<std::string>()).second) {
+        *dup = parsed.get<std::string>();
+      }
+      return true;
+    };
+  }
   try {
-    return Json::parse(text);
+    return Json::parse(text, check);
   } catch (const Json::exception& e) {
     std::string where;
     if (const auto* pe = dynamic_cast<const Json::parse_error*>(&e)) {
@@ -51,6 +74,24 @@ Result<Json> ParseJson(std::string_view text, std::string_view what) {
     }
     return InvalidArgument("malformed JSON in " + std::string(what) + where, {{"field", what}});
   }
+}
+
+}  // namespace
+
+Result<Json> ParseJson(std::string_view text, std::string_view what) {
+  return Parse(text, what, nullptr, nullptr);
+}
+
+Result<Json> ParseStrictJson(std::string_view text, std::string_view what) {
+  std::vector<std::set<std::string>> seen;
+  std::optional<std::string> dup;
+  ASSIGN_OR_RETURN(Json j, Parse(text, what, &seen, &dup));
+  if (dup) {
+    return InvalidArgument(std::string(what) + " repeats the key '" + *dup +
+                               "' in one object; each key may appear once",
+                           {{"field", what}, {"key", *dup}});
+  }
+  return j;
 }
 
 Status RequireObject(const Json& obj, std::string_view what) {

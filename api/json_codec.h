@@ -25,6 +25,9 @@ inline constexpr int kMaxJsonDepth = 512;
 // Parses text as JSON; a syntax error, or nesting deeper than kMaxJsonDepth, is
 // invalid_argument with the position.
 Result<Json> ParseJson(std::string_view text, std::string_view what = "request body");
+// ParseJson for untrusted requests: an object that repeats a key is also
+// invalid_argument, naming the key (details.key), where ParseJson keeps the last.
+Result<Json> ParseStrictJson(std::string_view text, std::string_view what = "request body");
 
 // Field readers for objects from untrusted input. `field` names it in errors.
 // Absent (or null) optional fields give nullopt; wrong types are errors.

@@ -38,6 +38,11 @@ std::vector<int64_t> Mesh::DeviceCoords(int64_t device) const {
 Status Mesh::Validate() const {
   RETURN_IF_ERROR(ValidateName(name, "mesh"));
   if (axes.empty()) return InvalidArgument("mesh needs at least one axis", {{"field", "axes"}});
+  if (axes.size() > kMaxMeshAxes) {
+    return InvalidArgument("mesh has " + std::to_string(axes.size()) + " axes; at most " +
+                               std::to_string(kMaxMeshAxes) + " are allowed",
+                           {{"field", "axes"}});
+  }
   std::set<std::string> seen;
   int64_t devices = 1;  // ≤ 2^20 · 65536: no overflow
   for (size_t i = 0; i < axes.size(); ++i) {

@@ -43,6 +43,10 @@ struct Mesh {
 // One entry per tensor dimension: a mesh axis name or kUnsharded.
 inline constexpr const char* kUnsharded = "unsharded";
 
+// A mesh has at most this many axes (a tensor has at most kMaxRank dimensions to
+// shard along them) and at most 2^20 devices.
+inline constexpr size_t kMaxMeshAxes = 32;
+
 struct Layout {
   std::vector<std::string> dims;
 

@@ -209,7 +209,7 @@ Handler JsonHandler(std::function<Result<tessera::Json>(const Request&)> fn, int
 
 Result<tessera::Json> JsonBody(const Request& req) {
   if (req.body.find_first_not_of(" \t\r\n") == std::string::npos) return tessera::Json::object();
-  ASSIGN_OR_RETURN(auto j, ParseJson(req.body, "request body"));
+  ASSIGN_OR_RETURN(auto j, ParseStrictJson(req.body, "request body"));
   RETURN_IF_ERROR(RequireObject(j, "request body"));
   return j;
 }

@@ -88,6 +88,7 @@ TEST_F(Api, BadInputGetsTheRightError) {
       {"PUT", "/api/v1/meshes/a", "[]", 400, "invalid_argument", "request body"},
       {"PUT", "/api/v1/meshes/a", R"({"axes":5})", 400, "invalid_argument", "axes"},
       {"PUT", "/api/v1/meshes/a", R"({"axes":[{"name":"d","size":0}]})", 400, "invalid_argument", "axes[0].size"},
+      {"PUT", "/api/v1/meshes/a", R"({"axes":[{"name":"d","size":1}],"axes":[]})", 400, "invalid_argument", "request body"},
       {"PUT", "/api/v1/meshes/a", R"({"axes":[{"name":"d","size":2}],"devices_per_worker":"1"})", 400, "invalid_argument", "devices_per_worker"},
       {"PUT", "/api/v1/meshes/a%2F..%2Fb", R"({"axes":[{"name":"d","size":1}]})", 400, "invalid_argument", "mesh"},
       {"PUT", "/api/v1/meshes/a%20b", R"({"axes":[{"name":"d","size":1}]})", 400, "invalid_argument", "mesh"},

@@ -196,6 +196,31 @@ TEST(JsonCodec, MeshRoundTripAndErrors) {
   EXPECT_NE(ParseJson("{\"a\":").status().message().find("malformed JSON"), std::string::npos);
 }
 
+TEST(JsonCodec, StrictParsingRefusesARepeatedKeyNamingIt) {
+  // ParseJson keeps the last value; a request body must not say two things.
+  EXPECT_EQ((*ParseJson(R"({"step": 1, "step": 2})"))["step"], 2);
+  auto dup = ParseStrictJson(R"({"tensors": ["a"], "meta": {"x": 1, "y": 2, "x": 3}})");
+  ASSERT_FALSE(dup.ok());
+  EXPECT_EQ(dup.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(dup.status().details()["key"], "x");
+  EXPECT_NE(dup.status().message().find("repeats the key 'x'"), std::string::npos);
+  // The same key in sibling objects, or in an object inside an array, is fine.
+  auto ok = ParseStrictJson(R"({"a": {"x": 1}, "b": {"x": 2}, "c": [{"x": 1}, {"x": 2}]})");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ((*ok)["c"][1]["x"], 2);
+  EXPECT_FALSE(ParseStrictJson("{\"a\":").ok());
+}
+
+TEST(JsonCodec, AMeshHasAtMost32Axes) {
+  Json axes = Json::array();
+  for (int i = 0; i < 33; ++i) axes.push_back({{"name", "a" + std::to_string(i)}, {"size", 1}});
+  auto many = MeshFromJson(Json{{"axes", axes}}, std::string("m"));
+  ASSERT_FALSE(many.ok());
+  EXPECT_EQ(many.status().details()["field"], "axes");
+  axes.erase(axes.size() - 1);
+  EXPECT_TRUE(MeshFromJson(Json{{"axes", axes}}, std::string("m")).ok());
+}
+
 TEST(JsonCodec, LayoutAcceptsNullAsUnsharded) {
   auto l = LayoutFromJson(*ParseJson(R"(["data", null, "unsharded"])"));
   ASSERT_TRUE(l.ok());
