@@ -19,6 +19,20 @@
 namespace tessera::e2e {
 namespace {
 
+// A TCP connection to 127.0.0.1:`port`, or -1.
+int ConnectLoopback(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // `n` connections to `url`, each sending a request header one line per second
 // and never its end. A connection the server closes is opened again, so `n`
 // stay open; the server's 408 answers are counted.
@@ -42,13 +56,8 @@ class Trickler {
 
  private:
   int Open() {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port_));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-        !Send(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n")) {
+    int fd = ConnectLoopback(port_);
+    if (fd >= 0 && !Send(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n")) {
       ::close(fd);
       return -1;
     }
@@ -223,12 +232,8 @@ std::vector<std::string> Unsent(const std::string& url, const std::string& head,
   const int port = std::stoi(url.substr(url.rfind(':') + 1));
   std::vector<int> fds;
   for (int i = 0; i < n; ++i) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    const int fd = ConnectLoopback(port);
+    EXPECT_GE(fd, 0);
     EXPECT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
     fds.push_back(fd);
   }
