@@ -15,9 +15,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+std::string CheckpointsPath(const std::string& mesh) {
+  return "/api/v1/meshes/" + http::PercentEncode(mesh) + "/checkpoints";
+}
+
 std::string CheckpointPath(const std::string& mesh, const std::string& step) {
-  return "/api/v1/meshes/" + http::PercentEncode(mesh) + "/checkpoints/" +
-         http::PercentEncodeSegment(step);
+  return CheckpointsPath(mesh) + "/" + http::PercentEncodeSegment(step);
 }
 
 int64_t LeftMs(Clock::time_point deadline) {
@@ -121,10 +124,7 @@ Result<Json> Agent::RestoreForTrainer(const std::string& mesh, const std::string
 }
 
 Result<Json> Agent::Checkpoints(const std::string& mesh) {
-  ASSIGN_OR_RETURN(Json list, control_.Call("GET",
-                                            "/api/v1/meshes/" + http::PercentEncode(mesh) +
-                                                "/checkpoints",
-                                            nullptr, 10));
+  ASSIGN_OR_RETURN(Json list, control_.Call("GET", CheckpointsPath(mesh), nullptr, 10));
   return Json{{"checkpoints", list}};
 }
 

@@ -23,7 +23,8 @@ std::string Shown(const std::vector<std::string>& names) {
 // ("model/module.fc.weight" → "model/fc.weight"), or "" when it has none.
 std::string WithoutModulePrefix(const std::string& name) {
   static const std::string kPrefix = "module.";
-  const size_t part = name.rfind('/') == std::string::npos ? 0 : name.rfind('/') + 1;
+  const size_t slash = name.rfind('/');
+  const size_t part = slash == std::string::npos ? 0 : slash + 1;
   if (name.compare(part, kPrefix.size(), kPrefix) != 0) return "";
   return name.substr(0, part) + name.substr(part + kPrefix.size());
 }
@@ -40,8 +41,6 @@ std::string PrefixHint(const std::vector<std::string>& missing,
          "it was saved under a wrapper's names, which attach_state_dict no longer uses, so "
          "those tensors restore only into tensors attached under the same names";
 }
-
-Json ListJson(const std::vector<std::string>& names) { return Json(names); }
 
 }  // namespace
 
@@ -102,8 +101,8 @@ Result<RestoreMatch> MatchCheckpoint(const RestoreRequest& request,
                   {"step", request.step},
                   {"worker", request.worker},
                   {"field", "tensors"},
-                  {"missing", ListJson(out.missing)},
-                  {"unexpected", ListJson(out.unexpected)},
+                  {"missing", out.missing},
+                  {"unexpected", out.unexpected},
                   {"mismatched", mismatched}};
   if (!mismatched.empty()) {
     const Json& m = mismatched[0];

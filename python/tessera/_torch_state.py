@@ -27,21 +27,16 @@ def _unwrap(torch, module):
             return module
 
 
-def _missing_state(optimizer):
-    """Indices of the optimizer's parameters that have no state yet."""
-    return [i for i, p in enumerate(_optimizer_params(optimizer)) if not optimizer.state.get(p)]
-
-
 def _prepare_optimizer(torch, name, optimizer):
     """Creates the lazily made state of Adam, AdamW and SGD with momentum (as their
     first step would, see init_optimizer_state); refuses another optimizer that
     has no state at all, which would attach nothing and restore nothing."""
-    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD)):
-        if _missing_state(optimizer):
-            init_optimizer_state(optimizer)
-        return
     params = _optimizer_params(optimizer)
-    if params and len(_missing_state(optimizer)) == len(params):
+    without = sum(1 for p in params if not optimizer.state.get(p))
+    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD)):
+        if without:
+            init_optimizer_state(optimizer)
+    elif params and without == len(params):
         raise invalid_argument(
             "optimizer '%s' (%s) has no state yet: %s creates it on its first step, so "
             "attaching it now would save and restore nothing of it. Take one optimizer step "
