@@ -1,7 +1,7 @@
 // Clients that open connections and never finish a request (a trickled header,
-// one line at a time) stall neither tesserad nor a worker's local API: health
-// checks answer, workers stay alive, saves succeed, and the trickled headers
-// meet their deadline (408) and are counted.
+// one line at a time, a body never sent, a data-port hello never sent) stall
+// neither tesserad nor a worker: health checks answer, workers stay alive, saves
+// and collectives succeed, and the strangers meet their deadline and are counted.
 #include <arpa/inet.h>
 #include <poll.h>
 #include <sys/resource.h>
@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <regex>
 #include <thread>
@@ -283,6 +284,122 @@ TEST(HostileClients, BodiesAreRefusedFromTheirHeaderOnBothServers) {
   // Both still answer their clients.
   EXPECT_TRUE(c->Call("GET", "/api/v1/workers").ok());
   EXPECT_TRUE(c->WorkerClient(0).Call("GET", "/v1/tensors").ok());
+}
+
+// `n` TCP connections to 127.0.0.1:`port` that never send a byte. Whenever the
+// server closes one, it is opened again at once, so `n` are always held.
+class SilentFlood {
+ public:
+  SilentFlood(int port, int n) : port_(port), fds_(static_cast<size_t>(n), -1) {
+    RaiseFileLimit();
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~SilentFlood() {
+    stop_ = true;
+    thread_.join();
+    for (int fd : fds_) ::close(fd);
+  }
+  int held() const { return held_; }
+  int64_t reopened() const { return reopened_; }
+
+ private:
+  static void RaiseFileLimit() {
+    rlimit lim{};
+    ::getrlimit(RLIMIT_NOFILE, &lim);
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  void Loop() {
+    std::vector<pollfd> p(fds_.size());
+    while (!stop_) {
+      int held = 0;
+      for (size_t i = 0; i < fds_.size(); ++i) {
+        if (fds_[i] < 0) {
+          fds_[i] = ConnectLoopback(port_);
+          reopened_ += fds_[i] >= 0;
+        }
+        held += fds_[i] >= 0;
+        p[i] = {fds_[i], POLLIN, 0};
+      }
+      held_ = held;
+      if (::poll(p.data(), p.size(), 20) <= 0) continue;
+      for (size_t i = 0; i < p.size(); ++i) {
+        if (p[i].fd >= 0 && p[i].revents != 0) {  // closed by the server (nothing else comes)
+          ::close(fds_[i]);
+          fds_[i] = -1;
+        }
+      }
+    }
+  }
+
+  const int port_;
+  std::vector<int> fds_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> held_{0};
+  std::atomic<int64_t> reopened_{0};
+  std::thread thread_;
+};
+
+// A worker's data port held by 1,000 silent connections (opened again as the
+// worker drops them) still admits the peers of a mesh: it registers (its
+// self-test forms the mesh's groups), runs collectives, and forms again after
+// it is deleted and registered anew. The strangers are refused and counted.
+TEST(HostileClients, AFloodedDataPortStillAdmitsItsMesh) {
+  tools::ClusterOptions opts;
+  opts.workers = 2;
+  auto c = StartCluster(opts);
+  ASSERT_TRUE(c);
+  auto workers = c->Call("GET", "/api/v1/workers");
+  ASSERT_TRUE(workers.ok()) << workers.status().ToString();
+  int port = 0;
+  for (const Json& w : *workers) {
+    if (w.value("id", "") == c->worker_id(0)) port = w.value("data_port", 0);
+  }
+  ASSERT_GT(port, 0) << workers->dump();
+  auto refused = [&]() -> int64_t {
+    auto health = c->WorkerClient(0, 10).Call("GET", "/healthz");
+    return health.ok() ? (*health)["data_port"].value("refused_connections", int64_t{-1}) : -1;
+  };
+  const int64_t refused_before = refused();
+
+  SilentFlood flood(port, 1000);
+  while (flood.held() < 1000) std::this_thread::yield();
+  // The worker has dropped some already: its table holds far fewer than 1,000.
+  while (refused() < refused_before + 1000) std::this_thread::yield();
+
+  std::string floats;
+  for (float f : {1.0f, 2.0f}) floats.append(reinterpret_cast<const char*>(&f), sizeof(f));
+  for (int round = 0; round < 2; ++round) {
+    auto m = c->PutMesh("two", MeshToJson(kMesh)["axes"]);
+    ASSERT_TRUE(m.ok()) << "round " << round << ": " << m.status().ToString();
+    for (int i = 0; i < 3; ++i) {
+      std::vector<Result<http::RawResponse>> answers(2, Unavailable("not run"));
+      std::vector<std::thread> ranks;
+      for (int r = 0; r < 2; ++r) {
+        ranks.emplace_back([&, r] {
+          answers[r] = c->WorkerClient(r, 60).Send(
+              "POST", "/v1/collectives/all_reduce?mesh=two&dtype=float32&shape=2", floats,
+              "application/octet-stream");
+        });
+      }
+      for (auto& t : ranks) t.join();
+      for (int r = 0; r < 2; ++r) {
+        ASSERT_TRUE(answers[r].ok()) << answers[r].status().ToString();
+        ASSERT_EQ(answers[r]->status, 200) << "rank " << r << ": " << answers[r]->body;
+        float sum[2];
+        ASSERT_EQ(answers[r]->body.size(), sizeof(sum));
+        std::memcpy(sum, answers[r]->body.data(), sizeof(sum));
+        EXPECT_EQ(sum[0], 2.0f);
+        EXPECT_EQ(sum[1], 4.0f);
+      }
+    }
+    ASSERT_TRUE(c->Call("DELETE", "/api/v1/meshes/two").ok());
+  }
+  EXPECT_GE(flood.held(), 900);
+  std::printf("the flood held %d connections and opened %lld after drops; the data port refused "
+              "%lld\n",
+              flood.held(), static_cast<long long>(flood.reopened()),
+              static_cast<long long>(refused() - refused_before));
 }
 
 TEST(HostileClients, ACredentialDirectoryOthersCanWriteToIsRefused) {

@@ -15,6 +15,7 @@ namespace tcp {
 namespace {
 
 constexpr std::chrono::milliseconds kRetryDelay{20};
+constexpr const char* kDroppedUnanswered = "dropped_unanswered";
 
 // The connecting side of the handshake (tcp_wire.h) on a fresh connection to
 // rank `peer` at `address`: hello, check the acceptor's proof, prove, verdict.
@@ -33,9 +34,10 @@ Status ClientHandshake(int fd, int peer, const std::string& address, const TcpOp
   std::string first(4, '\0');
   if (Status st = ReadFull(fd, first.data(), first.size(), deadline, what); !st.ok()) {
     if (st.code() != Code::kUnavailable) return st;
-    return Unavailable(self + ": " + st.message() +
-                           " before answering the hello (a data port of another version?)",
-                       {{"peer_rank", peer}});
+    // Dropped unanswered: a data port flooded by strangers makes room that way
+    // (handshake_table.h), so ConnectTo tries again.
+    return Unavailable(self + ": " + st.message() + " before answering the hello",
+                       {{"peer_rank", peer}, {kDroppedUnanswered, true}});
   }
   const uint32_t magic = wire::PeekMagic(wire::AsBytes(first)).value_or(0);
   if (magic != wire::kChallengeMagic && magic != wire::kHelloMagic) {
@@ -125,8 +127,12 @@ Result<Fd> ConnectTo(int peer, const std::string& address, const TcpOptions& o, 
         continue;
       }
       SetNoDelay(fd.get());
-      RETURN_IF_ERROR(ClientHandshake(fd.get(), peer, address, o, deadline));
-      return fd;
+      Status st = ClientHandshake(fd.get(), peer, address, o, deadline);
+      if (st.ok()) return fd;
+      const auto& d = st.details();
+      if (!d.is_object() || !d.value(kDroppedUnanswered, false)) return st;
+      last_error = "it closed the connection before answering the hello: a data port of another "
+                   "version, or one flooded with connections";
     }
     if (Clock::now() + kRetryDelay >= deadline) {
       return DeadlineExceeded(self + ": cannot connect to rank " + std::to_string(peer) + " at " +

@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <optional>
 #include <set>
@@ -115,7 +116,13 @@ class ServerHandshake {
     return stage_ == Stage::kChallenge || stage_ == Stage::kRefusing ? POLLOUT : POLLIN;
   }
   Deadline deadline() const { return deadline_; }
+  // Brings the deadline to at most `limit` after the connection arrived.
+  void Tighten(std::chrono::milliseconds limit) { deadline_ = std::min(deadline_, started_ + limit); }
+  // True until the peer sent its first byte.
+  bool Silent() const { return stage_ == Stage::kHello && in_.empty(); }
   const std::string& remote() const { return remote_; }
+  // The remote address without its port.
+  std::string source() const { return remote_.substr(0, remote_.rfind(':')); }
   // REQUIRES: Step() returned true.
   const wire::Hello& hello() const { return *hello_; }
   Fd TakeFd() { return std::move(fd_); }

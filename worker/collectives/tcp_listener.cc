@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <vector>
 
+#include "worker/collectives/handshake_table.h"
 #include "worker/collectives/tcp_handshake.h"
 #include "worker/collectives/tcp_socket.h"
 
@@ -23,6 +24,8 @@ using tcp::SetNoDelay;
 using tcp::RemoteName;
 using tcp::StillWaiting;
 using tcp::ServerHandshake;
+using tcp::HandshakeTable;
+using tcp::HandshakeLimits;
 using tcp::NoteRefusal;
 using tcp::FlushRefusalLog;
 
@@ -91,14 +94,16 @@ TcpAcceptor::~TcpAcceptor() {
 void TcpAcceptor::AcceptLoop() {
   const std::string port = "data port " + listener_->address();
   // Connections in the middle of their handshake; touched by this thread only.
-  std::vector<std::unique_ptr<ServerHandshake>> handshakes;
+  HandshakeTable handshakes(HandshakeLimits{kMaxHandshakesPerSource, kMaxHandshakes,
+                                            kHelloTimeout, kHelloTimeoutUnderLoad});
   std::vector<pollfd> fds;
   while (true) {
     fds.assign({{listener_->fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}});
     Deadline wake = Clock::now() + std::chrono::seconds(1);
-    for (const auto& h : handshakes) {
-      fds.push_back({h->fd(), h->events(), 0});
-      wake = std::min(wake, h->deadline());
+    for (size_t i = 0; i < handshakes.size(); ++i) {
+      const ServerHandshake& h = handshakes.at(i);
+      fds.push_back({h.fd(), h.events(), 0});
+      wake = std::min(wake, h.deadline());
     }
     int rc = ::poll(fds.data(), fds.size(), PollTimeoutMs(wake));
     if (rc < 0 && errno != EINTR) return;
@@ -115,40 +120,41 @@ void TcpAcceptor::AcceptLoop() {
     // Handshakes go on as their sockets allow; the late and the failed are refused,
     // the proven wait for their group.
     for (size_t i = 0; i < handshakes.size(); ++i) {
-      ServerHandshake& h = *handshakes[i];
+      ServerHandshake& h = handshakes.at(i);
       Result<bool> done = rc > 0 && fds[i + 2].revents != 0 ? h.Step() : Result<bool>(false);
       if (done.ok() && !*done && now >= h.deadline()) done = h.TimedOut();
       if (!done.ok()) {
         NoteRefusal(&refused_, port, h, done.status());
-        handshakes[i].reset();
+        handshakes.Take(i);
       } else if (*done) {
         auto pending = std::make_unique<Pending>();
         pending->hello = h.hello();
-        pending->fd = h.TakeFd();
+        pending->fd = handshakes.Take(i)->TakeFd();
         pending->arrived = now;
-        handshakes[i].reset();
         MutexLock lock(mu_);
         pending_.emplace(pending->hello.group_id, std::move(pending));
         cv_.NotifyAll();
       }
     }
-    std::erase(handshakes, nullptr);
+    handshakes.Compact();
     if (rc <= 0 || (fds[0].revents & POLLIN) == 0) continue;
-    sockaddr_storage addr{};
-    socklen_t addr_len = sizeof(addr);
-    Fd fd(::accept4(listener_->fd_, reinterpret_cast<sockaddr*>(&addr), &addr_len,
-                    SOCK_CLOEXEC | SOCK_NONBLOCK));
-    if (fd.get() < 0) continue;
-    SetNoDelay(fd.get());
-    auto h = std::make_unique<ServerHandshake>(std::move(fd), RemoteName(addr, addr_len), key_,
-                                               Clock::now() + kHelloTimeout);
-    if (handshakes.size() >= kMaxHandshakes) {
-      NoteRefusal(&refused_, port, *h,
-                  ResourceExhausted(std::to_string(kMaxHandshakes) +
-                                    " other connections are in the middle of their handshake"));
-      continue;
+    // A batch of newcomers; each hello is read with the next poll. Over a cap,
+    // connections already here make room (HandshakeTable).
+    for (size_t n = 0; n < kAcceptBatch; ++n) {
+      sockaddr_storage addr{};
+      socklen_t addr_len = sizeof(addr);
+      Fd fd(::accept4(listener_->fd_, reinterpret_cast<sockaddr*>(&addr), &addr_len,
+                      SOCK_CLOEXEC | SOCK_NONBLOCK));
+      if (fd.get() < 0) break;
+      SetNoDelay(fd.get());
+      const Deadline arrived = Clock::now();
+      for (auto& d : handshakes.Admit(std::make_unique<ServerHandshake>(
+               std::move(fd), RemoteName(addr, addr_len), key_, handshakes.NewDeadline(arrived)))) {
+        NoteRefusal(&refused_, port, *d.handshake, d.why);
+      }
     }
-    handshakes.push_back(std::move(h));  // its hello comes with the next poll
+    handshakes.Compact();
+    handshakes.TightenUnderLoad();
   }
 }
 

@@ -72,9 +72,12 @@ class TcpListener {
 // runs their handshakes (many at once, on one thread) and hands each connection
 // that proved it knows `key` to the Connect of the group its hello names, so one
 // well-known port serves any number of groups (one per mesh, per axis...). A
-// connection that does not complete the handshake within kHelloTimeout, or fails
-// it, is closed, logged and counted; one whose group never forms here is dropped
-// after kPendingLifetime.
+// connection that does not complete the handshake within kHelloTimeout (250 ms
+// once more than a quarter of kMaxHandshakes are waiting), or fails it, is
+// closed, logged and counted; one whose group never forms here is dropped after
+// kPendingLifetime. Handshakes are capped per source address and in all; over a
+// cap, the oldest connection that has sent nothing (else the oldest) makes room
+// for the newcomer, so a flood of silent connections cannot keep peers out.
 class TcpAcceptor {
  public:
   // `key`: the process's data-port key (DeriveDataPortKey of the cluster's
@@ -95,8 +98,13 @@ class TcpAcceptor {
   // From a connection's arrival to its proof: a hello and a proof are a few bytes
   // sent at once; a client that is slower than this is not a peer.
   static constexpr std::chrono::seconds kHelloTimeout{2};
-  // Connections in the middle of their handshake at once; more are refused.
-  static constexpr size_t kMaxHandshakes = 256;
+  static constexpr std::chrono::milliseconds kHelloTimeoutUnderLoad{250};
+  // Connections in the middle of their handshake at once, in all and from one
+  // source address; over either, the oldest makes room (handshake_table.h).
+  static constexpr size_t kMaxHandshakes = 1024;
+  static constexpr size_t kMaxHandshakesPerSource = 128;
+  // Connections accepted between two polls of those already here.
+  static constexpr size_t kAcceptBatch = 32;
 
  private:
   friend class TcpTransport;
