@@ -17,6 +17,14 @@ CREATE TABLE jobs(key TEXT PRIMARY KEY, seq INTEGER, doc TEXT NOT NULL);
 CREATE TABLE retention(key TEXT PRIMARY KEY, seq INTEGER, doc TEXT NOT NULL);
 CREATE TABLE kv(key TEXT PRIMARY KEY, seq INTEGER, doc TEXT NOT NULL);
 )sql",
+    R"sql(
+CREATE INDEX workers_seq ON workers(seq);
+CREATE INDEX meshes_seq ON meshes(seq);
+CREATE INDEX checkpoints_seq ON checkpoints(seq);
+CREATE INDEX jobs_seq ON jobs(seq);
+CREATE INDEX retention_seq ON retention(seq);
+CREATE INDEX kv_seq ON kv(seq);
+)sql",
 };
 
 bool KnownTable(const std::string& t) {
@@ -46,7 +54,15 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(storage::Env* env, const std::str
     RETURN_IF_ERROR(db.Exec("BEGIN; " + kMigrations[v] + " PRAGMA user_version = " +
                             std::to_string(v + 1) + "; COMMIT;"));
   }
-  return std::unique_ptr<Catalog>(new Catalog(std::move(db)));
+  std::unique_ptr<Catalog> catalog(new Catalog(std::move(db)));
+  MutexLock lock(catalog->mu_);
+  for (const char* table : kTables) {
+    ASSIGN_OR_RETURN(auto last,
+                     catalog->db_.Prepare(std::string("SELECT MAX(seq) FROM ") + table));
+    RETURN_IF_ERROR(last.Step().status());
+    catalog->last_seq_[table] = last.Int(0);
+  }
+  return catalog;
 }
 
 Status Catalog::Put(const std::string& table, const std::string& key, const Json& doc) {
@@ -54,9 +70,10 @@ Status Catalog::Put(const std::string& table, const std::string& key, const Json
   MutexLock lock(mu_);
   ASSIGN_OR_RETURN(auto stmt,
                    db_.Prepare("INSERT INTO " + table +
-                               "(key, seq, doc) VALUES(?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM " +
-                               table + "), ?2) ON CONFLICT(key) DO UPDATE SET doc = excluded.doc"));
-  return stmt.Bind(1, key).Bind(2, doc.dump()).Run();
+                               "(key, seq, doc) VALUES(?1, ?3, ?2) "
+                               "ON CONFLICT(key) DO UPDATE SET doc = excluded.doc"));
+  // An update keeps its row's seq; the number it did not use is simply skipped.
+  return stmt.Bind(1, key).Bind(2, doc.dump()).Bind(3, ++last_seq_[table]).Run();
 }
 
 Status Catalog::Delete(const std::string& table, const std::string& key) {
@@ -64,6 +81,30 @@ Status Catalog::Delete(const std::string& table, const std::string& key) {
   MutexLock lock(mu_);
   ASSIGN_OR_RETURN(auto stmt, db_.Prepare("DELETE FROM " + table + " WHERE key = ?1"));
   return stmt.Bind(1, key).Run();
+}
+
+Status Catalog::DeleteMany(const std::string& table, const std::vector<std::string>& keys) {
+  if (!KnownTable(table)) return Internal("unknown catalog table " + table);
+  if (keys.empty()) return Status::Ok();
+  MutexLock lock(mu_);
+  RETURN_IF_ERROR(db_.Exec("BEGIN"));
+  Status st = [&]() -> Status {
+    ASSIGN_OR_RETURN(auto stmt, db_.Prepare("DELETE FROM " + table + " WHERE key = ?1"));
+    for (const std::string& key : keys) {
+      RETURN_IF_ERROR(stmt.Bind(1, key).Run());
+    }
+    return db_.Exec("COMMIT");
+  }();
+  if (!st.ok()) (void)db_.Exec("ROLLBACK");
+  return st;
+}
+
+Result<int64_t> Catalog::Count(const std::string& table) {
+  if (!KnownTable(table)) return Internal("unknown catalog table " + table);
+  MutexLock lock(mu_);
+  ASSIGN_OR_RETURN(auto stmt, db_.Prepare("SELECT COUNT(*) FROM " + table));
+  RETURN_IF_ERROR(stmt.Step().status());
+  return stmt.Int(0);
 }
 
 Result<std::vector<Json>> Catalog::All(const std::string& table) {

@@ -5,6 +5,7 @@
 //   workers(id)  meshes(name)  checkpoints(mesh, step)  jobs(id)  retention(mesh)  kv(key)
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -15,7 +16,7 @@
 
 namespace tessera::service {
 
-inline constexpr int kCatalogSchemaVersion = 1;
+inline constexpr int kCatalogSchemaVersion = 2;
 
 class Catalog {
  public:
@@ -23,16 +24,22 @@ class Catalog {
   // files goes past `env` first (Env::BeforeChange), like every other file's.
   static Result<std::unique_ptr<Catalog>> Open(storage::Env* env, const std::string& data_dir);
 
-  // Upserts / deletes one document. `table` is one of the tables above.
+  // Upserts / deletes one document. `table` is one of the tables above. Each is
+  // O(log n): `seq` (insertion order) is indexed, and its next value is kept here.
   Status Put(const std::string& table, const std::string& key, const Json& doc);
   Status Delete(const std::string& table, const std::string& key);
+  // Deletes many documents of one table in one transaction.
+  Status DeleteMany(const std::string& table, const std::vector<std::string>& keys);
   // Every document of a table, in insertion order.
   Result<std::vector<Json>> All(const std::string& table);
+  // The number of documents in a table.
+  Result<int64_t> Count(const std::string& table);
 
  private:
   explicit Catalog(storage::SqliteDb db) : db_(std::move(db)) {}
   Mutex mu_;
   storage::SqliteDb db_ GUARDED_BY(mu_);
+  std::map<std::string, int64_t> last_seq_ GUARDED_BY(mu_);  // by table
 };
 
 }  // namespace tessera::service

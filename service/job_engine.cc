@@ -38,7 +38,10 @@ void Service::SetPhase(const std::string& job_id, const std::string& phase) {
 
 void Service::FinishJob(const std::string& job_id, const Status& status, Json result) {
   JobRecord& job = jobs_.at(job_id);
-  for (const auto& [tid, t] : job.tasks) task_jobs_.erase(tid);
+  for (auto& [tid, t] : job.tasks) {
+    RetireTask(tid);
+    t.result = nullptr;  // consumed by the job; an ended job keeps only its states
+  }
   ClosePhase(&job);
   job.ended_ms = WallMs();
   job.result = std::move(result);
@@ -55,6 +58,7 @@ void Service::FinishJob(const std::string& job_id, const Status& status, Json re
   }
   (void)PersistJob(job);
   PublishJob(job);
+  finished_jobs_[job.mesh].push_back(job.id);
   cv_.NotifyAll();
   std::fprintf(stderr, "job %s (%s %s step %lld) %s%s\n", job.id.c_str(), job.kind.c_str(),
                job.mesh.c_str(), static_cast<long long>(job.step), job.state.c_str(),
@@ -67,7 +71,7 @@ Result<std::map<int64_t, Json>> Service::RunTasks(const std::string& job_id,
                                                   uint64_t total_bytes, int64_t timeout_ms) {
   {
     JobRecord& job = jobs_.at(job_id);
-    for (const auto& [tid, t] : job.tasks) task_jobs_.erase(tid);
+    for (const auto& [tid, t] : job.tasks) RetireTask(tid);
     job.tasks.clear();
     job.done_bytes = 0;
     job.total_bytes = total_bytes;
@@ -112,7 +116,7 @@ Result<std::map<int64_t, Json>> Service::RunTasks(const std::string& job_id,
       }
       auto w = workers_.find(t.worker);
       if (w == workers_.end() || w->second.state == "dead") {
-        int64_t age = w == workers_.end() ? 0 : MonoMs() - w->second.last_heartbeat_mono_ms;
+        int64_t age = w == workers_.end() ? 0 : MonoMs() - w->second.last_heartbeat_mono_ms();
         return Unavailable(who() + " is dead: no heartbeat for " + std::to_string(age) + " ms",
                            {{"worker", t.worker}, {"rank", t.rank}});
       }

@@ -21,7 +21,7 @@ Json WorkerRecord::ToJson(int64_t mono_now, const std::vector<std::string>& mesh
   return {{"id", id},
           {"host", host},
           {"state", state},
-          {"last_heartbeat_ms_ago", std::max<int64_t>(0, mono_now - last_heartbeat_mono_ms)},
+          {"last_heartbeat_ms_ago", std::max<int64_t>(0, mono_now - last_heartbeat_mono_ms())},
           {"devices", devices},
           {"data_port", data_port},
           {"local_port", local_port},
@@ -119,6 +119,7 @@ Json JobRecord::ToJson() const {
                        {"error", t.error}});
   }
   return {{"id", id},
+          {"seq", seq},
           {"kind", kind},
           {"mesh", mesh},
           {"step", step < 0 ? Json() : Json(step)},
@@ -138,6 +139,7 @@ Json JobRecord::ToJson() const {
 JobRecord JobRecord::FromJson(const Json& j) {
   JobRecord r;
   r.id = j.value("id", "");
+  r.seq = j.contains("seq") && j["seq"].is_number_unsigned() ? j["seq"].get<uint64_t>() : 0;
   r.kind = j.value("kind", "");
   r.mesh = j.value("mesh", "");
   r.step = j.contains("step") && j["step"].is_number_integer() ? j["step"].get<int64_t>() : -1;

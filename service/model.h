@@ -2,6 +2,7 @@
 // catalog stores) and FromJson (for loading the catalog).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -18,6 +19,19 @@
 namespace tessera::service {
 
 
+// A worker's heartbeats, shared by its record (under Service::mu_) and the
+// heartbeat route, which touches it under Service::beats_mu_ alone: a heartbeat
+// never waits for mu_, so no catalog write or walk can make a worker look dead.
+struct WorkerBeat {
+  std::atomic<int64_t> last_mono_ms{0};  // MonoMs() of the last heartbeat or poll
+  std::atomic<bool> alive{true};         // the record's state is "alive"; else a heartbeat revives
+  void Touch(int64_t mono_ms) {
+    int64_t seen = last_mono_ms.load();
+    while (seen < mono_ms && !last_mono_ms.compare_exchange_weak(seen, mono_ms)) {
+    }
+  }
+};
+
 struct WorkerRecord {
   std::string id;
   std::string host = "127.0.0.1";
@@ -26,7 +40,8 @@ struct WorkerRecord {
   int devices = 1;
   std::string state = "alive";  // alive | suspect | dead
   int64_t registered_ms = 0;
-  int64_t last_heartbeat_mono_ms = 0;  // MonoMs()
+  std::shared_ptr<WorkerBeat> beat = std::make_shared<WorkerBeat>();
+  int64_t last_heartbeat_mono_ms() const { return beat->last_mono_ms.load(); }
   std::deque<Json> tasks;  // not persisted: queued for the next long-poll
   // Wakes this worker's long-poll alone (waited on with Service::mu_), so that
   // queueing a task or a report does not wake every worker's poll.
@@ -96,6 +111,7 @@ bool IsCancelled(const Status& st);
 
 struct JobRecord {
   std::string id;
+  uint64_t seq = 0;  // creation order, from 1; GET /api/v1/jobs pages by it
   std::string kind;  // save restore verify
   std::string mesh;
   int64_t step = -1;

@@ -226,10 +226,26 @@ void Service::AddRoutes(http::Router* router) {
   add("GET", "/api/v1/jobs", [this](const Request& req) {
     auto limit = http::QueryInt(req, "limit", 100);
     if (!limit.ok()) return Response::Error(limit.status());
-    return Response::Json(200, ListJobs(req.Query("state").value_or(""),
-                                        req.Query("kind").value_or(""),
-                                        req.Query("mesh").value_or(""), *limit));
-  }, "jobs, newest first (?state=&kind=&mesh=&limit=)");
+    auto before = http::QueryInt(req, "before", 0);
+    if (!before.ok()) return Response::Error(before.status());
+    if (*before < 0) {
+      return Response::Error(InvalidArgument("before must be a job's seq", {{"field", "before"}}));
+    }
+    auto jobs = ListJobs(req.Query("state").value_or(""), req.Query("kind").value_or(""),
+                         req.Query("mesh").value_or(""), *limit, static_cast<uint64_t>(*before));
+    if (!jobs.ok()) return Response::Error(jobs.status());
+    Response r = Response::Json(200, *jobs);
+    if (static_cast<int64_t>(jobs->size()) == *limit) {
+      // The next page: RFC 8288, with the same filters.
+      std::string next = "/api/v1/jobs?limit=" + std::to_string(*limit) +
+                         "&before=" + std::to_string(jobs->back()["seq"].get<uint64_t>());
+      for (const char* key : {"state", "kind", "mesh"}) {
+        if (auto v = req.Query(key)) next += std::string("&") + key + "=" + http::PercentEncode(*v);
+      }
+      r.headers.emplace_back("Link", "<" + next + ">; rel=\"next\"");
+    }
+    return r;
+  }, "jobs, newest first (?state=&kind=&mesh=&limit=1..1000&before=seq)");
   add("GET", "/api/v1/jobs/{id}", [this](const Request& req) {
     auto wait = http::QueryInt(req, "wait_ms", 0);
     if (!wait.ok()) return Response::Error(wait.status());

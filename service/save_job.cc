@@ -62,8 +62,7 @@ Result<Json> Service::StartSave(const std::string& mesh, const Json& body) {
   if (c.metadata.is_null()) c.metadata = Json::object();
   if (Status st = PersistCheckpoint(c); !st.ok()) {
     const std::string id = job->id;  // `job` dies with its entry
-    job_order_.erase(std::remove(job_order_.begin(), job_order_.end(), id), job_order_.end());
-    jobs_.erase(id);
+    ForgetJob(id);
     (void)catalog_->Delete("jobs", id);
     return st.WithContext("the save of step " + std::to_string(step) + " was not started");
   }

@@ -30,6 +30,7 @@ Result<std::unique_ptr<Service>> Service::Create(ServiceOptions options, storage
   RETURN_IF_ERROR(env->CreateDirs(options.checkpoint_root));
   std::unique_ptr<Service> s(new Service(std::move(options), env, std::move(catalog)));
   RETURN_IF_ERROR(s->Recover());
+  s->PruneJobHistory();  // a catalog from before the history policy may hold many
   CoordinationOptions coordination;
   coordination.max_wait_ms = s->options_.max_wait_ms;
   ASSIGN_OR_RETURN(s->coordination_, Coordination::Open(coordination, s->catalog_.get(),
@@ -44,8 +45,11 @@ Status Service::RecoverWorkers() {
   for (const auto& j : workers) {
     WorkerRecord w = WorkerRecord::FromJson(j);
     w.state = "suspect";
-    w.last_heartbeat_mono_ms = now;
+    w.beat->alive = false;
+    w.beat->Touch(now);
     worker_order_.push_back(w.id);
+    MutexLock beats(beats_mu_);
+    beats_[w.id] = w.beat;
     workers_[w.id] = std::move(w);
   }
   return Status::Ok();
@@ -71,17 +75,21 @@ Status Service::RecoverMeshes() {
 
 // Jobs and saves that were running when tesserad stopped have failed.
 Status Service::RecoverJobsAndCheckpoints() {
-  const int64_t now = MonoMs();
   ASSIGN_OR_RETURN(auto jobs, catalog_->All("jobs"));
   for (const auto& j : jobs) {
     JobRecord r = JobRecord::FromJson(j);
+    if (r.id.empty() || jobs_.count(r.id)) continue;
     if (!r.finished()) {
       r.state = "failed";
-      r.ended_ms = now;
+      r.ended_ms = WallMs();
       r.error = ErrorBody(Unavailable("tesserad restarted while the job was running"))["error"];
       (void)PersistJob(r);
     }
-    job_order_.push_back(r.id);
+    // Catalogs written before jobs had a seq: their load order is their creation order.
+    r.seq = std::max(r.seq, last_job_seq_ + 1);
+    last_job_seq_ = r.seq;
+    job_order_.emplace(r.seq, r.id);
+    finished_jobs_[r.mesh].push_back(r.id);
     jobs_[r.id] = std::move(r);
   }
   ASSIGN_OR_RETURN(auto checkpoints, catalog_->All("checkpoints"));
@@ -154,19 +162,28 @@ void Service::Stop() {
 }
 
 void Service::MonitorLoop() {
-  MutexLock lock(mu_);
-  while (!stopping_) {
+  constexpr int64_t kPruneIntervalMs = 1000;
+  int64_t next_prune = MonoMs() + kPruneIntervalMs;
+  while (true) {
+    if (MonoMs() >= next_prune) {
+      PruneJobHistory();
+      next_prune = MonoMs() + kPruneIntervalMs;
+    }
+    MutexLock lock(mu_);
+    if (stopping_) return;
     cv_.WaitFor(mu_, std::chrono::milliseconds(100));
     const int64_t now = MonoMs();
     bool changed = false;
     for (auto& [id, w] : workers_) {
       if (w.state == "dead") continue;
-      int64_t age = now - w.last_heartbeat_mono_ms;
+      int64_t age = now - w.last_heartbeat_mono_ms();
       std::string state = age > options_.lease_ms ? "dead" : age > options_.suspect_ms ? "suspect" : "alive";
       if (state == w.state) continue;
       w.state = state;
       changed = true;
+      w.beat->alive = state == "alive";
       if (state == "dead") w.tasks.clear();
+      metrics_.Count("tessera_worker_state_changes_total", "state=\"" + state + "\"");
       (void)PersistWorker(w);
       events_.Publish("worker", w.ToJson(now, MeshesOfWorker(id)));
       std::fprintf(stderr, "worker %s is %s (no heartbeat for %lld ms)\n", id.c_str(),
@@ -221,13 +238,17 @@ Status Service::Persist(const std::string& table, const std::string& key, const 
   Status st = catalog_->Put(table, key, doc);
   if (!st.ok()) {
     st = st.WithContext("catalog " + table + "/" + key);
-    std::fprintf(stderr, "catalog: %s\n", st.ToString().c_str());
-    catalog_failures_++;
-    metrics_.Count("tessera_catalog_write_failures_total", "table=\"" + table + "\"");
-    MutexLock lock(catalog_error_mu_);
-    catalog_error_ = ErrorBody(st)["error"];
+    NoteCatalogFailure(table, st);
   }
   return st;
+}
+
+void Service::NoteCatalogFailure(const std::string& table, const Status& st) {
+  std::fprintf(stderr, "catalog: %s\n", st.ToString().c_str());
+  catalog_failures_++;
+  metrics_.Count("tessera_catalog_write_failures_total", "table=\"" + table + "\"");
+  MutexLock lock(catalog_error_mu_);
+  catalog_error_ = ErrorBody(st)["error"];
 }
 
 Status Service::PersistWorker(const WorkerRecord& w) {
@@ -325,9 +346,14 @@ Result<Json> Service::RegisterWorker(const Json& body) {
   w.local_port = static_cast<int>(local_port);
   w.devices = static_cast<int>(devices.value_or(1));
   w.state = "alive";
-  w.last_heartbeat_mono_ms = MonoMs();
+  w.beat->alive = true;
+  w.beat->Touch(MonoMs());
+  {
+    MutexLock beats(beats_mu_);
+    beats_[wid] = w.beat;
+  }
   (void)PersistWorker(w);
-  events_.Publish("worker", w.ToJson(w.last_heartbeat_mono_ms, MeshesOfWorker(wid)));
+  events_.Publish("worker", w.ToJson(MonoMs(), MeshesOfWorker(wid)));
   cv_.NotifyAll();
   std::fprintf(stderr, "worker %s registered (%s, local port %d, %d devices)\n", wid.c_str(),
                w.host.c_str(), w.local_port, w.devices);
@@ -338,21 +364,31 @@ Result<Json> Service::RegisterWorker(const Json& body) {
 }
 
 Result<Json> Service::Heartbeat(const std::string& id) {
-  MutexLock lock(mu_);
-  auto it = workers_.find(id);
-  if (it == workers_.end()) {
+  std::shared_ptr<WorkerBeat> beat;
+  {
+    MutexLock beats(beats_mu_);
+    auto it = beats_.find(id);
+    if (it != beats_.end()) beat = it->second;
+  }
+  if (beat == nullptr) {
     return NotFound("unknown worker " + id + "; register again", {{"worker", id}});
   }
-  WorkerRecord& w = it->second;
   const int64_t now = MonoMs();
-  w.last_heartbeat_mono_ms = now;
-  if (w.state != "alive") {
-    w.state = "alive";
-    (void)PersistWorker(w);
-    events_.Publish("worker", w.ToJson(now, MeshesOfWorker(id)));
-    cv_.NotifyAll();
+  beat->Touch(now);
+  // The common case ends here, without mu_; a suspect or dead worker is revived.
+  if (!beat->alive.load()) {
+    MutexLock lock(mu_);
+    auto it = workers_.find(id);
+    if (it != workers_.end() && it->second.state != "alive") {
+      WorkerRecord& w = it->second;
+      w.state = "alive";
+      w.beat->alive = true;
+      (void)PersistWorker(w);
+      events_.Publish("worker", w.ToJson(now, MeshesOfWorker(id)));
+      cv_.NotifyAll();
+    }
   }
-  return Json{{"state", w.state}, {"heartbeat_ms", options_.heartbeat_ms}};
+  return Json{{"state", "alive"}, {"heartbeat_ms", options_.heartbeat_ms}};
 }
 
 Result<Json> Service::PollTasks(const std::string& id, int64_t wait_ms) {
@@ -380,8 +416,7 @@ Result<Json> Service::PollTasks(const std::string& id, int64_t wait_ms) {
   it = workers_.find(id);
   Json tasks = Json::array();
   if (it != workers_.end() && it->second.poll == mine) {
-    it->second.last_heartbeat_mono_ms =
-        std::max(it->second.last_heartbeat_mono_ms, MonoMs() - wait_ms);
+    it->second.beat->Touch(MonoMs() - wait_ms);
     while (!it->second.tasks.empty()) {
       Json& task = it->second.tasks.front();
       // Delivered is running: the worker reports only the outcome and progress.
@@ -405,9 +440,7 @@ Status Service::ReportTask(const std::string& worker, const std::string& task, c
   auto owner = task_jobs_.find(task);
   if (owner == task_jobs_.end()) {
     // A late report of a task whose job has ended or moved on is harmless.
-    for (const auto& [jid, job] : jobs_) {
-      if (job.tasks.count(task)) return Status::Ok();
-    }
+    if (retired_tasks_.count(task)) return Status::Ok();
     return NotFound("unknown task " + task, {{"task", task}});
   }
   JobRecord& job = jobs_.at(owner->second);
@@ -463,6 +496,10 @@ Status Service::DeleteWorker(const std::string& id) {
   }
   it->second.task_cv->NotifyAll();
   workers_.erase(it);
+  {
+    MutexLock beats(beats_mu_);
+    beats_.erase(id);
+  }
   worker_order_.erase(std::remove(worker_order_.begin(), worker_order_.end(), id),
                       worker_order_.end());
   RETURN_IF_ERROR(catalog_->Delete("workers", id));
@@ -696,63 +733,6 @@ Result<Json> Service::SyncPreemption(const std::string& mesh, const Json& body) 
     workers = meshes_.at(mesh).workers;
   }
   return coordination_->SyncPreemption(mesh, workers, body);  // blocks: not under mu_
-}
-
-// ---------------------------------------------------------------- jobs (queries)
-
-Json Service::ListJobs(const std::string& state, const std::string& kind, const std::string& mesh,
-                       int64_t limit) {
-  MutexLock lock(mu_);
-  Json out = Json::array();
-  for (auto it = job_order_.rbegin(); it != job_order_.rend(); ++it) {
-    if (limit > 0 && static_cast<int64_t>(out.size()) >= limit) break;
-    const JobRecord& j = jobs_.at(*it);
-    if ((!state.empty() && j.state != state) || (!kind.empty() && j.kind != kind) ||
-        (!mesh.empty() && j.mesh != mesh)) {
-      continue;
-    }
-    out.push_back(j.ToJson());
-  }
-  return out;
-}
-
-Result<Json> Service::GetJob(const std::string& id, int64_t wait_ms) {
-  MutexLock lock(mu_);
-  if (!jobs_.count(id)) return NotFound("no job " + id, {{"job", id}});
-  wait_ms = std::clamp<int64_t>(wait_ms, 0, options_.max_wait_ms);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
-  while (!stopping_ && !jobs_.at(id).finished()) {
-    if (!cv_.WaitUntil(mu_, deadline)) break;
-  }
-  return jobs_.at(id).ToJson();
-}
-
-Result<Json> Service::CancelJob(const std::string& id) {
-  MutexLock lock(mu_);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return NotFound("no job " + id, {{"job", id}});
-  if (it->second.finished()) {
-    return Conflict("job " + id + " has already " + it->second.state, {{"job", id}});
-  }
-  it->second.cancel_requested = true;
-  cv_.NotifyAll();
-  return it->second.ToJson();
-}
-
-JobRecord* Service::NewJob(const std::string& kind, const std::string& mesh, int64_t step,
-                           const Json& request) {
-  JobRecord j;
-  j.id = NewId("j");
-  j.kind = kind;
-  j.mesh = mesh;
-  j.step = step;
-  j.request = request;
-  j.created_ms = WallMs();
-  job_order_.push_back(j.id);
-  JobRecord& ref = jobs_[j.id] = std::move(j);
-  (void)PersistJob(ref);
-  PublishJob(ref);
-  return &ref;
 }
 
 void Service::Launch(const std::string& job_id, Status (Service::*run)(const std::string&)) {

@@ -9,10 +9,12 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "api/http/router.h"
@@ -46,7 +48,16 @@ struct ServiceOptions {
   // workers that were cut off, unfinished uploads) are removed; 0: only at
   // startup and one lease after each failed save.
   int64_t gc_interval_ms = 5 * 60 * 1000;
+  // Job history (job_history.cc): a finished job is kept while it is one of the
+  // last job_history_per_mesh finished jobs of its mesh, or ended less than
+  // job_history_min_age_ms ago. Checkpoint records are not jobs: they stay while
+  // their checkpoint does.
+  int64_t job_history_per_mesh = 1000;
+  int64_t job_history_min_age_ms = 60 * 1000;
 };
+
+// GET /api/v1/jobs answers at most this many jobs a page.
+inline constexpr int64_t kMaxJobsPage = 1000;
 
 struct MeshRequest;  // service.cc
 
@@ -96,9 +107,14 @@ class Service {
   Result<Json> PutRetention(const std::string& mesh, const Json& body);
   // POST /api/v1/meshes/{m}/collectives: a job running `op` on every worker.
   Result<Json> StartCollective(const std::string& mesh, const Json& body);
-  Json ListJobs(const std::string& state, const std::string& kind, const std::string& mesh,
-                int64_t limit);
+  // Newest first, at most `limit` (1..kMaxJobsPage), only those created before the
+  // job whose `seq` is `before` (0: from the newest).
+  Result<Json> ListJobs(const std::string& state, const std::string& kind,
+                        const std::string& mesh, int64_t limit, uint64_t before = 0);
   Result<Json> GetJob(const std::string& id, int64_t wait_ms);
+  // Applies the job history policy (ServiceOptions) now; the monitor does every
+  // second. Catalog rows go in one transaction, outside mu_.
+  void PruneJobHistory() EXCLUDES(mu_);
   Result<Json> CancelJob(const std::string& id);
 
   // Coordination: barriers and KV go straight to coordination(); preemption is
@@ -136,6 +152,7 @@ class Service {
   Status PersistCheckpoint(const CheckpointRecord& c) REQUIRES(mu_);
   Status PersistJob(const JobRecord& j) REQUIRES(mu_);
   Status Persist(const std::string& table, const std::string& key, const Json& doc) REQUIRES(mu_);
+  void NoteCatalogFailure(const std::string& table, const Status& st);
   void PublishJob(const JobRecord& j) REQUIRES(mu_);
   // Queues a task for a worker's next long-poll and wakes that poll.
   void QueueTask(WorkerRecord* w, const Task& task) REQUIRES(mu_);
@@ -155,6 +172,11 @@ class Service {
       REQUIRES(mu_);
   JobRecord* NewJob(const std::string& kind, const std::string& mesh, int64_t step,
                     const Json& request) REQUIRES(mu_);
+  // Drops a job from memory (its tasks retired); the caller deletes its catalog row.
+  void ForgetJob(const std::string& id) REQUIRES(mu_);
+  // A task no longer running: a late report of it is accepted and ignored.
+  void RetireTask(const std::string& task) REQUIRES(mu_);
+
 
   // Jobs. Each runs on its own thread; Run* catch every failure into the job.
   void Launch(const std::string& job_id, Status (Service::*run)(const std::string&));
@@ -224,7 +246,15 @@ class Service {
   std::map<std::string, CheckpointRecord> checkpoints_ GUARDED_BY(mu_);  // by key()
   std::map<std::string, JobRecord> jobs_ GUARDED_BY(mu_);
   std::map<std::string, std::string> task_jobs_ GUARDED_BY(mu_);  // running task → job
-  std::vector<std::string> job_order_ GUARDED_BY(mu_);            // creation order
+  std::map<uint64_t, std::string> job_order_ GUARDED_BY(mu_);     // by JobRecord::seq
+  uint64_t last_job_seq_ GUARDED_BY(mu_) = 0;
+  // Finished jobs of each mesh, in the order they ended: what the history policy prunes.
+  std::map<std::string, std::deque<std::string>> finished_jobs_ GUARDED_BY(mu_);
+  uint64_t pruned_jobs_ GUARDED_BY(mu_) = 0;
+  // Tasks that ended (the newest kRetiredTasks), so late reports need no search.
+  static constexpr size_t kRetiredTasks = 65536;
+  std::unordered_set<std::string> retired_tasks_ GUARDED_BY(mu_);
+  std::deque<std::string> retired_order_ GUARDED_BY(mu_);
   std::map<std::string, RetentionPolicy> retention_ GUARDED_BY(mu_);
   storage::ThreadSet job_threads_;
   std::thread monitor_;
@@ -233,6 +263,10 @@ class Service {
   // A failed save sets it one lease ahead: by then the workers that were still
   // writing have ended, and what they wrote after the failure goes.
   int64_t gc_due_ms_ GUARDED_BY(mu_) = 0;
+  // Every registered worker's heartbeats, for the heartbeat route (which takes
+  // this lock, never mu_ unless it revives a dead worker). Taken after mu_.
+  Mutex beats_mu_;
+  std::map<std::string, std::shared_ptr<WorkerBeat>> beats_ GUARDED_BY(beats_mu_);
   std::atomic<uint64_t> catalog_failures_{0};
   mutable Mutex catalog_error_mu_;
   Json catalog_error_ GUARDED_BY(catalog_error_mu_);  // the last failed write

@@ -57,6 +57,8 @@ int main(int argc, char** argv) {
               s3_endpoint, tls_cert, tls_key;
   int threads = 256, header_timeout_s = 10;
   int64_t heartbeat_ms = 500, lease_ms = 3000, gc_interval_ms = 5 * 60 * 1000;
+  tessera::service::ServiceOptions opts;
+  int64_t job_history_min_age_s = opts.job_history_min_age_ms / 1000;
   app.add_option("--listen", listen, "host:port to bind (port 0: any free port)");
   app.add_option("--data-dir", data_dir, "catalog, token");
   app.add_option("--checkpoint-root", root, "where checkpoints live: a directory every worker can reach, or s3://BUCKET/PREFIX (default <data-dir>/checkpoints)");
@@ -68,6 +70,15 @@ int main(int argc, char** argv) {
   app.add_option("--lease-ms", lease_ms, "a worker silent this long is dead")->check(CLI::Range(50, 600000));
   app.add_option("--gc-interval-ms", gc_interval_ms, "remove leftovers of failed saves this often (0: at startup only)")
       ->check(CLI::Range(int64_t{0}, int64_t{86400000}));
+  app.add_option("--job-history", opts.job_history_per_mesh,
+                 "keep the last N finished jobs of each mesh (older ones are forgotten once past "
+                 "--job-history-min-age-s; checkpoints are not jobs and stay)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1000000}))
+      ->capture_default_str();
+  app.add_option("--job-history-min-age-s", job_history_min_age_s,
+                 "keep every finished job at least this long, past --job-history too")
+      ->check(CLI::Range(int64_t{0}, int64_t{86400 * 365}))
+      ->capture_default_str();
   app.add_option("--tls-cert", tls_cert, "serve HTTPS with this PEM certificate chain (with --tls-key); clients verify it with --tls-ca / TESSERA_TLS_CA")
       ->check(CLI::ExistingFile);
   app.add_option("--tls-key", tls_key, "the PEM private key of --tls-cert")->check(CLI::ExistingFile);
@@ -107,7 +118,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", token.status().ToString().c_str());
     return 1;
   }
-  tessera::service::ServiceOptions opts;
+  opts.job_history_min_age_ms = job_history_min_age_s * 1000;
   opts.data_dir = data_dir;
   opts.checkpoint_root = root;
   if (!s3_endpoint.empty()) tessera::storage::SetDefaultS3Endpoint(s3_endpoint);

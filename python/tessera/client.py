@@ -210,9 +210,21 @@ class Client:
 
     # -- jobs
 
-    def jobs(self, state=None, kind=None, mesh=None, limit=None):
+    def jobs(self, state=None, kind=None, mesh=None, limit=None, before=None):
+        """One page of jobs, newest first: at most `limit` (1..1000, default 100),
+        created before the job whose "seq" is `before`. iter_jobs() pages through all."""
         return self._call("GET", "/jobs" + query(
-            {"state": state, "kind": kind, "mesh": mesh, "limit": limit}))
+            {"state": state, "kind": kind, "mesh": mesh, "limit": limit, "before": before}))
+
+    def iter_jobs(self, state=None, kind=None, mesh=None, page=1000):
+        """Every job tesserad keeps (see its job history policy), newest first."""
+        before = None
+        while True:
+            batch = self.jobs(state=state, kind=kind, mesh=mesh, limit=page, before=before)
+            yield from batch
+            if len(batch) < page:
+                return
+            before = batch[-1]["seq"]
 
     def job(self, job_id, wait_ms=None):
         """The job's JSON; with wait_ms, long-polls until it ends or wait_ms pass."""

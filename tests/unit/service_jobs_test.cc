@@ -147,17 +147,23 @@ class ServiceJobsTest : public ::testing::Test {
     char tmpl[] = "/tmp/tessera_service_jobs_test.XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
-    ServiceOptions opts;
-    opts.data_dir = dir_ + "/data";
-    opts.checkpoint_root = dir_ + "/checkpoints";
-    auto s = Service::Create(opts, storage::DefaultEnv());
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    service_ = std::move(*s);
+    opts_.data_dir = dir_ + "/data";
+    opts_.checkpoint_root = dir_ + "/checkpoints";
+    Open();
     for (const char* name : {"a", "b"}) {
       ASSERT_TRUE(service_->RegisterWorker({{"name", name}, {"local_port", 1000}}).ok());
     }
-    ASSERT_TRUE(
-        service_->PutMesh("m", {{"axes", {{{"name", "d"}, {"size", 2}}}}, {"self_test", false}}).ok());
+    for (const char* mesh : {"m", "n"}) {
+      ASSERT_TRUE(service_->PutMesh(mesh, {{"axes", {{{"name", "d"}, {"size", 2}}}}, {"self_test", false}})
+                      .ok());
+    }
+  }
+  // (Re)opens the service on dir_.
+  void Open() {
+    service_.reset();
+    auto s = Service::Create(opts_, storage::DefaultEnv());
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    service_ = std::move(*s);
   }
   void TearDown() override {
     service_.reset();
@@ -174,6 +180,7 @@ class ServiceJobsTest : public ::testing::Test {
   }
 
   std::string dir_;
+  ServiceOptions opts_;
   std::unique_ptr<Service> service_;
 };
 
@@ -238,6 +245,94 @@ TEST_F(ServiceJobsTest, ACancelledSaveEndsCancelledAndLeavesNoCheckpoint) {
   auto latest = service_->GetCheckpoint("m", "latest");
   EXPECT_EQ(latest.status().code(), Code::kNotFound) << latest.status().ToString();
   EXPECT_EQ(service_->CancelJob(id).status().code(), Code::kConflict);
+}
+
+// ---------------------------------------------------------------- job history
+
+// Saves that workers fail at once: finished jobs, made quickly.
+class JobHistoryTest : public ServiceJobsTest {
+ protected:
+  std::vector<std::string> FailedSaves(const std::string& mesh, int n) {
+    FakeWorker a(service_.get(), "w-a", Fail), b(service_.get(), "w-b", Fail);
+    std::vector<std::string> ids;
+    for (int i = 0; i < n; ++i) {
+      auto started = service_->StartSave(mesh, {{"step", 1}});
+      EXPECT_TRUE(started.ok()) << started.status().ToString();
+      ids.push_back(started->value("job", ""));
+      auto job = service_->GetJob(ids.back(), 20000);
+      EXPECT_TRUE(job.ok() && (*job)["state"] == "failed") << job->dump();
+    }
+    return ids;
+  }
+  std::vector<std::string> Listed(const std::string& mesh) {
+    auto jobs = service_->ListJobs("", "", mesh, kMaxJobsPage);
+    EXPECT_TRUE(jobs.ok()) << jobs.status().ToString();
+    std::vector<std::string> ids;
+    for (const Json& j : *jobs) ids.push_back(j["id"]);
+    return ids;
+  }
+  static Json Fail(const Json&) {
+    return {{"state", "failed"}, {"error", ErrorBody(Internal("no"))["error"]}};
+  }
+};
+
+TEST_F(JobHistoryTest, FinishedJobsPastTheLastNOfTheirMeshAreForgottenInMemoryAndCatalog) {
+  opts_.job_history_per_mesh = 3;
+  opts_.job_history_min_age_ms = 0;
+  Open();
+  std::vector<std::string> m = FailedSaves("m", 8);
+  std::vector<std::string> n = FailedSaves("n", 2);
+  service_->PruneJobHistory();
+  EXPECT_EQ(Listed("m"), (std::vector<std::string>{m[7], m[6], m[5]}));
+  EXPECT_EQ(Listed("n"), (std::vector<std::string>{n[1], n[0]}));  // each mesh has its own N
+  auto gone = service_->GetJob(m[4], 0);
+  EXPECT_EQ(gone.status().code(), Code::kNotFound) << gone.status().ToString();
+  // The checkpoint record of a failed save is not a job: it stays.
+  EXPECT_TRUE(service_->GetCheckpoint("m", "1").ok());
+  // The catalog forgot them too: a restarted tesserad lists the same.
+  Open();
+  EXPECT_EQ(Listed("m"), (std::vector<std::string>{m[7], m[6], m[5]}));
+  // A new job after the restart still sorts first.
+  std::vector<std::string> more = FailedSaves("m", 1);
+  EXPECT_EQ(Listed("m").front(), more[0]);
+}
+
+TEST_F(JobHistoryTest, JobsYoungerThanTheMinimumAgeStayPastTheLastN) {
+  opts_.job_history_per_mesh = 1;
+  opts_.job_history_min_age_ms = 3600 * 1000;
+  Open();
+  std::vector<std::string> m = FailedSaves("m", 4);
+  service_->PruneJobHistory();
+  EXPECT_EQ(Listed("m").size(), 4u);
+}
+
+TEST_F(JobHistoryTest, ListingPagesNewestFirstWithACursorAndACappedLimit) {
+  std::vector<std::string> m = FailedSaves("m", 7);
+  std::vector<std::string> seen;
+  uint64_t before = 0;
+  for (int page = 0; page < 4; ++page) {
+    auto jobs = service_->ListJobs("", "save", "m", 3, before);
+    ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+    for (const Json& j : *jobs) seen.push_back(j["id"]);
+    if (jobs->size() < 3) break;
+    before = jobs->back()["seq"].get<uint64_t>();
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>(m.rbegin(), m.rend())));
+  for (int64_t limit : {int64_t{0}, int64_t{-1}, kMaxJobsPage + 1}) {
+    auto r = service_->ListJobs("", "", "", limit);
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << limit;
+    EXPECT_EQ(r.status().details().value("field", ""), "limit");
+  }
+}
+
+TEST_F(JobHistoryTest, ALateReportOfAnEndedJobsTaskIsAcceptedAndAStrangersIsNot) {
+  std::vector<std::string> m = FailedSaves("m", 1);
+  auto job = service_->GetJob(m[0], 0);
+  ASSERT_TRUE(job.ok());
+  ASSERT_FALSE((*job)["workers"].empty()) << job->dump();
+  const Json& task = (*job)["workers"][0];
+  EXPECT_TRUE(service_->ReportTask(task["id"], task["task"], Fail(Json())).ok());
+  EXPECT_EQ(service_->ReportTask("w-a", "t-unknown", Fail(Json())).code(), Code::kNotFound);
 }
 
 }  // namespace
