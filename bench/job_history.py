@@ -5,7 +5,8 @@ tesserad (its default heartbeat and lease) and one worker on this machine
 (tessera.local.LocalCluster); mesh {data: 1} holding one 64-byte tensor, with
 retention keep_last=2 so checkpoints do not pile up. The script runs --saves
 saves one after another through the REST API (POST, then a long-poll of the job),
-while --pollers clients list jobs (GET /api/v1/jobs?limit=1000) in a loop. It
+while --pollers clients (dashboards, scripts) each list up to 1,000 jobs
+(GET /api/v1/jobs?limit=1000) every --poll-interval-s. It
 reports the save latency of the first and the last 1,000, tesserad's RSS and
 catalog size along the way, the jobs it still lists, and whether a worker was
 ever suspected (tessera_worker_state_changes_total).
@@ -55,6 +56,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--saves", type=int, default=100000)
     p.add_argument("--pollers", type=int, default=2)
+    p.add_argument("--poll-interval-s", type=float, default=0.2)
     p.add_argument("--out", default=None, help="JSON summary (default: none)")
     p.add_argument("--check", action="store_true")
     a = p.parse_args()
@@ -73,7 +75,7 @@ def main():
 
         def poll():
             c = cluster.client(timeout=120)
-            while not stop.is_set():
+            while not stop.wait(a.poll_interval_s):
                 listed.append(len(c.jobs(limit=1000)))
 
         with tessera.CheckpointManager("hist", worker=cluster.worker_urls[0]) as ck:
@@ -106,7 +108,7 @@ def main():
     first = ms[:1000]
     last = ms[-1000:]
     result = {
-        "saves": a.saves, "pollers": a.pollers,
+        "saves": a.saves, "pollers": a.pollers, "poll_interval_s": a.poll_interval_s,
         "first_1000_p50_ms": round(statistics.median(first), 2),
         "last_1000_p50_ms": round(statistics.median(last), 2),
         "ratio": round(statistics.median(last) / statistics.median(first), 3),

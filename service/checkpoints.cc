@@ -73,8 +73,9 @@ Status Service::DeleteCheckpoint(const std::string& mesh, const std::string& ste
       return Conflict("checkpoint is being saved by job " + it->second.job,
                       {{"job", it->second.job}});
     }
-    for (const auto& [id, j] : jobs_) {
-      if (!j.finished() && j.mesh == mesh && j.step == step) {
+    for (const std::string& id : active_jobs_) {
+      const JobRecord& j = jobs_.at(id);
+      if (j.mesh == mesh && j.step == step) {
         return Conflict("job " + id + " is using this checkpoint", {{"job", id}});
       }
     }

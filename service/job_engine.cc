@@ -58,6 +58,8 @@ void Service::FinishJob(const std::string& job_id, const Status& status, Json re
   }
   (void)PersistJob(job);
   PublishJob(job);
+  job.Seal();
+  active_jobs_.erase(job.id);
   finished_jobs_[job.mesh].push_back(job.id);
   cv_.NotifyAll();
   std::fprintf(stderr, "job %s (%s %s step %lld) %s%s\n", job.id.c_str(), job.kind.c_str(),

@@ -9,25 +9,42 @@
 
 namespace tessera::service {
 
-Result<Json> Service::ListJobs(const std::string& state, const std::string& kind,
-                               const std::string& mesh, int64_t limit, uint64_t before) {
+Result<Service::JobPage> Service::ListJobs(const std::string& state, const std::string& kind,
+                                           const std::string& mesh, int64_t limit,
+                                           uint64_t before) {
   if (limit < 1 || limit > kMaxJobsPage) {
     return InvalidArgument("limit must be 1.." + std::to_string(kMaxJobsPage) + "; page with before=",
                            {{"field", "limit"}});
   }
-  MutexLock lock(mu_);
-  Json out = Json::array();
-  auto it = before > 0 ? job_order_.lower_bound(before) : job_order_.end();
-  while (it != job_order_.begin() && static_cast<int64_t>(out.size()) < limit) {
-    --it;
-    const JobRecord& j = jobs_.at(it->second);
-    if ((!state.empty() && j.state != state) || (!kind.empty() && j.kind != kind) ||
-        (!mesh.empty() && j.mesh != mesh)) {
-      continue;
+  std::vector<std::shared_ptr<const std::string>> texts;
+  JobPage page;
+  {
+    MutexLock lock(mu_);
+    auto it = before > 0 ? job_order_.lower_bound(before) : job_order_.end();
+    while (it != job_order_.begin() && static_cast<int64_t>(texts.size()) < limit) {
+      --it;
+      const JobRecord& j = jobs_.at(it->second);
+      if ((!state.empty() && j.state != state) || (!kind.empty() && j.kind != kind) ||
+          (!mesh.empty() && j.mesh != mesh)) {
+        continue;
+      }
+      texts.push_back(j.sealed ? j.sealed
+                               : std::make_shared<const std::string>(j.ToJson().dump(
+                                     -1, ' ', false, Json::error_handler_t::replace)));
+      page.last_seq = j.seq;
     }
-    out.push_back(j.ToJson());
   }
-  return out;
+  size_t bytes = 2;
+  for (const auto& t : texts) bytes += t->size() + 1;
+  page.json.reserve(bytes);
+  page.json += '[';
+  for (size_t i = 0; i < texts.size(); ++i) {
+    if (i) page.json += ',';
+    page.json += *texts[i];
+  }
+  page.json += ']';
+  page.count = texts.size();
+  return page;
 }
 
 Result<Json> Service::GetJob(const std::string& id, int64_t wait_ms) {
@@ -66,6 +83,7 @@ JobRecord* Service::NewJob(const std::string& kind, const std::string& mesh, int
   j.request = request;
   j.created_ms = WallMs();
   job_order_.emplace(j.seq, j.id);
+  active_jobs_.insert(j.id);
   JobRecord& ref = jobs_[j.id] = std::move(j);
   (void)PersistJob(ref);
   PublishJob(ref);
@@ -77,6 +95,7 @@ void Service::ForgetJob(const std::string& id) {
   if (it == jobs_.end()) return;
   for (const auto& [tid, t] : it->second.tasks) RetireTask(tid);
   job_order_.erase(it->second.seq);
+  active_jobs_.erase(id);
   jobs_.erase(it);
 }
 

@@ -107,7 +107,18 @@ CheckpointRecord CheckpointRecord::FromJson(const Json& j) {
   return c;
 }
 
+void JobRecord::Seal() {
+  sealed = std::make_shared<const std::string>(
+      ToJson().dump(-1, ' ', false, Json::error_handler_t::replace));
+  request = Json::object();
+  tasks.clear();
+  error = nullptr;
+  result = nullptr;
+  timings = Json::object();
+}
+
 Json JobRecord::ToJson() const {
+  if (sealed) return Json::parse(*sealed);
   Json workers = Json::array();
   for (const auto& [task, t] : tasks) {
     workers.push_back({{"id", t.worker},

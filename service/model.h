@@ -131,7 +131,13 @@ struct JobRecord {
   int64_t phase_started_ms = 0;
   int64_t published_ms = 0;  // last job event; task reports publish at most every 100 ms
 
+  // Once finished, the record as JSON text, and the record keeps only what the
+  // job list filters and the history policy need (Seal): an ended job never changes.
+  std::shared_ptr<const std::string> sealed;
+
   bool finished() const { return state == "succeeded" || state == "failed" || state == "cancelled"; }
+  // REQUIRES: finished(). Keeps the JSON text and drops the rest.
+  void Seal();
   Json ToJson() const;
   static JobRecord FromJson(const Json& j);
 };

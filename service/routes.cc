@@ -231,14 +231,15 @@ void Service::AddRoutes(http::Router* router) {
     if (*before < 0) {
       return Response::Error(InvalidArgument("before must be a job's seq", {{"field", "before"}}));
     }
-    auto jobs = ListJobs(req.Query("state").value_or(""), req.Query("kind").value_or(""),
+    auto page = ListJobs(req.Query("state").value_or(""), req.Query("kind").value_or(""),
                          req.Query("mesh").value_or(""), *limit, static_cast<uint64_t>(*before));
-    if (!jobs.ok()) return Response::Error(jobs.status());
-    Response r = Response::Json(200, *jobs);
-    if (static_cast<int64_t>(jobs->size()) == *limit) {
+    if (!page.ok()) return Response::Error(page.status());
+    Response r;
+    r.body = std::move(page->json);
+    if (static_cast<int64_t>(page->count) == *limit) {
       // The next page: RFC 8288, with the same filters.
       std::string next = "/api/v1/jobs?limit=" + std::to_string(*limit) +
-                         "&before=" + std::to_string(jobs->back()["seq"].get<uint64_t>());
+                         "&before=" + std::to_string(page->last_seq);
       for (const char* key : {"state", "kind", "mesh"}) {
         if (auto v = req.Query(key)) next += std::string("&") + key + "=" + http::PercentEncode(*v);
       }

@@ -90,6 +90,7 @@ Status Service::RecoverJobsAndCheckpoints() {
     last_job_seq_ = r.seq;
     job_order_.emplace(r.seq, r.id);
     finished_jobs_[r.mesh].push_back(r.id);
+    r.Seal();
     jobs_[r.id] = std::move(r);
   }
   ASSIGN_OR_RETURN(auto checkpoints, catalog_->All("checkpoints"));
@@ -289,8 +290,8 @@ std::vector<std::string> Service::MeshesOfWorker(const std::string& id) const {
 }
 
 bool Service::WorkerBusy(const std::string& id) const {
-  for (const auto& [jid, j] : jobs_) {
-    if (j.finished()) continue;
+  for (const std::string& jid : active_jobs_) {
+    const JobRecord& j = jobs_.at(jid);
     for (const auto& [tid, t] : j.tasks) {
       if (t.worker == id) return true;
     }
@@ -672,8 +673,8 @@ Json Service::MeshJson(const MeshRecord& m) const {
 Status Service::DeleteMesh(const std::string& name) {
   MutexLock lock(mu_);
   if (!meshes_.count(name)) return NotFound("no mesh " + name, {{"mesh", name}});
-  for (const auto& [id, j] : jobs_) {
-    if (!j.finished() && j.mesh == name) {
+  for (const std::string& id : active_jobs_) {
+    if (jobs_.at(id).mesh == name) {
       return Conflict("job " + id + " is running on mesh " + name, {{"job", id}});
     }
   }

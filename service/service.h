@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <set>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -108,9 +109,15 @@ class Service {
   // POST /api/v1/meshes/{m}/collectives: a job running `op` on every worker.
   Result<Json> StartCollective(const std::string& mesh, const Json& body);
   // Newest first, at most `limit` (1..kMaxJobsPage), only those created before the
-  // job whose `seq` is `before` (0: from the newest).
-  Result<Json> ListJobs(const std::string& state, const std::string& kind,
-                        const std::string& mesh, int64_t limit, uint64_t before = 0);
+  // job whose `seq` is `before` (0: from the newest). The JSON array is put
+  // together outside the lock from the text of ended jobs.
+  struct JobPage {
+    std::string json;
+    size_t count = 0;
+    uint64_t last_seq = 0;  // of the last job listed: the next page's `before`
+  };
+  Result<JobPage> ListJobs(const std::string& state, const std::string& kind,
+                           const std::string& mesh, int64_t limit, uint64_t before = 0);
   Result<Json> GetJob(const std::string& id, int64_t wait_ms);
   // Applies the job history policy (ServiceOptions) now; the monitor does every
   // second. Catalog rows go in one transaction, outside mu_.
@@ -247,6 +254,7 @@ class Service {
   std::map<std::string, JobRecord> jobs_ GUARDED_BY(mu_);
   std::map<std::string, std::string> task_jobs_ GUARDED_BY(mu_);  // running task → job
   std::map<uint64_t, std::string> job_order_ GUARDED_BY(mu_);     // by JobRecord::seq
+  std::set<std::string> active_jobs_ GUARDED_BY(mu_);            // not finished yet
   uint64_t last_job_seq_ GUARDED_BY(mu_) = 0;
   // Finished jobs of each mesh, in the order they ended: what the history policy prunes.
   std::map<std::string, std::deque<std::string>> finished_jobs_ GUARDED_BY(mu_);

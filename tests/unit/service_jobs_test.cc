@@ -265,10 +265,10 @@ class JobHistoryTest : public ServiceJobsTest {
     return ids;
   }
   std::vector<std::string> Listed(const std::string& mesh) {
-    auto jobs = service_->ListJobs("", "", mesh, kMaxJobsPage);
-    EXPECT_TRUE(jobs.ok()) << jobs.status().ToString();
+    auto page = service_->ListJobs("", "", mesh, kMaxJobsPage);
+    EXPECT_TRUE(page.ok()) << page.status().ToString();
     std::vector<std::string> ids;
-    for (const Json& j : *jobs) ids.push_back(j["id"]);
+    for (const Json& j : Json::parse(page->json)) ids.push_back(j["id"]);
     return ids;
   }
   static Json Fail(const Json&) {
@@ -310,12 +310,14 @@ TEST_F(JobHistoryTest, ListingPagesNewestFirstWithACursorAndACappedLimit) {
   std::vector<std::string> m = FailedSaves("m", 7);
   std::vector<std::string> seen;
   uint64_t before = 0;
-  for (int page = 0; page < 4; ++page) {
-    auto jobs = service_->ListJobs("", "save", "m", 3, before);
-    ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
-    for (const Json& j : *jobs) seen.push_back(j["id"]);
-    if (jobs->size() < 3) break;
-    before = jobs->back()["seq"].get<uint64_t>();
+  for (int i = 0; i < 4; ++i) {
+    auto page = service_->ListJobs("", "save", "m", 3, before);
+    ASSERT_TRUE(page.ok()) << page.status().ToString();
+    const Json jobs = Json::parse(page->json);
+    for (const Json& j : jobs) seen.push_back(j["id"]);
+    if (jobs.size() < 3) break;
+    EXPECT_EQ(page->last_seq, jobs.back()["seq"].get<uint64_t>());
+    before = page->last_seq;
   }
   EXPECT_EQ(seen, (std::vector<std::string>(m.rbegin(), m.rend())));
   for (int64_t limit : {int64_t{0}, int64_t{-1}, kMaxJobsPage + 1}) {
