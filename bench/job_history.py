@@ -52,6 +52,48 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
+RATIO_GOAL = 1.2  # the last 1,000 saves' p50 over the first 1,000's
+
+
+def markdown(r):
+    """The RESULTS.md section for one run's summary (what --out wrote)."""
+    def verdict(ok):
+        return "met" if ok else "**not met**"
+    rows = [
+        "## Long-running tesserad: %s tiny saves (bench/job_history.py)" % format(r["saves"], ","),
+        "",
+        "tesserad (default heartbeat 500 ms, lease 3 s, job history 1,000 per mesh / 60 s) and "
+        "one worker; mesh {data: 1} with one 64-byte tensor and retention keep_last=2; saves one "
+        "after another through the REST API, while %d clients list 1,000 jobs every %g s "
+        "(%s lists in all). One run; the spread below is over the run's samples."
+        % (r["pollers"], r["poll_interval_s"], format(r["job_lists"], ",")),
+        "",
+        "| goal | first 1,000 | last 1,000 | figure | verdict |",
+        "|---|---|---|---|---|",
+        "| tiny-save p50 within %.1f× of the first 1,000's | %.2f ms | %.2f ms (p90 %.2f) | "
+        "%.2f× | %s |" % (RATIO_GOAL, r["first_1000_p50_ms"], r["last_1000_p50_ms"],
+                          r["last_1000_p90_ms"], r["ratio"], verdict(r["ratio"] <= RATIO_GOAL)),
+        "| tesserad RSS under %d MB | | | %.1f MB at the end, %.1f MB at most | %s |"
+        % (RSS_LIMIT_MB, r["rss_mb_end"], r["rss_mb_max"], verdict(r["rss_mb_max"] < RSS_LIMIT_MB)),
+        "| no worker ever suspected | | | %d suspect, %d dead | %s |"
+        % (r["suspected"], r["dead"], verdict(not r["suspected"] and not r["dead"])),
+        "",
+        "Jobs kept at the end: %s; catalog %.2f MB. Per 1,000 saves (p50 ms of that 1,000 / "
+        "RSS MB / catalog MB):" % (format(r["jobs_kept"], ","), r["catalog_mb_end"]),
+        "",
+    ]
+    samples = r["samples"]
+    step = max(1, len(samples) // 10)
+    rows.append(", ".join("%dk: %.1f / %.0f / %.1f" % (s["saves"] // 1000, s["p50_ms"], s["rss_mb"],
+                                                        s["catalog_mb"])
+                          for s in samples[::step] + ([samples[-1]] if len(samples) % step != 1
+                                                      else [])))
+    p50s = [s["p50_ms"] for s in samples]
+    rows += ["", "Spread of the per-1,000 p50 over the run: %.2f–%.2f ms (median %.2f)."
+             % (min(p50s), max(p50s), statistics.median(p50s)), ""]
+    return rows
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--saves", type=int, default=100000)
@@ -59,7 +101,13 @@ def main():
     p.add_argument("--poll-interval-s", type=float, default=0.2)
     p.add_argument("--out", default=None, help="JSON summary (default: none)")
     p.add_argument("--check", action="store_true")
+    p.add_argument("--markdown", default=None,
+                   help="print the RESULTS.md section of a summary --out wrote, and exit")
     a = p.parse_args()
+    if a.markdown:
+        with open(a.markdown) as f:
+            print("\n".join(markdown(json.load(f))))
+        return
     import numpy as np  # noqa: PLC0415
     import tessera  # noqa: PLC0415
     from tessera.local import LocalCluster  # noqa: PLC0415

@@ -130,7 +130,8 @@ def main():
     ap.add_argument("--command", default="bash bench/run.sh")
     ap.add_argument("--scale", default="1.0")
     ap.add_argument("--repeat", default="2")
-    ap.add_argument("--only", default="all", choices=("all", "storage", "collectives", "s3"))
+    ap.add_argument("--only", default="all",
+                    choices=("all", "storage", "collectives", "s3", "history"))
     ap.add_argument("--rounds", default="2")
     ap.add_argument("--peers", default=os.path.normpath(os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "peers")),
@@ -601,6 +602,12 @@ def main():
 
     if coll is not None:
         coll.write(w)
+
+    history = os.path.join(a.out, "job_history.json")
+    if a.only in ("all", "history") and os.path.exists(history):
+        import job_history  # noqa: PLC0415 - bench/, beside this script
+        with open(history) as f:
+            L.extend(job_history.markdown(json.load(f)))
 
     with open(a.results, "w") as f:
         f.write("\n".join(L))

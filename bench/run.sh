@@ -25,7 +25,10 @@
 #    Without Open MPI (mpicc, mpirun) the MPI steps are skipped and the report marks
 #    them "not measured (openmpi missing)";
 #    every JSON line goes to bench/out/*.jsonl;
-# 4. bench/report.py turns them into bench/RESULTS.md.
+# 4. history: tesserad and one worker through 100,000 tiny saves while two clients
+#    list jobs (bench/job_history.py): save latency of the first and last 1,000,
+#    tesserad's RSS and catalog size, workers ever suspected;
+# 5. bench/report.py turns them into bench/RESULTS.md.
 #
 # It installs nothing (tools/s3/rgw.sh installs Ceph if root and it is missing). About
 # 9 minutes on the 2-vCPU VM (most of it the peers).
@@ -37,7 +40,9 @@
 #     "s3" only the S3 comparison of part 2;
 #     either writes bench/out/RESULTS.<part>.md and leaves bench/RESULTS.md alone;
 #   TESSERA_BENCH_SCALE (1.0), TESSERA_BENCH_REPEAT (2): the storage state and its runs;
-#   TESSERA_BENCH_ROUNDS (2): collectives rounds (gloo, ours, mpi, ours each).
+#   TESSERA_BENCH_ROUNDS (2): collectives rounds (gloo, ours, mpi, ours each);
+#   TESSERA_BENCH_HISTORY_SAVES (100000): saves of part 5 ("history": tesserad over a
+#     long run, bench/job_history.py, about 25 minutes at 100,000).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -48,12 +53,13 @@ scale=${TESSERA_BENCH_SCALE:-1.0}
 repeat=${TESSERA_BENCH_REPEAT:-2}
 only=${TESSERA_BENCH_ONLY:-all}
 rounds=${TESSERA_BENCH_ROUNDS:-2}
+history_saves=${TESSERA_BENCH_HISTORY_SAVES:-100000}
 
 die() { echo "bench/run.sh: $*" >&2; exit 1; }
 
 case "$only" in
-  all | storage | collectives | s3) ;;
-  *) die "TESSERA_BENCH_ONLY must be all, storage, collectives or s3 (got '$only')" ;;
+  all | storage | collectives | s3 | history) ;;
+  *) die "TESSERA_BENCH_ONLY must be all, storage, collectives, s3 or history (got '$only')" ;;
 esac
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "TESSERA_BENCH_ROUNDS must be a positive integer"
 want() { [ "$only" = all ] || [ "$only" = "$1" ]; }
@@ -147,6 +153,7 @@ targets=(tesserad)
 want storage && targets+=(tessera_bench_storage tessera_bench_cluster tessera-worker)
 [ "$only" = s3 ] && targets+=(tessera_bench_cluster tessera-worker)
 want collectives && targets+=(tessera_bench_collectives tessera_bench_rest_barrier)
+want history && targets+=(tessera-worker)
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 step build "$out/build.log" bash -c \
   'cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release &&
@@ -248,6 +255,12 @@ if want collectives; then
   # tesserad's POST /api/v1/barriers/{name}, 4 client threads (its own tesserad).
   step rest_barrier "$out/rest_barrier.jsonl" build-bench/bin/tessera_bench_rest_barrier \
     --ranks 4 || true
+fi
+if want history; then
+  # tesserad over a long run: TESSERA_BENCH_HISTORY_SAVES tiny saves, with job lists
+  # polled meanwhile (bench/job_history.py); its summary goes to job_history.json.
+  step history "$out/job_history.log" env TESSERA_BIN=build-bench/bin "$py" bench/job_history.py \
+    --saves "$history_saves" --out "$out/job_history.json" || true
 fi
 finished=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 

@@ -99,6 +99,8 @@ void Service::AddRoutes(http::Router* router) {
     };
     return r;
   }, "Server-Sent Events: worker, mesh, job, checkpoint, barrier, preemption");
+  // EventSource cannot send a header: this route alone also takes ?token=.
+  router->SetQueryToken("GET", "/api/v1/events");
 
   // Workers.
   add("POST", "/api/v1/workers", [this](const Request& req) {

@@ -8,9 +8,10 @@
 
 #include <csignal>
 #include <cstdio>
-#include <fstream>
 #include <thread>
 
+#include "api/http/bearer_token.h"
+#include "api/http/local_credential.h"
 #include "api/http/server.h"
 #include "service/dashboard.h"
 #include "service/service.h"
@@ -19,41 +20,44 @@
 
 namespace {
 
-// The token from --token, TESSERA_TOKEN, or <data_dir>/token (created 0600).
-tessera::Result<std::string> LoadToken(const std::string& flag, const std::string& data_dir) {
-  if (!flag.empty()) return flag;
-  if (const char* env = std::getenv("TESSERA_TOKEN"); env && *env) return std::string(env);
+// The token from --token-file, --token (warned: visible in /proc), TESSERA_TOKEN,
+// or else <data_dir>/token (created 0600 with a fresh random token). `source`
+// says which, for the start-up lines: the token itself is never printed.
+tessera::Result<std::string> LoadToken(const std::string& flag, const std::string& file,
+                                       const std::string& data_dir, std::string* source) {
+  ASSIGN_OR_RETURN(tessera::http::ChosenToken chosen,
+                   tessera::http::ChooseToken(flag, file, "tesserad"));
+  if (!chosen.token.empty()) {
+    *source = chosen.source;
+    return chosen.token;
+  }
   const std::string path = data_dir + "/token";
-  std::ifstream in(path);
-  std::string token;
-  if (in && std::getline(in, token) && !token.empty()) return token;
-  unsigned char raw[24];
-  int fd = ::open("/dev/urandom", O_RDONLY);
-  if (fd < 0 || ::read(fd, raw, sizeof(raw)) != static_cast<ssize_t>(sizeof(raw))) {
-    if (fd >= 0) ::close(fd);
-    return tessera::Internal("cannot read /dev/urandom for a token");
-  }
-  ::close(fd);
-  static const char* hex = "0123456789abcdef";
-  for (unsigned char c : raw) {
-    token += hex[c >> 4];
-    token += hex[c & 15];
-  }
-  int out = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  if (out < 0 || ::write(out, token.data(), token.size()) != static_cast<ssize_t>(token.size())) {
-    if (out >= 0) ::close(out);
-    return tessera::ErrnoStatus(errno, "write", path);
-  }
-  ::fsync(out);
-  ::close(out);
+  *source = "the file " + path;
+  if (::access(path.c_str(), F_OK) == 0) return tessera::http::ReadTokenFile(path);
+  ASSIGN_OR_RETURN(std::string token, tessera::http::NewLocalCredential());
+  RETURN_IF_ERROR(tessera::http::WriteLocalCredential(path, token));
   return token;
+}
+
+// The data dir holds the catalog and the token: only this user may enter it, and
+// the catalog's files (and those SQLite makes beside it, which take its mode)
+// only this user may read.
+tessera::Status KeepPrivate(const std::string& data_dir) {
+  if (::chmod(data_dir.c_str(), 0700) != 0) return tessera::ErrnoStatus(errno, "chmod 700", data_dir);
+  const std::string catalog = data_dir + "/catalog.sqlite";
+  int fd = ::open(catalog.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return tessera::ErrnoStatus(errno, "create", catalog);
+  ::fchmod(fd, 0600);
+  ::close(fd);
+  for (const char* suffix : {"-wal", "-shm"}) (void)::chmod((catalog + suffix).c_str(), 0600);
+  return tessera::Status::Ok();
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"tesserad: Tessera control plane"};
-  std::string listen = "127.0.0.1:7070", data_dir = "tessera-data", root, token_flag, web_dir,
+  std::string listen = "127.0.0.1:7070", data_dir = "tessera-data", root, token_flag, token_file, web_dir,
               s3_endpoint, tls_cert, tls_key;
   int threads = 256, header_timeout_s = 10;
   int64_t heartbeat_ms = 500, lease_ms = 3000, gc_interval_ms = 5 * 60 * 1000;
@@ -63,7 +67,12 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", data_dir, "catalog, token");
   app.add_option("--checkpoint-root", root, "where checkpoints live: a directory every worker can reach, or s3://BUCKET/PREFIX (default <data-dir>/checkpoints)");
   app.add_option("--s3-endpoint", s3_endpoint, "the S3 server of an s3:// root, e.g. http://10.0.0.5:7480 (else TESSERA_S3_ENDPOINT); workers learn it from here unless they set their own. Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION");
-  app.add_option("--token", token_flag, "bearer token (else TESSERA_TOKEN, else <data-dir>/token)");
+  app.add_option("--token-file", token_file,
+                 "read the bearer token from this file (mode 0600); else TESSERA_TOKEN, else "
+                 "<data-dir>/token, created with a random token");
+  app.add_option("--token", token_flag,
+                 "the bearer token itself: every local user can read it in /proc (warned); "
+                 "prefer --token-file or TESSERA_TOKEN");
   app.add_option("--threads", threads, "HTTP threads; each worker's task long-poll, each SSE client and each waiting barrier, KV or sync call holds one, so keep it above the number of workers plus waiting ranks")
       ->check(CLI::Range(4, 4096));
   app.add_option("--heartbeat-ms", heartbeat_ms, "worker heartbeat interval")->check(CLI::Range(10, 60000));
@@ -113,7 +122,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
     return 1;
   }
-  auto token = LoadToken(token_flag, data_dir);
+  if (auto st = KeepPrivate(data_dir); !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  std::string token_source;
+  auto token = LoadToken(token_flag, token_file, data_dir, &token_source);
   if (!token.ok()) {
     std::fprintf(stderr, "error: %s\n", token.status().ToString().c_str());
     return 1;
@@ -165,8 +179,8 @@ int main(int argc, char** argv) {
   }
   const char* scheme = server.tls() ? "https" : "http";
   std::printf("listening on %s://%s:%d\n", scheme, host.c_str(), *bound);
-  std::printf("token: %s\n", token->c_str());
-  std::printf("dashboard: %s://%s:%d/#token=%s\n", scheme, host.c_str(), *bound, token->c_str());
+  std::printf("token: from %s\n", token_source.c_str());
+  std::printf("dashboard: %s://%s:%d/ (sign in with the token)\n", scheme, host.c_str(), *bound);
   (*service)->SetServerStats([&server] { return server.stats(); });
   std::printf("data dir: %s, checkpoint root: %s\n", data_dir.c_str(), root.c_str());
   std::fflush(stdout);

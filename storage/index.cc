@@ -1,7 +1,11 @@
 #include "storage/index.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <set>
+
+#include "storage/chunk_codec.h"
 
 namespace tessera::storage {
 namespace {
@@ -33,6 +37,68 @@ Status Corrupt(const std::string& file, const std::string& why) {
   return DataLoss(file + " is corrupt: " + why, {{"file", file}});
 }
 
+uint64_t LoadLe64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = v << 8 | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+// The SQLite image of an index file, its trailer checked and taken off; the
+// whole file when it has none (*sealed false: only version 1 may lack it).
+Result<std::string> UnsealIndexImage(std::string file, const std::string& path, bool* sealed) {
+  *sealed = file.size() >= kIndexSealBytes &&
+            file.compare(file.size() - kIndexSealBytes, 8, kIndexSealMagic, 8) == 0;
+  if (!*sealed) return file;
+  const uint64_t stored = LoadLe64(file.data() + file.size() - 8);
+  file.resize(file.size() - kIndexSealBytes);
+  const uint64_t computed = Checksum(file.data(), file.size());
+  if (stored != computed) {
+    char hex[64];
+    std::snprintf(hex, sizeof(hex), "stored %016llx, computed %016llx",
+                  static_cast<unsigned long long>(stored), static_cast<unsigned long long>(computed));
+    return Corrupt(path, std::string("its checksum does not match its content (") + hex +
+                             "): it changed after the checkpoint was committed");
+  }
+  return file;
+}
+
+// Slices of one tensor must tile it: disjoint, and together every element.
+// Disjointness is a sweep along the dimension with the most distinct offsets,
+// comparing only slices whose extents meet there.
+Status CheckTiling(const TensorEntry& t, const std::string& path) {
+  int64_t covered = 0;
+  for (const auto& s : t.slices) covered += s.slice.NumElements();
+  const int64_t want = NumElements(t.meta.shape);
+  if (covered != want) {
+    return Corrupt(path, "the slices of tensor '" + t.meta.name + "' cover " +
+                             std::to_string(covered) + " of its " + std::to_string(want) +
+                             " elements");
+  }
+  const size_t rank = t.meta.shape.size();
+  size_t dim = 0, most = 0;
+  for (size_t d = 0; d < rank; ++d) {
+    std::set<int64_t> offsets;
+    for (const auto& s : t.slices) offsets.insert(s.slice.offsets[d]);
+    if (offsets.size() > most) most = offsets.size(), dim = d;
+  }
+  std::vector<const SliceSpec*> order;
+  for (const auto& s : t.slices) order.push_back(&s.slice);
+  auto start = [&](const SliceSpec* s) { return rank == 0 ? 0 : s->offsets[dim]; };
+  auto end = [&](const SliceSpec* s) { return rank == 0 ? 1 : s->offsets[dim] + s->lengths[dim]; };
+  std::sort(order.begin(), order.end(),
+            [&](const SliceSpec* a, const SliceSpec* b) { return start(a) < start(b); });
+  for (size_t i = 0; i < order.size(); ++i) {
+    for (size_t j = i + 1; j < order.size() && start(order[j]) < end(order[i]); ++j) {
+      if (Intersect(*order[i], *order[j]).has_value()) {
+        return Corrupt(path, "the slices " + order[i]->ToString() + " and " +
+                                 order[j]->ToString() + " of tensor '" + t.meta.name +
+                                 "' overlap");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 // Steps a query of the index at `file`. The index is an image in memory, so a
 // failure comes from its bytes (a damaged page met on the way, a schema that
 // does not compile): the file is corrupt, and named. Only running out of
@@ -48,6 +114,13 @@ Result<bool> StepIn(SqliteStmt& stmt, const std::string& file) {
 }
 
 }  // namespace
+
+std::string SealIndexImage(std::string image) {
+  const uint64_t sum = Checksum(image.data(), image.size());
+  image.append(kIndexSealMagic, 8);
+  for (int i = 0; i < 8; ++i) image.push_back(static_cast<char>(sum >> (8 * i)));
+  return image;
+}
 
 std::string FragmentFileName(int64_t rank) { return "fragment-" + std::to_string(rank) + ".sqlite"; }
 std::string ShardFileName(int64_t rank) { return "shard-" + std::to_string(rank) + ".tsr"; }
@@ -167,6 +240,7 @@ Status MergeFragments(Env* env, const std::string& dir, const std::vector<std::s
   for (const auto& [k, v] : rows) RETURN_IF_ERROR(ins_meta.Bind(1, k).Bind(2, v).Run());
   ins_meta = SqliteStmt();
   ASSIGN_OR_RETURN(std::string image, db.Serialize());
+  image = SealIndexImage(std::move(image));
   const std::string path = JoinPath(dir, kIndexFile);
   ASSIGN_OR_RETURN(auto file, env->NewWritableFile(path));
   RETURN_IF_ERROR(file->Append(image.data(), image.size()));
@@ -186,7 +260,9 @@ Result<CheckpointIndex> CheckpointIndex::Open(Env* env, const std::string& dir) 
                     {{"file", path}});
   }
   if (!image.ok()) return image.status();
-  ASSIGN_OR_RETURN(SqliteDb db, SqliteDb::FromImage(*image, path));
+  bool sealed = false;
+  ASSIGN_OR_RETURN(std::string sqlite_image, UnsealIndexImage(std::move(*image), path, &sealed));
+  ASSIGN_OR_RETURN(SqliteDb db, SqliteDb::FromImage(sqlite_image, path));
   CheckpointIndex index;
 
   auto fail = [&](const std::string& why) { return Corrupt(path, why); };
@@ -218,7 +294,12 @@ Result<CheckpointIndex> CheckpointIndex::Open(Env* env, const std::string& dir) 
     }
     if (!kv.count("format_version")) return fail("no format_version");
     index.format_version_ = std::atoi(kv["format_version"].c_str());
-    if (index.format_version_ != kIndexFormatVersion) {
+    if (index.format_version_ == kIndexFormatVersion && !sealed) {
+      return fail("it has no checksum trailer, which its format version " +
+                  std::to_string(kIndexFormatVersion) + " requires");
+    }
+    if (index.format_version_ != kIndexFormatVersion &&
+        !(index.format_version_ == kUnsealedIndexFormatVersion && !sealed)) {
       return InvalidArgument(path + " has index format version " + kv["format_version"] +
                                  "; this build reads version " +
                                  std::to_string(kIndexFormatVersion),
@@ -309,8 +390,9 @@ Result<CheckpointIndex> CheckpointIndex::Open(Env* env, const std::string& dir) 
       tensor.slices[s->second.second].chunks.push_back(c);
     }
   }
-  // Chunks must tile each slice's bytes exactly; readers rely on it.
+  // Slices must tile each tensor, and chunks each slice's bytes; readers rely on it.
   for (const auto& t : index.tensors_) {
+    RETURN_IF_ERROR(CheckTiling(t, path));
     const uint64_t esize = DTypeSize(t.meta.dtype);
     for (const auto& s : t.slices) {
       uint64_t expect = 0;

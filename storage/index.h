@@ -23,8 +23,17 @@
 
 namespace tessera::storage {
 
-inline constexpr int kIndexFormatVersion = 1;
+// Version 2: the file is the SQLite image followed by a 16-byte trailer, the
+// magic "TSRXSUM1" and the xxh64 of the image (little-endian), so that any
+// changed bit is caught on open. Version 1 (no trailer) is still read.
+inline constexpr int kIndexFormatVersion = 2;
+inline constexpr int kUnsealedIndexFormatVersion = 1;
 inline constexpr const char* kIndexFile = "index.sqlite";
+inline constexpr char kIndexSealMagic[] = "TSRXSUM1";  // 8 bytes, without its NUL
+inline constexpr size_t kIndexSealBytes = 16;
+
+// The bytes of index.sqlite for an SQLite image: the image and its trailer.
+std::string SealIndexImage(std::string image);
 
 std::string FragmentFileName(int64_t rank);  // "fragment-<rank>.sqlite"
 std::string ShardFileName(int64_t rank);     // "shard-<rank>.tsr"

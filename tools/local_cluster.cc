@@ -133,7 +133,7 @@ LocalCluster::~LocalCluster() {
 Status LocalCluster::StartServer(int port) {
   std::vector<std::string> argv = {
       options_.bin_dir + "/tesserad", "--listen", "127.0.0.1:" + std::to_string(port),
-      "--data-dir", dir_ + "/data", "--token", token_,
+      "--data-dir", dir_ + "/data",
       "--heartbeat-ms", std::to_string(options_.heartbeat_ms),
       "--lease-ms", std::to_string(options_.lease_ms),
       "--threads", std::to_string(options_.server_threads)};
@@ -141,18 +141,22 @@ Status LocalCluster::StartServer(int port) {
     argv.insert(argv.end(), {"--checkpoint-root", options_.checkpoint_root});
   }
   argv.insert(argv.end(), options_.server_args.begin(), options_.server_args.end());
-  ASSIGN_OR_RETURN(server_, Spawn(argv, {}, dir_ + "/tesserad.log", 15000));
+  // The token goes in the environment, which only this user can read in /proc.
+  ASSIGN_OR_RETURN(server_, Spawn(argv, {"TESSERA_TOKEN=" + token_}, dir_ + "/tesserad.log", 15000));
   return Status::Ok();
 }
 
 Status LocalCluster::StartWorker(int i) {
   std::vector<std::string> argv = {options_.bin_dir + "/tessera-worker",
                                    "--server", server_.url,
-                                   "--token", token_,
                                    "--name", options_.worker_name_prefix + std::to_string(i),
                                    "--devices", std::to_string(options_.devices_per_worker),
                                    "--copy-threads", std::to_string(options_.copy_threads)};
+  if (auto extra = options_.worker_args.find(i); extra != options_.worker_args.end()) {
+    argv.insert(argv.end(), extra->second.begin(), extra->second.end());
+  }
   auto env = options_.worker_env.count(i) ? options_.worker_env.at(i) : std::vector<std::string>{};
+  env.push_back("TESSERA_TOKEN=" + token_);
   ASSIGN_OR_RETURN(workers_[i],
                    Spawn(argv, env, dir_ + "/worker-" + std::to_string(i) + ".log", 15000));
   return Status::Ok();

@@ -28,6 +28,8 @@ struct ClusterOptions {
   int copy_threads = 1;      // per worker; several workers share this machine's cores
   // Extra environment for workers, by worker index (fault-injection hooks in tests).
   std::map<int, std::vector<std::string>> worker_env;
+  // Extra flags for workers, by worker index.
+  std::map<int, std::vector<std::string>> worker_args;
   // Elsewhere for the checkpoints (a directory, or s3://BUCKET/PREFIX), and more
   // tesserad flags (e.g. --s3-endpoint URL).
   std::string checkpoint_root;

@@ -236,6 +236,7 @@ void Agent::AddRoutes(http::Router* router) {
     const int64_t in_flight = collectives_ != nullptr ? collectives_->in_flight() : 0;
     return http::Response::Json(200, {{"status", "ok"}, {"worker", id_},
                                       {"collectives_in_flight", in_flight},
+                                      {"pending_saves", PendingSaves()},
                                       {"data_port", {{"refused_connections",
                                                       collectives::RefusedConnections()}}}});
   }, "liveness", false});

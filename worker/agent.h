@@ -44,6 +44,11 @@ struct AgentOptions {
   int data_port = 0;
   int io_threads = 2;  // compression / decompression
   int64_t trainer_wait_ms = 120 * 1000;  // a trainer-driven save waits this long for /v1/save
+  // In-loop saves whose snapshot no job has taken yet (tesserad away, or slow):
+  // /v1/save answers 503 naming the limit while this many are pending, or while
+  // they hold max_pending_save_bytes or more (0: no byte limit).
+  int64_t max_pending_saves = 4;
+  uint64_t max_pending_save_bytes = 0;
   // Fault injection for tests: sleep this long before running a task of a kind.
   std::map<std::string, int64_t> task_delay_ms;
 };
@@ -116,6 +121,11 @@ class Agent {
   Result<int64_t> AgreeOnLatest(const std::string& mesh, int64_t timeout_ms);
 
   // agent_trainer.cc
+  // unavailable naming the limit and the pending saves when another in-loop
+  // snapshot would pass max_pending_saves or max_pending_save_bytes.
+  Status CheckPendingRoom(const std::string& mesh, int64_t step) REQUIRES(mu_);
+  // {"count", "bytes", "max", "max_bytes"} of the pending in-loop snapshots.
+  Json PendingSaves() EXCLUDES(mu_);
   // Starts or joins the job of an in-loop save and follows it until `deadline`.
   void FollowTrainerSave(const std::string& mesh, int64_t step, Json body,
                          std::chrono::steady_clock::time_point deadline);

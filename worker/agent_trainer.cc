@@ -15,8 +15,10 @@
 namespace tessera::worker {
 namespace {
 
-// How long the background start of a save retries an unreachable tesserad.
-constexpr int64_t kStartRetryMs = 30 * 1000;
+// The background start of a save retries an unreachable tesserad until the
+// save's deadline, waiting this long at first, then twice as long each time.
+constexpr int64_t kStartRetryFirstMs = 200;
+constexpr int64_t kStartRetryMaxMs = 5000;
 // How long an in-loop save may take, from the trainer's call to the commit, unless
 // the body's deadline_ms says otherwise; then it is cancelled and reported failed.
 constexpr int64_t kDefaultSaveDeadlineMs = 30 * 60 * 1000;
@@ -58,6 +60,44 @@ Result<Json> Agent::FollowJob(const std::string& kind, const std::string& job, i
   }
 }
 
+Status Agent::CheckPendingRoom(const std::string& mesh, int64_t step) {
+  uint64_t bytes = 0;
+  Json pending = Json::array();
+  for (const auto& [key, snap] : trainer_snapshots_) {
+    bytes += snap->bytes();
+    pending.push_back({{"mesh", key.first}, {"step", key.second}, {"bytes", snap->bytes()}});
+  }
+  const int64_t count = static_cast<int64_t>(trainer_snapshots_.size());
+  const uint64_t max_bytes = options_.max_pending_save_bytes;
+  const bool over_count = count >= options_.max_pending_saves;
+  const bool over_bytes = max_bytes > 0 && bytes >= max_bytes;
+  if (!over_count && !over_bytes) return Status::Ok();
+  const std::string limit = over_count
+      ? "--max-pending-saves " + std::to_string(options_.max_pending_saves)
+      : "--max-pending-save-bytes " + std::to_string(max_bytes);
+  return Unavailable(
+      "the save of step " + std::to_string(step) + " of mesh " + mesh + " was not taken: " +
+          std::to_string(count) + " in-loop save" + (count == 1 ? "" : "s") + " (" +
+          std::to_string(bytes) + " bytes) still wait for their job on tesserad, the limit is " +
+          limit + "; is tesserad reachable at " + options_.server + "?",
+      {{"limit", over_count ? "max_pending_saves" : "max_pending_save_bytes"},
+       {"max", over_count ? Json(options_.max_pending_saves) : Json(max_bytes)},
+       {"pending", pending},
+       {"pending_bytes", bytes},
+       {"mesh", mesh},
+       {"step", step}});
+}
+
+Json Agent::PendingSaves() {
+  MutexLock lock(mu_);
+  uint64_t bytes = 0;
+  for (const auto& [key, snap] : trainer_snapshots_) bytes += snap->bytes();
+  return {{"count", trainer_snapshots_.size()},
+          {"bytes", bytes},
+          {"max", options_.max_pending_saves},
+          {"max_bytes", options_.max_pending_save_bytes}};
+}
+
 Result<Json> Agent::SaveFromTrainer(const std::string& mesh, int64_t step, const Json& body,
                                     TrainerSaves::Until until, int64_t timeout_ms) {
   ASSIGN_OR_RETURN(auto names, OptionalNameList(body, "tensors"));
@@ -68,6 +108,11 @@ Result<Json> Agent::SaveFromTrainer(const std::string& mesh, int64_t step, const
   }
   Json job_body = body;
   job_body.erase("deadline_ms");  // ours, not the job's
+  {
+    // Bounded memory while tesserad is away: refused before any copy is made.
+    MutexLock lock(mu_);
+    RETURN_IF_ERROR(CheckPendingRoom(mesh, step));
+  }
   // The stall: one copy of this worker's shards. After it the trainer may go on.
   auto t0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(auto snap, store_->TakeSnapshot(mesh, names));
@@ -103,9 +148,11 @@ void Agent::FollowTrainerSave(const std::string& mesh, int64_t step, Json body,
     MutexLock lock(mu_);
     trainer_snapshots_.erase({mesh, step});
   };
-  // Start the job, or join the one another trainer of the mesh started.
+  // Start the job, or join the one another trainer of the mesh started. An
+  // unreachable tesserad is retried with backoff until the save's deadline; the
+  // snapshot waits meanwhile (CheckPendingRoom bounds how many do).
   std::string job;
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(kStartRetryMs);
+  int64_t backoff_ms = kStartRetryFirstMs;
   while (job.empty()) {
     auto started = control_.Call("POST", path, body);
     if (started.ok()) {
@@ -119,8 +166,20 @@ void Agent::FollowTrainerSave(const std::string& mesh, int64_t step, Json body,
       job = d["job"].get<std::string>();
     } else if (started.status().code() == Code::kUnavailable &&
                !(has_details && d.contains("worker")) &&
-               std::chrono::steady_clock::now() < give_up) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // tesserad restarting
+               std::chrono::steady_clock::now() + std::chrono::milliseconds(backoff_ms) < deadline) {
+      // tesserad restarting, or away: wait, unless the worker stops.
+      bool stopping = false;
+      {
+        MutexLock lock(mu_);
+        if (!stopping_) cv_.WaitFor(mu_, std::chrono::milliseconds(backoff_ms));
+        stopping = stopping_;
+      }
+      if (stopping) {
+        drop_snapshot();
+        trainer_saves_.Ended(mesh, step, Unavailable("worker " + id_ + " stopped"));
+        return;
+      }
+      backoff_ms = std::min(backoff_ms * 2, kStartRetryMaxMs);
     } else {
       std::fprintf(stderr, "worker %s: save of mesh %s step %lld not started: %s\n", id_.c_str(),
                    mesh.c_str(), static_cast<long long>(step), started.status().ToString().c_str());

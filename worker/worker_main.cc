@@ -14,6 +14,7 @@
 #include <memory>
 #include <thread>
 
+#include "api/http/bearer_token.h"
 #include "api/http/local_credential.h"
 #include "api/http/server.h"
 #include "api/http/tls.h"
@@ -51,8 +52,14 @@ int main(int argc, char** argv) {
   std::string server = "http://127.0.0.1:7070", token, tls_ca, local_credential, name, local = "127.0.0.1:0",
               data = "127.0.0.1:0", shm_dir = "/dev/shm", advertise, s3_endpoint;
   int devices = 1, io_threads = 2, copy_threads = 2;
+  tessera::worker::AgentOptions aopts;
   app.add_option("--server", server, "tesserad address");
-  app.add_option("--token", token, "bearer token (else TESSERA_TOKEN)");
+  std::string token_file;
+  app.add_option("--token-file", token_file,
+                 "read the cluster's bearer token from this file (mode 0600); else TESSERA_TOKEN");
+  app.add_option("--token", token,
+                 "the bearer token itself: every local user can read it in /proc (warned); "
+                 "prefer --token-file or TESSERA_TOKEN");
   app.add_option("--local-credential", local_credential,
                  "file the local API's credential is written to, mode 0600 (default /tmp/tessera-<uid>/local-<port>.key, where clients on this host look)");
   app.add_option("--tls-ca", tls_ca, "PEM file of the CA that signed tesserad's certificate, for an https:// --server (else TESSERA_TLS_CA, else the system's CAs)")
@@ -73,11 +80,24 @@ int main(int argc, char** argv) {
                  "threads copying a snapshot (the trainer's stall); with several workers on "
                  "one host, cores / workers")
       ->check(CLI::Range(1, 64));
+  app.add_option("--max-pending-saves", aopts.max_pending_saves,
+                 "in-loop saves whose snapshot waits for its job (tesserad away or slow) at "
+                 "once; past it /v1/save answers 503 naming the limit")
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}))
+      ->capture_default_str();
+  app.add_option("--max-pending-save-bytes", aopts.max_pending_save_bytes,
+                 "the same, in bytes of snapshots (0: no byte limit)")
+      ->capture_default_str();
   app.set_version_flag("--version", TESSERA_VERSION);
   CLI11_PARSE(app, argc, argv);
   if (!s3_endpoint.empty()) tessera::storage::SetDefaultS3Endpoint(s3_endpoint);
-  if (token.empty()) {
-    if (const char* env = std::getenv("TESSERA_TOKEN")) token = env;
+  {
+    auto chosen = tessera::http::ChooseToken(token, token_file, "tessera-worker");
+    if (!chosen.ok()) {
+      std::fprintf(stderr, "error: %s\n", chosen.status().ToString().c_str());
+      return 2;
+    }
+    token = chosen->token;
   }
   std::string local_host, data_host;
   int local_port = 0, data_port = 0;
@@ -104,7 +124,8 @@ int main(int argc, char** argv) {
   }
   if (token.empty()) {
     std::fprintf(stderr,
-                 "warning: no --token: the data port admits any peer that speaks its protocol\n");
+                 "warning: no token (--token-file or TESSERA_TOKEN): the data port admits any "
+                 "peer that speaks its protocol\n");
   }
   auto acceptor = tessera::collectives::TcpAcceptor::Start(std::move(listener).value(), *data_key);
   if (!acceptor.ok()) {
@@ -134,7 +155,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fault injection: disk full after %s bytes\n", limit);
   }
 
-  tessera::worker::AgentOptions aopts;
   aopts.task_delay_ms = delays;
   if (!tls_ca.empty()) tessera::http::SetDefaultCaFile(tls_ca);
   aopts.server = server;

@@ -89,6 +89,12 @@ Response Response::NoContent() {
 
 void Router::Add(Route route) { routes_.push_back(std::move(route)); }
 
+void Router::SetQueryToken(const std::string& method, const std::string& pattern) {
+  for (Route& r : routes_) {
+    if (r.method == method && r.pattern == pattern) r.query_token = true;
+  }
+}
+
 const Route* Router::Match(Request* req, bool* method_mismatch, size_t* work) const {
   *method_mismatch = false;
   size_t ignored = 0;

@@ -58,6 +58,9 @@ struct Route {
   // before any byte of the body is read (a tensor's declared size, say). Unset:
   // the server's max_json_body_bytes. Either way at most its max_body_bytes.
   std::function<uint64_t(const Request&)> body_limit = nullptr;
+  // Also takes the token as ?token= (for browsers' EventSource, which cannot
+  // set headers). Off for every other route: a URL is logged and shared.
+  bool query_token = false;
 };
 
 class Router {
@@ -70,6 +73,8 @@ class Router {
   const Route* Match(Request* req, bool* method_mismatch, size_t* work = nullptr) const;
   // Matches and runs the handler; unknown paths are not_found JSON errors.
   Response Dispatch(Request req) const;
+  // Lets the route also take its bearer token as ?token= (Route::query_token).
+  void SetQueryToken(const std::string& method, const std::string& pattern);
   const std::vector<Route>& routes() const { return routes_; }
 
  private:

@@ -406,10 +406,10 @@ void Server::Serve(std::shared_ptr<Conn> c) {
 }
 
 bool Server::Authorized(const Route& route, const Request& req) const {
-  // Browsers' EventSource cannot set headers, so ?token= is accepted too.
   return !route.auth || options_.token.empty() ||
          BearerMatches(req.Header("authorization"), options_.token) ||
-         BearerMatches("Bearer " + req.Query("token").value_or(""), options_.token);
+         (route.query_token &&
+          BearerMatches("Bearer " + req.Query("token").value_or(""), options_.token));
 }
 
 void Server::Handle(const void* raw_req, void* raw_res, std::string* body,

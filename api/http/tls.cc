@@ -1,7 +1,11 @@
 #include "api/http/tls.h"
 
+#include "api/http/bearer_token.h"
+
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+
+#include <unistd.h>
 
 #include <cstdlib>
 #include <mutex>
@@ -35,6 +39,10 @@ Result<SslCtxPtr> MakeServerContext(const std::string& cert_file, const std::str
   if (SSL_CTX_use_certificate_chain_file(ctx.get(), cert_file.c_str()) != 1) {
     return InvalidArgument("cannot load the TLS certificate " + cert_file + ": " + TakeSslError(),
                            {{"field", "tls-cert"}, {"file", cert_file}});
+  }
+  // A private key that other users could read is no longer private.
+  if (::access(key_file.c_str(), F_OK) == 0) {
+    RETURN_IF_ERROR(CheckOwnerOnly(key_file, "the TLS key", "tls-key"));
   }
   if (SSL_CTX_use_PrivateKey_file(ctx.get(), key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
     return InvalidArgument("cannot load the TLS key " + key_file + ": " + TakeSslError(),

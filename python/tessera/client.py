@@ -68,11 +68,26 @@ class Job:
         return "Job(%r)" % self.id
 
 
+def _read_token_file(path):
+    """The first line of a token file (TESSERA_TOKEN_FILE)."""
+    try:
+        with open(path) as f:
+            token = f.readline().strip()
+    except OSError as e:
+        raise TesseraError("not_found", "cannot read the token file %s: %s" % (path, e), 0,
+                           {"field": "TESSERA_TOKEN_FILE", "file": path})
+    if not token:
+        raise TesseraError("invalid_argument", "the token file %s is empty" % path, 0,
+                           {"field": "TESSERA_TOKEN_FILE", "file": path})
+    return token
+
+
 class Client:
     """tesserad's REST API.
 
     server: its URL (default: env TESSERA_SERVER, else http://127.0.0.1:7070).
-    token:  the bearer token (default: env TESSERA_TOKEN).
+    token:  the bearer token (default: env TESSERA_TOKEN, else the first line of the
+            file env TESSERA_TOKEN_FILE names).
     timeout: seconds for each call (long-polls add their own wait on top).
     tls_ca: for an https:// server, the PEM file of the CA that signed its
             certificate (default: env TESSERA_TLS_CA, else the system's CAs).
@@ -82,6 +97,8 @@ class Client:
     def __init__(self, server=None, token=None, timeout=60.0, tls_ca=None):
         server = server or os.environ.get("TESSERA_SERVER") or DEFAULT_SERVER
         token = token if token is not None else os.environ.get("TESSERA_TOKEN")
+        if token is None and os.environ.get("TESSERA_TOKEN_FILE"):
+            token = _read_token_file(os.environ["TESSERA_TOKEN_FILE"])
         self._http = Endpoint(server, "tesserad", token=token, timeout=timeout, tls_ca=tls_ca)
         self.server = self._http.url
 

@@ -59,6 +59,7 @@ def make_self_signed_cert(directory, host="127.0.0.1"):
         raise TesseraError("unavailable", "cannot make a TLS certificate with openssl: %s" % e,
                            0, {"field": "tls"}) from None
     os.chmod(key, 0o600)
+    os.chmod(key, 0o600)  # tesserad refuses a key other users can read
     return cert
 
 
@@ -157,12 +158,12 @@ class LocalCluster:
         try:
             self.server_process = Process(
                 [os.path.join(self.bin_dir, "tesserad"), "--listen", "127.0.0.1:0",
-                 "--data-dir", os.path.join(self.dir, "data"), "--token", self.token,
+                 "--data-dir", os.path.join(self.dir, "data"),
                  "--heartbeat-ms", str(heartbeat_ms), "--lease-ms", str(lease_ms)] +
                 (["--checkpoint-root", checkpoint_root] if checkpoint_root else []) +
                 list(server_args),
                 os.path.join(self.dir, "tesserad.log"),
-                env=dict(os.environ, **server_env) if server_env else None)
+                env=dict(os.environ, TESSERA_TOKEN=self.token, **(server_env or {})))
             self.server = self.server_process.url
             for i in range(workers):
                 self.workers.append(None)
@@ -176,13 +177,14 @@ class LocalCluster:
     def start_worker(self, i, env=None):
         """(Re)starts worker i under its stable name host<i>; `env`: variables to add."""
         argv = [os.path.join(self.bin_dir, "tessera-worker"), "--server", self.server,
-                "--token", self.token, "--name", "host%d" % i,
+                "--name", "host%d" % i,
                 "--devices", str(self.devices_per_worker), "--shm-dir", self.shm_dir,
                 "--copy-threads", str(self.copy_threads)]
         if self.tls_ca:
             argv += ["--tls-ca", self.tls_ca]
+        # The token goes in the environment, which only this user can read in /proc.
         p = Process(argv, os.path.join(self.dir, "worker-%d.log" % i),
-                    env=dict(os.environ, **env) if env else None)
+                    env=dict(os.environ, TESSERA_TOKEN=self.token, **(env or {})))
         self.workers[i] = p
         self.worker_urls[i] = p.url
         self.worker_ids[i] = p.wait_for(_REGISTERED, 20.0)

@@ -124,6 +124,33 @@ def test_env_defaults(cluster, monkeypatch):
     assert len(tessera.Client().workers()) >= 4
 
 
+def test_token_from_a_file_and_pages_of_jobs(cluster, client, mesh_name, monkeypatch, tmp_path):
+    monkeypatch.setenv("TESSERA_SERVER", cluster.server)
+    monkeypatch.delenv("TESSERA_TOKEN", raising=False)
+    token_file = tmp_path / "token"
+    token_file.write_text(cluster.token + "\n")
+    token_file.chmod(0o600)
+    monkeypatch.setenv("TESSERA_TOKEN_FILE", str(token_file))
+    assert len(tessera.Client().workers()) >= 4
+    token_file.write_text("")
+    with pytest.raises(tessera.TesseraError) as e:
+        tessera.Client()
+    assert e.value.code == "invalid_argument" and e.value.details["file"] == str(token_file)
+    # Jobs come a page at a time, newest first; iter_jobs follows the pages.
+    client.register_mesh(mesh_name, {"data": 4}, workers=cluster.worker_ids)
+    push(cluster, mesh_name, 1.0)
+    for step in (1, 2, 3):
+        client.save(mesh_name, step).wait(timeout=60)
+    page = client.jobs(mesh=mesh_name, kind="save", limit=2)
+    assert [j["step"] for j in page] == [3, 2]
+    rest = client.jobs(mesh=mesh_name, kind="save", limit=2, before=page[-1]["seq"])
+    assert [j["step"] for j in rest] == [1]
+    assert [j["step"] for j in client.iter_jobs(mesh=mesh_name, kind="save", page=2)] == [3, 2, 1]
+    with pytest.raises(tessera.TesseraError) as e:
+        client.jobs(limit=0)
+    assert e.value.code == "invalid_argument" and e.value.details["field"] == "limit"
+
+
 def test_wait_job_timeout_and_keep_alive_from_threads(cluster, client, mesh_name):
     client.register_mesh(mesh_name, {"data": 4}, workers=cluster.worker_ids)
     push(cluster, mesh_name, 1.0)

@@ -33,7 +33,9 @@ export class Cluster {
   async spawn(name, program, args) {
     const log = join(this.dir, `${name}.log`);
     const fd = openSync(log, 'a');
-    const child = spawn(join(this.bin, program), args, {stdio: ['ignore', fd, fd]});
+    // The token goes in the environment, which only this user can read in /proc.
+    const child = spawn(join(this.bin, program), args,
+      {stdio: ['ignore', fd, fd], env: {...process.env, TESSERA_TOKEN: this.token}});
     this.procs.set(name, child);
     return until(`${name} to listen (see ${log})`, async () => {
       if (child.exitCode !== null) throw new Error(`${name} exited: ${readFileSync(log, 'utf8')}`);
@@ -46,10 +48,10 @@ export class Cluster {
     // edits to web/ are tested without rebuilding tesserad.
     const webDir = process.env.TESSERA_WEB_DIR ? ['--web-dir', process.env.TESSERA_WEB_DIR] : [];
     this.url = await this.spawn('tesserad', 'tesserad', ['--listen', '127.0.0.1:0',
-      '--data-dir', join(this.dir, 'data'), '--token', this.token,
+      '--data-dir', join(this.dir, 'data'),
       '--heartbeat-ms', '200', '--lease-ms', '1500', ...webDir]);
     for (let i = 0; i < this.numWorkers; i++) {
-      await this.spawn(`host${i}`, 'tessera-worker', ['--server', this.url, '--token', this.token,
+      await this.spawn(`host${i}`, 'tessera-worker', ['--server', this.url,
         '--name', `host${i}`, '--local-listen', '127.0.0.1:0', '--data-listen', '127.0.0.1:0']);
     }
     await until(`${this.numWorkers} workers alive`, async () =>

@@ -31,6 +31,19 @@ echo "$out" | grep -q "BAD .*tensor .* file shard-0.tsr" || fail "verify does no
 out=$("$bin" verify --json "$ckpt" || true)
 echo "$out" | grep -q "\"ok\": false" || fail "verify --json ok flag: $out"
 
+# One bit flipped in the index: its checksum no longer matches, verify and inspect
+# say data_loss naming index.sqlite (exit 1).
+off=$(( $(stat -c %s "$ckpt/index.sqlite") / 2 ))
+byte=$(od -An -tu1 -j "$off" -N1 "$ckpt/index.sqlite" | tr -d ' ')
+printf "$(printf '\\%03o' $(( byte ^ 4 )))" | dd of="$ckpt/index.sqlite" bs=1 seek="$off" conv=notrunc status=none
+for cmd in verify inspect; do
+  set +e
+  err=$("$bin" "$cmd" "$ckpt" 2>&1); rc=$?
+  set -e
+  [ "$rc" -eq 1 ] || fail "$cmd exit $rc after a bit flip in the index, want 1: $err"
+  echo "$err" | grep -q "data_loss.*index.sqlite.*checksum" || fail "$cmd after a bit flip: $err"
+done
+
 # Garbage index: a clear data_loss error, exit 1.
 head -c 8192 /dev/urandom > "$ckpt/index.sqlite"
 set +e

@@ -205,6 +205,76 @@ TEST(TrainerSave, PassesItsDeadlineAndIsCancelled) {
   EXPECT_EQ(bad.status().details().value("field", ""), "deadline_ms");
 }
 
+// In-loop saves while tesserad is down keep their snapshots, up to the worker's
+// limit (a count, or bytes); past it /v1/save answers 503 naming the limit and the
+// pending saves, and copies nothing. Once tesserad is back, the pending saves commit.
+TEST(TrainerSave, PendingSnapshotsAreBoundedWhileTesseradIsDown) {
+  constexpr int64_t kShard = 1 << 20;  // bytes of the tensor each worker holds
+  tools::ClusterOptions opts;
+  opts.workers = 2;
+  opts.worker_args[0] = {"--max-pending-save-bytes", std::to_string(kShard * 3 / 2)};
+  opts.worker_args[1] = {"--max-pending-saves", "3"};
+  auto c = StartCluster(opts);
+  ASSERT_TRUE(c);
+  const Mesh one{"a", {{"data", 1}}, 1};
+  for (int w = 0; w < 2; ++w) {
+    const std::string name = w == 0 ? "a" : "b";
+    ASSERT_TRUE(c->PutMesh(name, MeshToJson(one)["axes"], 1, w).ok());
+    Mesh m = one;
+    m.name = name;
+    Push(*c, m, MakeGlobal("w", DType::kFloat32, {kShard / 4}, Layout{{"unsharded"}}, 7), w);
+  }
+  c->KillServer();
+  auto save = [&](int w, int step) {
+    return c->WorkerClient(w).Call("POST", "/v1/save?mesh=" + std::string(w == 0 ? "a" : "b") +
+                                               "&step=" + std::to_string(step),
+                                   Json::object());
+  };
+  auto pending_steps = [](const Status& st) {
+    std::vector<int64_t> steps;
+    for (const Json& p : st.details().value("pending", Json::array())) steps.push_back(p["step"]);
+    return steps;
+  };
+  // Worker 0: two snapshots hold 2 MiB, past its 1.5 MiB.
+  ASSERT_TRUE(save(0, 1).ok());
+  ASSERT_TRUE(save(0, 2).ok());
+  auto refused = save(0, 3);
+  ASSERT_EQ(refused.status().code(), Code::kUnavailable) << refused.status().ToString();
+  EXPECT_EQ(refused.status().details().value("limit", ""), "max_pending_save_bytes");
+  EXPECT_EQ(pending_steps(refused.status()), (std::vector<int64_t>{1, 2}));
+  EXPECT_NE(refused.status().message().find("--max-pending-save-bytes"), std::string::npos)
+      << refused.status().ToString();
+  // Worker 1: three saves, then its count.
+  for (int step = 1; step <= 3; ++step) ASSERT_TRUE(save(1, step).ok()) << step;
+  refused = save(1, 4);
+  ASSERT_EQ(refused.status().code(), Code::kUnavailable) << refused.status().ToString();
+  EXPECT_EQ(refused.status().details().value("limit", ""), "max_pending_saves");
+  EXPECT_EQ(refused.status().details().value("max", 0), 3);
+  EXPECT_EQ(refused.status().details().value("pending_bytes", int64_t{0}), 3 * kShard);
+  EXPECT_EQ(pending_steps(refused.status()), (std::vector<int64_t>{1, 2, 3}));
+  auto health = c->WorkerClient(1).Call("GET", "/healthz");
+  ASSERT_TRUE(health.ok());
+  EXPECT_EQ((*health)["pending_saves"]["count"], 3) << health->dump();
+  EXPECT_EQ((*health)["pending_saves"]["bytes"], 3 * kShard) << health->dump();
+
+  // tesserad comes back: every pending save commits, and the room is free again.
+  ASSERT_TRUE(c->RestartServer().ok()) << c->server_log();
+  for (const auto& [w, last] : std::vector<std::pair<int, int>>{{0, 2}, {1, 3}}) {
+    for (int step = 1; step <= last; ++step) {
+      auto done = c->WorkerClient(w, 90).Call(
+          "GET", "/v1/saves/" + std::to_string(step) + "?mesh=" + (w == 0 ? "a" : "b") +
+                     "&wait=committed&timeout_ms=60000");
+      ASSERT_TRUE(done.ok()) << "worker " << w << " step " << step << ": "
+                             << done.status().ToString();
+      EXPECT_EQ((*done)["state"], "committed");
+    }
+  }
+  health = c->WorkerClient(1).Call("GET", "/healthz");
+  ASSERT_TRUE(health.ok());
+  EXPECT_EQ((*health)["pending_saves"]["count"], 0) << health->dump();
+  EXPECT_TRUE(save(1, 4).ok());
+}
+
 // A catalog that cannot be written (its disk is full) is never silent: the
 // request whose record it refuses fails naming the catalog, memory stays as it
 // was, and /healthz says degraded. Needs root for a small tmpfs.

@@ -116,20 +116,27 @@ class Cluster:
         """(Re)starts tesserad; each start logs to a new file (it is ready once that says so)."""
         self.server = self.hosts.start(0, [
             bin_path("tesserad"), "--listen", "%s:7070" % self.hosts.addr(0),
-            "--data-dir", "/tmp/tesserad", "--checkpoint-root", self.root, "--token", self.token,
+            "--data-dir", "/tmp/tesserad", "--checkpoint-root", self.root,
             "--heartbeat-ms", str(HEARTBEAT_MS), "--lease-ms", str(LEASE_MS)] +
-            self.store.server_args, log)
+            self.store.server_args, log, env=self.secret_env())
 
     def start_worker(self, i, env=None, log=None):
         """(Re)starts the worker of host i under its name h<i>."""
         p = self.hosts.start(i, [
-            bin_path("tessera-worker"), "--server", self.url, "--token", self.token,
+            bin_path("tessera-worker"), "--server", self.url,
             "--name", "h%d" % i, "--local-listen", "127.0.0.1:7071",
             "--data-listen", "%s:7072" % self.hosts.addr(i), "--copy-threads", "1",
-            "--io-threads", "1"], log or "worker-%d.log" % i, env=env)
+            "--io-threads", "1"], log or "worker-%d.log" % i, env=self.secret_env(env))
         self.ids[i] = p.wait_for(tessera.local._REGISTERED, 20.0)
         self.workers[i] = p
         return p
+
+    def secret_env(self, extra=None):
+        """The environment of a tesserad or worker: the token goes there, which only
+        this user can read in /proc, not on the command line."""
+        env = dict(extra if extra is not None else os.environ)
+        env["TESSERA_TOKEN"] = self.token
+        return env
 
     def env(self):
         env = dict(os.environ)

@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -300,6 +301,24 @@ TEST_F(HttpServerTest, ServesHttpsToClientsThatTrustItsCa) {
   EXPECT_FALSE(plain.ok());
   EXPECT_GE(server->stats().tls_failures, 1u);
   SetDefaultCaFile("");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(HttpServerTest, ATlsKeyOtherUsersCouldReadIsRefused) {
+  const std::string dir = MakeCert(::testing::TempDir() + "/tls-open-" + std::to_string(::getpid()));
+  ASSERT_EQ(::chmod((dir + "/key.pem").c_str(), 0640), 0);
+  ServerOptions o;
+  o.tls_cert_file = dir + "/cert.pem";
+  o.tls_key_file = dir + "/key.pem";
+  Server server(router_, o);
+  auto port = server.Bind();
+  ASSERT_FALSE(port.ok());
+  EXPECT_EQ(port.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(port.status().message().find("the TLS key " + dir + "/key.pem has mode 0640"),
+            std::string::npos)
+      << port.status().ToString();
+  EXPECT_NE(port.status().message().find("chmod 600"), std::string::npos);
+  EXPECT_EQ(port.status().details()["field"], "tls-key");
   std::filesystem::remove_all(dir);
 }
 

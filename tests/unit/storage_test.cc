@@ -315,7 +315,7 @@ TEST(Index, MissingGarbageAndWrongVersionAreClearErrors) {
   // Wrong format version.
   auto db = SqliteDb::FromImage(*image, "x");
   ASSERT_TRUE(db->Exec("UPDATE meta SET value = '99' WHERE key = 'format_version'").ok());
-  ASSERT_TRUE(WriteFileDurably(&env, index_path, *db->Serialize()).ok());
+  ASSERT_TRUE(WriteFileDurably(&env, index_path, SealIndexImage(*db->Serialize())).ok());
   auto idx = CheckpointIndex::Open(&env, ck.dir);
   EXPECT_EQ(idx.status().code(), Code::kInvalidArgument);
   EXPECT_NE(idx.status().message().find("version 99"), std::string::npos);
@@ -329,7 +329,7 @@ TEST(Index, MissingGarbageAndWrongVersionAreClearErrors) {
   // A valid SQLite file that is not an index.
   auto other = SqliteDb::OpenMemory();
   ASSERT_TRUE(other->Exec("CREATE TABLE x(y)").ok());
-  ASSERT_TRUE(WriteFileDurably(&env, index_path, *other->Serialize()).ok());
+  ASSERT_TRUE(WriteFileDurably(&env, index_path, SealIndexImage(*other->Serialize())).ok());
   EXPECT_EQ(CheckpointIndex::Open(&env, ck.dir).status().code(), Code::kDataLoss);
 
   // Missing.
@@ -417,13 +417,61 @@ TEST(Verify, TruncatedAndMissingShardsAreProblems) {
 // Regressions found by the fuzz targets of fuzz/ (their inputs are in
 // fuzz/corpus/index_reader/regress-*).
 
-// The checkpoint's index after `sql`, written back in place.
+// The checkpoint's index after `sql`, written back in place with a fresh
+// checksum (as a writer that means it would): what the rows say is checked.
 void EditIndex(MemEnv* env, const std::string& dir, const std::string& sql) {
   const std::string path = JoinPath(dir, kIndexFile);
-  auto db = SqliteDb::FromImage(*ReadWholeFile(env, path), "index");
+  std::string file = *ReadWholeFile(env, path);
+  file.resize(file.size() - kIndexSealBytes);
+  auto db = SqliteDb::FromImage(file, "index");
   ASSERT_TRUE(db.ok());
   ASSERT_TRUE(db->Exec(sql).ok()) << sql;
-  ASSERT_TRUE(WriteFileDurably(env, path, *db->Serialize()).ok());
+  ASSERT_TRUE(WriteFileDurably(env, path, SealIndexImage(*db->Serialize())).ok());
+}
+
+// A slice moved onto another (one digit of an offset changed, as a flipped bit
+// in an unsealed index would) or shortened: the slices no longer tile their
+// tensor, and open, verify and read all say so, naming the file and the tensor.
+TEST(Index, SlicesThatDoNotTileTheirTensorAreDataLoss) {
+  for (const auto& [sql, want] : std::vector<std::pair<std::string, std::string>>{
+           {"UPDATE slices SET offsets = '0,16' WHERE offsets = '32,16' AND tensor_id = "
+            "(SELECT id FROM tensors WHERE name = 'w')",
+            "of tensor 'w' overlap"},
+           {"UPDATE slices SET lengths = '16,16', elements = 256 WHERE offsets = '32,16' AND "
+            "tensor_id = (SELECT id FROM tensors WHERE name = 'w')",
+            "the slices of tensor 'w' cover 1792 of its 2048 elements"}}) {
+    MixedCheckpoint ck;
+    ASSERT_FALSE(ck.dir.empty());
+    EditIndex(&ck.env, ck.dir, sql);
+    auto idx = CheckpointIndex::Open(&ck.env, ck.dir);
+    EXPECT_EQ(idx.status().code(), Code::kDataLoss) << sql;
+    EXPECT_NE(idx.status().message().find(want), std::string::npos) << idx.status().ToString();
+    EXPECT_EQ(idx.status().details()["file"], JoinPath(ck.dir, kIndexFile));
+    EXPECT_EQ(VerifyCheckpoint(&ck.env, ck.dir).status().code(), Code::kDataLoss);
+    EXPECT_EQ(ReadSlice(&ck.env, ck.dir, "w", FullSlice({64, 32})).status().code(),
+              Code::kDataLoss);
+  }
+}
+
+// An index written before the checksum (format version 1, no trailer) is still
+// read; one that claims version 2 without its trailer is not.
+TEST(Index, AnUnsealedIndexIsReadOnlyAsFormatVersion1) {
+  MixedCheckpoint ck;
+  ASSERT_FALSE(ck.dir.empty());
+  const std::string path = JoinPath(ck.dir, kIndexFile);
+  std::string sealed = *ReadWholeFile(&ck.env, path);
+  const std::string image = sealed.substr(0, sealed.size() - kIndexSealBytes);
+  ASSERT_TRUE(WriteFileDurably(&ck.env, path, image).ok());
+  auto idx = CheckpointIndex::Open(&ck.env, ck.dir);
+  EXPECT_EQ(idx.status().code(), Code::kDataLoss);
+  EXPECT_NE(idx.status().message().find("no checksum trailer"), std::string::npos)
+      << idx.status().ToString();
+  auto db = SqliteDb::FromImage(image, "index");
+  ASSERT_TRUE(db->Exec("UPDATE meta SET value = '1' WHERE key = 'format_version'").ok());
+  ASSERT_TRUE(WriteFileDurably(&ck.env, path, *db->Serialize()).ok());
+  idx = CheckpointIndex::Open(&ck.env, ck.dir);
+  ASSERT_TRUE(idx.ok()) << idx.status().ToString();
+  EXPECT_EQ(idx->format_version(), 1);
 }
 
 TEST(FuzzRegression, IndexPageDamagedUnderAQueryNamesTheFile) {
