@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "api/dtype.h"
+#include "api/http/request_head.h"
 #include "api/http/router.h"
 #include "api/mesh.h"
 #include "api/names.h"
@@ -278,6 +279,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view body = in.substr(std::min(nl2 + 1, in.size()));
 
   CheckEncodings(in);
+  // The gate parses a stranger's raw header (request_head.h): whatever the bytes,
+  // a parse is a method, a path from '/', and headers with lower-case names.
+  const std::string raw_head = std::string(method) + " " + std::string(target) +
+                               " HTTP/1.1\r\n" + std::string(body) + "\r\n\r\n";
+  for (std::string_view head : {in, std::string_view(raw_head)}) {
+    if (auto parsed = ParseRequestHead(head)) {
+      FUZZ_CHECK(!parsed->path.empty() && parsed->path[0] == '/', parsed->path);
+      for (const auto& [name, value] : parsed->headers) {
+        for (char c : name) FUZZ_CHECK(!(c >= 'A' && c <= 'Z'), name);
+      }
+    }
+  }
   const size_t q = target.find('?');
   const std::string_view path = target.substr(0, q);
   Request req;

@@ -812,6 +812,7 @@ std::string Service::RenderMetrics() {
     dropped["reason=\"over_cap\""] = static_cast<double>(st.evicted);
     dropped["reason=\"header_too_large\""] = static_cast<double>(st.header_too_large);
     dropped["reason=\"tls_handshake\""] = static_cast<double>(st.tls_failures);
+    dropped["reason=\"unauthenticated\""] = static_cast<double>(st.unauthenticated_at_gate);
   }
   return metrics_.Render(gauges, counters);
 }

@@ -19,6 +19,10 @@ namespace tessera::http {
 namespace {
 
 constexpr int kScanIntervalMs = 100;
+// An answered connection is drained for at most this long, reading at most this
+// much at each wake-up so that other connections are not kept waiting.
+constexpr int64_t kDrainMs = 1000;
+constexpr size_t kDrainBytesPerWake = size_t{1} << 20;
 constexpr int kAcceptPauseMs = 100;  // after running out of file descriptors
 
 }  // namespace
@@ -59,6 +63,7 @@ void Gate::Stop() {
   waiting_.clear();
   order_.clear();
   by_peer_.clear();
+  draining_.clear();
   MutexLock l(returned_mu_);
   returned_.clear();
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
@@ -101,6 +106,8 @@ void Gate::Loop() {
           c->deadline_ms = now + (c->idle ? options_.idle_timeout_ms : options_.header_timeout_ms);
           Adopt(std::move(c), now);
         }
+      } else if (draining_.count(fd) != 0) {
+        Drain(fd, now);
       } else {
         Advance(fd, now);
       }
@@ -231,6 +238,14 @@ void Gate::Advance(int fd, int64_t now) {
     c.idle = false;
     c.deadline_ms = now + options_.header_timeout_ms;
   }
+  if (c.HeaderComplete() && options_.screen) {
+    const std::string_view pending(c.buf.data() + c.pos, c.Buffered());
+    const size_t end = pending.find("\r\n\r\n");
+    if (std::optional<std::string> answer = options_.screen(pending.substr(0, end + 4))) {
+      stats_.screened++;
+      return Answer(fd, *answer, now);
+    }
+  }
   if (c.HeaderComplete()) {
     std::shared_ptr<Conn> mine = std::move(it->second);
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
@@ -289,7 +304,51 @@ void Gate::Refuse(int fd, int status, const char* reason) {
   Drop(fd);
 }
 
+void Gate::Answer(int fd, const std::string& response, int64_t now) {
+  auto it = waiting_.find(fd);
+  if (it == waiting_.end()) return;
+  std::shared_ptr<Conn> c = it->second;
+  const bool sent = c->WriteAll(response.data(), response.size(), 0);
+  Drop(fd);  // out of the waiting room (and its caps)
+  // TLS would need its own shutdown; a full drain room means a flood: close now.
+  if (!sent || c->ssl != nullptr || draining_.size() >= options_.max_waiting) return;
+  ::shutdown(fd, SHUT_WR);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) return;
+  draining_.emplace(fd, std::make_pair(std::move(c), now + kDrainMs));
+  Drain(fd, now);
+}
+
+void Gate::Drain(int fd, int64_t now) {
+  auto it = draining_.find(fd);
+  if (it == draining_.end()) return;
+  char scratch[16 << 10];
+  for (size_t dropped = 0; dropped < kDrainBytesPerWake;) {
+    const ssize_t n = ::recv(fd, scratch, sizeof(scratch), MSG_DONTWAIT);
+    if (n > 0) {
+      dropped += static_cast<size_t>(n);
+      continue;
+    }
+    const bool later = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+    if (later && now < it->second.second) return;  // the peer may still send: wait for it
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);  // closed by the peer, failed, or late
+    draining_.erase(it);
+    return;
+  }
+  // A fast sender: the rest at its next readiness, until the deadline (ExpireAll).
+}
+
 void Gate::ExpireAll(int64_t now) {
+  std::vector<int> drained;
+  for (const auto& [fd, entry] : draining_) {
+    if (now >= entry.second) drained.push_back(fd);
+  }
+  for (int fd : drained) {
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+    draining_.erase(fd);
+  }
   std::vector<std::pair<int, bool>> expired;  // fd, owed a header
   for (const auto& [fd, c] : waiting_) {
     if (now >= c->deadline_ms) expired.emplace_back(fd, !c->idle);

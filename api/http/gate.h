@@ -4,7 +4,9 @@
 // trickles its header (or sends nothing) therefore costs a file descriptor and
 // a few bytes, never a thread, and is dropped when its header deadline passes.
 // Connections waiting here are capped per peer address and in all; over a cap,
-// the connection that has waited longest goes.
+// the connection that has waited longest goes. A header that `screen` refuses
+// (a request without its credential) is answered here too, and its connection
+// drained briefly and closed: such a peer never gets a thread either.
 #pragma once
 
 #include <atomic>
@@ -12,7 +14,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -31,6 +35,9 @@ struct GateOptions {
   size_t max_header_bytes = 64 << 10;  // larger: 431
   size_t max_waiting_per_peer = 1024;
   size_t max_waiting = 16384;
+  // Given a whole request header, the complete response to send instead of
+  // dispatching it (the connection is then closed); nullopt: dispatch.
+  std::function<std::optional<std::string>(std::string_view head)> screen;
 };
 
 struct GateStats {
@@ -39,6 +46,7 @@ struct GateStats {
   std::atomic<uint64_t> evicted{0};          // dropped over a cap
   std::atomic<uint64_t> header_too_large{0};
   std::atomic<uint64_t> tls_failures{0};     // handshakes that failed
+  std::atomic<uint64_t> screened{0};         // answered here by GateOptions::screen
   std::atomic<uint64_t> waiting{0};          // now
 };
 
@@ -70,6 +78,11 @@ class Gate {
   void ExpireAll(int64_t now);
   void EnforceCaps(const std::string& peer);
   void PauseAccept(int64_t now);
+  // Sends `response` and keeps reading (and dropping) what the peer still sends
+  // for a moment, so that closing does not reset the connection before the peer
+  // read the answer.
+  void Answer(int fd, const std::string& response, int64_t now);
+  void Drain(int fd, int64_t now);
 
   const int listen_fd_;
   SSL_CTX* const tls_;
@@ -86,6 +99,8 @@ class Gate {
   std::unordered_map<int, std::shared_ptr<Conn>> waiting_;
   std::map<uint64_t, int> order_;  // seq -> fd, oldest first
   std::unordered_map<std::string, std::map<uint64_t, int>> by_peer_;
+  // Answered connections being drained before they close: fd → (conn, until).
+  std::unordered_map<int, std::pair<std::shared_ptr<Conn>, int64_t>> draining_;
   // Connections handed back by handler threads.
   Mutex returned_mu_;
   std::vector<std::shared_ptr<Conn>> returned_ GUARDED_BY(returned_mu_);

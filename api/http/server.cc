@@ -1,5 +1,7 @@
 #include "api/http/server.h"
 
+#include "api/http/request_head.h"
+
 #include <httplib.h>
 #include <netdb.h>
 #include <poll.h>
@@ -18,6 +20,7 @@
 
 #include "api/http/connection.h"
 #include "api/http/gate.h"
+#include "api/http/request_head.h"
 #include "api/http/tls.h"
 
 namespace tessera::http {
@@ -295,6 +298,8 @@ void Server::Start() {
   g.max_header_bytes = options_.max_header_bytes;
   g.max_waiting_per_peer = options_.max_waiting_per_peer;
   g.max_waiting = options_.max_waiting;
+  // A request without its credential is answered by the gate: no thread for it.
+  g.screen = [this](std::string_view head) { return Screen(head); };
   gate_ = std::make_unique<Gate>(listen_fd_, tls_.get(), g,
                                  [this](std::shared_ptr<Conn> c) { Dispatch(std::move(c)); });
   Status st = gate_->Start();
@@ -339,6 +344,7 @@ ServerStats Server::stats() const {
   out.evicted = g.evicted;
   out.header_too_large = g.header_too_large;
   out.tls_failures = g.tls_failures;
+  out.unauthenticated_at_gate = g.screened;
   return out;
 }
 
@@ -405,6 +411,26 @@ void Server::Serve(std::shared_ptr<Conn> c) {
   if (keep && gate_) gate_->Return(std::move(c));
 }
 
+Status Server::Unauthorized() const {
+  return Status(Code::kUnauthenticated,
+                "missing or wrong bearer token (Authorization: Bearer <token>)" +
+                    (options_.token_hint.empty() ? "" : "; " + options_.token_hint),
+                {{"field", "authorization"}});
+}
+
+std::optional<std::string> Server::Screen(std::string_view head) const {
+  std::optional<Request> req = ParseRequestHead(head);
+  if (!req) return std::nullopt;  // the handler's parser answers it
+  bool wrong_method = false;
+  Request matched = *req;
+  const Route* route = router_->Match(&matched, &wrong_method);
+  if (route == nullptr || Authorized(*route, *req)) return std::nullopt;
+  const std::string body = ErrorBody(Unauthorized()).dump();
+  if (options_.on_request) options_.on_request(matched, route->pattern, 401, 0.0);
+  return "HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+}
+
 bool Server::Authorized(const Route& route, const Request& req) const {
   return !route.auth || options_.token.empty() ||
          BearerMatches(req.Header("authorization"), options_.token) ||
@@ -430,10 +456,7 @@ void Server::Handle(const void* raw_req, void* raw_res, std::string* body,
   } else {
     pattern = route->pattern;
     if (!Authorized(*route, req)) {
-      res = Response::Error(Status(Code::kUnauthenticated,
-                                   "missing or wrong bearer token (Authorization: Bearer <token>)" +
-                                       (options_.token_hint.empty() ? "" : "; " + options_.token_hint),
-                                   {{"field", "authorization"}}));
+      res = Response::Error(Unauthorized());
     } else if (refusal != nullptr) {
       res = Response::Error(*refusal);
     } else {

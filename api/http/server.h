@@ -9,8 +9,10 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "api/http/router.h"
 #include "api/status.h"
@@ -65,6 +67,7 @@ struct ServerStats {
   uint64_t evicted = 0;           // closed over a connection cap
   uint64_t header_too_large = 0;  // closed with 431
   uint64_t tls_failures = 0;      // failed TLS handshakes
+  uint64_t unauthenticated_at_gate = 0;  // answered 401 from their header, no thread spent
 };
 
 class Gate;
@@ -96,6 +99,11 @@ class Server {
               const Status* refusal = nullptr);
   // Whether the request's credential lets it reach `route`.
   bool Authorized(const Route& route, const Request& req) const;
+  // The 401 of a request without its credential.
+  Status Unauthorized() const;
+  // For the gate: the whole 401 response of a request header whose route needs a
+  // credential it lacks; nullopt for any other (dispatched to a handler thread).
+  std::optional<std::string> Screen(std::string_view head) const;
   void Dispatch(std::shared_ptr<Conn> c);
   // Serves requests on `c` until it closes or has to wait for its next one.
   void Serve(std::shared_ptr<Conn> c);

@@ -233,6 +233,35 @@ TEST_F(HttpServerTest, ABodyWithoutTheTokenIsRefusedFromItsHeader) {
   EXPECT_EQ(handled_, 1);
 }
 
+// A request without the credential is answered by the gate itself: with the one
+// handler thread held by another client, 200 strangers (half of them sending
+// their bodies at once) still get their 401, and none reaches a handler.
+TEST_F(HttpServerTest, StrangersGetTheir401WithoutAHandlerThread) {
+  ServerOptions o;
+  o.threads = 1;
+  o.token = "secret";
+  auto server = Serve(o);
+  std::thread holder([&] { (void)Client(Url(*server), "secret", 30).Call("GET", "/block"); });
+  while (blocked_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int i = 0; i < 200; ++i) {
+    const int fd = Connect(server->port());
+    SendText(fd, i % 2 ? "POST /w/json HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\n\r\n{\"a\":1}"
+                       : "PUT /w/bulk?bytes=1000000000 HTTP/1.1\r\nHost: x\r\n"
+                         "Authorization: Bearer wrong\r\nContent-Length: 536870912\r\n\r\n");
+    const std::string answer = ReadUntilClosed(fd, 20000);
+    ASSERT_EQ(answer.rfind("HTTP/1.1 401", 0), 0u) << i << ": " << answer;
+    EXPECT_NE(answer.find("\"field\":\"authorization\""), std::string::npos) << answer;
+    ::close(fd);
+  }
+  EXPECT_EQ(server->stats().unauthenticated_at_gate, 200u);
+  EXPECT_EQ(handled_, 0);
+  release_ = true;
+  holder.join();
+  // The credential still gets through, and an open route needs none.
+  auto r = Client(Url(*server), "secret", 5).Call("POST", "/w/json", Json{{"a", 1}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+}
+
 TEST_F(HttpServerTest, ADeclaredBodyOverTheRoutesLimitGets413BeforeItIsSent) {
   ServerOptions o;
   o.token = "secret";
