@@ -75,6 +75,24 @@ inline void ExpectShards(LocalCluster& c, const Mesh& mesh, const GlobalTensor& 
   }
 }
 
+// Worker i's data port, as tesserad lists it for the other workers; 0 if unlisted.
+inline int DataPort(LocalCluster& c, int i) {
+  auto workers = c.Call("GET", "/api/v1/workers");
+  EXPECT_TRUE(workers.ok()) << workers.status().ToString();
+  if (!workers.ok()) return 0;
+  for (const Json& w : *workers) {
+    if (w.value("id", "") == c.worker_id(i)) return w.value("data_port", 0);
+  }
+  return 0;
+}
+
+// The connections worker i's data port has refused so far (its /healthz); -1 if unknown.
+inline int64_t RefusedAtDataPort(LocalCluster& c, int i) {
+  auto health = c.WorkerClient(i, 10).Call("GET", "/healthz");
+  if (!health.ok() || !health->contains("data_port")) return -1;
+  return (*health)["data_port"].value("refused_connections", int64_t{-1});
+}
+
 // Starts a save and returns the job id.
 inline std::string StartSave(LocalCluster& c, const std::string& mesh, int64_t step,
                              Json extra = Json::object()) {

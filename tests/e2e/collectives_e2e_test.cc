@@ -752,19 +752,9 @@ TEST_F(CollectivesE2E, PreemptionSyncPointThroughTheLocalApi) {
 // and counted (/healthz), and the mesh's collectives go on without it.
 TEST_F(CollectivesE2E, AStrangerAtADataPortIsRefusedAndTheMeshGoesOn) {
   // Worker 0's data port, as tesserad lists it for the other workers.
-  auto workers = cluster_->Call("GET", "/api/v1/workers");
-  ASSERT_TRUE(workers.ok()) << workers.status().ToString();
-  int port = 0;
-  for (const Json& w : *workers) {
-    if (w.value("id", "") == cluster_->worker_id(0)) port = w.value("data_port", 0);
-  }
-  ASSERT_GT(port, 0) << workers->dump();
-  auto refused = [&]() -> int64_t {
-    http::Client local = cluster_->WorkerClient(0, 10);
-    auto health = local.Call("GET", "/healthz");
-    if (!health.ok() || !health->contains("data_port")) return -1;
-    return (*health)["data_port"].value("refused_connections", int64_t{-1});
-  };
+  const int port = DataPort(*cluster_, 0);
+  ASSERT_GT(port, 0);
+  auto refused = [&] { return RefusedAtDataPort(*cluster_, 0); };
   const int64_t before = refused();
   ASSERT_GE(before, 0);
   // The id of the mesh-wide group, as the workers name it.

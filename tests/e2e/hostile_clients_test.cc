@@ -34,16 +34,21 @@ int ConnectLoopback(int port) {
   return fd;
 }
 
+// Lets this test hold as many connections as its hard limit allows.
+void RaiseFileLimit() {
+  rlimit lim{};
+  ::getrlimit(RLIMIT_NOFILE, &lim);
+  lim.rlim_cur = lim.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &lim);
+}
+
 // `n` connections to `url`, each sending a request header one line per second
 // and never its end. A connection the server closes is opened again, so `n`
 // stay open; the server's 408 answers are counted.
 class Trickler {
  public:
   Trickler(const std::string& url, int n) : port_(std::stoi(url.substr(url.rfind(':') + 1))) {
-    rlimit lim{};
-    ::getrlimit(RLIMIT_NOFILE, &lim);
-    lim.rlim_cur = lim.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &lim);
+    RaiseFileLimit();
     for (int i = 0; i < n; ++i) fds_.push_back(Open());
     thread_ = std::thread([this] { Loop(); });
   }
@@ -303,12 +308,6 @@ class SilentFlood {
   int64_t reopened() const { return reopened_; }
 
  private:
-  static void RaiseFileLimit() {
-    rlimit lim{};
-    ::getrlimit(RLIMIT_NOFILE, &lim);
-    lim.rlim_cur = lim.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &lim);
-  }
   void Loop() {
     std::vector<pollfd> p(fds_.size());
     while (!stop_) {
@@ -349,17 +348,9 @@ TEST(HostileClients, AFloodedDataPortStillAdmitsItsMesh) {
   opts.workers = 2;
   auto c = StartCluster(opts);
   ASSERT_TRUE(c);
-  auto workers = c->Call("GET", "/api/v1/workers");
-  ASSERT_TRUE(workers.ok()) << workers.status().ToString();
-  int port = 0;
-  for (const Json& w : *workers) {
-    if (w.value("id", "") == c->worker_id(0)) port = w.value("data_port", 0);
-  }
-  ASSERT_GT(port, 0) << workers->dump();
-  auto refused = [&]() -> int64_t {
-    auto health = c->WorkerClient(0, 10).Call("GET", "/healthz");
-    return health.ok() ? (*health)["data_port"].value("refused_connections", int64_t{-1}) : -1;
-  };
+  const int port = DataPort(*c, 0);
+  ASSERT_GT(port, 0);
+  auto refused = [&] { return RefusedAtDataPort(*c, 0); };
   const int64_t refused_before = refused();
 
   SilentFlood flood(port, 1000);
