@@ -88,15 +88,16 @@ Status Catalog::DeleteMany(const std::string& table, const std::vector<std::stri
   if (keys.empty()) return Status::Ok();
   MutexLock lock(mu_);
   RETURN_IF_ERROR(db_.Exec("BEGIN"));
-  Status st = [&]() -> Status {
-    ASSIGN_OR_RETURN(auto stmt, db_.Prepare("DELETE FROM " + table + " WHERE key = ?1"));
-    for (const std::string& key : keys) {
-      RETURN_IF_ERROR(stmt.Bind(1, key).Run());
-    }
-    return db_.Exec("COMMIT");
-  }();
+  Status st = DeleteRows(table, keys);
+  if (st.ok()) st = db_.Exec("COMMIT");
   if (!st.ok()) (void)db_.Exec("ROLLBACK");
   return st;
+}
+
+Status Catalog::DeleteRows(const std::string& table, const std::vector<std::string>& keys) {
+  ASSIGN_OR_RETURN(auto stmt, db_.Prepare("DELETE FROM " + table + " WHERE key = ?1"));
+  for (const std::string& key : keys) RETURN_IF_ERROR(stmt.Bind(1, key).Run());
+  return Status::Ok();
 }
 
 Result<int64_t> Catalog::Count(const std::string& table) {
