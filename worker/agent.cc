@@ -197,8 +197,9 @@ void Agent::Execute(const Task& task) {
     return;
   }
   // tesserad marked the task running when it handed it over: only the outcome is reported.
-  if (auto d = options_.task_delay_ms.find(kind); d != options_.task_delay_ms.end()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(d->second));
+  const auto delay = options_.task_delay_ms.find(kind);
+  if (delay != options_.task_delay_ms.end()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay->second));
   }
   Result<Json> r = Internal("task kind " + kind + " has no executor");
   switch (task.kind) {
@@ -225,6 +226,12 @@ void Agent::Execute(const Task& task) {
                  job.c_str(), r.status().ToString().c_str());
     MutexLock lock(mu_);
     snapshots_.erase(job);
+  }
+  if (delay != options_.task_delay_ms.end()) {
+    // Tests that delay a task wait for this line: the late task has run.
+    std::fprintf(stderr, "fault injection: the %s task of job %s, delayed %lld ms, ended: %s\n",
+                 kind.c_str(), job.c_str(), static_cast<long long>(delay->second),
+                 r.ok() ? "ok" : r.status().ToString().c_str());
   }
   uint64_t bytes = r.ok() ? r->value("bytes", uint64_t{0}) : 0;
   Report(task.id, r.ok() ? ReportState::kSucceeded : ReportState::kFailed, bytes, bytes,

@@ -6,6 +6,7 @@ Needs root."""
 
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -299,9 +300,22 @@ def committed_then_slow_writer(c, mesh, host, delay_ms):
     return p
 
 
-def wait_for_write_phase(c, mesh):
+def wait_late_write(c, worker, mesh, step):
+    """Waits until `worker` (a delayed writer) says its write task of the save of
+    `step` has run, so the checks after it see what the late write left."""
+    job = [j["id"] for j in c.client.iter_jobs(mesh=mesh, kind="save") if j.get("step") == step]
+    assert job, "no save job of %s step %d" % (mesh, step)
+    worker.wait_for(re.compile(r"fault injection: the write task of job %s, delayed \d+ ms, "
+                               r"ended: (.*)" % re.escape(job[0])), 60)
+
+
+def wait_for_write_phase(c, mesh, host):
+    """Waits until a save of `mesh` is writing and `host`'s worker holds its write task."""
+    def holds(j):
+        return any(w.get("id") == c.ids[host] and w.get("state") == "running"
+                   for w in j.get("workers", []))
     deadline = time.monotonic() + 30
-    while not any(j.get("phase") == "write" and j.get("state") == "running"
+    while not any(j.get("phase") == "write" and j.get("state") == "running" and holds(j)
                   for j in c.client.jobs(mesh=mesh)):
         assert time.monotonic() < deadline, [(j["id"], j["state"], j.get("phase"))
                                              for j in c.client.jobs(mesh=mesh)]
@@ -315,7 +329,7 @@ def test_worker_frozen_mid_write_never_reaches_a_checkpoint(cluster):
     savers = {i: c.hosts.popen(i, c.trainer_argv("frz", i, "save", 2, "--wait"), env=c.env())
               for i in range(1, WORKERS + 1)}
     # Freeze it while its write task sleeps: tesserad stops hearing from it.
-    wait_for_write_phase(c, "frz")
+    wait_for_write_phase(c, "frz", 3)
     os.kill(p.pid, signal.SIGSTOP)
     try:
         answers = {i: json.loads(s.communicate(timeout=60)[0].strip().splitlines()[-1])
@@ -325,7 +339,8 @@ def test_worker_frozen_mid_write_never_reaches_a_checkpoint(cluster):
     finally:
         os.kill(p.pid, signal.SIGCONT)
     savers[3].communicate(timeout=60)
-    time.sleep(3)  # its late write runs now, after the job failed
+    # Its late write runs now, after the job failed: wait until it has.
+    wait_late_write(c, p, "frz", 2)
     states = {ck["step"]: ck["state"] for ck in c.client.checkpoints("frz")}
     assert states == {1: "committed", 2: "failed"}, states
     c.client.collect_garbage()
@@ -344,7 +359,7 @@ def test_tesserad_killed_mid_save_and_restarted(cluster):
     committed_then_slow_writer(c, "rst", 2, 3000)
     savers = [c.hosts.popen(i, c.trainer_argv("rst", i, "save", 2), env=c.env())
               for i in range(1, WORKERS + 1)]
-    wait_for_write_phase(c, "rst")
+    wait_for_write_phase(c, "rst", 2)
     c.server.kill()
     for s in savers:
         s.communicate(timeout=60)
@@ -356,7 +371,7 @@ def test_tesserad_killed_mid_save_and_restarted(cluster):
     assert states.get(1) == "committed" and states.get(2) in (None, "failed"), states
     jobs = [j for j in c.client.jobs(mesh="rst") if j.get("kind") == "save"]
     assert all(j["state"] in ("succeeded", "failed") for j in jobs), jobs
-    time.sleep(3.5)  # host 2's delayed write ends now, after the restart
+    wait_late_write(c, c.workers[2], "rst", 2)  # host 2's delayed write, after the restart
     c.client.collect_garbage()
     assert c.store.leftovers("rst") == []
     assert c.store.steps("rst") == [1]

@@ -24,13 +24,20 @@
 #include "worker/collectives/auth.h"
 #include "worker/collectives/collectives.h"
 #include "worker/collectives/local_mesh.h"
+#include "worker/collectives/tcp_handshake.h"
 #include "worker/collectives/tcp_transport.h"
 #include "worker/collectives/tcp_wire.h"
+#include "eventually.h"
 
 namespace tessera::collectives {
 namespace {
 
 using namespace std::chrono_literals;
+
+bool EventuallyTrue(const std::function<bool()>& condition,
+                    std::chrono::milliseconds timeout = 5s) {
+  return tessera::testing::Eventually(condition, timeout);
+}
 
 // details[key] of `status`, or null: const operator[] must not see a missing key.
 nlohmann::json Detail(const Status& status, const std::string& key) {
@@ -138,12 +145,14 @@ TEST(TcpTransport, ConnectRetriesUntilTheLowerRankListens) {
   const std::vector<std::string> addresses = {"127.0.0.1:" + std::to_string(port),
                                               (*one)->address()};
   Status rank1;
+  const uint64_t retries = ConnectRetries();
   std::thread late([&] {
     auto t = TcpTransport::Connect(std::move(one).value(), addresses,
                                    {.rank = 1, .size = 2, .group_id = "g", .connect_timeout = 5s});
     rank1 = t.status();
   });
-  std::this_thread::sleep_for(200ms);
+  // Rank 1 has been refused and is retrying before rank 0 listens.
+  ASSERT_TRUE(EventuallyTrue([&] { return ConnectRetries() > retries; }));
   auto zero = TcpListener::Bind("127.0.0.1", port);
   ASSERT_TRUE(zero.ok()) << zero.status().ToString();
   auto t0 = TcpTransport::Connect(std::move(zero).value(), addresses,
@@ -291,8 +300,13 @@ void ReceiveOnASharedCpu(bool latency_bound, TcpTransport::WaitStats* stats) {
   });
   const bool pinned = PinTo(busy.native_handle(), cpu);
   while (!busy_running.load()) std::this_thread::yield();
+  // The message comes once the receiver waits: spinning (bulk), or past its
+  // spin, asleep in poll (bound by latency).
   std::thread late_sender([&] {
-    std::this_thread::sleep_for(100ms);
+    EXPECT_TRUE(EventuallyTrue([&] {
+      const TcpTransport::WaitStats w = (*receiver)->wait_stats();
+      return latency_bound ? w.sleeps >= 1 : w.waits >= 1;
+    }));
     const uint8_t byte = 5;
     EXPECT_TRUE(sender->Send(0, ConstBytes(&byte, 1), In(5s)).ok());
   });
@@ -562,16 +576,6 @@ std::vector<Status> FormAndSum(Acceptors& a, const std::string& id,
   return st;
 }
 
-bool EventuallyTrue(const std::function<bool()>& condition,
-                    std::chrono::milliseconds timeout = 5s) {
-  const auto deadline = Clock::now() + timeout;
-  while (!condition()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
-}
-
 // A plain blocking TCP connection to 127.0.0.1:`port`, as a stranger opens one.
 class RawClient {
  public:
@@ -787,7 +791,7 @@ TEST(TcpAuth, RawStrangersAreRefusedAndCounted) {
     RawClient silent(port.port());
     RawClient half(port.port());  // half a hello, then silence
     ASSERT_TRUE(half.Send(wire::EncodeHello(NewHello(1, 0, 2, "g")).substr(0, 10)));
-    std::this_thread::sleep_for(50ms);
+    ASSERT_TRUE(EventuallyTrue([&] { return port.handshaking() == 2; }));
     for (const Status& st : FormAndSum(a, "g")) EXPECT_TRUE(st.ok()) << st.ToString();
     // Neither stranger has been dropped yet (that takes the hello timeout): the mesh
     // formed while their handshakes were pending, not after.
@@ -858,7 +862,7 @@ TEST(TcpAuth, AListenerRefusesAStrangerAndStillJoins) {
   ASSERT_TRUE(stranger.Send(wire::EncodeHello(NewHello(1, 0, 2, "g"))));
   std::vector<Status> st(2);
   RunRanks(2, [&](int r) {
-    if (r == 1) std::this_thread::sleep_for(100ms);  // after the stranger
+    // Rank 1's connection queues behind the stranger's, which connected first.
     auto t = TcpTransport::Connect(
         std::move(l.listeners[r]), l.addresses,
         {.rank = r, .size = 2, .group_id = "g", .connect_timeout = 10s, .key = key});
@@ -870,7 +874,9 @@ TEST(TcpAuth, AListenerRefusesAStrangerAndStillJoins) {
 }
 
 TEST(TcpAuth, RefusalsAreLoggedAtMostOnceASecond) {
-  std::this_thread::sleep_for(1100ms);  // past the line of an earlier test
+  // The second of an earlier test's line is over, and nothing is held back.
+  ASSERT_TRUE(EventuallyTrue([] { return tcp::RefusalLogIdle(); }));
+  const uint64_t lines_before = tcp::RefusalLogLines();
   const DataPortKey key = KeyOf("cluster token");
   Acceptors a = StartAcceptors({key});
   TcpAcceptor& port = *a.acceptors[0];
@@ -883,7 +889,8 @@ TEST(TcpAuth, RefusalsAreLoggedAtMostOnceASecond) {
     EXPECT_TRUE(c.ClosedWithin(5s));
   }
   EXPECT_TRUE(EventuallyTrue([&] { return port.refused() == 5; })) << port.refused();
-  std::this_thread::sleep_for(2500ms);  // the rest are summed up once their second is over
+  // The rest are summed up in one line once their second is over.
+  EXPECT_TRUE(EventuallyTrue([&] { return tcp::RefusalLogLines() == lines_before + 2; }));
   const std::string log = ::testing::internal::GetCapturedStderr();
   std::vector<std::string> lines;
   for (size_t pos = 0, nl; (nl = log.find('\n', pos)) != std::string::npos; pos = nl + 1) {

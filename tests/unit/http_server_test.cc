@@ -18,6 +18,7 @@
 
 #include "api/http/client.h"
 #include "api/http/tls.h"
+#include "eventually.h"
 
 namespace tessera::http {
 namespace {
@@ -141,7 +142,12 @@ TEST_F(HttpServerTest, OverThePerPeerCapTheLongestWaitingGoes) {
   for (int i = 0; i < 8; ++i) {
     fds.push_back(Connect(server->port()));
     SendText(fds.back(), "GET /ping HTTP/1.1\r\n");
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // arrival order
+    // In the gate before the next arrives: the order of arrival is known.
+    const uint64_t n = static_cast<uint64_t>(i) + 1;
+    ASSERT_TRUE(testing::Eventually([&] {
+      const ServerStats st = server->stats();
+      return st.waiting + st.evicted == n;
+    })) << i;
   }
   for (int i = 0; i < 3; ++i) EXPECT_EQ(ReadUntilClosed(fds[i], 3000), "") << i;  // closed, unanswered
   EXPECT_EQ(server->stats().evicted, 3u);

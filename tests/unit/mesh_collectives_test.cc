@@ -8,6 +8,7 @@
 #include <random>
 #include <thread>
 
+#include "eventually.h"
 #include "worker/collective_request.h"
 #include "worker/collectives/collectives.h"
 #include "worker/collectives/sparse_all_reduce.h"
@@ -164,11 +165,16 @@ TEST(TcpAcceptor, ServesManyGroupsOnOnePort) {
   }
   std::vector<std::thread> threads;
   std::vector<Status> results(kRanks * 2);
+  std::atomic<bool> joining[kRanks] = {};
   for (int r = 0; r < kRanks; ++r) {
     for (int g = 0; g < 2; ++g) {
       threads.emplace_back([&, r, g] {
-        // Ranks join the second group in the opposite order.
-        if (g == 1) std::this_thread::sleep_for(std::chrono::milliseconds(30 * (kRanks - r)));
+        // Ranks join the second group in the opposite order: each once the rank
+        // above it has begun to.
+        if (g == 1) {
+          ASSERT_TRUE(testing::Eventually([&] { return r == kRanks - 1 || joining[r + 1].load(); }));
+          joining[r] = true;
+        }
         collectives::TcpOptions o;
         o.rank = r;
         o.size = kRanks;
@@ -529,7 +535,9 @@ TEST(MeshCollectives, AnAbortWhileJoiningANewGroupEndsTheStaleCall) {
   stale.timeout_ms = 20000;
   Result<CollectiveResult> stale_result = Internal("not run");
   std::thread late([&] { stale_result = workers.runtimes[0]->Run(workers.placements[0], stale, {in[0]}); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // inside Connect by now
+  // The stale call has begun (joining the new group, or about to): the abort
+  // is remembered either way.
+  ASSERT_TRUE(testing::Eventually([&] { return workers.runtimes[0]->in_flight() == 1; }));
   workers.runtimes[0]->Abort("m", "j-stale", Unavailable("job j-stale failed elsewhere"));
   CollectiveRequest barrier;
   barrier.op = CollectiveOp::kBarrier;

@@ -74,6 +74,8 @@ Status ClientHandshake(int fd, int peer, const std::string& address, const TcpOp
 // Every refusal of the process: counted, and logged to stderr at most once a
 // second (the lines a flood would add are counted and summed up instead).
 std::atomic<uint64_t> g_refused{0};
+std::atomic<uint64_t> g_connect_retries{0};
+std::atomic<uint64_t> g_refusal_lines{0};  // lines the refusal log wrote
 
 struct RefusalLog {
   Mutex mu;
@@ -140,6 +142,7 @@ Result<Fd> ConnectTo(int peer, const std::string& address, const TcpOptions& o, 
                                   std::to_string(o.connect_timeout.count()) + " ms",
                               {{"missing_ranks", {peer}}});
     }
+    g_connect_retries.fetch_add(1);
     std::this_thread::sleep_for(kRetryDelay);  // the peer may not listen yet
   }
 }
@@ -163,6 +166,7 @@ void NoteRefusal(std::atomic<uint64_t>* counter, const std::string& port,
                static_cast<unsigned long long>(total), earlier.c_str());
   log.last = now;
   log.unlogged = 0;
+  g_refusal_lines.fetch_add(1);
 }
 
 void FlushRefusalLog(const std::string& port) {
@@ -174,6 +178,7 @@ void FlushRefusalLog(const std::string& port) {
                Unlogged(log.unlogged).c_str(), static_cast<unsigned long long>(g_refused.load()));
   log.last = now;
   log.unlogged = 0;
+  g_refusal_lines.fetch_add(1);
 }
 
 Result<int> AnswerHello(int fd, const wire::Hello& h, const TcpOptions& o, Deadline deadline,
@@ -240,5 +245,19 @@ Result<std::pair<int, Fd>> AcceptOne(int listen_fd, const std::string& listen_ad
 }  // namespace tcp
 
 uint64_t RefusedConnections() { return tcp::g_refused.load(); }
+uint64_t ConnectRetries() { return tcp::g_connect_retries.load(); }
+
+namespace tcp {
+
+uint64_t RefusalLogLines() { return g_refusal_lines.load(); }
+
+bool RefusalLogIdle() {
+  RefusalLog& log = TheRefusalLog();
+  MutexLock lock(log.mu);
+  return log.unlogged == 0 &&
+         (log.last == Clock::time_point{} || Clock::now() - log.last >= kRefusalLogInterval);
+}
+
+}  // namespace tcp
 
 }  // namespace tessera::collectives

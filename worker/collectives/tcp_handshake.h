@@ -221,6 +221,11 @@ void NoteRefusal(std::atomic<uint64_t>* counter, const std::string& port,
 // Logs the refusals a flood kept from the log, once their second is over.
 void FlushRefusalLog(const std::string& port);
 
+// Lines the refusal log has written in this process; and whether the next
+// refusal would be logged at once (nothing held back, its second over).
+uint64_t RefusalLogLines();
+bool RefusalLogIdle();
+
 // Checks a hello against this rank's options and answers it. Returns the peer's
 // rank once accepted; an error for a peer that does not match.
 Result<int> AnswerHello(int fd, const wire::Hello& h, const TcpOptions& o, Deadline deadline,

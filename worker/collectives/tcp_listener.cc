@@ -137,6 +137,7 @@ void TcpAcceptor::AcceptLoop() {
       }
     }
     handshakes.Compact();
+    handshaking_ = handshakes.size();
     if (rc <= 0 || (fds[0].revents & POLLIN) == 0) continue;
     // A batch of newcomers; each hello is read with the next poll. Over a cap,
     // connections already here make room (HandshakeTable).
@@ -155,6 +156,7 @@ void TcpAcceptor::AcceptLoop() {
     }
     handshakes.Compact();
     handshakes.TightenUnderLoad();
+    handshaking_ = handshakes.size();
   }
 }
 

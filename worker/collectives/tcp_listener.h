@@ -44,6 +44,10 @@ struct TcpOptions {
 // stranger's bytes, another protocol version, too slow).
 uint64_t RefusedConnections();
 
+// Connection attempts to a peer that did not listen yet (or dropped the
+// connection unanswered) and were tried again, in this process since it started.
+uint64_t ConnectRetries();
+
 class TcpAcceptor;
 class TcpTransport;
 
@@ -93,6 +97,8 @@ class TcpAcceptor {
 
   // Connections this acceptor refused (see RefusedConnections).
   uint64_t refused() const { return refused_.load(); }
+  // Connections in the middle of their handshake now.
+  uint64_t handshaking() const { return handshaking_.load(); }
 
   static constexpr std::chrono::seconds kPendingLifetime{60};
   // From a connection's arrival to its proof: a hello and a proof are a few bytes
@@ -119,6 +125,7 @@ class TcpAcceptor {
   const DataPortKey key_;
   int stop_fd_;
   std::atomic<uint64_t> refused_{0};
+  std::atomic<uint64_t> handshaking_{0};
   Mutex mu_;
   CondVar cv_;
   std::multimap<std::string, std::unique_ptr<Pending>> pending_ GUARDED_BY(mu_);  // by group
