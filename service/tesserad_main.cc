@@ -16,6 +16,7 @@
 #include "service/dashboard.h"
 #include "service/service.h"
 #include "storage/env.h"
+#include "storage/s3/client.h"
 #include "storage/s3/s3_env.h"
 
 namespace {
@@ -95,6 +96,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 3600));
   app.add_option("--web-dir", web_dir, "serve the dashboard from this directory (default: the copy built in)")
       ->check(CLI::ExistingDirectory);
+  bool unsafe_faults = false;
+  app.add_flag("--unsafe-fault-injection", unsafe_faults,
+               "honour the TESSERA_FAULT_S3 test hook (failing S3 requests); never in production");
   app.set_version_flag("--version", TESSERA_VERSION);
   CLI11_PARSE(app, argc, argv);
 
@@ -117,6 +121,9 @@ int main(int argc, char** argv) {
   int port = std::atoi(listen.c_str() + colon + 1);
   if (root.empty()) root = data_dir + "/checkpoints";
 
+  // Fault injection (tests) only when asked for, and never silently.
+  tessera::storage::s3::AllowFaultInjection(unsafe_faults);
+  if (unsafe_faults) std::fprintf(stderr, "warning: fault injection is on (--unsafe-fault-injection)\n");
   auto env = tessera::storage::DefaultEnv();
   if (auto st = env->CreateDirs(data_dir); !st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.ToString().c_str());

@@ -157,6 +157,13 @@ Status LocalCluster::StartWorker(int i) {
   }
   auto env = options_.worker_env.count(i) ? options_.worker_env.at(i) : std::vector<std::string>{};
   env.push_back("TESSERA_TOKEN=" + token_);
+  // A test that sets a fault hook means it: the worker honours hooks only when told.
+  for (const std::string& e : env) {
+    if (e.rfind("TESSERA_FAULT_", 0) == 0) {
+      argv.push_back("--unsafe-fault-injection");
+      break;
+    }
+  }
   ASSIGN_OR_RETURN(workers_[i],
                    Spawn(argv, env, dir_ + "/worker-" + std::to_string(i) + ".log", 15000));
   return Status::Ok();

@@ -20,6 +20,7 @@
 #include "api/http/tls.h"
 #include "storage/env.h"
 #include "storage/fault_env.h"
+#include "storage/s3/client.h"
 #include "storage/s3/s3_env.h"
 #include "worker/agent.h"
 #include "worker/collectives/tcp_transport.h"
@@ -88,6 +89,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-pending-save-bytes", aopts.max_pending_save_bytes,
                  "the same, in bytes of snapshots (0: no byte limit)")
       ->capture_default_str();
+  bool unsafe_faults = false;
+  app.add_flag("--unsafe-fault-injection", unsafe_faults,
+               "honour the TESSERA_FAULT_* test hooks (delayed tasks, a disk that fills up, failing "
+               "S3 requests); never in production");
   app.set_version_flag("--version", TESSERA_VERSION);
   CLI11_PARSE(app, argc, argv);
   if (!s3_endpoint.empty()) tessera::storage::SetDefaultS3Endpoint(s3_endpoint);
@@ -134,10 +139,20 @@ int main(int argc, char** argv) {
   }
   if (advertise.empty()) advertise = data_host == "0.0.0.0" ? "127.0.0.1" : data_host;
 
-  // Fault injection (tests): TESSERA_FAULT_TASK_DELAY=kind:ms[,kind:ms] delays tasks;
-  // TESSERA_FAULT_DISK_FULL_AFTER=bytes makes writes fail with ENOSPC after that many bytes.
+  // Fault injection (tests), only with --unsafe-fault-injection, never silently:
+  // TESSERA_FAULT_TASK_DELAY=kind:ms[,kind:ms] delays tasks;
+  // TESSERA_FAULT_DISK_FULL_AFTER=bytes makes writes fail with ENOSPC after that many bytes;
+  // TESSERA_FAULT_S3=text fails the S3 requests that contain it (storage/s3/client.h).
+  tessera::storage::s3::AllowFaultInjection(unsafe_faults);
+  for (const char* hook : {"TESSERA_FAULT_TASK_DELAY", "TESSERA_FAULT_DISK_FULL_AFTER"}) {
+    if (std::getenv(hook) != nullptr && !unsafe_faults) {
+      std::fprintf(stderr, "warning: %s is ignored: fault injection needs --unsafe-fault-injection\n",
+                   hook);
+    }
+  }
+  if (unsafe_faults) std::fprintf(stderr, "warning: fault injection is on (--unsafe-fault-injection)\n");
   std::map<std::string, int64_t> delays;
-  if (const char* spec = std::getenv("TESSERA_FAULT_TASK_DELAY")) {
+  if (const char* spec = unsafe_faults ? std::getenv("TESSERA_FAULT_TASK_DELAY") : nullptr) {
     std::string s = spec;
     for (size_t pos = 0; pos < s.size();) {
       size_t comma = s.find(',', pos), colon = s.find(':', pos);
@@ -148,7 +163,7 @@ int main(int argc, char** argv) {
   }
   tessera::storage::Env* env = tessera::storage::DefaultEnv();
   std::unique_ptr<tessera::storage::FaultEnv> fault_env;
-  if (const char* limit = std::getenv("TESSERA_FAULT_DISK_FULL_AFTER")) {
+  if (const char* limit = unsafe_faults ? std::getenv("TESSERA_FAULT_DISK_FULL_AFTER") : nullptr) {
     fault_env = std::make_unique<tessera::storage::FaultEnv>(env);
     fault_env->FailAfterBytes(std::strtoull(limit, nullptr, 10));
     env = fault_env.get();

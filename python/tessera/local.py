@@ -161,6 +161,9 @@ class LocalCluster:
                  "--data-dir", os.path.join(self.dir, "data"),
                  "--heartbeat-ms", str(heartbeat_ms), "--lease-ms", str(lease_ms)] +
                 (["--checkpoint-root", checkpoint_root] if checkpoint_root else []) +
+                (["--unsafe-fault-injection"]  # the caller set a test hook: honour it
+                 if server_env and any(k.startswith("TESSERA_FAULT_") for k in server_env)
+                 else []) +
                 list(server_args),
                 os.path.join(self.dir, "tesserad.log"),
                 env=dict(os.environ, TESSERA_TOKEN=self.token, **(server_env or {})))
@@ -182,6 +185,8 @@ class LocalCluster:
                 "--copy-threads", str(self.copy_threads)]
         if self.tls_ca:
             argv += ["--tls-ca", self.tls_ca]
+        if env and any(k.startswith("TESSERA_FAULT_") for k in env):
+            argv.append("--unsafe-fault-injection")  # the caller set a test hook: honour it
         # The token goes in the environment, which only this user can read in /proc.
         p = Process(argv, os.path.join(self.dir, "worker-%d.log" % i),
                     env=dict(os.environ, TESSERA_TOKEN=self.token, **(env or {})))

@@ -3,8 +3,10 @@
 #include <curl/curl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <random>
@@ -101,6 +103,13 @@ bool Retriable(long status, std::string_view body) {
 
 }  // namespace
 
+namespace {
+std::atomic<bool> g_fault_injection{false};
+}  // namespace
+
+void AllowFaultInjection(bool on) { g_fault_injection = on; }
+bool FaultInjectionAllowed() { return g_fault_injection.load(); }
+
 Result<Config> Config::FromEnvironment(std::string bucket, std::string endpoint) {
   auto env = [](const char* name) {
     const char* v = std::getenv(name);
@@ -112,7 +121,18 @@ Result<Config> Config::FromEnvironment(std::string bucket, std::string endpoint)
   while (!c.endpoint.empty() && c.endpoint.back() == '/') c.endpoint.pop_back();
   c.credentials = {env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY"), env("AWS_SESSION_TOKEN")};
   if (std::string region = env("AWS_REGION"); !region.empty()) c.region = region;
-  c.fail_matching = env("TESSERA_FAULT_S3");
+  if (const std::string fault = env("TESSERA_FAULT_S3"); !fault.empty()) {
+    if (FaultInjectionAllowed()) {
+      c.fail_matching = fault;
+    } else {
+      static std::once_flag warned;
+      std::call_once(warned, [] {
+        std::fprintf(stderr,
+                     "warning: TESSERA_FAULT_S3 is ignored: fault injection needs "
+                     "--unsafe-fault-injection\n");
+      });
+    }
+  }
   if (c.endpoint.empty()) {
     return InvalidArgument("no S3 endpoint: pass --s3-endpoint or set TESSERA_S3_ENDPOINT",
                            {{"field", "s3_endpoint"}});

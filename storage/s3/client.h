@@ -25,6 +25,11 @@
 
 namespace tessera::storage::s3 {
 
+// Whether this process honours the TESSERA_FAULT_* test hooks (off unless a
+// program is started with --unsafe-fault-injection, or a test turns it on).
+void AllowFaultInjection(bool on);
+bool FaultInjectionAllowed();
+
 struct Config {
   std::string endpoint;  // http(s)://host[:port], no trailing slash
   std::string bucket;
@@ -39,7 +44,9 @@ struct Config {
   int64_t first_backoff_ms = 50;
   // Fault injection (tests): a request whose description "METHOD key?query"
   // contains this text is answered 503 SlowDown without being sent. From
-  // TESSERA_FAULT_S3 by FromEnvironment.
+  // TESSERA_FAULT_S3 by FromEnvironment, once AllowFaultInjection(true) was called
+  // (the worker's --unsafe-fault-injection); otherwise that variable is ignored,
+  // with a warning.
   std::string fail_matching;
 
   // endpoint from TESSERA_S3_ENDPOINT; credentials and region from

@@ -33,17 +33,18 @@ unsigned Mode(const std::string& path) {
   return st.st_mode & 0777;
 }
 
-// Runs tesserad with `args` (and `env` added) until its log shows "listening on"
-// or it exits; returns the log. The process is killed either way.
-std::string RunTesserad(const std::vector<std::string>& args, const std::vector<std::string>& env,
-                        const std::string& log) {
+// Runs `program` with `args` (and `env` added) until its log shows `until` or it
+// exits; returns the log. The process is killed either way.
+std::string RunProgram(const std::string& program, const std::vector<std::string>& args,
+                       const std::vector<std::string>& env, const std::string& log,
+                       const std::string& until = "listening on") {
   const pid_t pid = ::fork();
   if (pid == 0) {
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
     for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
-    std::vector<std::string> argv = {std::string(TESSERA_BIN_DIR) + "/tesserad"};
+    std::vector<std::string> argv = {std::string(TESSERA_BIN_DIR) + "/" + program};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<char*> raw;
     for (auto& a : argv) raw.push_back(a.data());
@@ -54,7 +55,7 @@ std::string RunTesserad(const std::vector<std::string>& args, const std::vector<
   int status = 0;
   for (int i = 0; i < 1500; ++i) {
     if (::waitpid(pid, &status, WNOHANG) == pid) return ReadAll(log);
-    if (ReadAll(log).find("listening on") != std::string::npos) break;
+    if (ReadAll(log).find(until) != std::string::npos) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ::kill(pid, SIGKILL);
@@ -135,7 +136,7 @@ TEST(Secrets, TokenSourcesAreCheckedAndNeverEchoed) {
     return args;
   };
   // None given: tesserad makes <data-dir>/token, 0600, and says where, not what.
-  std::string log = RunTesserad(with({}, "fresh"), {}, dir + "/fresh.log");
+  std::string log = RunProgram("tesserad", with({}, "fresh"), {}, dir + "/fresh.log");
   ASSERT_NE(log.find("listening on"), std::string::npos) << log;
   const std::string made = ReadAll(dir + "/fresh/token");
   ASSERT_GE(made.size(), 32u);
@@ -143,7 +144,7 @@ TEST(Secrets, TokenSourcesAreCheckedAndNeverEchoed) {
   EXPECT_NE(log.find("token: from the file " + dir + "/fresh/token"), std::string::npos) << log;
   EXPECT_EQ(log.find(made), std::string::npos) << log;
   // --token works, with a warning that names the risk.
-  log = RunTesserad(with({"--token", "on-the-command-line"}, "flag"), {}, dir + "/flag.log");
+  log = RunProgram("tesserad", with({"--token", "on-the-command-line"}, "flag"), {}, dir + "/flag.log");
   ASSERT_NE(log.find("listening on"), std::string::npos) << log;
   EXPECT_NE(log.find("warning: --token puts the cluster's secret on the command line"),
             std::string::npos)
@@ -153,16 +154,38 @@ TEST(Secrets, TokenSourcesAreCheckedAndNeverEchoed) {
   const std::string file = dir + "/token";
   std::ofstream(file) << "a-secret\n";
   ASSERT_EQ(::chmod(file.c_str(), 0644), 0);
-  log = RunTesserad(with({"--token-file", file}, "open"), {}, dir + "/open.log");
+  log = RunProgram("tesserad", with({"--token-file", file}, "open"), {}, dir + "/open.log");
   EXPECT_EQ(log.find("listening on"), std::string::npos) << log;
   EXPECT_NE(log.find("the token file " + file + " has mode 0644"), std::string::npos) << log;
   EXPECT_NE(log.find("chmod 600"), std::string::npos) << log;
   ASSERT_EQ(::chmod(file.c_str(), 0600), 0);
-  log = RunTesserad(with({"--token-file", file}, "file"), {}, dir + "/file.log");
+  log = RunProgram("tesserad", with({"--token-file", file}, "file"), {}, dir + "/file.log");
   ASSERT_NE(log.find("listening on"), std::string::npos) << log;
   EXPECT_NE(log.find("token: from --token-file " + file), std::string::npos) << log;
   EXPECT_EQ(log.find("a-secret"), std::string::npos) << log;
   EXPECT_TRUE(storage::DefaultEnv()->DeleteTree(dir).ok());
+}
+
+// The shipped worker honours its fault-injection hooks only when started with
+// --unsafe-fault-injection; without it, a hook in the environment is ignored,
+// and it says so.
+TEST(FaultHooks, NeedTheUnsafeFlagAndAreNeverSilent) {
+  const std::string dir = ::testing::TempDir();
+  const std::vector<std::string> hook = {"TESSERA_FAULT_TASK_DELAY=write:60000"};
+  const std::vector<std::string> args = {"--server", "http://127.0.0.1:9", "--name", "hooked"};
+  std::string log = RunProgram("tessera-worker", args, hook, dir + "/hook-ignored.log",
+                               "is ignored");
+  EXPECT_NE(log.find("warning: TESSERA_FAULT_TASK_DELAY is ignored: fault injection needs "
+                     "--unsafe-fault-injection"),
+            std::string::npos)
+      << log;
+  std::vector<std::string> unsafe = args;
+  unsafe.push_back("--unsafe-fault-injection");
+  log = RunProgram("tessera-worker", unsafe, hook, dir + "/hook-on.log", "fault injection is on");
+  EXPECT_NE(log.find("warning: fault injection is on (--unsafe-fault-injection)"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("is ignored"), std::string::npos) << log;
 }
 
 }  // namespace

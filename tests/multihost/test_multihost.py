@@ -127,7 +127,10 @@ class Cluster:
             bin_path("tessera-worker"), "--server", self.url,
             "--name", "h%d" % i, "--local-listen", "127.0.0.1:7071",
             "--data-listen", "%s:7072" % self.hosts.addr(i), "--copy-threads", "1",
-            "--io-threads", "1"], log or "worker-%d.log" % i, env=self.secret_env(env))
+            "--io-threads", "1"] +
+            (["--unsafe-fault-injection"]
+             if env and any(k.startswith("TESSERA_FAULT_") for k in env) else []),
+            log or "worker-%d.log" % i, env=self.secret_env(env))
         self.ids[i] = p.wait_for(tessera.local._REGISTERED, 20.0)
         self.workers[i] = p
         return p
