@@ -60,7 +60,7 @@ struct ServiceOptions {
 // GET /api/v1/jobs answers at most this many jobs a page.
 inline constexpr int64_t kMaxJobsPage = 1000;
 
-struct MeshRequest;  // service.cc
+struct MeshRequest;  // meshes.cc
 
 class Service {
  public:

@@ -124,6 +124,7 @@ class Agent {
   // unavailable naming the limit and the pending saves when another in-loop
   // snapshot would pass max_pending_saves or max_pending_save_bytes.
   Status CheckPendingRoom(const std::string& mesh, int64_t step) REQUIRES(mu_);
+  uint64_t PendingBytes() const REQUIRES(mu_);  // of trainer_snapshots_
   // {"count", "bytes", "max", "max_bytes"} of the pending in-loop snapshots.
   Json PendingSaves() EXCLUDES(mu_);
   // Starts or joins the job of an in-loop save and follows it until `deadline`.

@@ -60,18 +60,23 @@ Result<Json> Agent::FollowJob(const std::string& kind, const std::string& job, i
   }
 }
 
-Status Agent::CheckPendingRoom(const std::string& mesh, int64_t step) {
+uint64_t Agent::PendingBytes() const {
   uint64_t bytes = 0;
-  Json pending = Json::array();
-  for (const auto& [key, snap] : trainer_snapshots_) {
-    bytes += snap->bytes();
-    pending.push_back({{"mesh", key.first}, {"step", key.second}, {"bytes", snap->bytes()}});
-  }
+  for (const auto& [key, snap] : trainer_snapshots_) bytes += snap->bytes();
+  return bytes;
+}
+
+Status Agent::CheckPendingRoom(const std::string& mesh, int64_t step) {
+  const uint64_t bytes = PendingBytes();
   const int64_t count = static_cast<int64_t>(trainer_snapshots_.size());
   const uint64_t max_bytes = options_.max_pending_save_bytes;
   const bool over_count = count >= options_.max_pending_saves;
   const bool over_bytes = max_bytes > 0 && bytes >= max_bytes;
   if (!over_count && !over_bytes) return Status::Ok();
+  Json pending = Json::array();
+  for (const auto& [key, snap] : trainer_snapshots_) {
+    pending.push_back({{"mesh", key.first}, {"step", key.second}, {"bytes", snap->bytes()}});
+  }
   const std::string limit = over_count
       ? "--max-pending-saves " + std::to_string(options_.max_pending_saves)
       : "--max-pending-save-bytes " + std::to_string(max_bytes);
@@ -90,10 +95,8 @@ Status Agent::CheckPendingRoom(const std::string& mesh, int64_t step) {
 
 Json Agent::PendingSaves() {
   MutexLock lock(mu_);
-  uint64_t bytes = 0;
-  for (const auto& [key, snap] : trainer_snapshots_) bytes += snap->bytes();
   return {{"count", trainer_snapshots_.size()},
-          {"bytes", bytes},
+          {"bytes", PendingBytes()},
           {"max", options_.max_pending_saves},
           {"max_bytes", options_.max_pending_save_bytes}};
 }

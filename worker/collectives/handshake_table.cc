@@ -5,6 +5,7 @@
 namespace tessera::collectives::tcp {
 
 Deadline HandshakeTable::NewDeadline(Deadline now) const {
+  // With the newcomer, more than a quarter of the cap would wait (TightenUnderLoad).
   return now + (live_ >= limits_.total / 4 ? limits_.hello_timeout_under_load
                                            : limits_.hello_timeout);
 }
