@@ -9,7 +9,8 @@
 //   save64       one save across 64 simulated ranks (in-process agents)
 //   tiny_save    save latency of a tiny state (4 KiB per worker) against the number
 //                of workers: real worker processes (4, 16, 32) and in-process
-//                agents (64, 256), with the job's phases
+//                agents (64, 256, 1024), with the job's phases and tesserad's CPU
+//                time per save
 #include <CLI/CLI.hpp>
 
 #include <fcntl.h>
@@ -19,6 +20,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -190,13 +192,34 @@ void BenchSave64(tools::LocalCluster& c, int ranks) {
   for (const auto& id : sim.ids) (void)c.Call("DELETE", "/api/v1/workers/" + id.get<std::string>());
 }
 
+// CPU seconds (user + system) a process has used so far, from /proc/PID/stat.
+double CpuSeconds(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (!f) return 0;
+  char buf[1024] = {};
+  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  // Fields after the command name, which ends at the last ')': state is field 3,
+  // utime and stime are 14 and 15.
+  const char* p = std::strrchr(buf, ')');
+  if (!p || static_cast<size_t>(p - buf) >= n) return 0;
+  unsigned long long utime = 0, stime = 0;
+  if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
+                  &stime) != 2) {
+    return 0;
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
 // Saves of 4 KiB per worker, REST call to commit: what the control plane costs
-// per save as the mesh grows. Median of `saves` runs, plus the phases of the last.
+// per save as the mesh grows. Median of `saves` runs, plus the phases of the last
+// and tesserad's CPU time per save (over all of them).
 void TinySaves(tools::LocalCluster& c, const std::string& mesh, int workers, const std::string& kind,
                int saves, const std::function<void()>& push) {
   push();
   std::vector<double> ms;
   Json phases;
+  const double cpu0 = CpuSeconds(c.server_pid());
   for (int i = 0; i < saves; ++i) {
     auto t0 = Clock::now();
     Json started = Check(c.Call("POST", "/api/v1/meshes/" + mesh + "/checkpoints",
@@ -206,7 +229,9 @@ void TinySaves(tools::LocalCluster& c, const std::string& mesh, int workers, con
     ms.push_back(Secs(t0) * 1e3);
     phases = done["timings_ms"];
   }
+  const double cpu_ms_per_save = (CpuSeconds(c.server_pid()) - cpu0) * 1e3 / saves;
   EmitLine({{"bench", "tiny_save"}, {"workers", workers}, {"kind", kind}, {"saves", saves},
+            {"server_cpu_ms_per_save", cpu_ms_per_save},
             {"p50_ms", Median(ms)}, {"min_ms", *std::min_element(ms.begin(), ms.end())},
             {"max_ms", *std::max_element(ms.begin(), ms.end())}, {"phases_ms", phases}});
 }
@@ -298,7 +323,7 @@ int main(int argc, char** argv) {
   if (!s3_endpoint.empty()) opts.server_args = {"--s3-endpoint", s3_endpoint};
   if (!skip_scale) {
     for (int n : {4, 16, 32}) TinySavesOfProcesses(opts, n, 7);
-    for (int n : {64, 256}) TinySavesOfAgents(opts, n, 5);
+    for (int n : {64, 256, 1024}) TinySavesOfAgents(opts, n, 5);
   }
   if (only_scale) return 0;
   auto cluster = Check(tools::LocalCluster::Start(opts), "start cluster");

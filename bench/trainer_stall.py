@@ -6,8 +6,9 @@ processes on mesh {data: 4}, each with a model of STATE bytes (float32, in 8
 tensors) attached with attach_state_dict (--trainers changes the 4). For every size, each trainer runs
 --saves saves; before each one the trainers meet at a barrier and the previous
 save has committed, so every save() starts from the same quiet state. Per save it
-records the wall time of save() in the trainer and the worker's snapshot_ms; the
-difference is what the HTTP round trip and the client add. As context, rank 0
+records the wall time of save() in the trainer and the worker's snapshot_ms (the
+difference is what the HTTP round trip and the client add), and the time from the
+save() call until handle.wait() returns, the commit as the trainer learns of it. As context, rank 0
 also times torch.save of the same state_dict to a file in the same directory
 (no fsync), the way a hand-rolled checkpoint stalls a loop.
 
@@ -16,7 +17,7 @@ also times torch.save of the same state_dict to a file in the same directory
 
 TESSERA_BIN (default build/bin) names the directory of tesserad and tessera-worker.
 Each line of --out is one trainer's save: {"size_mb", "rank", "save", "save_ms",
-"snapshot_ms", "overhead_ms", "trainers"}, or {"size_mb", "torch_save_ms"} for the peer.
+"snapshot_ms", "overhead_ms", "commit_ms", "trainers"}, or {"size_mb", "torch_save_ms"} for the peer.
 """
 
 import argparse
@@ -49,9 +50,11 @@ with tessera.CheckpointManager(mesh, timeout=120) as ck:
         h = ck.save(i + 1)
         save_ms = (time.perf_counter() - t0) * 1000
         h.wait(timeout=120)
+        commit_ms = (time.perf_counter() - t0) * 1000
         if i:
             rows.append({"size_mb": size_mb, "rank": rank, "save": i, "save_ms": save_ms,
-                         "snapshot_ms": h.snapshot_ms, "overhead_ms": save_ms - h.snapshot_ms})
+                         "snapshot_ms": h.snapshot_ms, "overhead_ms": save_ms - h.snapshot_ms,
+                         "commit_ms": commit_ms})
     if rank == 0:
         path = os.path.join(out_dir, "torch-%d.pt" % os.getpid())
         for i in range(saves):
@@ -90,17 +93,19 @@ def measure(cluster, size_mb, saves, scratch, trainers):
 
 def summary(rows):
     lines = ["| state per trainer | save() p50 / p90 ms | snapshot_ms p50 / p90 | "
-             "save() − snapshot_ms p50 / p90 / max | torch.save on rank 0 p50 ms |",
-             "|---|---|---|---|---|"]
+             "save() − snapshot_ms p50 / p90 / max | save() → commit p50 / p90 ms | "
+             "torch.save on rank 0 p50 ms |",
+             "|---|---|---|---|---|---|"]
     for size in sorted({r["size_mb"] for r in rows}):
         ours = [r for r in rows if r["size_mb"] == size and "save_ms" in r]
         peer = [r["torch_save_ms"] for r in rows if r["size_mb"] == size and "torch_save_ms" in r]
         s = [r["save_ms"] for r in ours]
         snap = [r["snapshot_ms"] for r in ours]
         over = [r["overhead_ms"] for r in ours]
-        lines.append("| %g MB | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f / %.2f | %.1f |" % (
+        commit = [r["commit_ms"] for r in ours]
+        lines.append("| %g MB | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f / %.2f | %.1f / %.1f | %.1f |" % (
             size, pct(s, .5), pct(s, .9), pct(snap, .5), pct(snap, .9), pct(over, .5),
-            pct(over, .9), max(over), statistics.median(peer)))
+            pct(over, .9), max(over), pct(commit, .5), pct(commit, .9), statistics.median(peer)))
     return "\n".join(lines)
 
 
