@@ -11,6 +11,7 @@ constexpr KindName kKinds[] = {
     {TaskKind::kSnapshot, "snapshot"},     {TaskKind::kWrite, "write"},
     {TaskKind::kRestore, "restore"},       {TaskKind::kCollective, "collective"},
     {TaskKind::kMeshInit, "mesh_init"},    {TaskKind::kAbort, "abort"},
+    {TaskKind::kSaveEnded, "save_ended"},
 };
 
 Result<uint64_t> OptionalBytes(const Json& j, const std::string& field) {
@@ -46,7 +47,13 @@ Task MeshTask(TaskKind kind, const Mesh& mesh, int64_t rank) {
 Json TaskToJson(const Task& t) {
   Json j = {{"id", t.id}, {"job", t.job}, {"kind", TaskKindName(t.kind)}};
   if (t.kind == TaskKind::kAbort) {
-    if (!t.abort_mesh.empty()) j["mesh_name"] = t.abort_mesh;
+    if (!t.mesh_name.empty()) j["mesh_name"] = t.mesh_name;
+    if (!t.error.ok()) j["error"] = ErrorBody(t.error)["error"];
+    return j;
+  }
+  if (t.kind == TaskKind::kSaveEnded) {
+    j["mesh_name"] = t.mesh_name;
+    j["step"] = t.step;
     if (!t.error.ok()) j["error"] = ErrorBody(t.error)["error"];
     return j;
   }
@@ -87,6 +94,7 @@ Json TaskToJson(const Task& t) {
       j["timeout_ms"] = t.timeout_ms;
       break;
     case TaskKind::kAbort:
+    case TaskKind::kSaveEnded:
       break;
   }
   return j;
@@ -101,9 +109,17 @@ Result<Task> TaskFromJson(const Json& j) {
   ASSIGN_OR_RETURN(t.kind, ParseTaskKind(kind));
   if (t.kind == TaskKind::kAbort) {
     ASSIGN_OR_RETURN(std::optional<std::string> mesh, OptionalString(j, "mesh_name"));
-    t.abort_mesh = mesh.value_or("");
+    t.mesh_name = mesh.value_or("");
     if (j.contains("error") && !j["error"].is_null()) {
       t.error = StatusFromErrorJson(j["error"], "").WithContext("job " + t.job + " failed");
+    }
+    return t;
+  }
+  if (t.kind == TaskKind::kSaveEnded) {
+    ASSIGN_OR_RETURN(t.mesh_name, RequiredString(j, "mesh_name"));
+    ASSIGN_OR_RETURN(t.step, RequiredInt(j, "step"));
+    if (j.contains("error") && !j["error"].is_null()) {
+      t.error = StatusFromErrorJson(j["error"], "the save failed without an error");
     }
     return t;
   }
@@ -165,6 +181,7 @@ Result<Task> TaskFromJson(const Json& j) {
       break;
     }
     case TaskKind::kAbort:
+    case TaskKind::kSaveEnded:
       break;
   }
   return t;

@@ -7,6 +7,7 @@
 //   collective  run a REST collectives job's request on tensors the worker holds
 //   mesh_init   the self-test of a new mesh (the device table merged over it)
 //   abort       the job failed: drop its snapshot, leave its collective
+//   save_ended  an in-loop save ended (committed, or failed with `error`): tell the trainer
 // Decoders take what the other side sent: a malformed message is invalid_argument naming
 // the field, never an exception.
 #pragma once
@@ -24,7 +25,7 @@
 
 namespace tessera {
 
-enum class TaskKind { kSnapshot, kWrite, kRestore, kCollective, kMeshInit, kAbort };
+enum class TaskKind { kSnapshot, kWrite, kRestore, kCollective, kMeshInit, kAbort, kSaveEnded };
 
 std::string_view TaskKindName(TaskKind kind);
 Result<TaskKind> ParseTaskKind(std::string_view name);
@@ -41,10 +42,10 @@ struct Task {
   std::string id;
   std::string job;
   TaskKind kind = TaskKind::kAbort;
-  Mesh mesh;                        // all but abort
-  int64_t rank = 0;                 // all but abort: this worker's rank in `mesh`
+  Mesh mesh;                        // all but abort and save_ended
+  int64_t rank = 0;                 // all but abort and save_ended: this worker's rank in `mesh`
   std::vector<std::string> workers; // collective, mesh_init: the mesh's workers by rank
-  int64_t step = 0;                 // snapshot, write
+  int64_t step = 0;                 // snapshot, write, save_ended
   std::optional<std::vector<std::string>> tensor_names;  // snapshot: only these
   bool wait_for_trainer = false;    // snapshot: take the copy of the trainer's /v1/save
   std::string staging;              // write: the staging dir
@@ -55,8 +56,9 @@ struct Task {
   std::vector<TensorMeta> tensors;  // restore: what to read, in the target layout
   Json request;                     // collective: the job's request
   int64_t timeout_ms = 10000;       // collective, mesh_init
-  std::string abort_mesh;           // abort of a collective: the mesh whose group stops
-  Status error;                     // abort: why the job failed
+  std::string mesh_name;            // abort of a collective: the mesh whose group stops;
+                                    // save_ended: the checkpoint's mesh
+  Status error;                     // abort: why the job failed; save_ended: ok = committed
 };
 
 // A task of `kind` for the worker of `rank` in `mesh` (id and job are the engine's).

@@ -145,7 +145,7 @@ void Service::AbortOnWorkers(const MeshRecord& mesh, const std::string& job_id, 
   abort.job = job_id;
   abort.kind = TaskKind::kAbort;
   if (collective) {
-    abort.abort_mesh = mesh.mesh.name;
+    abort.mesh_name = mesh.mesh.name;
     abort.error = error;
   }
   for (const auto& wid : mesh.workers) {

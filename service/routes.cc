@@ -26,11 +26,15 @@ Status CheckName(const Request& req, const std::string& param, const std::string
   return ValidateName(req.Param(param), field);
 }
 
+// A create-or-join lists every tensor of the worker's snapshot: more than the 2 MiB
+// of other JSON bodies for a model of many tensors.
+constexpr uint64_t kMaxSaveJoinBody = 32ull << 20;
+
 }  // namespace
 
 void Service::AddRoutes(http::Router* router) {
   auto add = [router](std::string method, std::string pattern, http::Handler h, std::string help,
-                      bool auth = true) {
+                      bool auth = true, uint64_t body_limit = 0) {
     // A name in the path obeys the name rules before any handler sees it; errors name its kind.
     static const std::pair<const char*, const char*> kNamed[] = {
         {"m", "mesh"}, {"name", "mesh"}, {"barrier", "barrier"}, {"key", "key"}};
@@ -42,7 +46,10 @@ void Service::AddRoutes(http::Router* router) {
       };
       break;
     }
-    router->Add({std::move(method), std::move(pattern), std::move(h), std::move(help), auth});
+    std::function<uint64_t(const Request&)> limit;
+    if (body_limit) limit = [body_limit](const Request&) { return body_limit; };
+    router->Add({std::move(method), std::move(pattern), std::move(h), std::move(help), auth,
+                 std::move(limit)});
   };
   add("GET", "/healthz", [this](const Request&) {
     Json health = Health();
@@ -133,8 +140,25 @@ void Service::AddRoutes(http::Router* router) {
 
   // Checkpoints (before the plain mesh routes: mesh names may contain '/').
   add("POST", "/api/v1/meshes/{m+}/checkpoints", [this](const Request& req) {
-    return WithBody(req, [&](const Json& b) { return Reply(StartSave(req.Param("m"), b), 202); });
+    return WithBody(req, [&](const Json& b) {
+      auto request = SaveRequest::FromJson(b);
+      if (!request.ok()) return Response::Error(request.status());
+      return Reply(StartSave(req.Param("m"), *request), 202);
+    });
   }, "start a save {step, tensors?, compression?, level?, metadata?}");
+  add("PUT", "/api/v1/meshes/{m+}/checkpoints/{step}", [this](const Request& req) {
+    auto step = ParseStep(req.Param("step"));
+    if (!step.ok()) return Response::Error(step.status());
+    return WithBody(req, [&](const Json& b) {
+      auto join = SaveJoinRequest::FromJson(b, *step);
+      if (!join.ok()) return Response::Error(join.status());
+      auto r = JoinSave(req.Param("m"), *join);
+      if (!r.ok()) return Response::Error(r.status());
+      return Response::Json(r->first, r->second);
+    });
+  }, "internal: a worker creates (201) or joins (200) the in-loop save of a step "
+     "{worker, snapshot, tensors?, compression?, level?, metadata?}",
+     true, kMaxSaveJoinBody);
   add("GET", "/api/v1/meshes/{m+}/checkpoints",
       [this](const Request& req) { return Reply(ListCheckpoints(req.Param("m"))); },
       "checkpoints of a mesh, newest first");
@@ -146,7 +170,9 @@ void Service::AddRoutes(http::Router* router) {
   }, "delete a checkpoint");
   add("POST", "/api/v1/meshes/{m+}/checkpoints/{step}/restore", [this](const Request& req) {
     return WithBody(req, [&](const Json& b) {
-      return Reply(StartRestore(req.Param("m"), req.Param("step"), b), 202);
+      auto request = RestoreRequest::FromJson(b);
+      if (!request.ok()) return Response::Error(request.status());
+      return Reply(StartRestore(req.Param("m"), req.Param("step"), *request), 202);
     });
   }, "restore {target_mesh?, tensors?, layouts?}");
   add("POST", "/api/v1/meshes/{m+}/checkpoints/{step}/verify", [this](const Request& req) {

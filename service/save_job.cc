@@ -14,37 +14,26 @@
 
 namespace tessera::service {
 
-Result<Json> Service::StartSave(const std::string& mesh, const Json& body) {
-  RETURN_IF_ERROR(RequireObject(body));
-  ASSIGN_OR_RETURN(int64_t step, RequiredInt(body, "step"));
-  if (step < 0) return InvalidArgument("step must be ≥ 0", {{"field", "step"}});
-  ASSIGN_OR_RETURN(auto tensors, OptionalNameList(body, "tensors"));
-  for (const std::string& t : tensors.value_or(std::vector<std::string>{})) {
-    RETURN_IF_ERROR(ValidateName(t, "tensors"));
-  }
-  ASSIGN_OR_RETURN(auto compression, OptionalString(body, "compression"));
-  if (compression && *compression != "zstd" && *compression != "none") {
-    return InvalidArgument("compression must be \"zstd\" or \"none\"", {{"field", "compression"}});
-  }
-  ASSIGN_OR_RETURN(auto level, OptionalInt(body, "level"));
-  if (level && (*level < 1 || *level > 19)) {
-    return InvalidArgument("level must be 1..19", {{"field", "level"}});
-  }
-  if (body.contains("metadata") && !body["metadata"].is_null() && !body["metadata"].is_object()) {
-    return InvalidArgument("field 'metadata' must be a JSON object", {{"field", "metadata"}});
-  }
+Result<Json> Service::StartSave(const std::string& mesh, const SaveRequest& request) {
   MutexLock lock(mu_);
   ASSIGN_OR_RETURN(const MeshRecord* m, ReadyMesh(mesh));
-  const std::string key = CheckpointRecord::Key(mesh, step);
-  auto existing = checkpoints_.find(key);
+  auto existing = checkpoints_.find(CheckpointRecord::Key(mesh, request.step));
   if (existing != checkpoints_.end() && existing->second.state != "failed") {
     const auto& c = existing->second;
-    return Conflict("step " + std::to_string(step) + " of mesh " + mesh + " is already " +
+    return Conflict("step " + std::to_string(request.step) + " of mesh " + mesh + " is already " +
                         (c.state == "committed" ? "committed" : "being saved by job " + c.job),
-                    {{"mesh", mesh}, {"step", step}, {"state", c.state}, {"job", c.job}});
+                    {{"mesh", mesh}, {"step", request.step}, {"state", c.state}, {"job", c.job}});
   }
-  for (size_t rank = 0; rank < m->workers.size(); ++rank) {
-    const std::string& wid = m->workers[rank];
+  ASSIGN_OR_RETURN(const CheckpointRecord* c, CreateSaveJob(*m, request, /*joined=*/false));
+  return Json{{"job", c->job}, {"checkpoint", c->Summary()}};
+}
+
+Result<const CheckpointRecord*> Service::CreateSaveJob(const MeshRecord& m,
+                                                       const SaveRequest& request, bool joined) {
+  const std::string& mesh = m.mesh.name;
+  const int64_t step = request.step;
+  for (size_t rank = 0; rank < m.workers.size(); ++rank) {
+    const std::string& wid = m.workers[rank];
     auto w = workers_.find(wid);
     if (w == workers_.end() || w->second.state == "dead") {
       return Unavailable("worker " + wid + " (rank " + std::to_string(rank) + ") of mesh " + mesh +
@@ -52,29 +41,32 @@ Result<Json> Service::StartSave(const std::string& mesh, const Json& body) {
                          {{"worker", wid}, {"rank", rank}});
     }
   }
-  JobRecord* job = NewJob("save", mesh, step, body);
+  Json recorded = request.ToJson();
+  if (joined) recorded["joined"] = true;
+  JobRecord* job = NewJob("save", mesh, step, recorded);
   CheckpointRecord c;
   c.mesh = mesh;
   c.step = step;
   c.job = job->id;
   c.created_ms = WallMs();
-  c.metadata = body.value("metadata", Json::object());
-  if (c.metadata.is_null()) c.metadata = Json::object();
+  c.metadata = request.metadata;
   if (Status st = PersistCheckpoint(c); !st.ok()) {
     const std::string id = job->id;  // `job` dies with its entry
     ForgetJob(id);
     (void)catalog_->Delete("jobs", id);
     return st.WithContext("the save of step " + std::to_string(step) + " was not started");
   }
-  checkpoints_[key] = c;
-  events_.Publish("checkpoint", c.Summary());
-  Launch(job->id, &Service::RunSave);
-  return Json{{"job", job->id}, {"checkpoint", c.Summary()}};
+  const std::string key = c.key();
+  checkpoints_[key] = std::move(c);
+  events_.Publish("checkpoint", checkpoints_[key].Summary());
+  if (joined) save_joins_[job->id].request = request;
+  Launch(job->id, [this, request](const std::string& id) { return RunSave(id, request); });
+  return &checkpoints_[key];
 }
 
 Result<std::vector<TensorMeta>> CollectSnapshotTensors(
     const Mesh& mesh, const std::vector<std::string>& workers,
-    const std::map<int64_t, Json>& snapshots) {
+    const std::map<int64_t, SnapshotResult>& snapshots) {
   std::vector<TensorMeta> metas;
   std::map<std::string, size_t> seen;
   for (const auto& [rank, res] : snapshots) {
@@ -83,14 +75,7 @@ Result<std::vector<TensorMeta>> CollectSnapshotTensors(
                           " does not have", {{"rank", rank}});
     }
     const std::string& wid = workers[rank];
-    auto snapshot = SnapshotResultFromJson(res);
-    if (!snapshot.ok()) {
-      return snapshot.status()
-          .WithContext("snapshot of worker " + wid)
-          .WithDetail("worker", wid)
-          .WithDetail("rank", rank);
-    }
-    const std::vector<SnapshotTensor>& list = snapshot->tensors;
+    const std::vector<SnapshotTensor>& list = res.tensors;
     for (const SnapshotTensor& st : list) {
       const TensorMeta* t = &st.meta;
       const std::vector<int64_t>& devices = st.devices;
@@ -104,6 +89,14 @@ Result<std::vector<TensorMeta>> CollectSnapshotTensors(
       }
       auto [it, inserted] = seen.emplace(t->name, metas.size());
       if (inserted) {
+        Status valid = ValidateName(t->name, "tensor");
+        if (valid.ok()) valid = ValidateLayout(mesh, t->layout, t->shape);
+        if (!valid.ok()) {
+          return valid.WithContext("tensor '" + t->name + "' of worker " + wid)
+              .WithDetail("tensor", t->name)
+              .WithDetail("worker", wid)
+              .WithDetail("rank", rank);
+        }
         if (rank != 0) {
           return InvalidArgument("tensor '" + t->name + "' is missing on worker " + workers[0] +
                                      " (rank 0)",
@@ -148,19 +141,39 @@ void Service::SetCheckpointState(const std::string& key, const std::string& stat
 Result<std::vector<storage::PlannedSlice>> Service::SaveSnapshotAndPlan(
     const SaveRun& run, std::vector<TensorMeta>* metas) {
   SetPhase(run.job_id, "snapshot");
+  if (save_joins_.count(run.job_id)) {
+    // In-loop: every worker brought its snapshot with its create-or-join.
+    ASSIGN_OR_RETURN(auto joined, AwaitJoins(run));
+    ASSIGN_OR_RETURN(*metas, CollectSnapshotTensors(run.mesh.mesh, run.mesh.workers, joined));
+    return PlanAndStage(run, *metas);
+  }
   std::map<int64_t, Task> snap;
   for (int64_t r = 0; r < run.mesh.mesh.num_workers(); ++r) {
     Task& t = snap[r] = MeshTask(TaskKind::kSnapshot, run.mesh.mesh, r);
     t.step = run.step;
-    // Checked by StartSave: a list of valid names, or absent.
-    if (run.request.contains("tensors") && run.request["tensors"].is_array()) {
-      t.tensor_names = run.request["tensors"].get<std::vector<std::string>>();
-    }
-    t.wait_for_trainer = run.request.value("wait_for_trainer", false);
+    if (run.request.tensors) t.tensor_names = *run.request.tensors;
+    t.wait_for_trainer = run.request.wait_for_trainer;
   }
-  ASSIGN_OR_RETURN(auto snapshots, RunTasks(run.job_id, run.mesh.workers, std::move(snap), 0));
+  ASSIGN_OR_RETURN(auto results, RunTasks(run.job_id, run.mesh.workers, std::move(snap), 0));
+  std::map<int64_t, SnapshotResult> snapshots;
+  for (const auto& [rank, res] : results) {
+    auto snapshot = SnapshotResultFromJson(res);
+    if (!snapshot.ok()) {
+      const std::string& wid = run.mesh.workers.at(rank);
+      return snapshot.status()
+          .WithContext("snapshot of worker " + wid)
+          .WithDetail("worker", wid)
+          .WithDetail("rank", rank);
+    }
+    snapshots[rank] = std::move(*snapshot);
+  }
   ASSIGN_OR_RETURN(*metas, CollectSnapshotTensors(run.mesh.mesh, run.mesh.workers, snapshots));
-  auto plan = storage::PlanSave(run.mesh.mesh, *metas);
+  return PlanAndStage(run, *metas);
+}
+
+Result<std::vector<storage::PlannedSlice>> Service::PlanAndStage(const SaveRun& run,
+                                                                 const std::vector<TensorMeta>& metas) {
+  auto plan = storage::PlanSave(run.mesh.mesh, metas);
   mu_.unlock();
   Status created =
       storage::CreateStaging(env_, options_.checkpoint_root, run.mesh.mesh.name, run.step, run.job_id);
@@ -181,8 +194,8 @@ Result<std::vector<std::string>> Service::SaveWrite(const SaveRun& run,
     Task& t = writes[r] = MeshTask(TaskKind::kWrite, run.mesh.mesh, r);
     t.step = run.step;
     t.staging = run.staging;
-    t.compress = run.request.value("compression", "zstd") == "zstd";
-    t.level = run.request.value("level", int64_t{1});
+    t.compress = run.request.compress;
+    t.level = run.request.level;
   }
   for (const auto& p : plan) {
     writes[p.rank].slices.push_back({metas[p.tensor].name, p.device, p.slice});
@@ -205,9 +218,7 @@ Result<storage::CheckpointIndex> Service::SaveMergeAndCommit(
     const SaveRun& run, const std::vector<std::string>& fragments) {
   SetPhase(run.job_id, "merge");
   SetCheckpointState(run.key, "merging");
-  storage::CheckpointMeta meta{run.mesh.mesh, run.step,
-                               run.request.value("metadata", Json::object()), WallMs()};
-  if (meta.metadata.is_null()) meta.metadata = Json::object();
+  storage::CheckpointMeta meta{run.mesh.mesh, run.step, run.request.metadata, WallMs()};
   const std::string& mesh = run.mesh.mesh.name;
   mu_.unlock();
   Status merged = storage::MergeFragments(env_, run.staging, fragments, meta);
@@ -256,19 +267,20 @@ void Service::AbandonSave(const SaveRun& run, const Status& st) {
   cv_.NotifyAll();
 }
 
-Status Service::RunSave(const std::string& job_id) {
+Status Service::RunSave(const std::string& job_id, const SaveRequest& request) {
   MutexLock lock(mu_);
   JobRecord& job = BeginJob(job_id);
   auto found = meshes_.find(job.mesh);
   if (found == meshes_.end()) {
     Status gone = NotFound("mesh " + job.mesh + " was deleted", {{"mesh", job.mesh}});
     FinishJob(job_id, gone, Json());
+    save_joins_.erase(job_id);
     return gone;
   }
   const SaveRun run{job_id,
                     found->second,
                     job.step,
-                    job.request,
+                    request,
                     CheckpointRecord::Key(job.mesh, job.step),
                     storage::StagingDir(options_.checkpoint_root, job.mesh, job.step, job_id)};
   Json result;
@@ -288,6 +300,7 @@ Status Service::RunSave(const std::string& job_id) {
   }();
   if (!st.ok()) AbandonSave(run, st);
   FinishJob(job_id, st, result);
+  if (save_joins_.erase(job_id)) TellSaveEnded(run, st);
   return st;
 }
 

@@ -305,8 +305,12 @@ bool Service::WorkerBusy(const std::string& id) const {
 }
 
 void Service::Launch(const std::string& job_id, Status (Service::*run)(const std::string&)) {
-  job_threads_.Spawn([this, job_id, run] {
-    Status st = (this->*run)(job_id);
+  Launch(job_id, [this, run](const std::string& id) { return (this->*run)(id); });
+}
+
+void Service::Launch(const std::string& job_id, std::function<Status(const std::string&)> run) {
+  job_threads_.Spawn([job_id, run = std::move(run)] {
+    Status st = run(job_id);
     (void)st;  // the job record carries the outcome
   });
 }

@@ -21,6 +21,7 @@
 #include "api/http/router.h"
 #include "api/http/server.h"
 #include "api/json_codec.h"
+#include "api/requests.h"
 #include "api/status.h"
 #include "api/task_protocol.h"
 #include "api/thread_annotations.h"
@@ -55,6 +56,8 @@ struct ServiceOptions {
   // their checkpoint does.
   int64_t job_history_per_mesh = 1000;
   int64_t job_history_min_age_ms = 60 * 1000;
+  // An in-loop save waits this long for every trainer of its mesh to join it.
+  int64_t join_wait_ms = 120 * 1000;
 };
 
 // GET /api/v1/jobs answers at most this many jobs a page.
@@ -94,7 +97,11 @@ class Service {
   Status DeleteMesh(const std::string& name);
 
   // Checkpoints and jobs.
-  Result<Json> StartSave(const std::string& mesh, const Json& body);
+  Result<Json> StartSave(const std::string& mesh, const SaveRequest& request);
+  // The in-loop save's create-or-join (save_join.cc): (201, {job, checkpoint}) when
+  // this call created the save, (200, ...) when it joined the same save (also when
+  // it repeats an earlier join); conflict for a committed step or another save of it.
+  Result<std::pair<int, Json>> JoinSave(const std::string& mesh, const SaveJoinRequest& join);
   Result<Json> ListCheckpoints(const std::string& mesh);
   Result<Json> GetCheckpoint(const std::string& mesh, const std::string& step);
   Status DeleteCheckpoint(const std::string& mesh, const std::string& step);
@@ -103,7 +110,10 @@ class Service {
   Result<Json> CollectGarbage();
   // {"status": "ok"} or, after a catalog write failed, "degraded" with the error.
   Json Health() const;
-  Result<Json> StartRestore(const std::string& mesh, const std::string& step, const Json& body);
+  // Everything a restore needs is checked here (tensors, dtypes, shapes, layouts
+  // against the target mesh, workers): what fails is a 400, not a failed job.
+  Result<Json> StartRestore(const std::string& mesh, const std::string& step,
+                            const RestoreRequest& request);
   Result<Json> StartVerify(const std::string& mesh, const std::string& step);
   Result<Json> PutRetention(const std::string& mesh, const Json& body);
   // POST /api/v1/meshes/{m}/collectives: a job running `op` on every worker.
@@ -187,19 +197,33 @@ class Service {
 
   // Jobs. Each runs on its own thread; Run* catch every failure into the job.
   void Launch(const std::string& job_id, Status (Service::*run)(const std::string&));
-  Status RunSave(const std::string& job_id) EXCLUDES(mu_);
+  void Launch(const std::string& job_id, std::function<Status(const std::string&)> run);
+  Status RunSave(const std::string& job_id, const SaveRequest& request) EXCLUDES(mu_);
   // The phases of a save (save_job.cc); each drops mu_ around its I/O.
   struct SaveRun {
     std::string job_id;
     MeshRecord mesh;
     int64_t step;
-    Json request;
+    SaveRequest request;
     std::string key;      // of checkpoints_
     std::string staging;  // the staging dir
   };
   Result<std::vector<storage::PlannedSlice>> SaveSnapshotAndPlan(const SaveRun& run,
                                                                  std::vector<TensorMeta>* metas)
       REQUIRES(mu_);
+  Result<std::vector<storage::PlannedSlice>> PlanAndStage(const SaveRun& run,
+                                                          const std::vector<TensorMeta>& metas)
+      REQUIRES(mu_);
+  // A new save job and its checkpoint record (pending); `joined`: its workers'
+  // snapshots come with their create-or-join calls, not from snapshot tasks.
+  Result<const CheckpointRecord*> CreateSaveJob(const MeshRecord& m, const SaveRequest& request,
+                                                bool joined) REQUIRES(mu_);
+  // Waits until every rank of the mesh has joined the save (released while waiting),
+  // failing for a dead worker, a cancel, shutdown, or ranks that do not join within
+  // options_.join_wait_ms. The snapshots by rank.
+  Result<std::map<int64_t, SnapshotResult>> AwaitJoins(const SaveRun& run) REQUIRES(mu_);
+  // Pushes an in-loop save's end (committed, or its error) to every worker of its mesh.
+  void TellSaveEnded(const SaveRun& run, const Status& st) REQUIRES(mu_);
   Result<std::vector<std::string>> SaveWrite(const SaveRun& run,
                                              const std::vector<TensorMeta>& metas,
                                              const std::vector<storage::PlannedSlice>& plan)
@@ -211,7 +235,15 @@ class Service {
                        const std::vector<storage::PlannedSlice>& plan) REQUIRES(mu_);
   void AbandonSave(const SaveRun& run, const Status& st) REQUIRES(mu_);
   void SetCheckpointState(const std::string& key, const std::string& state) REQUIRES(mu_);
-  Status RunRestore(const std::string& job_id) EXCLUDES(mu_);
+  // A restore as StartRestore planned it.
+  struct RestoreRun {
+    std::string job_id;
+    std::string target_name;
+    Mesh target;                      // as it was planned for; the job fails if it changed
+    std::vector<TensorMeta> tensors;  // in their target layouts
+    std::vector<int64_t> ranks;       // of the target mesh's workers that restore
+  };
+  Status RunRestore(const RestoreRun& run) EXCLUDES(mu_);
   Status RunVerify(const std::string& job_id) EXCLUDES(mu_);
   Status RunCollective(const std::string& job_id) EXCLUDES(mu_);
   // The registration self-test of a mesh (run synchronously by PutMesh).
@@ -253,6 +285,13 @@ class Service {
   std::map<std::string, CheckpointRecord> checkpoints_ GUARDED_BY(mu_);  // by key()
   std::map<std::string, JobRecord> jobs_ GUARDED_BY(mu_);
   std::map<std::string, std::string> task_jobs_ GUARDED_BY(mu_);  // running task → job
+  // In-loop saves still running, by job: the request they were created with and the
+  // snapshot each rank brought.
+  struct SaveJoins {
+    SaveRequest request;
+    std::map<int64_t, SnapshotResult> snapshots;
+  };
+  std::map<std::string, SaveJoins> save_joins_ GUARDED_BY(mu_);
   std::map<uint64_t, std::string> job_order_ GUARDED_BY(mu_);     // by JobRecord::seq
   std::set<std::string> active_jobs_ GUARDED_BY(mu_);            // not finished yet
   uint64_t last_job_seq_ GUARDED_BY(mu_) = 0;

@@ -161,7 +161,10 @@ int main(int argc, char** argv) {
   sopts.port = port;
   sopts.threads = threads;
   sopts.token = *token;
-  sopts.max_body_bytes = 2 << 20;
+  // JSON bodies: 2 MiB; only a save's create-or-join, which lists a snapshot's
+  // tensors, may be larger (its route's limit).
+  sopts.max_json_body_bytes = 2 << 20;
+  sopts.max_body_bytes = 32 << 20;
   sopts.read_timeout_s = 30;
   sopts.write_timeout_s = 120;
   sopts.header_timeout_s = header_timeout_s;

@@ -189,11 +189,21 @@ void Agent::Execute(const Task& task) {
   const std::string kind(TaskKindName(task.kind));
   const std::string& job = task.job;
   if (task.kind == TaskKind::kAbort) {
-    if (collectives_ != nullptr && !task.abort_mesh.empty()) {
-      collectives_->Abort(task.abort_mesh, job, task.error);
+    if (collectives_ != nullptr && !task.mesh_name.empty()) {
+      collectives_->Abort(task.mesh_name, job, task.error);
     }
     MutexLock lock(mu_);
     snapshots_.erase(job);
+    return;
+  }
+  if (task.kind == TaskKind::kSaveEnded) {
+    // An in-loop save's end, pushed on this long-poll: nothing to report.
+    {
+      MutexLock lock(mu_);
+      snapshots_.erase(job);
+      if (!task.error.ok()) trainer_snapshots_.erase({task.mesh_name, task.step});
+    }
+    trainer_saves_.JobEnded(job, task.error);
     return;
   }
   // tesserad marked the task running when it handed it over: only the outcome is reported.
@@ -219,6 +229,7 @@ void Agent::Execute(const Task& task) {
       r = DoMeshInit(task);
       break;
     case TaskKind::kAbort:
+    case TaskKind::kSaveEnded:
       break;
   }
   if (!r.ok()) {

@@ -34,6 +34,11 @@
 
 namespace tessera::worker {
 
+// What a snapshot holds (of `names` only, when given): each tensor and the devices
+// of its shards, as a snapshot task reports it and a create-or-join brings it.
+SnapshotResult DescribeSnapshot(const Snapshot& snap,
+                                const std::optional<std::vector<std::string>>& names);
+
 struct AgentOptions {
   std::string server = "http://127.0.0.1:7070";
   std::string token;
@@ -127,9 +132,14 @@ class Agent {
   uint64_t PendingBytes() const REQUIRES(mu_);  // of trainer_snapshots_
   // {"count", "bytes", "max", "max_bytes"} of the pending in-loop snapshots.
   Json PendingSaves() EXCLUDES(mu_);
-  // Starts or joins the job of an in-loop save and follows it until `deadline`.
+  // Creates or joins the job of an in-loop save, bringing `snapshot`, and waits for
+  // its end (pushed by tesserad as a save_ended task) until `deadline`.
   void FollowTrainerSave(const std::string& mesh, int64_t step, Json body,
                          std::chrono::steady_clock::time_point deadline);
+  // The job of an in-loop save: created or joined, retrying an unreachable tesserad
+  // with backoff until `deadline`. The error that ends the save otherwise.
+  Result<std::string> CreateOrJoinSave(const std::string& mesh, int64_t step, const Json& body,
+                                       std::chrono::steady_clock::time_point deadline);
   // The job's final record once it succeeded; its error once it failed.
   Result<Json> FollowJob(const std::string& kind, const std::string& job, int64_t timeout_ms);
 

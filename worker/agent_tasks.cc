@@ -28,6 +28,19 @@ class Throttle {
 
 }  // namespace
 
+SnapshotResult DescribeSnapshot(const Snapshot& snap,
+                                const std::optional<std::vector<std::string>>& names) {
+  SnapshotResult result;
+  for (const auto& t : snap.tensors) {
+    if (names && std::find(names->begin(), names->end(), t.name) == names->end()) continue;
+    SnapshotTensor& out = result.tensors.emplace_back();
+    out.meta = TensorMeta(t.name, t.desc);
+    for (const auto& s : t.shards) out.devices.push_back(s.device);
+  }
+  result.snapshot_bytes = snap.bytes();
+  return result;
+}
+
 MeshPlacement Agent::PlacementFromTask(const Task& task) {
   MeshPlacement p;
   p.mesh = task.mesh;
@@ -67,14 +80,7 @@ Result<Json> Agent::DoSnapshot(const Task& task) {
   if (!snap) {
     ASSIGN_OR_RETURN(snap, store_->TakeSnapshot(p.mesh.name, names));
   }
-  SnapshotResult result;
-  for (const auto& t : snap->tensors) {
-    if (names && std::find(names->begin(), names->end(), t.name) == names->end()) continue;
-    SnapshotTensor& out = result.tensors.emplace_back();
-    out.meta = TensorMeta(t.name, t.desc);
-    for (const auto& s : t.shards) out.devices.push_back(s.device);
-  }
-  result.snapshot_bytes = snap->bytes();
+  const SnapshotResult result = DescribeSnapshot(*snap, names);
   if (names) {
     for (const auto& n : *names) {
       if (!snap->Find(n)) {
@@ -96,7 +102,14 @@ Result<Json> Agent::DoWrite(const Task& task) {
     MutexLock lock(mu_);
     auto it = snapshots_.find(job);
     if (it == snapshots_.end()) {
-      return Internal("worker " + id_ + " has no snapshot for job " + job);
+      // An in-loop save: the snapshot this worker brought to the job's create-or-join.
+      auto taken = trainer_snapshots_.find({p.mesh.name, task.step});
+      if (taken == trainer_snapshots_.end()) {
+        return Internal("worker " + id_ + " has no snapshot for job " + job,
+                        {{"job", job}, {"worker", id_}});
+      }
+      it = snapshots_.emplace(job, taken->second).first;
+      trainer_snapshots_.erase(taken);
     }
     snap = it->second;
   }
@@ -116,7 +129,16 @@ Result<Json> Agent::DoWrite(const Task& task) {
                       {{"tensor", name}});
     }
     storage::TensorMeta meta{name, t->desc.dtype, t->desc.shape, t->desc.layout};
-    SliceSpec slice = DeviceSlice(p.mesh, meta.layout, meta.shape, device);
+    // The slice as tesserad planned it; it must be the shard this worker holds.
+    const SliceSpec& slice = ws.slice;
+    if (slice.offsets.size() != meta.shape.size() || slice.lengths.size() != meta.shape.size() ||
+        !Contains(FullSlice(meta.shape), slice) ||
+        slice.NumElements() * DTypeSize(meta.dtype) != buf->size()) {
+      return InvalidArgument("the write task's slice of tensor '" + name + "' on device " +
+                                 std::to_string(device) + " does not match the " +
+                                 std::to_string(buf->size()) + "-byte shard this worker holds",
+                             {{"tensor", name}, {"device", device}, {"field", "slices"}});
+    }
     todo.push_back({meta, slice, buf->data(), buf->size()});
     total += buf->size();
   }

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "api/names.h"
+#include "api/requests.h"
 #include "worker/agent.h"
 
 namespace tessera::worker {
@@ -19,6 +20,8 @@ namespace {
 // save's deadline, waiting this long at first, then twice as long each time.
 constexpr int64_t kStartRetryFirstMs = 200;
 constexpr int64_t kStartRetryMaxMs = 5000;
+// How often a running in-loop save's job is looked up, in case its pushed end was lost.
+constexpr int64_t kEndCheckMs = 30 * 1000;
 // How long an in-loop save may take, from the trainer's call to the commit, unless
 // the body's deadline_ms says otherwise; then it is cancelled and reported failed.
 constexpr int64_t kDefaultSaveDeadlineMs = 30 * 60 * 1000;
@@ -109,8 +112,10 @@ Result<Json> Agent::SaveFromTrainer(const std::string& mesh, int64_t step, const
     return InvalidArgument("deadline_ms must be 1.." + std::to_string(kMaxSaveDeadlineMs),
                            {{"field", "deadline_ms"}});
   }
-  Json job_body = body;
-  job_body.erase("deadline_ms");  // ours, not the job's
+  // The save's request, checked here, before any copy: a bad compression, level or
+  // metadata is the trainer's 400, not a save that fails later.
+  ASSIGN_OR_RETURN(SaveRequest request, SaveRequest::FromJson(body, step));
+  Json job_body = request.ToJson();
   {
     // Bounded memory while tesserad is away: refused before any copy is made.
     MutexLock lock(mu_);
@@ -126,6 +131,7 @@ Result<Json> Agent::SaveFromTrainer(const std::string& mesh, int64_t step, const
     trainer_snapshots_[{mesh, step}] = snap;
   }
   cv_.NotifyAll();
+  job_body["snapshot"] = SnapshotResultToJson(DescribeSnapshot(*snap, names));
   trainer_saves_.Snapshotted(mesh, step);
   const auto until_ms = std::chrono::steady_clock::now() +
                        std::chrono::milliseconds(deadline.value_or(kDefaultSaveDeadlineMs));
@@ -142,73 +148,85 @@ Result<Json> Agent::SaveFromTrainer(const std::string& mesh, int64_t step, const
   return out;
 }
 
+Result<std::string> Agent::CreateOrJoinSave(const std::string& mesh, int64_t step,
+                                            const Json& body,
+                                            std::chrono::steady_clock::time_point deadline) {
+  const std::string path = "/api/v1/meshes/" + http::PercentEncode(mesh) + "/checkpoints/" +
+                           std::to_string(step);
+  // An unreachable tesserad is retried with backoff until the save's deadline; the
+  // snapshot waits meanwhile (CheckPendingRoom bounds how many do).
+  int64_t backoff_ms = kStartRetryFirstMs;
+  while (true) {
+    auto joined = control_.Call("PUT", path, body);
+    if (joined.ok()) return joined->value("job", "");
+    const Json& d = joined.status().details();
+    const bool names_worker = d.is_object() && d.contains("worker");
+    if (joined.status().code() != Code::kUnavailable || names_worker ||
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(backoff_ms) >= deadline) {
+      return joined.status();
+    }
+    // tesserad restarting, or away: wait, unless the worker stops.
+    MutexLock lock(mu_);
+    if (!stopping_) cv_.WaitFor(mu_, std::chrono::milliseconds(backoff_ms));
+    if (stopping_) return Unavailable("worker " + id_ + " stopped");
+    backoff_ms = std::min(backoff_ms * 2, kStartRetryMaxMs);
+  }
+}
+
 void Agent::FollowTrainerSave(const std::string& mesh, int64_t step, Json body,
                               std::chrono::steady_clock::time_point deadline) {
-  body["step"] = step;
-  body["wait_for_trainer"] = true;
-  const std::string path = "/api/v1/meshes/" + http::PercentEncode(mesh) + "/checkpoints";
-  auto drop_snapshot = [&] {
+  body["worker"] = id_;
+  auto job = CreateOrJoinSave(mesh, step, body, deadline);
+  if (!job.ok()) {
+    std::fprintf(stderr, "worker %s: save of mesh %s step %lld not started: %s\n", id_.c_str(),
+                 mesh.c_str(), static_cast<long long>(step), job.status().ToString().c_str());
+    {
+      MutexLock lock(mu_);
+      trainer_snapshots_.erase({mesh, step});
+    }
+    trainer_saves_.Ended(mesh, step, job.status());
+    return;
+  }
+  trainer_saves_.Started(mesh, step, *job);
+  // The end comes as a save_ended task on the task long-poll. Should that push be
+  // lost (tesserad restarted and failed the job), the job is looked up once every
+  // kEndCheckMs.
+  while (true) {
+    const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             deadline - std::chrono::steady_clock::now())
+                             .count();
+    (void)trainer_saves_.Wait(mesh, step, TrainerSaves::Until::kCommitted,
+                              std::clamp<int64_t>(left, 1, kEndCheckMs));
+    // Ended (committed or failed), forgotten, or the worker stops: nothing left to do.
+    auto now = trainer_saves_.Wait(mesh, step, TrainerSaves::Until::kNow, 0);
+    if (!now.ok() || now->value("state", "") == "committed") return;
+    if (left <= kEndCheckMs) break;
+    auto j = control_.Call("GET", "/api/v1/jobs/" + http::PercentEncodeSegment(*job));
+    if (j.ok()) {
+      const std::string state = j->value("state", "");
+      if (state == "succeeded") {
+        trainer_saves_.JobEnded(*job, Status::Ok());
+      } else if (state == "failed" || state == "cancelled") {
+        trainer_saves_.JobEnded(*job, JobError("save", *job, *j));
+      }
+    } else if (j.status().code() == Code::kNotFound) {
+      trainer_saves_.JobEnded(*job, j.status().WithContext("tesserad no longer knows the job"));
+    }
+  }
+  // Out of time: the job must not commit behind the trainer's back.
+  auto cancelled = control_.Call(
+      "POST", "/api/v1/jobs/" + http::PercentEncodeSegment(*job) + "/cancel", Json::object());
+  Status ended(Code::kDeadlineExceeded,
+                 "the save of step " + std::to_string(step) + " of mesh " + mesh + " (job " +
+                     *job + ") passed its deadline; " +
+                     (cancelled.ok() ? "it was cancelled"
+                                     : "cancelling it failed: " + cancelled.status().ToString()),
+                 {{"job", *job}, {"mesh", mesh}, {"step", step}});
+  {
     MutexLock lock(mu_);
     trainer_snapshots_.erase({mesh, step});
-  };
-  // Start the job, or join the one another trainer of the mesh started. An
-  // unreachable tesserad is retried with backoff until the save's deadline; the
-  // snapshot waits meanwhile (CheckPendingRoom bounds how many do).
-  std::string job;
-  int64_t backoff_ms = kStartRetryFirstMs;
-  while (job.empty()) {
-    auto started = control_.Call("POST", path, body);
-    if (started.ok()) {
-      job = started->value("job", "");
-      continue;
-    }
-    const Json& d = started.status().details();
-    const bool has_details = d.is_object();
-    if (started.status().code() == Code::kConflict && has_details && d.contains("job") &&
-        d["job"].is_string() && d.value("state", "") != "committed") {
-      job = d["job"].get<std::string>();
-    } else if (started.status().code() == Code::kUnavailable &&
-               !(has_details && d.contains("worker")) &&
-               std::chrono::steady_clock::now() + std::chrono::milliseconds(backoff_ms) < deadline) {
-      // tesserad restarting, or away: wait, unless the worker stops.
-      bool stopping = false;
-      {
-        MutexLock lock(mu_);
-        if (!stopping_) cv_.WaitFor(mu_, std::chrono::milliseconds(backoff_ms));
-        stopping = stopping_;
-      }
-      if (stopping) {
-        drop_snapshot();
-        trainer_saves_.Ended(mesh, step, Unavailable("worker " + id_ + " stopped"));
-        return;
-      }
-      backoff_ms = std::min(backoff_ms * 2, kStartRetryMaxMs);
-    } else {
-      std::fprintf(stderr, "worker %s: save of mesh %s step %lld not started: %s\n", id_.c_str(),
-                   mesh.c_str(), static_cast<long long>(step), started.status().ToString().c_str());
-      drop_snapshot();
-      trainer_saves_.Ended(mesh, step, started.status());
-      return;
-    }
   }
-  trainer_saves_.Started(mesh, step, job);
-  const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                           deadline - std::chrono::steady_clock::now())
-                           .count();
-  auto ended = FollowJob("save", job, std::max<int64_t>(left, 1));
-  if (!ended.ok() && ended.status().code() == Code::kDeadlineExceeded) {
-    // Out of time: the job must not commit behind the trainer's back.
-    auto cancelled = control_.Call(
-        "POST", "/api/v1/jobs/" + http::PercentEncodeSegment(job) + "/cancel", Json::object());
-    ended = Status(Code::kDeadlineExceeded,
-                   "the save of step " + std::to_string(step) + " of mesh " + mesh +
-                       " (job " + job + ") passed its deadline; " +
-                       (cancelled.ok() ? "it was cancelled"
-                                       : "cancelling it failed: " + cancelled.status().ToString()),
-                   {{"job", job}, {"mesh", mesh}, {"step", step}});
-  }
-  if (!ended.ok()) drop_snapshot();  // a job that failed before taking it
-  trainer_saves_.Ended(mesh, step, ended.status());
+  trainer_saves_.Ended(mesh, step, ended);
 }
 
 Result<Json> Agent::WaitTrainerSave(const std::string& mesh, int64_t step,

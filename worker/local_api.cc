@@ -101,6 +101,16 @@ Result<Response> DeleteTensor(TensorStore* store, const Request& req) {
   return Response::NoContent();
 }
 
+// GET /v1/meshes/{mesh}/devices: this worker's rank and devices of a mesh.
+Result<Response> MeshDevices(TensorStore* store, const Request& req) {
+  ASSIGN_OR_RETURN(MeshPlacement p, store->Placement(req.Param("mesh")));
+  return Response::Json(200, {{"mesh", p.mesh.name},
+                              {"axes", MeshToJson(p.mesh)["axes"]},
+                              {"devices_per_worker", p.mesh.devices_per_worker},
+                              {"rank", p.rank},
+                              {"devices", p.devices}});
+}
+
 // A route (behind the worker's local credential) whose errors become docs/openapi-worker.json's JSON error.
 http::Route LocalRoute(std::string method, std::string pattern, TensorStore* store,
                        Result<Response> (*handler)(TensorStore*, const Request&),
@@ -125,6 +135,8 @@ void AddTensorRoutes(http::Router* router, TensorStore* store) {
       LocalRoute("GET", "/v1/tensors", store, ListTensors, "the tensors this worker holds"));
   router->Add(LocalRoute("DELETE", "/v1/tensors/{name+}", store, DeleteTensor,
                          "drop a tensor and its mappings"));
+  router->Add(LocalRoute("GET", "/v1/meshes/{mesh+}/devices", store, MeshDevices,
+                         "this worker's rank and devices of a mesh"));
 }
 
 }  // namespace tessera::worker

@@ -95,6 +95,10 @@ class TensorStore {
   TensorStore(const TensorStore&) = delete;
   TensorStore& operator=(const TensorStore&) = delete;
 
+  // Where this worker stands in `mesh`: its rank and the devices it owns;
+  // not_found for a mesh it is not part of.
+  Result<MeshPlacement> Placement(const std::string& mesh) const { return resolver_(mesh); }
+
   // Stores `bytes` as the shard of `device` (a global device id this worker
   // owns in `mesh`). invalid_argument naming the field for a bad name, unowned
   // device, layout or byte count (NumElements(local shape) × dtype size);

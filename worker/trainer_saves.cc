@@ -31,6 +31,17 @@ void TrainerSaves::Started(const std::string& mesh, int64_t step, const std::str
   if (it == saves_.end()) return;
   it->second.job = job;
   if (it->second.state == State::kSnapshotted) it->second.state = State::kRunning;
+  auto early = early_ends_.find(job);
+  if (early != early_ends_.end()) {
+    End(it->second, early->second);
+    early_ends_.erase(early);
+  }
+  cv_.NotifyAll();
+}
+
+void TrainerSaves::End(Record& r, const Status& status) {
+  r.state = status.ok() ? State::kCommitted : State::kFailed;
+  r.error = status;
   cv_.NotifyAll();
 }
 
@@ -38,9 +49,23 @@ void TrainerSaves::Ended(const std::string& mesh, int64_t step, const Status& st
   MutexLock lock(mu_);
   auto it = saves_.find({mesh, step});
   if (it == saves_.end()) return;
-  it->second.state = status.ok() ? State::kCommitted : State::kFailed;
-  it->second.error = status;
-  cv_.NotifyAll();
+  // The first end stands: a pushed end is not overwritten by the follower's.
+  if (it->second.state == State::kCommitted || it->second.state == State::kFailed) return;
+  End(it->second, status);
+}
+
+void TrainerSaves::JobEnded(const std::string& job, const Status& status) {
+  MutexLock lock(mu_);
+  for (auto& [key, r] : saves_) {
+    if (r.job != job) continue;
+    if (r.state != State::kCommitted && r.state != State::kFailed) End(r, status);
+    return;
+  }
+  if (early_ends_.emplace(job, status).second) early_order_.push_back(job);
+  while (early_order_.size() > kRemembered) {
+    early_ends_.erase(early_order_.front());
+    early_order_.pop_front();
+  }
 }
 
 void TrainerSaves::Forget() {

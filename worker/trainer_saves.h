@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <string>
 #include <utility>
@@ -32,6 +33,9 @@ class TrainerSaves {
   void Started(const std::string& mesh, int64_t step, const std::string& job);
   // Its job ended: ok means committed; otherwise the job's error (or the start's).
   void Ended(const std::string& mesh, int64_t step, const Status& status);
+  // The save whose job is `job` ended, as tesserad pushed it. The push may come
+  // before Started(…, job): it is then kept (the newest kRemembered) for Started.
+  void JobEnded(const std::string& job, const Status& status);
 
   // {"checkpoint":{mesh,step},"job","state"} once `until` holds; the save's
   // error when it failed; deadline_exceeded after `timeout_ms`; not_found for a
@@ -54,11 +58,15 @@ class TrainerSaves {
   using Key = std::pair<std::string, int64_t>;
 
   void Forget() REQUIRES(mu_);
+  void End(Record& r, const Status& status) REQUIRES(mu_);
 
   Mutex mu_;
   CondVar cv_;
   std::map<Key, Record> saves_ GUARDED_BY(mu_);
   uint64_t next_seq_ GUARDED_BY(mu_) = 0;
+  // Ends pushed for jobs not started here yet, and their order (oldest first).
+  std::map<std::string, Status> early_ends_ GUARDED_BY(mu_);
+  std::deque<std::string> early_order_ GUARDED_BY(mu_);
   bool shutdown_ GUARDED_BY(mu_) = false;
 };
 

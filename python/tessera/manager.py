@@ -14,10 +14,6 @@ from ._mapping import Mapping
 from ._save_handle import SaveHandle
 from .errors import TesseraError, invalid_argument
 
-# The tensor name of the device probe, which creates nothing: the worker refuses
-# device -1 before it looks at the name.
-_PROBE_NAME = "tessera.device-probe"
-
 
 __all__ = ["CheckpointManager", "IndexedSlices", "Restored", "SaveHandle"]
 
@@ -115,24 +111,19 @@ class CheckpointManager(Collectives):
         return self._http.json("POST", path, body if body is not None else {}, timeout)
 
     def _probe_devices(self):
-        """The devices of the mesh this worker owns: a mapping for device -1 is
-        refused with them in details.devices (and an unknown mesh with 404)."""
+        """The devices of the mesh this worker owns (GET /v1/meshes/{mesh}/devices;
+        an unknown mesh is a 404 naming it)."""
         try:
-            self._post("/v1/tensors/%s/mapping%s" % (_PROBE_NAME, query(
-                {"mesh": self.mesh, "device": -1, "dtype": "uint8", "shape": 1,
-                 "layout": "unsharded"})))
+            answer = self._get("/v1/meshes/%s/devices" % quote(self.mesh))
         except TesseraError as e:
-            if e.code == "invalid_argument" and isinstance(e.details.get("devices"), list):
-                return [int(d) for d in e.details["devices"]]
             if e.status == 0:
                 raise
             details = dict(e.details)
             details.setdefault("mesh", self.mesh)
             raise TesseraError(e.code, "worker %s cannot serve mesh '%s': %s" % (
-                self.worker, self.mesh, e.message.split(" (POST ")[0]), e.status,
+                self.worker, self.mesh, e.message.split(" (GET ")[0]), e.status,
                 details) from None
-        raise TesseraError("internal", "worker %s accepted a mapping for device -1" % self.worker,
-                           0, {"endpoint": self.worker})
+        return [int(d) for d in answer["devices"]]
 
     def _device(self, device, tensor):
         if device is None:

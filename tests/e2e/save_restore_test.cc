@@ -115,22 +115,44 @@ TEST(SaveRestore, SubsetInOrderWithDtypeAndShapeChecks) {
   ASSERT_EQ(r["state"], "succeeded");
   EXPECT_EQ(r["result"]["tensors"], Json({"t/int32", "t/bool"}));  // the order given
 
-  r = RestoreAndWait(*c, "m", "1",
-                     {{"tensors", {{{"name", "t/int32"}, {"dtype", "int32"}, {"shape", {4, 4}}}}}});
-  ASSERT_EQ(r["state"], "failed");
-  EXPECT_EQ(r["error"]["code"], "invalid_argument");
-  EXPECT_EQ(r["error"]["details"]["tensor"], "t/int32");
-  const std::string msg = r["error"]["message"];
-  EXPECT_NE(msg.find("[16,8]"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("[4,4]"), std::string::npos) << msg;
+  // What cannot work is refused at the door (400, no job), naming the tensor and field.
+  auto refused = [&](const Json& body) {
+    auto started = c->Call("POST", "/api/v1/meshes/m/checkpoints/1/restore", body);
+    EXPECT_FALSE(started.ok()) << body.dump() << " started job " << started->dump();
+    return started.ok() ? Status::Ok() : started.status();
+  };
+  Status st = refused({{"tensors", {{{"name", "t/int32"}, {"dtype", "int32"}, {"shape", {4, 4}}}}}});
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_EQ(st.details().value("tensor", ""), "t/int32");
+  EXPECT_EQ(st.details().value("field", ""), "shape");
+  EXPECT_NE(st.message().find("[16,8]"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("[4,4]"), std::string::npos) << st.ToString();
 
-  r = RestoreAndWait(*c, "m", "1", {{"tensors", {{{"name", "t/int32"}, {"dtype", "float16"}}}}});
-  EXPECT_EQ(r["error"]["details"]["tensor"], "t/int32");
-  EXPECT_NE(r["error"]["message"].get<std::string>().find("float16"), std::string::npos);
+  st = refused({{"tensors", {{{"name", "t/int32"}, {"dtype", "float16"}}}}});
+  EXPECT_EQ(st.details().value("tensor", ""), "t/int32");
+  EXPECT_EQ(st.details().value("field", ""), "dtype");
+  EXPECT_NE(st.message().find("float16"), std::string::npos);
 
-  r = RestoreAndWait(*c, "m", "1", {{"tensors", {"nope"}}});
-  EXPECT_EQ(r["error"]["code"], "not_found");
-  EXPECT_EQ(r["error"]["details"]["tensor"], "nope");
+  st = refused({{"tensors", {"nope"}}});
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_EQ(st.details().value("tensor", ""), "nope");
+  EXPECT_EQ(st.details().value("field", ""), "tensors");
+
+  // A layout that does not fit the target mesh: t/int32 is [16,8]; mesh m is {data:2, model:2}.
+  st = refused({{"tensors", {"t/int32"}}, {"layouts", {{"t/int32", {"nope_axis", "unsharded"}}}}});
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_EQ(st.details().value("tensor", ""), "t/int32");
+  EXPECT_EQ(st.details().value("field", ""), "layouts.t/int32");
+  // A layout for a tensor the restore leaves out.
+  st = refused({{"tensors", {"t/int32"}}, {"layouts", {{"t/bool", {"data", "unsharded"}}}}});
+  EXPECT_EQ(st.details().value("tensor", ""), "t/bool");
+  // Not a worker of the target mesh.
+  st = refused({{"workers", {"w-nobody"}}});
+  EXPECT_EQ(st.details().value("field", ""), "workers");
+  // Nothing was started for any of them.
+  auto jobs = c->Call("GET", "/api/v1/jobs?kind=restore&state=failed");
+  ASSERT_TRUE(jobs.ok());
+  EXPECT_TRUE(jobs->empty()) << jobs->dump();
 
   // A tensor the workers hold with another shape: Install refuses, naming both.
   auto other = MakeGlobal("t/int32", DType::kInt32, {32, 8}, Layout{{"data", "model"}}, 9);
@@ -140,6 +162,69 @@ TEST(SaveRestore, SubsetInOrderWithDtypeAndShapeChecks) {
   r = RestoreAndWait(*c, "m", "1", {{"target_mesh", "m2"}, {"tensors", {"t/int32"}}});
   ASSERT_EQ(r["state"], "failed");
   EXPECT_NE(r["error"]["message"].get<std::string>().find("t/int32"), std::string::npos);
+}
+
+// The in-loop save's create-or-join, as a worker calls it: 201 for the first call, 200
+// for a join (or a repeat), 409 only for a real conflict, 400 naming what is wrong.
+TEST(SaveRestore, CreateOrJoinAnswers201Then200And409OnlyForAConflict) {
+  auto c = StartCluster();
+  ASSERT_TRUE(c);
+  const Mesh two{"two", {{"data", 2}}, 1};
+  ASSERT_TRUE(c->PutMesh("two", MeshToJson(two)["axes"]).ok());
+  auto snapshot = [](int64_t device) {
+    return Json{{"tensors", {{{"name", "w"}, {"dtype", "float32"}, {"shape", {8}},
+                               {"layout", {"data"}}, {"devices", {device}}}}}};
+  };
+  auto put = [&](int w, const Json& extra = Json::object()) {
+    Json body = {{"worker", c->worker_id(w)}, {"snapshot", snapshot(w)}};
+    body.update(extra);
+    http::Client client = c->Client();
+    return client.Send("PUT", "/api/v1/meshes/two/checkpoints/5", body.dump(), "application/json");
+  };
+  auto first = put(0);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_EQ(first->status, 201) << first->body;
+  const std::string job = Json::parse(first->body)["job"];
+  auto repeat = put(0);
+  ASSERT_TRUE(repeat.ok());
+  EXPECT_EQ(repeat->status, 200) << repeat->body;
+  EXPECT_EQ(Json::parse(repeat->body)["job"], job);
+  // Another request for the same step: a real conflict, naming the job.
+  auto other = put(1, {{"compression", "none"}});
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->status, 409) << other->body;
+  EXPECT_EQ(Json::parse(other->body)["error"]["details"]["job"], job);
+  // Not a worker of the mesh; a malformed snapshot.
+  auto stranger = c->Call("PUT", "/api/v1/meshes/two/checkpoints/5",
+                          {{"worker", "w-nobody"}, {"snapshot", snapshot(0)}});
+  EXPECT_EQ(stranger.status().details().value("field", ""), "worker") << stranger.status().ToString();
+  auto malformed = c->Call("PUT", "/api/v1/meshes/two/checkpoints/5",
+                           {{"worker", c->worker_id(1)}, {"snapshot", {{"tensors", 3}}}});
+  EXPECT_EQ(malformed.status().code(), Code::kInvalidArgument) << malformed.status().ToString();
+  // The workers hold no snapshot of step 5 (nobody called /v1/save): cancel the job.
+  ASSERT_TRUE(c->Call("POST", "/api/v1/jobs/" + job + "/cancel", Json::object()).ok());
+  EXPECT_NE(Wait(*c, job)["state"], "succeeded");
+
+  // Trainers save step 6 for real; then a create-or-join of it is a conflict.
+  auto t = MakeGlobal("w", DType::kFloat32, {8}, Layout{{"data"}}, 3);
+  Push(*c, two, t);
+  std::vector<std::thread> trainers;
+  for (int w = 0; w < 2; ++w) {
+    trainers.emplace_back([&, w] {
+      auto r = c->WorkerClient(w, 60).Call("POST", "/v1/save?mesh=two&step=6&wait=committed",
+                                           Json::object());
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+    });
+  }
+  for (auto& th : trainers) th.join();
+  auto late = c->Call("PUT", "/api/v1/meshes/two/checkpoints/6",
+                      {{"worker", c->worker_id(0)}, {"snapshot", snapshot(0)}});
+  EXPECT_EQ(late.status().code(), Code::kConflict) << late.status().ToString();
+  EXPECT_NE(late.status().message().find("already committed"), std::string::npos);
+  // A bad request is the trainer's 400 at /v1/save, before any copy.
+  auto bad = c->WorkerClient(0).Call("POST", "/v1/save?mesh=two&step=7", {{"level", 99}});
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(bad.status().details().value("field", ""), "level");
 }
 
 TEST(SaveRestore, ReshardingReadsOnlyOverlappingChunks) {
@@ -223,6 +308,8 @@ TEST(SaveRestore, TrainerSaveReturnsAfterSnapshotAndKeepsOldValues) {
   }
   Json job = Wait(*c, jobs[0]);
   ASSERT_EQ(job["state"], "succeeded") << job.dump();
+  // Created and joined over PUT, with the snapshots: no snapshot task went back.
+  EXPECT_EQ(job["request"].value("joined", false), true) << job.dump();
   Json r = RestoreAndWait(*c, "m", "7", Json::object());
   ASSERT_EQ(r["state"], "succeeded") << r.dump();
   for (const auto& t : before) ExpectShards(*c, kMesh, t, t.layout);

@@ -18,6 +18,12 @@ namespace tessera::service {
 namespace {
 
 const Mesh kMesh{"m", {{"d", 2}}, 1};
+
+SaveRequest SaveAt(int64_t step) {
+  SaveRequest r;
+  r.step = step;
+  return r;
+}
 const std::vector<std::string> kWorkers = {"w-a", "w-b"};
 
 Json Tensor(const std::string& name, std::vector<int64_t> devices, Shape shape = {4, 2},
@@ -26,8 +32,14 @@ Json Tensor(const std::string& name, std::vector<int64_t> devices, Shape shape =
           {"devices", devices}};
 }
 
-std::map<int64_t, Json> Reports(Json rank0, Json rank1) {
-  return {{0, {{"tensors", std::move(rank0)}}}, {1, {{"tensors", std::move(rank1)}}}};
+std::map<int64_t, SnapshotResult> Reports(Json rank0, Json rank1) {
+  std::map<int64_t, SnapshotResult> out;
+  for (auto& [rank, tensors] : {std::pair<int64_t, Json>{0, rank0}, {1, rank1}}) {
+    auto r = SnapshotResultFromJson({{"tensors", tensors}});
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (r.ok()) out[rank] = *r;
+  }
+  return out;
 }
 
 void ExpectNames(const Status& st, const std::string& tensor, const std::string& worker,
@@ -87,13 +99,17 @@ TEST(CollectSnapshotTensors, MalformedOrEmptyReportsAreClearErrors) {
   EXPECT_NE(st.message().find("no tensors to save"), std::string::npos) << st.ToString();
   Json bad = Tensor("a", {1});
   bad["dtype"] = "float8";
-  st = CollectSnapshotTensors(kMesh, kWorkers, Reports({Tensor("a", {0})}, {bad})).status();
-  EXPECT_EQ(st.code(), Code::kInvalidArgument);
-  EXPECT_NE(st.message().find("snapshot of worker w-b"), std::string::npos) << st.ToString();
-  st = CollectSnapshotTensors(kMesh, kWorkers, Reports({Tensor("a", {0})}, "x")).status();
-  EXPECT_EQ(st.code(), Code::kInvalidArgument);
-  EXPECT_EQ(st.details().value("worker", ""), "w-b") << st.ToString();
-  st = CollectSnapshotTensors(kMesh, kWorkers, {{5, {{"tensors", Json::array()}}}}).status();
+  EXPECT_EQ(SnapshotResultFromJson({{"tensors", {bad}}}).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(SnapshotResultFromJson("x").status().code(), Code::kInvalidArgument);
+  // A layout that does not fit the mesh (a create-or-join body is untrusted input).
+  Json unfit = Tensor("a", {0}, {3, 2});
+  st = CollectSnapshotTensors(kMesh, kWorkers, Reports({unfit}, {Tensor("a", {1}, {3, 2})}))
+           .status();
+  ExpectNames(st, "a", "w-a", 0);
+  Json unnamed = Tensor("../a", {0});
+  ExpectNames(CollectSnapshotTensors(kMesh, kWorkers, Reports({unnamed}, {unnamed})).status(),
+              "../a", "w-a", 0);
+  st = CollectSnapshotTensors(kMesh, kWorkers, {{5, SnapshotResult{}}}).status();
   EXPECT_EQ(st.code(), Code::kInternal);
 }
 
@@ -171,7 +187,7 @@ class ServiceJobsTest : public ::testing::Test {
   }
   // Starts a save of step 1 and waits for its end.
   Json SaveAndWait() {
-    auto started = service_->StartSave("m", {{"step", 1}});
+    auto started = service_->StartSave("m", SaveAt(1));
     EXPECT_TRUE(started.ok()) << started.status().ToString();
     if (!started.ok()) return Json();
     auto job = service_->GetJob(started->value("job", ""), 20000);
@@ -211,7 +227,7 @@ TEST_F(ServiceJobsTest, ASaveWhoseWorkersDisagreeFailsNamingTheWorkerAndAbortsEv
     EXPECT_TRUE(aborted);
   }
   // The step may be saved again once the failed attempt is over.
-  auto again = service_->StartSave("m", {{"step", 1}});
+  auto again = service_->StartSave("m", SaveAt(1));
   EXPECT_TRUE(again.ok()) << again.status().ToString();
 }
 
@@ -235,7 +251,7 @@ TEST_F(ServiceJobsTest, AWorkersFailureBecomesTheJobsErrorWithItsRank) {
 
 TEST_F(ServiceJobsTest, ACancelledSaveEndsCancelledAndLeavesNoCheckpoint) {
   // Nobody answers: the save waits in its snapshot phase until cancelled.
-  auto started = service_->StartSave("m", {{"step", 3}});
+  auto started = service_->StartSave("m", SaveAt(3));
   ASSERT_TRUE(started.ok()) << started.status().ToString();
   const std::string id = started->value("job", "");
   ASSERT_TRUE(service_->CancelJob(id).ok());
@@ -256,7 +272,7 @@ class JobHistoryTest : public ServiceJobsTest {
     FakeWorker a(service_.get(), "w-a", Fail), b(service_.get(), "w-b", Fail);
     std::vector<std::string> ids;
     for (int i = 0; i < n; ++i) {
-      auto started = service_->StartSave(mesh, {{"step", 1}});
+      auto started = service_->StartSave(mesh, SaveAt(1));
       EXPECT_TRUE(started.ok()) << started.status().ToString();
       ids.push_back(started->value("job", ""));
       auto job = service_->GetJob(ids.back(), 20000);

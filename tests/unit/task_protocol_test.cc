@@ -55,14 +55,35 @@ TEST(TaskProtocol, EveryKindRoundTrips) {
   Task abort;
   abort.id = "t-2";
   abort.job = "j-1";
-  abort.abort_mesh = "m";
+  abort.mesh_name = "m";
   abort.error = DeadlineExceeded("ranks [2] did not arrive", {{"missing_ranks", {2}}});
   auto a = TaskFromJson(TaskToJson(abort));
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   EXPECT_EQ(a->kind, TaskKind::kAbort);
-  EXPECT_EQ(a->abort_mesh, "m");
+  EXPECT_EQ(a->mesh_name, "m");
   EXPECT_EQ(a->error.code(), Code::kDeadlineExceeded);
   EXPECT_EQ(a->error.message(), "job j-1 failed: ranks [2] did not arrive");
+
+  Task ended;
+  ended.id = "t-3";
+  ended.job = "j-2";
+  ended.kind = TaskKind::kSaveEnded;
+  ended.mesh_name = "m/x";
+  ended.step = 12;
+  auto e = TaskFromJson(TaskToJson(ended));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->kind, TaskKind::kSaveEnded);
+  EXPECT_EQ(e->mesh_name, "m/x");
+  EXPECT_EQ(e->step, 12);
+  EXPECT_TRUE(e->error.ok());  // committed
+  ended.error = Unavailable("worker w-b (rank 1) is dead", {{"worker", "w-b"}});
+  e = TaskFromJson(TaskToJson(ended));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->error.code(), Code::kUnavailable);
+  EXPECT_EQ(e->error.details().value("worker", ""), "w-b");
+  Json no_step = TaskToJson(ended);
+  no_step.erase("step");
+  EXPECT_FALSE(TaskFromJson(no_step).ok());
 }
 
 TEST(TaskProtocol, MalformedTasksNameTheField) {

@@ -1,0 +1,184 @@
+#include "api/requests.h"
+
+#include <set>
+
+#include "api/names.h"
+
+namespace tessera {
+namespace {
+
+Status CheckNames(const std::vector<std::string>& names, const std::string& field) {
+  std::set<std::string> seen;
+  for (const std::string& n : names) {
+    RETURN_IF_ERROR(ValidateName(n, field));
+    if (!seen.insert(n).second) {
+      return InvalidArgument(field + " names '" + n + "' twice", {{"field", field}, {"tensor", n}});
+    }
+  }
+  return Status::Ok();
+}
+
+Result<RestoreTensor> RestoreTensorFromJson(const Json& j, size_t i) {
+  const std::string where = "tensors[" + std::to_string(i) + "]";
+  RestoreTensor t;
+  if (j.is_string()) {
+    t.name = j.get<std::string>();
+  } else if (j.is_object() && j.contains("name") && j["name"].is_string()) {
+    t.name = j["name"].get<std::string>();
+    if (j.contains("dtype") && !j["dtype"].is_null()) {
+      ASSIGN_OR_RETURN(t.dtype, DTypeFromJson(j["dtype"], where + ".dtype"));
+    }
+    if (j.contains("shape") && !j["shape"].is_null()) {
+      ASSIGN_OR_RETURN(t.shape, ShapeFromJson(j["shape"], where + ".shape"));
+    }
+  } else {
+    return InvalidArgument("each entry of 'tensors' is a name or {name, dtype?, shape?}; " +
+                               where + " is " + j.dump().substr(0, 80),
+                           {{"field", "tensors"}});
+  }
+  RETURN_IF_ERROR(ValidateName(t.name, "tensors"));
+  return t;
+}
+
+}  // namespace
+
+Result<SaveRequest> SaveRequest::FromJson(const Json& body, std::optional<int64_t> step) {
+  RETURN_IF_ERROR(RequireObject(body));
+  SaveRequest r;
+  if (step) {
+    r.step = *step;
+  } else {
+    ASSIGN_OR_RETURN(r.step, RequiredInt(body, "step"));
+  }
+  if (r.step < 0) return InvalidArgument("step must be ≥ 0", {{"field", "step"}});
+  ASSIGN_OR_RETURN(r.tensors, OptionalNameList(body, "tensors"));
+  if (r.tensors) RETURN_IF_ERROR(CheckNames(*r.tensors, "tensors"));
+  ASSIGN_OR_RETURN(auto compression, OptionalString(body, "compression"));
+  if (compression && *compression != "zstd" && *compression != "none") {
+    return InvalidArgument("compression must be \"zstd\" or \"none\"", {{"field", "compression"}});
+  }
+  r.compress = compression.value_or("zstd") == "zstd";
+  ASSIGN_OR_RETURN(auto level, OptionalInt(body, "level"));
+  if (level && (*level < 1 || *level > 19)) {
+    return InvalidArgument("level must be 1..19", {{"field", "level"}});
+  }
+  r.level = level.value_or(1);
+  if (body.contains("metadata") && !body["metadata"].is_null()) {
+    if (!body["metadata"].is_object()) {
+      return InvalidArgument("field 'metadata' must be a JSON object", {{"field", "metadata"}});
+    }
+    r.metadata = body["metadata"];
+  }
+  ASSIGN_OR_RETURN(auto wait, OptionalBool(body, "wait_for_trainer"));
+  r.wait_for_trainer = wait.value_or(false);
+  return r;
+}
+
+Json SaveRequest::ToJson() const {
+  Json j = {{"step", step},
+            {"compression", compress ? "zstd" : "none"},
+            {"level", level},
+            {"metadata", metadata}};
+  if (tensors) j["tensors"] = *tensors;
+  if (wait_for_trainer) j["wait_for_trainer"] = true;
+  return j;
+}
+
+bool SaveRequest::SameSave(const SaveRequest& o) const {
+  return step == o.step && tensors == o.tensors && compress == o.compress && level == o.level &&
+         wait_for_trainer == o.wait_for_trainer;
+}
+
+Result<SaveJoinRequest> SaveJoinRequest::FromJson(const Json& body, int64_t step) {
+  SaveJoinRequest r;
+  ASSIGN_OR_RETURN(r.save, SaveRequest::FromJson(body, step));
+  r.save.wait_for_trainer = true;
+  ASSIGN_OR_RETURN(r.worker, RequiredString(body, "worker"));
+  if (!body.contains("snapshot")) {
+    return InvalidArgument("missing field 'snapshot' (the worker's snapshot of this step)",
+                           {{"field", "snapshot"}});
+  }
+  auto snapshot = SnapshotResultFromJson(body["snapshot"]);
+  if (!snapshot.ok()) return snapshot.status().WithContext("field 'snapshot'");
+  r.snapshot = std::move(*snapshot);
+  return r;
+}
+
+Json SaveJoinRequest::ToJson() const {
+  Json j = save.ToJson();
+  j.erase("wait_for_trainer");
+  j["worker"] = worker;
+  j["snapshot"] = SnapshotResultToJson(snapshot);
+  return j;
+}
+
+Result<RestoreRequest> RestoreRequest::FromJson(const Json& body) {
+  RETURN_IF_ERROR(RequireObject(body));
+  RestoreRequest r;
+  ASSIGN_OR_RETURN(r.target_mesh, OptionalString(body, "target_mesh"));
+  if (r.target_mesh) RETURN_IF_ERROR(ValidateName(*r.target_mesh, "target_mesh"));
+  if (body.contains("tensors") && !body["tensors"].is_null()) {
+    const Json& list = body["tensors"];
+    if (!list.is_array()) {
+      return InvalidArgument("field 'tensors' must be a list", {{"field", "tensors"}});
+    }
+    std::vector<RestoreTensor> tensors;
+    std::set<std::string> seen;
+    for (size_t i = 0; i < list.size(); ++i) {
+      ASSIGN_OR_RETURN(RestoreTensor t, RestoreTensorFromJson(list[i], i));
+      if (!seen.insert(t.name).second) {
+        return InvalidArgument("tensors names '" + t.name + "' twice",
+                               {{"field", "tensors"}, {"tensor", t.name}});
+      }
+      tensors.push_back(std::move(t));
+    }
+    r.tensors = std::move(tensors);
+  }
+  if (body.contains("layouts") && !body["layouts"].is_null()) {
+    const Json& layouts = body["layouts"];
+    if (!layouts.is_object()) {
+      return InvalidArgument("field 'layouts' must be an object {tensor: layout}",
+                             {{"field", "layouts"}});
+    }
+    for (const auto& [name, spec] : layouts.items()) {
+      RETURN_IF_ERROR(ValidateName(name, "layouts"));
+      ASSIGN_OR_RETURN(r.layouts[name], LayoutFromJson(spec, "layouts." + name));
+    }
+  }
+  if (body.contains("workers") && !body["workers"].is_null()) {
+    ASSIGN_OR_RETURN(r.workers, OptionalNameList(body, "workers"));
+    if (r.workers->empty()) {
+      return InvalidArgument("field 'workers' must be a non-empty list of worker ids",
+                             {{"field", "workers"}});
+    }
+  }
+  return r;
+}
+
+Json RestoreRequest::ToJson() const {
+  Json j = Json::object();
+  if (target_mesh) j["target_mesh"] = *target_mesh;
+  if (tensors) {
+    Json list = Json::array();
+    for (const RestoreTensor& t : *tensors) {
+      if (!t.dtype && !t.shape) {
+        list.push_back(t.name);
+        continue;
+      }
+      Json e = {{"name", t.name}};
+      if (t.dtype) e["dtype"] = DTypeToJson(*t.dtype);
+      if (t.shape) e["shape"] = ShapeToJson(*t.shape);
+      list.push_back(std::move(e));
+    }
+    j["tensors"] = std::move(list);
+  }
+  if (!layouts.empty()) {
+    Json l = Json::object();
+    for (const auto& [name, layout] : layouts) l[name] = LayoutToJson(layout);
+    j["layouts"] = std::move(l);
+  }
+  if (workers) j["workers"] = *workers;
+  return j;
+}
+
+}  // namespace tessera

@@ -1,0 +1,67 @@
+// The job requests of the REST API as types: decoded once, at the route, from
+// untrusted JSON (every error is invalid_argument naming the field), and kept
+// typed from there on. ToJson gives the canonical form a job records.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "api/json_codec.h"
+#include "api/mesh.h"
+#include "api/status.h"
+#include "api/task_protocol.h"
+
+namespace tessera {
+
+// POST /api/v1/meshes/{mesh}/checkpoints, and the in-loop save's create-or-join
+// (PUT /api/v1/meshes/{mesh}/checkpoints/{step}, whose path gives the step).
+struct SaveRequest {
+  int64_t step = 0;
+  std::optional<std::vector<std::string>> tensors;  // absent: every tensor the workers hold
+  bool compress = true;                             // "compression": "zstd" | "none"
+  int64_t level = 1;                                // zstd level, 1..19
+  Json metadata = Json::object();
+  // The workers snapshot when their trainer calls save(), not when the job asks.
+  bool wait_for_trainer = false;
+
+  // `step` (when given) replaces the body's: the create-or-join route takes it from the path.
+  static Result<SaveRequest> FromJson(const Json& body, std::optional<int64_t> step = std::nullopt);
+  Json ToJson() const;
+  // The same save: what a second trainer's create-or-join must agree on.
+  bool SameSave(const SaveRequest& other) const;
+};
+
+// PUT /api/v1/meshes/{mesh}/checkpoints/{step}: a worker creates the in-loop save
+// of `step`, or joins it, bringing its trainer's snapshot (the tensors it copied and
+// the devices it holds them on), so that no snapshot task goes back to it.
+struct SaveJoinRequest {
+  SaveRequest save;  // wait_for_trainer is implied
+  std::string worker;
+  SnapshotResult snapshot;
+
+  static Result<SaveJoinRequest> FromJson(const Json& body, int64_t step);
+  Json ToJson() const;  // with "step", for the route's body ("step" is ignored there)
+};
+
+// One tensor of a restore, with what the caller expects of it.
+struct RestoreTensor {
+  std::string name;
+  std::optional<DType> dtype;
+  std::optional<Shape> shape;
+};
+
+// POST /api/v1/meshes/{mesh}/checkpoints/{step}/restore.
+struct RestoreRequest {
+  std::optional<std::string> target_mesh;           // absent: the checkpoint's mesh
+  std::optional<std::vector<RestoreTensor>> tensors;  // absent: all, in the index's order
+  std::map<std::string, Layout> layouts;            // per tensor; others keep the saved layout
+  std::optional<std::vector<std::string>> workers;  // only these workers of the target restore
+
+  static Result<RestoreRequest> FromJson(const Json& body);
+  Json ToJson() const;
+};
+
+}  // namespace tessera
