@@ -29,7 +29,7 @@
 #include "api/http/client.h"
 #include "api/http/router.h"
 #include "storage/env.h"
-#include "storage/synthetic.h"
+#include "storage/testing/synthetic.h"
 #include "tools/local_cluster.h"
 #include "worker/agent.h"
 #include "worker/tensor_store.h"

@@ -13,7 +13,7 @@
 #include "fuzz/fuzz_check.h"
 #include "storage/index.h"
 #include "storage/local_checkpoint.h"
-#include "storage/mem_env.h"
+#include "storage/testing/mem_env.h"
 #include "storage/read_planner.h"
 #include "storage/verify.h"
 #include "tests/unit/checkpoint_builders.h"

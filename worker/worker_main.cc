@@ -19,7 +19,7 @@
 #include "api/http/server.h"
 #include "api/http/tls.h"
 #include "storage/env.h"
-#include "storage/fault_env.h"
+#include "storage/testing/fault_env.h"
 #include "storage/s3/client.h"
 #include "storage/s3/s3_env.h"
 #include "worker/agent.h"

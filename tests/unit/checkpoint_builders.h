@@ -8,9 +8,9 @@
 
 #include "api/mesh.h"
 #include "storage/local_checkpoint.h"
-#include "storage/mem_env.h"
+#include "storage/testing/mem_env.h"
 #include "storage/slice_copy.h"
-#include "storage/synthetic.h"
+#include "storage/testing/synthetic.h"
 
 namespace tessera::testing {
 

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "api/status.h"
-#include "storage/fault_env.h"
-#include "storage/mem_env.h"
+#include "storage/testing/fault_env.h"
+#include "storage/testing/mem_env.h"
 
 namespace tessera::storage {
 namespace {

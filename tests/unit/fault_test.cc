@@ -8,9 +8,9 @@
 
 #include "checkpoint_fixture.h"
 #include "storage/checkpoint_dir.h"
-#include "storage/fault_env.h"
+#include "storage/testing/fault_env.h"
 #include "storage/index.h"
-#include "storage/mem_env.h"
+#include "storage/testing/mem_env.h"
 #include "storage/verify.h"
 
 namespace tessera::storage {

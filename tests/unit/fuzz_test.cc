@@ -9,7 +9,7 @@
 
 #include "checkpoint_fixture.h"
 #include "storage/index.h"
-#include "storage/mem_env.h"
+#include "storage/testing/mem_env.h"
 #include "storage/verify.h"
 
 namespace tessera::storage {

@@ -12,7 +12,7 @@
 #include "service/save_job.h"
 #include "service/service.h"
 #include "storage/env.h"
-#include "storage/fault_env.h"
+#include "storage/testing/fault_env.h"
 
 namespace tessera::service {
 namespace {

@@ -11,7 +11,7 @@
 #include "eventually.h"
 #include "storage/checkpoint_dir.h"
 #include "storage/index.h"
-#include "storage/mem_env.h"
+#include "storage/testing/mem_env.h"
 #include "storage/read_planner.h"
 #include "storage/save_plan.h"
 #include "storage/shard_reader.h"

@@ -1,5 +1,5 @@
 // FaultEnv: counts mutating operations and fails the chosen ones before they reach the base Env.
-#include "storage/fault_env.h"
+#include "storage/testing/fault_env.h"
 
 #include <cerrno>
 #include <limits>

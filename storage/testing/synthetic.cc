@@ -1,4 +1,4 @@
-#include "storage/synthetic.h"
+#include "storage/testing/synthetic.h"
 
 #include <algorithm>
 #include <cmath>

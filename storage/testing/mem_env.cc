@@ -2,7 +2,7 @@
 // made by its last SyncDir; each file keeps its live bytes and the bytes of its last Sync.
 // SimulateCrash() rebuilds the tree from the snapshots with fresh nodes, so handles opened
 // before the crash point at orphaned nodes and their writes go nowhere.
-#include "storage/mem_env.h"
+#include "storage/testing/mem_env.h"
 
 #include <algorithm>
 #include <cerrno>
