@@ -267,7 +267,7 @@ void TinySavesOfAgents(const tools::ClusterOptions& base, int ranks, int saves) 
   tools::ClusterOptions opts = base;
   opts.dir = base.dir + "-sim" + std::to_string(ranks);
   opts.workers = 0;
-  opts.server_threads = 4 * ranks + 64;
+  opts.server_threads = std::min(4 * ranks + 64, 4096);  // tesserad takes at most 4096
   auto cluster = Check(tools::LocalCluster::Start(opts), "start cluster");
   auto& c = *cluster;
   worker::TensorStoreOptions so;

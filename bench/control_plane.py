@@ -33,8 +33,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def tiny_saves(root, scratch):
     exe = os.path.join(root, "build", "bin", "tessera_bench_cluster")
-    out = subprocess.run([exe, "--only-control-plane", "--dir", scratch], check=True,
+    out = subprocess.run([exe, "--only-control-plane", "--dir", scratch],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=3600)
+    if out.returncode != 0:
+        raise SystemExit("%s failed (%d): %s" % (exe, out.returncode, out.stderr.decode()[-2000:]))
     return [json.loads(line) for line in out.stdout.decode().splitlines()
             if line.startswith("{") and '"tiny_save"' in line]
 

@@ -5,6 +5,7 @@
 
 #include "api/collective_ops.h"
 #include "api/names.h"
+#include "service/job_machines.h"
 #include "service/service.h"
 
 namespace tessera::service {
@@ -94,84 +95,10 @@ Result<Json> Service::StartCollective(const std::string& mesh, const Json& body)
   ASSIGN_OR_RETURN(const MeshRecord* m, ReadyMesh(mesh));
   RETURN_IF_ERROR(CheckCollectiveBody(m->mesh, body));
   JobRecord* job = NewJob("collective", mesh, -1, body);
-  Launch(job->id, &Service::RunCollective);
+  Launch(std::make_unique<CollectiveMachine>(
+      JobSpec::Of(job->id, *m, -1, options_.job_timeout_ms), TaskKind::kCollective, body,
+      body.value("timeout_ms", int64_t{30000})));
   return Json{{"job", job->id}};
-}
-
-// One task per worker of the mesh, each running `request` as its rank.
-Result<std::map<int64_t, Json>> Service::RunCollectiveTasks(const std::string& job_id,
-                                                            const MeshRecord& mesh,
-                                                            TaskKind kind,
-                                                            const Json& request,
-                                                            int64_t timeout_ms) {
-  std::map<int64_t, Task> tasks;
-  for (int64_t r = 0; r < mesh.mesh.num_workers(); ++r) {
-    Task& t = tasks[r] = MeshTask(kind, mesh.mesh, r);
-    t.workers = mesh.workers;
-    t.request = request;
-    t.timeout_ms = timeout_ms;
-  }
-  // The workers' own timeout fires first and names the ranks that did not join;
-  // this one only covers a worker that never picks its task up.
-  auto results = RunTasks(job_id, mesh.workers, std::move(tasks), 0, timeout_ms + 5000);
-  if (!results.ok()) {
-    // Workers still inside the collective stop now, with the reason.
-    AbortOnWorkers(mesh, job_id, /*collective=*/true, results.status());
-  }
-  return results;
-}
-
-Status Service::RunCollective(const std::string& job_id) {
-  MutexLock lock(mu_);
-  JobRecord& job = BeginJob(job_id);
-  const Json request = job.request;
-  Json result;
-  Status st = [&]() REQUIRES(mu_) -> Status {
-    auto m = meshes_.find(job.mesh);
-    if (m == meshes_.end()) return NotFound("mesh " + job.mesh + " was deleted", {{"mesh", job.mesh}});
-    const MeshRecord mesh = m->second;
-    SetPhase(job_id, request.value("op", "collective"));
-    ASSIGN_OR_RETURN(auto results,
-                     RunCollectiveTasks(job_id, mesh, TaskKind::kCollective, request,
-                                        request.value("timeout_ms", int64_t{30000})));
-    result = results.at(0);
-    result.erase("bytes");
-    uint64_t bytes = 0;
-    for (const auto& [rank, r] : results) bytes += r.value("bytes", uint64_t{0});
-    result["output_bytes"] = bytes;
-    return Status::Ok();
-  }();
-  FinishJob(job_id, st, result);
-  return st;
-}
-
-Status Service::RunMeshInit(const std::string& job_id) {
-  MutexLock lock(mu_);
-  JobRecord& job = BeginJob(job_id);
-  const int64_t timeout_ms = job.request.value("timeout_ms", int64_t{10000});
-  Json result;
-  Status st = [&]() REQUIRES(mu_) -> Status {
-    auto m = meshes_.find(job.mesh);
-    if (m == meshes_.end()) return NotFound("mesh " + job.mesh + " was deleted", {{"mesh", job.mesh}});
-    const MeshRecord mesh = m->second;
-    SetPhase(job_id, "self_test");
-    ASSIGN_OR_RETURN(auto results, RunCollectiveTasks(job_id, mesh, TaskKind::kMeshInit, Json::object(),
-                                                      timeout_ms));
-    // The merged table must be the same on every worker.
-    const std::string digest = results.at(0).value("digest", "");
-    for (const auto& [rank, r] : results) {
-      if (r.value("digest", "") != digest) {
-        const std::string& w = mesh.workers.at(rank);
-        return Internal("self-test: worker " + w + " (rank " + std::to_string(rank) +
-                            ") merged a different device table than rank 0",
-                        {{"worker", w}, {"rank", rank}});
-      }
-    }
-    result = {{"digest", digest}, {"devices", results.at(0).value("devices", Json::array())}};
-    return Status::Ok();
-  }();
-  FinishJob(job_id, st, result);
-  return st;
 }
 
 }  // namespace tessera::service

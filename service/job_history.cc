@@ -5,6 +5,7 @@
 // the catalog, in one transaction written outside mu_.
 #include <algorithm>
 
+#include "service/job_inbox.h"
 #include "service/service.h"
 
 namespace tessera::service {
@@ -68,6 +69,7 @@ Result<Json> Service::CancelJob(const std::string& id) {
     return Conflict("job " + id + " has already " + it->second.state, {{"job", id}});
   }
   it->second.cancel_requested = true;
+  PostToJob(id, JobEvent::Cancel(MonoMs()));
   cv_.NotifyAll();
   return it->second.ToJson();
 }
@@ -84,6 +86,7 @@ JobRecord* Service::NewJob(const std::string& kind, const std::string& mesh, int
   j.created_ms = WallMs();
   job_order_.emplace(j.seq, j.id);
   active_jobs_.insert(j.id);
+  inboxes_[j.id] = std::make_shared<JobInbox>();
   JobRecord& ref = jobs_[j.id] = std::move(j);
   (void)PersistJob(ref);
   PublishJob(ref);
@@ -96,6 +99,7 @@ void Service::ForgetJob(const std::string& id) {
   for (const auto& [tid, t] : it->second.tasks) RetireTask(tid);
   job_order_.erase(it->second.seq);
   active_jobs_.erase(id);
+  inboxes_.erase(id);
   jobs_.erase(it);
 }
 

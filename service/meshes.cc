@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "api/names.h"
+#include "service/job_machines.h"
 #include "service/service.h"
 
 namespace tessera::service {
@@ -102,8 +103,10 @@ Result<std::vector<std::string>> Service::ChooseMeshWorkers(const MeshRequest& r
 Result<Json> Service::SelfTestMesh(const std::string& name, int64_t timeout_ms) {
   JobRecord* job = NewJob("mesh_init", name, -1, {{"timeout_ms", timeout_ms}});
   const std::string job_id = job->id;
+  CollectiveMachine machine(JobSpec::Of(job_id, meshes_.at(name), -1, options_.job_timeout_ms),
+                            TaskKind::kMeshInit, Json::object(), timeout_ms);
   mu_.unlock();
-  Status st = RunMeshInit(job_id);
+  Status st = DriveJob(machine);  // on this thread: the registration waits for it
   mu_.lock();
   if (!st.ok()) {
     // No job can have started on it (ReadyMesh refuses a mesh under test).

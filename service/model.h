@@ -99,6 +99,7 @@ struct TaskState {
   std::string worker;
   int64_t rank = 0;
   std::string state = "queued";  // queued running succeeded failed
+  int64_t round = 0;             // not persisted: the job machine's round of tasks
   uint64_t done_bytes = 0;
   uint64_t total_bytes = 0;
   Json result;

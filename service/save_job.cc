@@ -1,12 +1,13 @@
-// A save, the protocol of docs/architecture.md driven from tesserad:
-//   snapshot (every worker) → plan → write (shard + fragment per writer)
-//   → barrier → merge → commit → retention
+// A save, the protocol of docs/architecture.md driven from tesserad: its start (REST, or
+// an in-loop save's create-or-join), the check of the workers' snapshots, and what the
+// loop does for its machine (service/save_machine.*) at the commit and on a failure.
 #include "service/save_job.h"
 
 #include <algorithm>
 #include <set>
 
 #include "api/names.h"
+#include "service/save_machine.h"
 #include "service/service.h"
 #include "storage/checkpoint_dir.h"
 #include "storage/index.h"
@@ -59,8 +60,10 @@ Result<const CheckpointRecord*> Service::CreateSaveJob(const MeshRecord& m,
   const std::string key = c.key();
   checkpoints_[key] = std::move(c);
   events_.Publish("checkpoint", checkpoints_[key].Summary());
-  if (joined) save_joins_[job->id].request = request;
-  Launch(job->id, [this, request](const std::string& id) { return RunSave(id, request); });
+  if (joined) save_joins_[job->id] = request;
+  JobSpec spec = JobSpec::Of(job->id, m, step, options_.job_timeout_ms);
+  spec.staging = storage::StagingDir(options_.checkpoint_root, mesh, step, job->id);
+  Launch(std::make_unique<SaveMachine>(std::move(spec), request, joined, options_.join_wait_ms));
   return &checkpoints_[key];
 }
 
@@ -136,172 +139,38 @@ void Service::SetCheckpointState(const std::string& key, const std::string& stat
   events_.Publish("checkpoint", c.Summary());
 }
 
-// 1. Snapshot: every worker copies its local shards; the trainer may go on. Then the
-//    plan: every slice written once, replicated slices spread over the workers.
-Result<std::vector<storage::PlannedSlice>> Service::SaveSnapshotAndPlan(
-    const SaveRun& run, std::vector<TensorMeta>* metas) {
-  SetPhase(run.job_id, "snapshot");
-  if (save_joins_.count(run.job_id)) {
-    // In-loop: every worker brought its snapshot with its create-or-join.
-    ASSIGN_OR_RETURN(auto joined, AwaitJoins(run));
-    ASSIGN_OR_RETURN(*metas, CollectSnapshotTensors(run.mesh.mesh, run.mesh.workers, joined));
-    return PlanAndStage(run, *metas);
-  }
-  std::map<int64_t, Task> snap;
-  for (int64_t r = 0; r < run.mesh.mesh.num_workers(); ++r) {
-    Task& t = snap[r] = MeshTask(TaskKind::kSnapshot, run.mesh.mesh, r);
-    t.step = run.step;
-    if (run.request.tensors) t.tensor_names = *run.request.tensors;
-    t.wait_for_trainer = run.request.wait_for_trainer;
-  }
-  ASSIGN_OR_RETURN(auto results, RunTasks(run.job_id, run.mesh.workers, std::move(snap), 0));
-  std::map<int64_t, SnapshotResult> snapshots;
-  for (const auto& [rank, res] : results) {
-    auto snapshot = SnapshotResultFromJson(res);
-    if (!snapshot.ok()) {
-      const std::string& wid = run.mesh.workers.at(rank);
-      return snapshot.status()
-          .WithContext("snapshot of worker " + wid)
-          .WithDetail("worker", wid)
-          .WithDetail("rank", rank);
-    }
-    snapshots[rank] = std::move(*snapshot);
-  }
-  ASSIGN_OR_RETURN(*metas, CollectSnapshotTensors(run.mesh.mesh, run.mesh.workers, snapshots));
-  return PlanAndStage(run, *metas);
-}
-
-Result<std::vector<storage::PlannedSlice>> Service::PlanAndStage(const SaveRun& run,
-                                                                 const std::vector<TensorMeta>& metas) {
-  auto plan = storage::PlanSave(run.mesh.mesh, metas);
-  mu_.unlock();
-  Status created =
-      storage::CreateStaging(env_, options_.checkpoint_root, run.mesh.mesh.name, run.step, run.job_id);
-  mu_.lock();
-  RETURN_IF_ERROR(created);
-  return plan;
-}
-
-// 2. Write: each writer stores its slices (shard + fragment); every report is the barrier.
-Result<std::vector<std::string>> Service::SaveWrite(const SaveRun& run,
-                                                    const std::vector<TensorMeta>& metas,
-                                                    const std::vector<storage::PlannedSlice>& plan) {
-  SetCheckpointState(run.key, "writing");
-  SetPhase(run.job_id, "write");
-  std::map<int64_t, Task> writes;
-  uint64_t total = 0;
-  for (int64_t r = 0; r < run.mesh.mesh.num_workers(); ++r) {
-    Task& t = writes[r] = MeshTask(TaskKind::kWrite, run.mesh.mesh, r);
-    t.step = run.step;
-    t.staging = run.staging;
-    t.compress = run.request.compress;
-    t.level = run.request.level;
-  }
-  for (const auto& p : plan) {
-    writes[p.rank].slices.push_back({metas[p.tensor].name, p.device, p.slice});
-    total += p.bytes;
-  }
-  ASSIGN_OR_RETURN(auto written, RunTasks(run.job_id, run.mesh.workers, std::move(writes), total));
-  std::vector<std::string> fragments;
-  for (const auto& [rank, res] : written) {
-    auto w = WriteResultFromJson(res);
-    if (!w.ok()) {
-      return w.status().WithContext("the write of worker " + run.mesh.workers[rank]);
-    }
-    if (w->fragment) fragments.push_back(*w->fragment);
-  }
-  return fragments;
-}
-
-// 3. Merge the fragments into index.sqlite, then commit (rename staging → step-<N>).
-Result<storage::CheckpointIndex> Service::SaveMergeAndCommit(
-    const SaveRun& run, const std::vector<std::string>& fragments) {
-  SetPhase(run.job_id, "merge");
-  SetCheckpointState(run.key, "merging");
-  storage::CheckpointMeta meta{run.mesh.mesh, run.step, run.request.metadata, WallMs()};
-  const std::string& mesh = run.mesh.mesh.name;
-  mu_.unlock();
-  Status merged = storage::MergeFragments(env_, run.staging, fragments, meta);
-  mu_.lock();
-  RETURN_IF_ERROR(merged);
-  if (jobs_.at(run.job_id).cancel_requested) return CancelledStatus(run.job_id);
-  SetPhase(run.job_id, "commit");
-  mu_.unlock();
-  Status committed = storage::Commit(env_, options_.checkpoint_root, mesh, run.step, run.job_id);
-  auto dir = committed.ok() ? storage::CommittedDir(env_, options_.checkpoint_root, mesh, run.step)
-                            : Result<std::string>(committed);
-  auto index = dir.ok() ? storage::CheckpointIndex::Open(env_, *dir)
-                        : Result<storage::CheckpointIndex>(dir.status());
-  mu_.lock();
-  return index;
-}
-
-// 4. The committed checkpoint's record: its tensors and sizes, from its index.
-Json Service::RecordCommitted(const SaveRun& run, const storage::CheckpointIndex& index,
+// The committed checkpoint's record: its tensors and sizes, from its index.
+Json Service::RecordCommitted(const JobSpec& spec, const storage::CheckpointIndex& index,
                               const std::vector<storage::PlannedSlice>& plan) {
-  CheckpointRecord& c = checkpoints_.at(run.key);
+  const std::string key = CheckpointRecord::Key(spec.mesh.mesh.name, spec.step);
+  CheckpointRecord& c = checkpoints_.at(key);
   c.TakeContentsFrom(index);
-  c.duration_ms = WallMs() - jobs_.at(run.job_id).started_ms;
-  SetCheckpointState(run.key, "committed");
+  c.duration_ms = WallMs() - jobs_.at(spec.id).started_ms;
+  SetCheckpointState(key, "committed");
   metrics_.ObserveSave(c.duration_ms / 1000.0, c.logical_bytes);
   return {{"checkpoint", c.Summary()},
-          {"bytes_per_rank", storage::BytesPerRank(run.mesh.mesh, plan)}};
+          {"bytes_per_rank", storage::BytesPerRank(spec.mesh.mesh, plan)}};
 }
 
 // A failed save: the checkpoint is marked failed, workers drop their snapshots, the
 // staging dir goes, and the GC runs once late writers must have stopped.
-void Service::AbandonSave(const SaveRun& run, const Status& st) {
-  CheckpointRecord& c = checkpoints_.at(run.key);
-  if (c.state != "committed") {
-    c.state = "failed";
-    c.error = ErrorBody(st)["error"];
-    (void)PersistCheckpoint(c);
-    events_.Publish("checkpoint", c.Summary());
+void Service::AbandonSave(const JobSpec& spec, const Status& st) {
+  {
+    MutexLock lock(mu_);
+    CheckpointRecord& c = checkpoints_.at(CheckpointRecord::Key(spec.mesh.mesh.name, spec.step));
+    if (c.state != "committed") {
+      c.state = "failed";
+      c.error = ErrorBody(st)["error"];
+      (void)PersistCheckpoint(c);
+      events_.Publish("checkpoint", c.Summary());
+    }
+    AbortOnWorkers(spec.mesh, spec.id, /*collective=*/false, st);
   }
-  AbortOnWorkers(run.mesh, run.job_id, /*collective=*/false, st);
-  mu_.unlock();
-  (void)env_->DeleteTree(run.staging);
-  mu_.lock();
+  (void)env_->DeleteTree(spec.staging);
+  MutexLock lock(mu_);
   // Workers still writing when the job failed may leave files behind it.
   gc_due_ms_ = MonoMs() + options_.lease_ms;
   cv_.NotifyAll();
-}
-
-Status Service::RunSave(const std::string& job_id, const SaveRequest& request) {
-  MutexLock lock(mu_);
-  JobRecord& job = BeginJob(job_id);
-  auto found = meshes_.find(job.mesh);
-  if (found == meshes_.end()) {
-    Status gone = NotFound("mesh " + job.mesh + " was deleted", {{"mesh", job.mesh}});
-    FinishJob(job_id, gone, Json());
-    save_joins_.erase(job_id);
-    return gone;
-  }
-  const SaveRun run{job_id,
-                    found->second,
-                    job.step,
-                    request,
-                    CheckpointRecord::Key(job.mesh, job.step),
-                    storage::StagingDir(options_.checkpoint_root, job.mesh, job.step, job_id)};
-  Json result;
-  Status st = [&]() REQUIRES(mu_) -> Status {
-    std::vector<TensorMeta> metas;
-    ASSIGN_OR_RETURN(auto plan, SaveSnapshotAndPlan(run, &metas));
-    ASSIGN_OR_RETURN(auto fragments, SaveWrite(run, metas, plan));
-    ASSIGN_OR_RETURN(auto index, SaveMergeAndCommit(run, fragments));
-    result = RecordCommitted(run, index, plan);
-    // 5. Retention.
-    SetPhase(job_id, "retention");
-    mu_.unlock();
-    Status retained = ApplyRetention(run.mesh.mesh.name);
-    mu_.lock();
-    if (!retained.ok()) result["retention_error"] = ErrorBody(retained)["error"];
-    return Status::Ok();
-  }();
-  if (!st.ok()) AbandonSave(run, st);
-  FinishJob(job_id, st, result);
-  if (save_joins_.erase(job_id)) TellSaveEnded(run, st);
-  return st;
 }
 
 }  // namespace tessera::service

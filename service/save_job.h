@@ -1,5 +1,5 @@
 // The part of a save that needs no cluster: what tesserad makes of the workers'
-// snapshot reports (the rest of the save is Service::RunSave, in save_job.cc).
+// snapshot reports (the rest of the save is SaveMachine, in save_machine.cc).
 #pragma once
 
 #include <cstdint>

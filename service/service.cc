@@ -153,6 +153,7 @@ void Service::Stop() {
     MutexLock lock(mu_);
     stopping_ = true;
     for (auto& [id, w] : workers_) w.task_cv->NotifyAll();
+    for (auto& [id, inbox] : inboxes_) inbox->Post(JobEvent::Stop(MonoMs()));
   }
   cv_.NotifyAll();
   if (coordination_) coordination_->Shutdown();
@@ -183,7 +184,11 @@ void Service::MonitorLoop() {
       w.state = state;
       changed = true;
       w.beat->alive = state == "alive";
-      if (state == "dead") w.tasks.clear();
+      if (state == "dead") {
+        w.tasks.clear();
+        // Every running job hears of it; those that wait for this worker fail.
+        for (auto& [job, inbox] : inboxes_) inbox->Post(JobEvent::WorkerDead(now, id, age));
+      }
       metrics_.Count("tessera_worker_state_changes_total", "state=\"" + state + "\"");
       (void)PersistWorker(w);
       events_.Publish("worker", w.ToJson(now, MeshesOfWorker(id)));
@@ -302,17 +307,6 @@ bool Service::WorkerBusy(const std::string& id) const {
     }
   }
   return false;
-}
-
-void Service::Launch(const std::string& job_id, Status (Service::*run)(const std::string&)) {
-  Launch(job_id, [this, run](const std::string& id) { return (this->*run)(id); });
-}
-
-void Service::Launch(const std::string& job_id, std::function<Status(const std::string&)> run) {
-  job_threads_.Spawn([job_id, run = std::move(run)] {
-    Status st = run(job_id);
-    (void)st;  // the job record carries the outcome
-  });
 }
 
 Json Service::Cluster() {

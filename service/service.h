@@ -10,7 +10,9 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <set>
@@ -28,6 +30,8 @@
 #include "service/catalog.h"
 #include "service/coordination.h"
 #include "service/events.h"
+#include "service/job_inbox.h"
+#include "service/job_machine.h"
 #include "service/metrics.h"
 #include "service/model.h"
 #include "storage/env.h"
@@ -195,72 +199,32 @@ class Service {
   void RetireTask(const std::string& task) REQUIRES(mu_);
 
 
-  // Jobs. Each runs on its own thread; Run* catch every failure into the job.
-  void Launch(const std::string& job_id, Status (Service::*run)(const std::string&));
-  void Launch(const std::string& job_id, std::function<Status(const std::string&)> run);
-  Status RunSave(const std::string& job_id, const SaveRequest& request) EXCLUDES(mu_);
-  // The phases of a save (save_job.cc); each drops mu_ around its I/O.
-  struct SaveRun {
-    std::string job_id;
-    MeshRecord mesh;
-    int64_t step;
-    SaveRequest request;
-    std::string key;      // of checkpoints_
-    std::string staging;  // the staging dir
-  };
-  Result<std::vector<storage::PlannedSlice>> SaveSnapshotAndPlan(const SaveRun& run,
-                                                                 std::vector<TensorMeta>* metas)
-      REQUIRES(mu_);
-  Result<std::vector<storage::PlannedSlice>> PlanAndStage(const SaveRun& run,
-                                                          const std::vector<TensorMeta>& metas)
-      REQUIRES(mu_);
+  // Jobs: each is a state machine (job_machine.h) driven by DriveJob (job_loop.cc),
+  // on a thread of its own (Launch) or on the caller's (a mesh's self-test).
+  void Launch(std::unique_ptr<JobMachine> machine);
+  // Runs the machine to its end; the job's final status.
+  Status DriveJob(JobMachine& machine) EXCLUDES(mu_);
+  // Carries out one action; an I/O step's result (or a dead worker found when
+  // queueing tasks) goes to `local`, the loop's own events.
+  void ExecuteJobAction(JobMachine& machine, JobAction& action, std::deque<JobEvent>* local)
+      EXCLUDES(mu_);
+  // Queues a round of tasks, all or none: a dead worker is returned as the event.
+  std::optional<JobEvent> QueueRound(const JobSpec& spec, const JobAction& action) REQUIRES(mu_);
+  Result<Json> RunJobIo(const JobSpec& spec, const JobAction& action) EXCLUDES(mu_);
+  Json VerifyIo(const JobSpec& spec) EXCLUDES(mu_);  // {report, error}
+  // Posts an event to a running job (none once it has finished).
+  void PostToJob(const std::string& job_id, JobEvent e) REQUIRES(mu_);
   // A new save job and its checkpoint record (pending); `joined`: its workers'
   // snapshots come with their create-or-join calls, not from snapshot tasks.
   Result<const CheckpointRecord*> CreateSaveJob(const MeshRecord& m, const SaveRequest& request,
                                                 bool joined) REQUIRES(mu_);
-  // Waits until every rank of the mesh has joined the save (released while waiting),
-  // failing for a dead worker, a cancel, shutdown, or ranks that do not join within
-  // options_.join_wait_ms. The snapshots by rank.
-  Result<std::map<int64_t, SnapshotResult>> AwaitJoins(const SaveRun& run) REQUIRES(mu_);
-  // Pushes an in-loop save's end (committed, or its error) to every worker of its mesh.
-  void TellSaveEnded(const SaveRun& run, const Status& st) REQUIRES(mu_);
-  Result<std::vector<std::string>> SaveWrite(const SaveRun& run,
-                                             const std::vector<TensorMeta>& metas,
-                                             const std::vector<storage::PlannedSlice>& plan)
-      REQUIRES(mu_);
-  Result<storage::CheckpointIndex> SaveMergeAndCommit(const SaveRun& run,
-                                                      const std::vector<std::string>& fragments)
-      REQUIRES(mu_);
-  Json RecordCommitted(const SaveRun& run, const storage::CheckpointIndex& index,
+  Json RecordCommitted(const JobSpec& spec, const storage::CheckpointIndex& index,
                        const std::vector<storage::PlannedSlice>& plan) REQUIRES(mu_);
-  void AbandonSave(const SaveRun& run, const Status& st) REQUIRES(mu_);
+  // A failed save: the checkpoint failed, workers drop snapshots, staging removed.
+  void AbandonSave(const JobSpec& spec, const Status& st) EXCLUDES(mu_);
   void SetCheckpointState(const std::string& key, const std::string& state) REQUIRES(mu_);
-  // A restore as StartRestore planned it.
-  struct RestoreRun {
-    std::string job_id;
-    std::string target_name;
-    Mesh target;                      // as it was planned for; the job fails if it changed
-    std::vector<TensorMeta> tensors;  // in their target layouts
-    std::vector<int64_t> ranks;       // of the target mesh's workers that restore
-  };
-  Status RunRestore(const RestoreRun& run) EXCLUDES(mu_);
-  Status RunVerify(const std::string& job_id) EXCLUDES(mu_);
-  Status RunCollective(const std::string& job_id) EXCLUDES(mu_);
-  // The registration self-test of a mesh (run synchronously by PutMesh).
-  Status RunMeshInit(const std::string& job_id) EXCLUDES(mu_);
-  Result<std::map<int64_t, Json>> RunCollectiveTasks(const std::string& job_id,
-                                                     const MeshRecord& mesh,
-                                                     TaskKind kind, const Json& request,
-                                                     int64_t timeout_ms) REQUIRES(mu_);
-  // Queues one task per (rank, payload) for the job's mesh workers and waits
-  // until all succeed, one fails, a worker dies, the job is cancelled or times out
-  // (after timeout_ms, or options_.job_timeout_ms when negative).
-  // REQUIRES: mu_ held (released while waiting). Results by rank.
-  Result<std::map<int64_t, Json>> RunTasks(const std::string& job_id,
-                                           const std::vector<std::string>& workers,
-                                           std::map<int64_t, Task> tasks,
-                                           uint64_t total_bytes, int64_t timeout_ms = -1)
-      REQUIRES(mu_);
+  // Pushes an in-loop save's end (committed, or its error) to every worker of its mesh.
+  void TellSaveEnded(const JobSpec& spec, const Status& st) REQUIRES(mu_);
   JobRecord& BeginJob(const std::string& job_id) REQUIRES(mu_);  // marks it running
   void SetPhase(const std::string& job_id, const std::string& phase) REQUIRES(mu_);
   void FinishJob(const std::string& job_id, const Status& status, Json result) REQUIRES(mu_);
@@ -285,13 +249,11 @@ class Service {
   std::map<std::string, CheckpointRecord> checkpoints_ GUARDED_BY(mu_);  // by key()
   std::map<std::string, JobRecord> jobs_ GUARDED_BY(mu_);
   std::map<std::string, std::string> task_jobs_ GUARDED_BY(mu_);  // running task → job
-  // In-loop saves still running, by job: the request they were created with and the
-  // snapshot each rank brought.
-  struct SaveJoins {
-    SaveRequest request;
-    std::map<int64_t, SnapshotResult> snapshots;
-  };
-  std::map<std::string, SaveJoins> save_joins_ GUARDED_BY(mu_);
+  // In-loop saves still running, by job: the request they were created with (a join
+  // must agree with it).
+  std::map<std::string, SaveRequest> save_joins_ GUARDED_BY(mu_);
+  // Running jobs' inboxes: what their loops hear of (reports, deaths, joins, cancels).
+  std::map<std::string, std::shared_ptr<JobInbox>> inboxes_ GUARDED_BY(mu_);
   std::map<uint64_t, std::string> job_order_ GUARDED_BY(mu_);     // by JobRecord::seq
   std::set<std::string> active_jobs_ GUARDED_BY(mu_);            // not finished yet
   uint64_t last_job_seq_ GUARDED_BY(mu_) = 0;

@@ -171,7 +171,16 @@ Status Service::ReportTask(const std::string& worker, const std::string& task, c
   // Events at most every 100 ms per job (a phase change publishes anyway): a
   // report of each of N workers must not cost N² of JSON.
   if (report.state == ReportState::kFailed || WallMs() - job.published_ms >= 100) PublishJob(job);
-  if (ended) cv_.NotifyAll();
+  if (ended) {
+    const int64_t now = MonoMs();
+    PostToJob(job.id, report.state == ReportState::kSucceeded
+                          ? JobEvent::TaskSucceeded(now, ts.round, ts.rank, ts.result)
+                          : JobEvent::TaskFailed(now, ts.round, ts.rank,
+                                                 report.error.ok()
+                                                     ? Internal("task failed without an error")
+                                                     : report.error));
+    cv_.NotifyAll();
+  }
   return Status::Ok();
 }
 

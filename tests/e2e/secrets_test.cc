@@ -38,6 +38,8 @@ unsigned Mode(const std::string& path) {
 std::string RunProgram(const std::string& program, const std::vector<std::string>& args,
                        const std::vector<std::string>& env, const std::string& log,
                        const std::string& until = "listening on") {
+  // A log left by an earlier run must not be read as this one's.
+  ::unlink(log.c_str());
   const pid_t pid = ::fork();
   if (pid == 0) {
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);

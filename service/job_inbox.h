@@ -1,0 +1,42 @@
+// What the service's threads tell a running job (task reports, a dead worker, a
+// join, a cancel, shutdown), in the order they happened. One per job; its own lock,
+// never held while anything else is.
+#pragma once
+
+#include <chrono>
+#include <deque>
+
+#include "api/clock.h"
+#include "api/thread_annotations.h"
+#include "service/job_machine.h"
+
+namespace tessera::service {
+
+class JobInbox {
+ public:
+  void Post(JobEvent e) {
+    MutexLock lock(mu_);
+    events_.push_back(std::move(e));
+    cv_.NotifyAll();
+  }
+  // The next event; a tick (of MonoMs) once `deadline_ms` (MonoMs, 0: none) has passed.
+  JobEvent Next(int64_t deadline_ms) {
+    MutexLock lock(mu_);
+    while (events_.empty()) {
+      const int64_t now = MonoMs();
+      if (deadline_ms > 0 && now > deadline_ms) return JobEvent::Tick(now);
+      const int64_t wait = deadline_ms > 0 ? deadline_ms - now + 1 : 60 * 1000;
+      cv_.WaitFor(mu_, std::chrono::milliseconds(wait));
+    }
+    JobEvent e = std::move(events_.front());
+    events_.pop_front();
+    return e;
+  }
+
+ private:
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<JobEvent> events_ GUARDED_BY(mu_);
+};
+
+}  // namespace tessera::service

@@ -1,0 +1,266 @@
+// The jobs' state machines, driven by events alone: no threads, no sleeps, a clock
+// that is a number in each event. Each test replays an interaction (task reports,
+// deaths, joins, cancels, ticks) and checks the actions the loop would carry out.
+#include <gtest/gtest.h>
+
+#include "service/job_machines.h"
+#include "service/save_machine.h"
+
+namespace tessera::service {
+namespace {
+
+using Kind = JobAction::Kind;
+
+const Mesh kMesh{"m", {{"d", 2}}, 1};
+
+JobSpec Spec(int64_t timeout_ms = 1000) {
+  MeshRecord mesh;
+  mesh.mesh = kMesh;
+  mesh.workers = {"w-a", "w-b"};
+  JobSpec spec = JobSpec::Of("j-1", mesh, 7, timeout_ms);
+  spec.staging = "/root/m/.staging-7-j-1";
+  return spec;
+}
+
+SnapshotResult Snapshot(int64_t device) {
+  SnapshotTensor t;
+  t.meta = TensorMeta{"x", DType::kFloat32, {4}, Layout{{"d"}}};
+  t.devices = {device};
+  return SnapshotResult{{t}, 8};
+}
+
+const JobAction* Find(const JobActions& actions, Kind kind) {
+  for (const auto& a : actions) {
+    if (a.kind == kind) return &a;
+  }
+  return nullptr;
+}
+
+// A copy of the finish among `actions` (the test fails without one).
+JobAction Finished(const JobActions& actions) {
+  const JobAction* f = Find(actions, Kind::kFinish);
+  EXPECT_NE(f, nullptr);
+  return f ? *f : JobAction{};
+}
+
+JobEvent Done(int64_t now, int64_t round, int64_t rank, Json result = Json::object()) {
+  return JobEvent::TaskSucceeded(now, round, rank, std::move(result));
+}
+
+// A REST save through every phase: snapshot tasks, staging, write tasks, merge,
+// commit, retention.
+TEST(SaveMachine, WalksEveryPhaseToTheCommit) {
+  SaveRequest request;
+  request.step = 7;
+  SaveMachine m(Spec(), request, /*joined=*/false, 0);
+  JobActions a = m.Step(JobEvent::Start(0));
+  ASSERT_NE(Find(a, Kind::kQueueTasks), nullptr);
+  const JobAction snap = *Find(a, Kind::kQueueTasks);
+  EXPECT_EQ(snap.tasks.size(), 2u);
+  EXPECT_EQ(snap.tasks.at(1).kind, TaskKind::kSnapshot);
+  EXPECT_EQ(m.phase(), "snapshot");
+  EXPECT_EQ(m.deadline_ms(), 1000);
+  EXPECT_TRUE(m.Step(Done(5, snap.round, 0, SnapshotResultToJson(Snapshot(0)))).empty());
+  a = m.Step(Done(6, snap.round, 1, SnapshotResultToJson(Snapshot(1))));
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].kind, Kind::kRunIo);
+  EXPECT_EQ(a[0].io, IoKind::kCreateStaging);
+  a = m.Step(JobEvent::IoDone(7, Json::object()));
+  const JobAction* write = Find(a, Kind::kQueueTasks);
+  ASSERT_NE(write, nullptr);
+  EXPECT_EQ(Find(a, Kind::kSetCheckpointState)->checkpoint_state, "writing");
+  EXPECT_EQ(m.phase(), "write");
+  EXPECT_EQ(write->total_bytes, 16u);
+  // Each rank writes its own half, with the slice it is to use as sent.
+  ASSERT_EQ(write->tasks.at(1).slices.size(), 1u);
+  EXPECT_EQ(write->tasks.at(1).slices[0].slice.offsets, (Shape{2}));
+  EXPECT_EQ(write->tasks.at(1).staging, "/root/m/.staging-7-j-1");
+  const int64_t round = write->round;
+  m.Step(Done(8, round, 0, {{"fragment", "fragment-0.sqlite"}, {"bytes", 8}}));
+  a = m.Step(Done(9, round, 1, {{"fragment", "fragment-1.sqlite"}, {"bytes", 8}}));
+  const JobAction* merge = Find(a, Kind::kRunIo);
+  ASSERT_NE(merge, nullptr);
+  EXPECT_EQ(merge->io, IoKind::kMerge);
+  EXPECT_EQ(merge->fragments, (std::vector<std::string>{"fragment-0.sqlite", "fragment-1.sqlite"}));
+  EXPECT_EQ(Find(a, Kind::kSetCheckpointState)->checkpoint_state, "merging");
+  a = m.Step(JobEvent::IoDone(10, Json::object()));
+  EXPECT_EQ(Find(a, Kind::kRunIo)->io, IoKind::kCommit);
+  EXPECT_EQ(Find(a, Kind::kRunIo)->plan.size(), 2u);
+  // A cancel once the commit has begun changes nothing.
+  EXPECT_TRUE(m.Step(JobEvent::Cancel(11)).empty());
+  a = m.Step(JobEvent::IoDone(12, Json{{"checkpoint", {{"step", 7}}}}));
+  EXPECT_EQ(Find(a, Kind::kRunIo)->io, IoKind::kRetention);
+  a = m.Step(JobEvent::IoDone(13, Json{{"retention_error", {{"code", "internal"}}}}));
+  const JobAction f = Finished(a);
+  EXPECT_TRUE(f.status.ok());
+  EXPECT_EQ(f.result["checkpoint"]["step"], 7);
+  EXPECT_EQ(f.result["retention_error"]["code"], "internal");
+  EXPECT_TRUE(m.ended());
+  EXPECT_TRUE(m.Step(JobEvent::Tick(1 << 30)).empty());
+}
+
+TEST(SaveMachine, AFailedTaskAbandonsNamingTheWorkerAndRank) {
+  SaveMachine m(Spec(), SaveRequest{}, false, 0);
+  const JobAction snap = *Find(m.Step(JobEvent::Start(0)), Kind::kQueueTasks);
+  JobActions a = m.Step(JobEvent::TaskFailed(3, snap.round, 1, NotFound("no tensor 'x'")));
+  const JobAction f = Finished(a);
+  EXPECT_EQ(f.status.code(), Code::kNotFound);
+  EXPECT_EQ(f.status.details().value("worker", ""), "w-b");
+  EXPECT_EQ(f.status.details().value("rank", -1), 1);
+  EXPECT_NE(f.status.message().find("worker w-b (rank 1)"), std::string::npos);
+  ASSERT_NE(Find(a, Kind::kAbandonSave), nullptr);
+  EXPECT_LT(Find(a, Kind::kAbandonSave) - a.data(), Find(a, Kind::kFinish) - a.data());
+}
+
+TEST(SaveMachine, ADeadWorkerWithATaskFailsTheJobOthersDoNot) {
+  SaveMachine m(Spec(), SaveRequest{}, false, 0);
+  const JobAction snap = *Find(m.Step(JobEvent::Start(0)), Kind::kQueueTasks);
+  m.Step(Done(1, snap.round, 0, SnapshotResultToJson(Snapshot(0))));
+  // w-a's task is done; its death does not matter to this round, nor a stranger's.
+  EXPECT_TRUE(m.Step(JobEvent::WorkerDead(2, "w-a", 3000)).empty());
+  EXPECT_TRUE(m.Step(JobEvent::WorkerDead(2, "w-zz", 3000)).empty());
+  const JobAction f = Finished(m.Step(JobEvent::WorkerDead(3, "w-b", 3100)));
+  EXPECT_EQ(f.status.code(), Code::kUnavailable);
+  EXPECT_NE(f.status.message().find("no heartbeat for 3100 ms"), std::string::npos);
+  EXPECT_EQ(f.status.details().value("rank", -1), 1);
+}
+
+TEST(SaveMachine, TheRoundTimesOutOnTheClockNamingMissingRanks) {
+  SaveMachine m(Spec(/*timeout_ms=*/500), SaveRequest{}, false, 0);
+  const JobAction snap = *Find(m.Step(JobEvent::Start(100)), Kind::kQueueTasks);
+  m.Step(Done(200, snap.round, 1, SnapshotResultToJson(Snapshot(1))));
+  EXPECT_TRUE(m.Step(JobEvent::Tick(600)).empty());  // not yet: the deadline is 600
+  const JobAction f = Finished(m.Step(JobEvent::Tick(601)));
+  EXPECT_EQ(f.status.code(), Code::kDeadlineExceeded);
+  EXPECT_EQ(f.status.details()["missing_ranks"], Json({0}));
+  EXPECT_NE(f.status.message().find("phase snapshot"), std::string::npos);
+}
+
+TEST(SaveMachine, LateReportsOfAnEarlierRoundAreIgnored) {
+  SaveMachine m(Spec(), SaveRequest{}, false, 0);
+  const JobAction snap = *Find(m.Step(JobEvent::Start(0)), Kind::kQueueTasks);
+  m.Step(Done(1, snap.round, 0, SnapshotResultToJson(Snapshot(0))));
+  m.Step(Done(1, snap.round, 1, SnapshotResultToJson(Snapshot(1))));
+  const JobAction write = *Find(m.Step(JobEvent::IoDone(2, Json::object())), Kind::kQueueTasks);
+  // A snapshot report arriving again (a retried report) is not a write's.
+  EXPECT_TRUE(m.Step(JobEvent::TaskFailed(3, snap.round, 0, Internal("old"))).empty());
+  EXPECT_TRUE(m.Step(Done(3, snap.round, 1)).empty());
+  EXPECT_FALSE(m.ended());
+  EXPECT_GT(write.round, snap.round);
+}
+
+TEST(SaveMachine, ACancelDuringIoEndsTheJobWhenTheStepIsDone) {
+  SaveMachine m(Spec(), SaveRequest{}, false, 0);
+  const JobAction snap = *Find(m.Step(JobEvent::Start(0)), Kind::kQueueTasks);
+  m.Step(Done(1, snap.round, 0, SnapshotResultToJson(Snapshot(0))));
+  m.Step(Done(1, snap.round, 1, SnapshotResultToJson(Snapshot(1))));  // → create staging
+  EXPECT_TRUE(m.Step(JobEvent::Cancel(2)).empty());
+  const JobAction f = Finished(m.Step(JobEvent::IoDone(3, Json::object())));
+  EXPECT_TRUE(IsCancelled(f.status)) << f.status.ToString();
+  // While tasks run, a cancel ends the job at once.
+  SaveMachine n(Spec(), SaveRequest{}, false, 0);
+  n.Step(JobEvent::Start(0));
+  EXPECT_TRUE(IsCancelled(Finished(n.Step(JobEvent::Cancel(1))).status));
+}
+
+TEST(SaveMachine, InLoopJoinsReplaceSnapshotTasks) {
+  SaveMachine m(Spec(), SaveRequest{}, /*joined=*/true, /*join_wait_ms=*/2000);
+  JobActions a = m.Step(JobEvent::Start(0));
+  EXPECT_EQ(Find(a, Kind::kQueueTasks), nullptr);  // no task goes back to the workers
+  EXPECT_EQ(m.deadline_ms(), 2000);
+  EXPECT_TRUE(m.Step(JobEvent::Joined(1, 1, Snapshot(1))).empty());
+  EXPECT_TRUE(m.Step(JobEvent::Joined(2, 1, Snapshot(1))).empty());  // a repeated join
+  a = m.Step(JobEvent::Joined(3, 0, Snapshot(0)));
+  ASSERT_NE(Find(a, Kind::kRunIo), nullptr);
+  EXPECT_EQ(Find(a, Kind::kRunIo)->io, IoKind::kCreateStaging);
+}
+
+TEST(SaveMachine, InLoopJoinsFailForADeadWorkerOrTheDeadline) {
+  SaveMachine dead(Spec(), SaveRequest{}, true, 2000);
+  dead.Step(JobEvent::Start(0));
+  dead.Step(JobEvent::Joined(1, 0, Snapshot(0)));
+  EXPECT_TRUE(dead.Step(JobEvent::WorkerDead(2, "w-a", 3000)).empty());  // it joined
+  const JobAction f = Finished(dead.Step(JobEvent::WorkerDead(3, "w-b", 3000)));
+  EXPECT_EQ(f.status.code(), Code::kUnavailable);
+  EXPECT_EQ(f.status.details().value("worker", ""), "w-b");
+
+  SaveMachine late(Spec(), SaveRequest{}, true, 2000);
+  late.Step(JobEvent::Start(0));
+  late.Step(JobEvent::Joined(1, 1, Snapshot(1)));
+  const JobAction g = Finished(late.Step(JobEvent::Tick(2001)));
+  EXPECT_EQ(g.status.code(), Code::kDeadlineExceeded);
+  EXPECT_EQ(g.status.details()["missing_ranks"], Json({0}));
+  EXPECT_EQ(g.status.details()["workers"], Json({"w-a"}));
+}
+
+TEST(SaveMachine, SnapshotsThatDisagreeFailBeforeAnythingIsWritten) {
+  SaveMachine m(Spec(), SaveRequest{}, true, 2000);
+  m.Step(JobEvent::Start(0));
+  m.Step(JobEvent::Joined(1, 0, Snapshot(0)));
+  JobActions a = m.Step(JobEvent::Joined(2, 1, Snapshot(0)));  // rank 1 claims device 0
+  EXPECT_EQ(Find(a, Kind::kRunIo), nullptr);
+  const JobAction f = Finished(a);
+  EXPECT_EQ(f.status.details().value("rank", -1), 1);
+  EXPECT_NE(Find(a, Kind::kAbandonSave), nullptr);
+}
+
+TEST(RestoreMachine, FindsTheCheckpointThenEveryRankReads) {
+  std::vector<TensorMeta> tensors{{"x", DType::kFloat32, {4}, Layout{{"d"}}}};
+  RestoreMachine m(Spec(), tensors, {0, 1});
+  JobActions a = m.Step(JobEvent::Start(0));
+  EXPECT_EQ(Find(a, Kind::kRunIo)->io, IoKind::kFindCommitted);
+  EXPECT_EQ(m.phase(), "plan");
+  a = m.Step(JobEvent::IoDone(1, Json{{"dir", "/root/m/step-7"}}));
+  const JobAction* read = Find(a, Kind::kQueueTasks);
+  ASSERT_NE(read, nullptr);
+  EXPECT_EQ(read->tasks.at(0).dir, "/root/m/step-7");
+  EXPECT_EQ(read->total_bytes, 16u);
+  m.Step(Done(2, read->round, 0, {{"bytes", 8}, {"stored_bytes_read", 5}, {"tensors", 1}}));
+  const JobAction& f =
+      Finished(m.Step(Done(3, read->round, 1, {{"bytes", 8}, {"stored_bytes_read", 6}, {"tensors", 1}})));
+  EXPECT_TRUE(f.status.ok());
+  EXPECT_EQ(f.result["stored_bytes_read"], 11);
+  EXPECT_EQ(f.result["tensors"], Json({"x"}));
+}
+
+TEST(VerifyMachine, ACorruptCheckpointFailsWithTheReport) {
+  VerifyMachine m(Spec());
+  EXPECT_EQ(Find(m.Step(JobEvent::Start(0)), Kind::kRunIo)->io, IoKind::kVerify);
+  Json report = {{"bad_chunks", Json::array()}, {"problems", {"shard-0.tsr is short"}}};
+  const JobAction f = Finished(m.Step(JobEvent::IoDone(
+      1, Json{{"report", report}, {"error", ErrorBody(DataLoss("checkpoint is corrupt"))["error"]}})));
+  EXPECT_EQ(f.status.code(), Code::kDataLoss);
+  EXPECT_EQ(f.result, report);
+}
+
+TEST(CollectiveMachine, AFailureMakesTheWorkersLeaveTheCollective) {
+  CollectiveMachine m(Spec(), TaskKind::kCollective, {{"op", "all_reduce"}}, 3000);
+  const JobAction run = *Find(m.Step(JobEvent::Start(0)), Kind::kQueueTasks);
+  EXPECT_EQ(m.phase(), "all_reduce");
+  EXPECT_EQ(run.tasks.at(0).timeout_ms, 3000);
+  EXPECT_EQ(m.deadline_ms(), 8000);  // the workers' own timeout fires first
+  JobActions a = m.Step(JobEvent::TaskFailed(1, run.round, 0, DeadlineExceeded("rank 1 missing")));
+  ASSERT_NE(Find(a, Kind::kAbortCollective), nullptr);
+  EXPECT_EQ(Finished(a).status.code(), Code::kDeadlineExceeded);
+}
+
+TEST(CollectiveMachine, TheSelfTestNeedsOneDeviceTable) {
+  CollectiveMachine m(Spec(), TaskKind::kMeshInit, Json::object(), 3000);
+  const JobAction run = *Find(m.Step(JobEvent::Start(0)), Kind::kQueueTasks);
+  EXPECT_EQ(m.phase(), "self_test");
+  m.Step(Done(1, run.round, 0, {{"digest", "aa"}}));
+  const JobAction f = Finished(m.Step(Done(2, run.round, 1, {{"digest", "bb"}})));
+  EXPECT_EQ(f.status.code(), Code::kInternal);
+  EXPECT_EQ(f.status.details().value("worker", ""), "w-b");
+}
+
+TEST(JobMachine, ShutdownEndsAnyJob) {
+  RestoreMachine m(Spec(), {}, {0});
+  m.Step(JobEvent::Start(0));
+  const JobAction f = Finished(m.Step(JobEvent::Stop(1)));
+  EXPECT_EQ(f.status.code(), Code::kUnavailable);
+  EXPECT_TRUE(m.ended());
+}
+
+}  // namespace
+}  // namespace tessera::service
