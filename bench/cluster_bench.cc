@@ -305,6 +305,11 @@ int main(int argc, char** argv) {
   app.add_option("--dir", dir, "where the cluster keeps its checkpoints");
   app.add_flag("--skip-control-plane", skip_scale, "skip the heartbeat and 64-rank benchmarks");
   app.add_flag("--only-control-plane", only_scale, "only the tiny-save scale benchmarks");
+  std::vector<int> tiny = {4, 16, 32, 64, 256, 1024};
+  app.add_option("--tiny", tiny,
+                 "worker counts of the tiny-save benchmarks: processes up to 32, in-process "
+                 "agents beyond")
+      ->delimiter(',');
   std::string root, s3_endpoint;
   app.add_option("--checkpoint-root", root,
                  "checkpoints elsewhere (s3://BUCKET/PREFIX): then only save and restore run, "
@@ -322,8 +327,13 @@ int main(int argc, char** argv) {
   opts.checkpoint_root = root;
   if (!s3_endpoint.empty()) opts.server_args = {"--s3-endpoint", s3_endpoint};
   if (!skip_scale) {
-    for (int n : {4, 16, 32}) TinySavesOfProcesses(opts, n, 7);
-    for (int n : {64, 256, 1024}) TinySavesOfAgents(opts, n, 5);
+    for (int n : tiny) {
+      if (n <= 32) {
+        TinySavesOfProcesses(opts, n, 7);
+      } else {
+        TinySavesOfAgents(opts, n, 5);
+      }
+    }
   }
   if (only_scale) return 0;
   auto cluster = Check(tools::LocalCluster::Start(opts), "start cluster");
