@@ -8,6 +8,7 @@
 #include "service/service.h"
 #include "storage/checkpoint_dir.h"
 #include "storage/index.h"
+#include "storage/save_transaction.h"
 #include "storage/thread_pool.h"
 #include "storage/verify.h"
 
@@ -128,25 +129,29 @@ std::optional<JobEvent> Service::QueueRound(const JobSpec& spec, const JobAction
   return std::nullopt;
 }
 
+storage::SaveTransaction Service::SaveTransactionOf(const JobSpec& spec) const {
+  return storage::SaveTransaction(env_, options_.checkpoint_root, spec.mesh.mesh, spec.step,
+                                  spec.id);
+}
+
 Result<Json> Service::RunJobIo(const JobSpec& spec, const JobAction& a) {
   const std::string& mesh = spec.mesh.mesh.name;
   const std::string& root = options_.checkpoint_root;
   switch (a.io) {
     case IoKind::kCreateStaging:
-      RETURN_IF_ERROR(storage::CreateStaging(env_, root, mesh, spec.step, spec.id));
+      RETURN_IF_ERROR(SaveTransactionOf(spec).Stage());
       return Json::object();
     case IoKind::kMerge: {
-      storage::CheckpointMeta meta{spec.mesh.mesh, spec.step, Json::object(), WallMs()};
+      Json metadata;
       {
         MutexLock lock(mu_);
-        meta.metadata = checkpoints_.at(CheckpointRecord::Key(mesh, spec.step)).metadata;
+        metadata = checkpoints_.at(CheckpointRecord::Key(mesh, spec.step)).metadata;
       }
-      RETURN_IF_ERROR(storage::MergeFragments(env_, spec.staging, a.fragments, meta));
+      RETURN_IF_ERROR(SaveTransactionOf(spec).Merge(a.fragments, metadata));
       return Json::object();
     }
     case IoKind::kCommit: {
-      RETURN_IF_ERROR(storage::Commit(env_, root, mesh, spec.step, spec.id));
-      ASSIGN_OR_RETURN(std::string dir, storage::CommittedDir(env_, root, mesh, spec.step));
+      ASSIGN_OR_RETURN(std::string dir, SaveTransactionOf(spec).Commit());
       ASSIGN_OR_RETURN(auto index, storage::CheckpointIndex::Open(env_, dir));
       MutexLock lock(mu_);
       return RecordCommitted(spec, index, a.plan);

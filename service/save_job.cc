@@ -12,6 +12,7 @@
 #include "storage/checkpoint_dir.h"
 #include "storage/index.h"
 #include "storage/save_plan.h"
+#include "storage/save_transaction.h"
 
 namespace tessera::service {
 
@@ -166,7 +167,7 @@ void Service::AbandonSave(const JobSpec& spec, const Status& st) {
     }
     AbortOnWorkers(spec.mesh, spec.id, /*collective=*/false, st);
   }
-  (void)env_->DeleteTree(spec.staging);
+  SaveTransactionOf(spec).Abandon();
   MutexLock lock(mu_);
   // Workers still writing when the job failed may leave files behind it.
   gc_due_ms_ = MonoMs() + options_.lease_ms;

@@ -37,6 +37,7 @@
 #include "storage/env.h"
 #include "storage/index.h"
 #include "storage/save_plan.h"
+#include "storage/save_transaction.h"
 #include "storage/thread_pool.h"
 
 namespace tessera::service {
@@ -211,6 +212,8 @@ class Service {
   // Queues a round of tasks, all or none: a dead worker is returned as the event.
   std::optional<JobEvent> QueueRound(const JobSpec& spec, const JobAction& action) REQUIRES(mu_);
   Result<Json> RunJobIo(const JobSpec& spec, const JobAction& action) EXCLUDES(mu_);
+  // A save job's transaction (storage/save_transaction.h): stage, merge, commit, abandon.
+  storage::SaveTransaction SaveTransactionOf(const JobSpec& spec) const;
   Json VerifyIo(const JobSpec& spec) EXCLUDES(mu_);  // {report, error}
   // Posts an event to a running job (none once it has finished).
   void PostToJob(const std::string& job_id, JobEvent e) REQUIRES(mu_);

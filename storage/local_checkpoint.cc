@@ -8,11 +8,12 @@
 #include "storage/rank_writer.h"
 #include "storage/read_planner.h"
 #include "storage/save_plan.h"
+#include "storage/save_transaction.h"
 
 namespace tessera::storage {
 namespace {
 
-Result<SaveSummary> SaveInStaging(Env* env, const SaveRequest& req, const std::string& staging) {
+Result<SaveSummary> SaveInStaging(Env* env, const SaveRequest& req, SaveTransaction& txn) {
   for (const auto& t : req.tensors) {
     RETURN_IF_ERROR(ValidateName(t.name, "tensor"));
     Status st = ValidateLayout(req.mesh, t.layout, t.shape);
@@ -29,13 +30,12 @@ Result<SaveSummary> SaveInStaging(Env* env, const SaveRequest& req, const std::s
       slices.push_back({req.tensors[p.tensor], p.slice, req.source(p.tensor, p.device), p.bytes});
     }
     if (slices.empty()) continue;
-    ASSIGN_OR_RETURN(auto r, WriteRank(env, staging, rank, slices, req.options));
+    ASSIGN_OR_RETURN(auto r, WriteRank(env, txn.staging(), rank, slices, req.options));
     summary.written_raw_bytes += r.raw_bytes;
     summary.stored_bytes += r.stored_bytes;
     fragments.push_back(FragmentFileName(rank));
   }
-  CheckpointMeta meta{req.mesh, req.step, req.metadata, WallMs()};
-  RETURN_IF_ERROR(MergeFragments(env, staging, fragments, meta));
+  RETURN_IF_ERROR(txn.Merge(fragments, req.metadata));
   for (const auto& t : req.tensors) summary.logical_bytes += t.logical_bytes();
   return summary;
 }
@@ -44,15 +44,15 @@ Result<SaveSummary> SaveInStaging(Env* env, const SaveRequest& req, const std::s
 
 Result<SaveSummary> SaveCheckpoint(Env* env, const SaveRequest& req) {
   RETURN_IF_ERROR(req.mesh.Validate());
-  RETURN_IF_ERROR(CreateStaging(env, req.root, req.mesh.name, req.step, req.id));
-  auto summary = SaveInStaging(env, req, StagingDir(req.root, req.mesh.name, req.step, req.id));
-  Status st = summary.status();
-  if (st.ok()) st = Commit(env, req.root, req.mesh.name, req.step, req.id);
-  if (!st.ok()) {
-    (void)env->DeleteTree(StagingDir(req.root, req.mesh.name, req.step, req.id));
-    return st;
+  SaveTransaction txn(env, req.root, req.mesh, req.step, req.id);
+  RETURN_IF_ERROR(txn.Stage());
+  auto summary = SaveInStaging(env, req, txn);
+  auto dir = summary.ok() ? txn.Commit() : Result<std::string>(summary.status());
+  if (!dir.ok()) {
+    txn.Abandon();
+    return dir.status();
   }
-  ASSIGN_OR_RETURN(summary->dir, CommittedDir(env, req.root, req.mesh.name, req.step));
+  summary->dir = *dir;
   return summary;
 }
 

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "service/save_job.h"
+#include "tests/unit/fake_worker.h"
 #include "service/service.h"
 #include "storage/env.h"
 #include "storage/testing/fault_env.h"
@@ -114,48 +115,6 @@ TEST(CollectSnapshotTensors, MalformedOrEmptyReportsAreClearErrors) {
 }
 
 // ---------------------------------------------------------------- with fake workers
-
-// A worker that long-polls the Service itself and answers each task with `answer`
-// (state and result or error), as the agent would over HTTP.
-class FakeWorker {
- public:
-  using Answer = std::function<Json(const Json& task)>;
-  FakeWorker(Service* service, std::string id, Answer answer)
-      : service_(service), id_(std::move(id)), answer_(std::move(answer)),
-        thread_([this] { Loop(); }) {}
-  ~FakeWorker() {
-    stop_ = true;
-    thread_.join();
-  }
-  std::vector<std::string> kinds() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return kinds_;
-  }
-
- private:
-  void Loop() {
-    while (!stop_) {
-      auto tasks = service_->PollTasks(id_, 100);
-      if (!tasks.ok()) continue;
-      for (const Json& task : tasks->value("tasks", Json::array())) {
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          kinds_.push_back(task.value("kind", ""));
-        }
-        if (task.value("kind", "") == "abort") continue;
-        (void)service_->ReportTask(id_, task.value("id", ""), answer_(task));
-      }
-    }
-  }
-
-  Service* service_;
-  std::string id_;
-  Answer answer_;
-  std::atomic<bool> stop_{false};
-  std::mutex mu_;
-  std::vector<std::string> kinds_;
-  std::thread thread_;
-};
 
 class ServiceJobsTest : public ::testing::Test {
  protected:

@@ -1,0 +1,226 @@
+// The fault loops over the path tesserad takes: a Service whose checkpoint root and
+// catalog go through a FaultEnv, and three workers in the process that answer their
+// snapshot and write tasks through the same Env (storage::WriteRank), as agents do on
+// a shared file system. Every I/O of a save, in turn, fails once (EIO or ENOSPC), or
+// the power goes after it (MemEnv's crash model) and tesserad starts again. Each
+// time: the checkpoint committed before is whole, the new one is either whole and
+// listed or absent, and the garbage collector leaves no staging behind.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <memory>
+
+#include "api/clock.h"
+#include "storage/checkpoint_dir.h"
+#include "storage/local_checkpoint.h"
+#include "storage/rank_writer.h"
+#include "storage/testing/fault_env.h"
+#include "storage/testing/mem_env.h"
+#include "storage/verify.h"
+#include "tests/unit/fake_worker.h"
+
+namespace tessera::service {
+namespace {
+
+constexpr int kRanks = 3;
+const Mesh kMesh{"m", {{"d", kRanks}}, 1};
+
+// The state every worker holds: "x" sharded over d (4 floats a rank), "r" replicated.
+struct State {
+  std::string x;  // the global bytes
+  std::string r;
+  explicit State(uint8_t seed) : x(kRanks * 16, '\0'), r(24, '\0') {
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<char>(seed + 7 * i);
+    for (size_t i = 0; i < r.size(); ++i) r[i] = static_cast<char>(seed ^ (3 * i));
+  }
+};
+
+const TensorMeta kX{"x", DType::kFloat32, {kRanks * 4}, Layout{{"d"}}};
+const TensorMeta kR{"r", DType::kFloat32, {6}, Layout{{"unsharded"}}};
+
+Json SnapshotOf(int64_t rank) {
+  SnapshotResult s;
+  for (const TensorMeta& m : {kX, kR}) s.tensors.push_back({m, {rank}});
+  return SnapshotResultToJson(s);
+}
+
+// What an agent answers: its snapshot, or its slices written through `env`.
+Json Answer(storage::Env* env, const State& state, const Json& task_json) {
+  auto task = TaskFromJson(task_json);
+  if (!task.ok()) return TaskReportToJson({ReportState::kFailed, 0, 0, nullptr, task.status()});
+  if (task->kind == TaskKind::kSnapshot) {
+    return TaskReportToJson({ReportState::kSucceeded, 0, 0, SnapshotOf(task->rank), Status::Ok()});
+  }
+  std::vector<storage::SliceToWrite> slices;
+  for (const WriteSlice& ws : task->slices) {
+    const bool sharded = ws.tensor == "x";
+    const std::string& global = sharded ? state.x : state.r;
+    const size_t offset = static_cast<size_t>(ws.slice.offsets[0]) * 4;
+    const size_t bytes = static_cast<size_t>(ws.slice.lengths[0]) * 4;
+    slices.push_back({sharded ? kX : kR, ws.slice, global.data() + offset, bytes});
+  }
+  WriteResult result;
+  if (!slices.empty()) {
+    auto w = storage::WriteRank(env, task->staging, task->rank, slices, storage::ShardOptions{});
+    if (!w.ok()) return TaskReportToJson({ReportState::kFailed, 0, 0, nullptr, w.status()});
+    result.fragment = storage::FragmentFileName(task->rank);
+    result.bytes = w->raw_bytes;
+  }
+  return TaskReportToJson({ReportState::kSucceeded, 0, 0, WriteResultToJson(result), Status::Ok()});
+}
+
+class SaveFaults : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/tessera_save_faults.XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    opts_.data_dir = dir_ + "/data";  // the catalog's bytes stay on disk (SQLite in place)
+    ASSERT_EQ(::mkdir(opts_.data_dir.c_str(), 0700), 0);
+    opts_.checkpoint_root = "/root";
+    opts_.job_timeout_ms = 20000;
+    ASSERT_TRUE(mem_.CreateDirs(opts_.data_dir).ok());
+    Open();
+    for (int r = 0; r < kRanks; ++r) {
+      ASSERT_TRUE(service_->RegisterWorker({{"name", std::to_string(r)}, {"local_port", 1}}).ok());
+    }
+    ASSERT_TRUE(service_->PutMesh("m", {{"axes", {{{"name", "d"}, {"size", kRanks}}}},
+                                        {"self_test", false}})
+                    .ok());
+  }
+  void TearDown() override {
+    Close();
+    (void)storage::DefaultEnv()->DeleteTree(dir_);
+  }
+  void Open() {
+    auto s = Service::Create(opts_, &env_);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    service_ = std::move(*s);
+  }
+  void Close() {
+    workers_.clear();
+    service_.reset();
+  }
+  // The workers answer for `state` from now on.
+  void Serve(const State& state) {
+    workers_.clear();
+    for (int r = 0; r < kRanks; ++r) {
+      workers_.push_back(std::make_unique<FakeWorker>(
+          service_.get(), "w-" + std::to_string(r),
+          [this, &state](const Json& task) { return Answer(&env_, state, task); }));
+    }
+  }
+  // A save of `step`; the job's end (null when it could not even start).
+  Json Save(int64_t step) {
+    SaveRequest request;
+    request.step = step;
+    request.compress = false;
+    auto started = service_->StartSave("m", request);
+    if (!started.ok()) return Json();
+    auto job = service_->GetJob(started->value("job", ""), 30000);
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    return job.ok() ? *job : Json();
+  }
+  // Step `step` is committed, listed, and holds exactly `state`.
+  void ExpectWhole(int64_t step, const State& state, const std::string& when) {
+    auto dir = storage::CommittedDir(&env_, opts_.checkpoint_root, "m", step);
+    ASSERT_TRUE(dir.ok()) << when << ": " << dir.status().ToString();
+    auto report = storage::VerifyCheckpoint(&env_, *dir);
+    ASSERT_TRUE(report.ok() && report->ok()) << when;
+    auto x = storage::ReadSlice(&env_, *dir, "x", FullSlice(kX.shape));
+    auto r = storage::ReadSlice(&env_, *dir, "r", FullSlice(kR.shape));
+    ASSERT_TRUE(x.ok() && r.ok()) << when;
+    EXPECT_EQ(*x, state.x) << when;
+    EXPECT_EQ(*r, state.r) << when;
+    auto listed = service_->GetCheckpoint("m", std::to_string(step));
+    ASSERT_TRUE(listed.ok()) << when;
+    EXPECT_EQ((*listed)["state"], "committed") << when;
+  }
+  // Step `step` is nowhere: not committed, not listed as committed, no staging left
+  // once the garbage collector has run.
+  void ExpectAbsent(int64_t step, const std::string& when) {
+    EXPECT_EQ(storage::CommittedDir(&env_, opts_.checkpoint_root, "m", step).status().code(),
+              Code::kNotFound)
+        << when;
+    auto listed = service_->GetCheckpoint("m", std::to_string(step));
+    if (listed.ok()) {
+      EXPECT_NE((*listed)["state"], "committed") << when;
+    }
+    ASSERT_TRUE(service_->CollectGarbage().ok()) << when;
+    auto names = env_.ListDir(storage::MeshDir(opts_.checkpoint_root, "m"));
+    ASSERT_TRUE(names.ok()) << when;
+    for (const auto& n : *names) EXPECT_NE(n[0], '.') << when << ": " << n;
+  }
+
+  std::string dir_;
+  ServiceOptions opts_;
+  storage::MemEnv mem_;
+  storage::FaultEnv env_{&mem_};
+  std::unique_ptr<Service> service_;
+  std::vector<std::unique_ptr<FakeWorker>> workers_;
+};
+
+TEST_F(SaveFaults, EveryFailingIoOfTesseradsSaveLeavesNothingVisible) {
+  const State before(1), after(2);
+  Serve(before);
+  ASSERT_EQ(Save(1)["state"], "succeeded");
+  Serve(after);
+  int failed = 0;
+  for (uint64_t n = 1; n < 2000; ++n) {
+    const int64_t step = 100 + static_cast<int64_t>(n);
+    env_.FailAt(n, n % 2 ? storage::FaultEnv::Kind::kIoError : storage::FaultEnv::Kind::kNoSpace);
+    Json job = Save(step);
+    const bool fired = env_.fired();
+    env_.Reset();
+    const std::string when = "I/O " + std::to_string(n) + " failing";
+    ExpectWhole(1, before, when);
+    if (!job.is_null() && job["state"] == "succeeded") {
+      ExpectWhole(step, after, when);
+      if (!fired) break;  // past the last I/O of a save
+    } else {
+      ++failed;
+      EXPECT_TRUE(fired) << when << ": " << job.dump();
+      ExpectAbsent(step, when);
+    }
+  }
+  EXPECT_GT(failed, 20) << "the save's I/O did not go through the Env";
+}
+
+TEST_F(SaveFaults, PowerLossAfterAnyIoOfTesseradsSaveKeepsCheckpointsWhole) {
+  const State before(1), after(2);
+  Serve(before);
+  ASSERT_EQ(Save(1)["state"], "succeeded");
+  int crashed = 0;
+  for (uint64_t n = 1; n < 2000; n += 3) {
+    const int64_t step = 100 + static_cast<int64_t>(n);
+    Serve(after);
+    // From the Nth I/O on, nothing reaches the disk: the power is gone.
+    env_.FailAt(n, storage::FaultEnv::Kind::kIoError, /*sticky=*/true);
+    Json job = Save(step);
+    const bool fired = env_.fired();
+    Close();
+    env_.Reset();
+    mem_.SimulateCrash();
+    Open();  // tesserad starts again on what the disk kept
+    ASSERT_NE(service_, nullptr);
+    const std::string when = "power lost at I/O " + std::to_string(n);
+    ExpectWhole(1, before, when);
+    // A save reported committed survives the power loss.
+    if (!job.is_null() && job["state"] == "succeeded") ExpectWhole(step, after, when);
+    if (storage::CommittedDir(&env_, opts_.checkpoint_root, "m", step).ok()) {
+      ExpectWhole(step, after, when);
+    } else {
+      ExpectAbsent(step, when);
+    }
+    if (!fired) {
+      EXPECT_EQ(job["state"], "succeeded") << when;
+      break;
+    }
+    ++crashed;
+  }
+  EXPECT_GT(crashed, 5);
+}
+
+}  // namespace
+}  // namespace tessera::service
