@@ -26,8 +26,8 @@
 #include <functional>
 #include <thread>
 
-#include "api/http/client.h"
-#include "api/http/router.h"
+#include "http/client.h"
+#include "http/router.h"
 #include "storage/env.h"
 #include "storage/testing/synthetic.h"
 #include "tools/local_cluster.h"

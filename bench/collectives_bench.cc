@@ -34,11 +34,11 @@
 #include <string>
 #include <vector>
 
-#include "worker/collectives/collectives.h"
-#include "worker/collectives/in_process_transport.h"
-#include "worker/collectives/local_mesh.h"
-#include "worker/collectives/sparse_all_reduce.h"
-#include "worker/collectives/tcp_transport.h"
+#include "collectives/collectives.h"
+#include "collectives/transport/in_process_transport.h"
+#include "collectives/local_mesh.h"
+#include "collectives/sparse_all_reduce.h"
+#include "collectives/transport/tcp/tcp_transport.h"
 #include "bench/stats.h"
 
 namespace tessera::collectives {

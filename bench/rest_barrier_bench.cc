@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "api/http/client.h"
+#include "http/client.h"
 #include "tools/local_cluster.h"
 #include "bench/stats.h"
 

@@ -20,7 +20,7 @@
 
 #include "fuzz/fuzz_check.h"
 #include "worker/collective_request.h"
-#include "worker/collectives/sparse_all_reduce.h"
+#include "collectives/sparse_all_reduce.h"
 
 namespace tessera::worker {
 namespace {

@@ -1,4 +1,4 @@
-// Route matching, percent-decoding and query parsing (api/http/router.h) over
+// Route matching, percent-decoding and query parsing (http/router.h) over
 // the route patterns of tesserad (service/routes.cc, service/dashboard.cc) and
 // of the worker (its local API, trainer, collective and agent routes), each
 // with a stand-in handler that reads its parameters as the real one does.
@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "api/dtype.h"
-#include "api/http/request_head.h"
-#include "api/http/router.h"
+#include "http/request_head.h"
+#include "http/router.h"
 #include "api/mesh.h"
 #include "api/names.h"
 #include "api/shape.h"

@@ -1,4 +1,4 @@
-// The wire format of the collectives' TCP transport (worker/collectives/tcp_wire.h):
+// The wire format of the collectives' TCP transport (collectives/transport/tcp/tcp_wire.h):
 // what a worker's data port reads from anyone who connects to it, and what a
 // connecting worker reads back.
 //
@@ -16,7 +16,7 @@
 #include <string>
 
 #include "fuzz/fuzz_check.h"
-#include "worker/collectives/tcp_wire.h"
+#include "collectives/transport/tcp/tcp_wire.h"
 
 namespace tessera::collectives {
 namespace {

@@ -12,7 +12,7 @@ Result<CheckpointRecord*> Service::FindCommitted(const std::string& mesh, const 
   if (step == "latest") {
     CheckpointRecord* best = nullptr;
     for (auto& [k, c] : checkpoints_) {
-      if (c.mesh == mesh && c.state == "committed" && (!best || c.step > best->step)) best = &c;
+      if (c.mesh == mesh && c.state == CheckpointState::kCommitted && (!best || c.step > best->step)) best = &c;
     }
     if (!best) return NotFound("mesh " + mesh + " has no committed checkpoint", {{"mesh", mesh}});
     return best;
@@ -23,9 +23,9 @@ Result<CheckpointRecord*> Service::FindCommitted(const std::string& mesh, const 
     return NotFound("mesh " + mesh + " has no checkpoint at step " + std::to_string(s),
                     {{"mesh", mesh}, {"step", s}});
   }
-  if (it->second.state != "committed") {
+  if (it->second.state != CheckpointState::kCommitted) {
     return Conflict("checkpoint " + mesh + " step " + std::to_string(s) + " is " +
-                        it->second.state + ", not committed",
+                        StateString(it->second.state) + ", not committed",
                     {{"mesh", mesh}, {"step", s}, {"state", it->second.state}});
   }
   return &it->second;
@@ -69,7 +69,8 @@ Status Service::DeleteCheckpoint(const std::string& mesh, const std::string& ste
       return NotFound("mesh " + mesh + " has no checkpoint at step " + std::to_string(step),
                       {{"mesh", mesh}, {"step", step}});
     }
-    if (it->second.state != "committed" && it->second.state != "failed") {
+    if (it->second.state != CheckpointState::kCommitted &&
+        it->second.state != CheckpointState::kFailed) {
       return Conflict("checkpoint is being saved by job " + it->second.job,
                       {{"job", it->second.job}});
     }

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "api/http/router.h"
+#include "http/router.h"
 
 namespace tessera::service {
 

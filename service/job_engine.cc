@@ -20,7 +20,7 @@ void ClosePhase(JobRecord* job) {
 
 JobRecord& Service::BeginJob(const std::string& job_id) {
   JobRecord& job = jobs_.at(job_id);
-  job.state = "running";
+  job.state = JobState::kRunning;
   job.started_ms = WallMs();
   (void)PersistJob(job);
   PublishJob(job);
@@ -46,14 +46,14 @@ void Service::FinishJob(const std::string& job_id, const Status& status, Json re
   job.ended_ms = WallMs();
   job.result = std::move(result);
   if (status.ok()) {
-    job.state = "succeeded";
+    job.state = JobState::kSucceeded;
     job.phase = "done";
     job.done_bytes = job.total_bytes;
   } else if (IsCancelled(status)) {
-    job.state = "cancelled";
+    job.state = JobState::kCancelled;
     job.error = ErrorBody(status)["error"];
   } else {
-    job.state = "failed";
+    job.state = JobState::kFailed;
     job.error = ErrorBody(status)["error"];
   }
   (void)PersistJob(job);
@@ -63,7 +63,7 @@ void Service::FinishJob(const std::string& job_id, const Status& status, Json re
   finished_jobs_[job.mesh].push_back(job.id);
   cv_.NotifyAll();
   std::fprintf(stderr, "job %s (%s %s step %lld) %s%s\n", job.id.c_str(), job.kind.c_str(),
-               job.mesh.c_str(), static_cast<long long>(job.step), job.state.c_str(),
+               job.mesh.c_str(), static_cast<long long>(job.step), StateString(job.state).c_str(),
                status.ok() ? "" : (": " + status.message()).c_str());
 }
 
@@ -78,7 +78,7 @@ void Service::AbortOnWorkers(const MeshRecord& mesh, const std::string& job_id, 
   }
   for (const auto& wid : mesh.workers) {
     auto w = workers_.find(wid);
-    if (w == workers_.end() || w->second.state == "dead") continue;
+    if (w == workers_.end() || w->second.state == WorkerState::kDead) continue;
     abort.id = NewId("t");
     QueueTask(&w->second, abort);
   }

@@ -25,7 +25,7 @@ Result<Service::JobPage> Service::ListJobs(const std::string& state, const std::
     while (it != job_order_.begin() && static_cast<int64_t>(texts.size()) < limit) {
       --it;
       const JobRecord& j = jobs_.at(it->second);
-      if ((!state.empty() && j.state != state) || (!kind.empty() && j.kind != kind) ||
+      if ((!state.empty() && StateName(j.state) != state) || (!kind.empty() && j.kind != kind) ||
           (!mesh.empty() && j.mesh != mesh)) {
         continue;
       }
@@ -66,7 +66,7 @@ Result<Json> Service::CancelJob(const std::string& id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("no job " + id, {{"job", id}});
   if (it->second.finished()) {
-    return Conflict("job " + id + " has already " + it->second.state, {{"job", id}});
+    return Conflict("job " + id + " has already " + StateString(it->second.state), {{"job", id}});
   }
   it->second.cancel_requested = true;
   PostToJob(id, JobEvent::Cancel(MonoMs()));

@@ -107,7 +107,7 @@ std::optional<JobEvent> Service::QueueRound(const JobSpec& spec, const JobAction
   for (const auto& [rank, task] : a.tasks) {
     const std::string& wid = spec.mesh.workers.at(rank);
     auto w = workers_.find(wid);
-    if (w == workers_.end() || w->second.state == "dead") {
+    if (w == workers_.end() || w->second.state == WorkerState::kDead) {
       const int64_t silent = w == workers_.end() ? 0 : MonoMs() - w->second.last_heartbeat_mono_ms();
       return JobEvent::WorkerDead(MonoMs(), wid, silent);
     }

@@ -88,7 +88,7 @@ struct JobAction {
   };
   Kind kind = Kind::kFinish;
   std::string phase;
-  std::string checkpoint_state;
+  CheckpointState checkpoint_state = CheckpointState::kPending;
   int64_t round = 0;
   std::map<int64_t, Task> tasks;
   uint64_t total_bytes = 0;

@@ -66,8 +66,8 @@ Result<std::vector<std::string>> Service::ChooseMeshWorkers(const MeshRequest& r
     for (const auto& id : wanted) {
       auto w = workers_.find(id);
       if (w == workers_.end()) return NotFound("no worker " + id, {{"worker", id}, {"field", "workers"}});
-      if (w->second.state != "alive") {
-        return Unavailable("worker " + id + " is " + w->second.state, {{"worker", id}});
+      if (w->second.state != WorkerState::kAlive) {
+        return Unavailable("worker " + id + " is " + StateString(w->second.state), {{"worker", id}});
       }
       if (std::count(wanted.begin(), wanted.end(), id) > 1) {
         return InvalidArgument("worker " + id + " is listed twice", {{"field", "workers"}});
@@ -77,7 +77,7 @@ Result<std::vector<std::string>> Service::ChooseMeshWorkers(const MeshRequest& r
   } else {
     for (const auto& id : worker_order_) {
       if (static_cast<int64_t>(chosen.size()) == need) break;
-      if (workers_.at(id).state == "alive") chosen.push_back(id);
+      if (workers_.at(id).state == WorkerState::kAlive) chosen.push_back(id);
     }
     if (static_cast<int64_t>(chosen.size()) < need) {
       return Unavailable("mesh " + mesh.ToString() + " needs " + std::to_string(need) +

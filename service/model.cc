@@ -40,7 +40,7 @@ WorkerRecord WorkerRecord::FromJson(const Json& j) {
   w.data_port = j.value("data_port", 0);
   w.local_port = j.value("local_port", 0);
   w.devices = j.value("devices", 1);
-  w.state = j.value("state", "dead");
+  w.state = StateOr(j, "state", WorkerState::kDead);
   w.registered_ms = j.value("registered_at", int64_t{0});
   return w;
 }
@@ -95,7 +95,7 @@ CheckpointRecord CheckpointRecord::FromJson(const Json& j) {
   CheckpointRecord c;
   c.mesh = j.value("mesh", "");
   c.step = j.value("step", int64_t{0});
-  c.state = j.value("state", "failed");
+  c.state = StateOr(j, "state", CheckpointState::kFailed);
   c.job = j.value("job", "");
   c.tensors = j.value("tensors", Json::array());
   c.logical_bytes = j.value("logical_bytes", uint64_t{0});
@@ -154,7 +154,7 @@ JobRecord JobRecord::FromJson(const Json& j) {
   r.kind = j.value("kind", "");
   r.mesh = j.value("mesh", "");
   r.step = j.contains("step") && j["step"].is_number_integer() ? j["step"].get<int64_t>() : -1;
-  r.state = j.value("state", "failed");
+  r.state = StateOr(j, "state", JobState::kFailed);
   r.phase = j.value("phase", "");
   r.request = j.value("request", Json::object());
   if (j.contains("progress") && j["progress"].is_object()) {

@@ -14,6 +14,7 @@
 #include "api/json_codec.h"
 #include "api/mesh.h"
 #include "api/thread_annotations.h"
+#include "service/states.h"
 #include "storage/index.h"
 
 namespace tessera::service {
@@ -38,7 +39,7 @@ struct WorkerRecord {
   int data_port = 0;
   int local_port = 0;
   int devices = 1;
-  std::string state = "alive";  // alive | suspect | dead
+  WorkerState state = WorkerState::kAlive;
   int64_t registered_ms = 0;
   std::shared_ptr<WorkerBeat> beat = std::make_shared<WorkerBeat>();
   int64_t last_heartbeat_mono_ms() const { return beat->last_mono_ms.load(); }
@@ -73,7 +74,7 @@ struct MeshRecord {
 struct CheckpointRecord {
   std::string mesh;
   int64_t step = 0;
-  std::string state = "pending";  // pending writing merging committed failed
+  CheckpointState state = CheckpointState::kPending;
   std::string job;
   Json tensors = Json::array();   // [{name, dtype, shape, layout, logical_bytes, stored_bytes}]
   uint64_t logical_bytes = 0;
@@ -98,7 +99,7 @@ struct CheckpointRecord {
 struct TaskState {
   std::string worker;
   int64_t rank = 0;
-  std::string state = "queued";  // queued running succeeded failed
+  TaskRunState state = TaskRunState::kQueued;
   int64_t round = 0;             // not persisted: the job machine's round of tasks
   uint64_t done_bytes = 0;
   uint64_t total_bytes = 0;
@@ -116,7 +117,7 @@ struct JobRecord {
   std::string kind;  // save restore verify
   std::string mesh;
   int64_t step = -1;
-  std::string state = "queued";  // queued running succeeded failed cancelled
+  JobState state = JobState::kQueued;
   std::string phase;
   Json request = Json::object();
   uint64_t done_bytes = 0;
@@ -136,7 +137,10 @@ struct JobRecord {
   // job list filters and the history policy need (Seal): an ended job never changes.
   std::shared_ptr<const std::string> sealed;
 
-  bool finished() const { return state == "succeeded" || state == "failed" || state == "cancelled"; }
+  bool finished() const {
+    return state == JobState::kSucceeded || state == JobState::kFailed ||
+           state == JobState::kCancelled;
+  }
   // REQUIRES: finished(). Keeps the JSON text and drops the rest.
   void Seal();
   Json ToJson() const;

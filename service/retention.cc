@@ -37,7 +37,7 @@ Status Service::ApplyRetention(const std::string& mesh) {
     if (p == retention_.end()) return Status::Ok();
     std::vector<int64_t> steps;
     for (const auto& [k, c] : checkpoints_) {
-      if (c.mesh == mesh && c.state == "committed") steps.push_back(c.step);
+      if (c.mesh == mesh && c.state == CheckpointState::kCommitted) steps.push_back(c.step);
     }
     std::sort(steps.begin(), steps.end());
     doomed = StepsToPrune(steps, p->second);

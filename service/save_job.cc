@@ -20,10 +20,10 @@ Result<Json> Service::StartSave(const std::string& mesh, const SaveRequest& requ
   MutexLock lock(mu_);
   ASSIGN_OR_RETURN(const MeshRecord* m, ReadyMesh(mesh));
   auto existing = checkpoints_.find(CheckpointRecord::Key(mesh, request.step));
-  if (existing != checkpoints_.end() && existing->second.state != "failed") {
+  if (existing != checkpoints_.end() && existing->second.state != CheckpointState::kFailed) {
     const auto& c = existing->second;
     return Conflict("step " + std::to_string(request.step) + " of mesh " + mesh + " is already " +
-                        (c.state == "committed" ? "committed" : "being saved by job " + c.job),
+                        (c.state == CheckpointState::kCommitted ? "committed" : "being saved by job " + c.job),
                     {{"mesh", mesh}, {"step", request.step}, {"state", c.state}, {"job", c.job}});
   }
   ASSIGN_OR_RETURN(const CheckpointRecord* c, CreateSaveJob(*m, request, /*joined=*/false));
@@ -37,7 +37,7 @@ Result<const CheckpointRecord*> Service::CreateSaveJob(const MeshRecord& m,
   for (size_t rank = 0; rank < m.workers.size(); ++rank) {
     const std::string& wid = m.workers[rank];
     auto w = workers_.find(wid);
-    if (w == workers_.end() || w->second.state == "dead") {
+    if (w == workers_.end() || w->second.state == WorkerState::kDead) {
       return Unavailable("worker " + wid + " (rank " + std::to_string(rank) + ") of mesh " + mesh +
                              " is dead",
                          {{"worker", wid}, {"rank", rank}});
@@ -133,7 +133,7 @@ Result<std::vector<TensorMeta>> CollectSnapshotTensors(
   return metas;
 }
 
-void Service::SetCheckpointState(const std::string& key, const std::string& state) {
+void Service::SetCheckpointState(const std::string& key, CheckpointState state) {
   CheckpointRecord& c = checkpoints_.at(key);
   c.state = state;
   (void)PersistCheckpoint(c);
@@ -147,7 +147,7 @@ Json Service::RecordCommitted(const JobSpec& spec, const storage::CheckpointInde
   CheckpointRecord& c = checkpoints_.at(key);
   c.TakeContentsFrom(index);
   c.duration_ms = WallMs() - jobs_.at(spec.id).started_ms;
-  SetCheckpointState(key, "committed");
+  SetCheckpointState(key, CheckpointState::kCommitted);
   metrics_.ObserveSave(c.duration_ms / 1000.0, c.logical_bytes);
   return {{"checkpoint", c.Summary()},
           {"bytes_per_rank", storage::BytesPerRank(spec.mesh.mesh, plan)}};
@@ -159,8 +159,8 @@ void Service::AbandonSave(const JobSpec& spec, const Status& st) {
   {
     MutexLock lock(mu_);
     CheckpointRecord& c = checkpoints_.at(CheckpointRecord::Key(spec.mesh.mesh.name, spec.step));
-    if (c.state != "committed") {
-      c.state = "failed";
+    if (c.state != CheckpointState::kCommitted) {
+      c.state = CheckpointState::kFailed;
       c.error = ErrorBody(st)["error"];
       (void)PersistCheckpoint(c);
       events_.Publish("checkpoint", c.Summary());

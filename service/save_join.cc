@@ -21,7 +21,7 @@ Result<std::pair<int, Json>> Service::JoinSave(const std::string& mesh,
   }
   const int64_t rank = at - m->workers.begin();
   auto existing = checkpoints_.find(CheckpointRecord::Key(mesh, step));
-  if (existing == checkpoints_.end() || existing->second.state == "failed") {
+  if (existing == checkpoints_.end() || existing->second.state == CheckpointState::kFailed) {
     ASSIGN_OR_RETURN(const CheckpointRecord* c, CreateSaveJob(*m, join.save, /*joined=*/true));
     PostToJob(c->job, JobEvent::Joined(MonoMs(), rank, join.snapshot));
     return std::make_pair(201, Json{{"job", c->job}, {"checkpoint", c->Summary()}});
@@ -29,7 +29,7 @@ Result<std::pair<int, Json>> Service::JoinSave(const std::string& mesh,
   const CheckpointRecord& c = existing->second;
   const Json details = {{"mesh", mesh}, {"step", step}, {"state", c.state}, {"job", c.job}};
   const std::string what = "step " + std::to_string(step) + " of mesh " + mesh;
-  if (c.state == "committed") return Conflict(what + " is already committed", details);
+  if (c.state == CheckpointState::kCommitted) return Conflict(what + " is already committed", details);
   auto joins = save_joins_.find(c.job);
   if (joins == save_joins_.end()) {
     return Conflict(what + " is being saved by job " + c.job +
@@ -55,7 +55,7 @@ void Service::TellSaveEnded(const JobSpec& spec, const Status& st) {
   ended.error = st;
   for (const std::string& wid : spec.mesh.workers) {
     auto w = workers_.find(wid);
-    if (w == workers_.end() || w->second.state == "dead") continue;
+    if (w == workers_.end() || w->second.state == WorkerState::kDead) continue;
     ended.id = NewId("t");
     QueueTask(&w->second, ended);
   }

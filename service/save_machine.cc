@@ -76,7 +76,7 @@ Result<JobActions> SaveMachine::OnTasksDone(int64_t, std::map<int64_t, Json> res
   stage_ = Stage::kMerge;
   JobAction state;
   state.kind = JobAction::Kind::kSetCheckpointState;
-  state.checkpoint_state = "merging";
+  state.checkpoint_state = CheckpointState::kMerging;
   return JobActions{SetPhase("merge"), std::move(state), std::move(merge)};
 }
 
@@ -99,7 +99,7 @@ Result<JobActions> SaveMachine::OnIoDone(int64_t now, Json result) {
       stage_ = Stage::kWrite;
       JobAction state;
       state.kind = JobAction::Kind::kSetCheckpointState;
-      state.checkpoint_state = "writing";
+      state.checkpoint_state = CheckpointState::kWriting;
       return JobActions{std::move(state), SetPhase("write"),
                         QueueTasks(std::move(writes), total, now, spec_.task_timeout_ms)};
     }

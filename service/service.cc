@@ -44,7 +44,7 @@ Status Service::RecoverWorkers() {
   ASSIGN_OR_RETURN(auto workers, catalog_->All("workers"));
   for (const auto& j : workers) {
     WorkerRecord w = WorkerRecord::FromJson(j);
-    w.state = "suspect";
+    w.state = WorkerState::kSuspect;
     w.beat->alive = false;
     w.beat->Touch(now);
     worker_order_.push_back(w.id);
@@ -80,7 +80,7 @@ Status Service::RecoverJobsAndCheckpoints() {
     JobRecord r = JobRecord::FromJson(j);
     if (r.id.empty() || jobs_.count(r.id)) continue;
     if (!r.finished()) {
-      r.state = "failed";
+      r.state = JobState::kFailed;
       r.ended_ms = WallMs();
       r.error = ErrorBody(Unavailable("tesserad restarted while the job was running"))["error"];
       (void)PersistJob(r);
@@ -96,8 +96,8 @@ Status Service::RecoverJobsAndCheckpoints() {
   ASSIGN_OR_RETURN(auto checkpoints, catalog_->All("checkpoints"));
   for (const auto& j : checkpoints) {
     CheckpointRecord c = CheckpointRecord::FromJson(j);
-    if (c.state != "committed" && c.state != "failed") {
-      c.state = "failed";
+    if (c.state != CheckpointState::kCommitted && c.state != CheckpointState::kFailed) {
+      c.state = CheckpointState::kFailed;
       c.error = ErrorBody(Unavailable("tesserad restarted during the save"))["error"];
       (void)PersistCheckpoint(c);
     }
@@ -113,14 +113,14 @@ void Service::AdoptCommittedDirs() {
     if (!steps.ok()) continue;
     for (int64_t step : *steps) {
       CheckpointRecord& c = checkpoints_[CheckpointRecord::Key(name, step)];
-      if (c.state == "committed") continue;
+      if (c.state == CheckpointState::kCommitted) continue;
       auto dir = storage::CommittedDir(env_, options_.checkpoint_root, name, step);
       if (!dir.ok()) continue;
       auto index = storage::CheckpointIndex::Open(env_, *dir);
       if (!index.ok()) continue;
       c.mesh = name;
       c.step = step;
-      c.state = "committed";
+      c.state = CheckpointState::kCommitted;
       c.error = nullptr;
       c.created_ms = index->meta().created_at_ms;
       c.metadata = index->meta().metadata;
@@ -177,23 +177,25 @@ void Service::MonitorLoop() {
     const int64_t now = MonoMs();
     bool changed = false;
     for (auto& [id, w] : workers_) {
-      if (w.state == "dead") continue;
+      if (w.state == WorkerState::kDead) continue;
       int64_t age = now - w.last_heartbeat_mono_ms();
-      std::string state = age > options_.lease_ms ? "dead" : age > options_.suspect_ms ? "suspect" : "alive";
+      const WorkerState state = age > options_.lease_ms    ? WorkerState::kDead
+                                : age > options_.suspect_ms ? WorkerState::kSuspect
+                                                            : WorkerState::kAlive;
       if (state == w.state) continue;
       w.state = state;
       changed = true;
-      w.beat->alive = state == "alive";
-      if (state == "dead") {
+      w.beat->alive = state == WorkerState::kAlive;
+      if (state == WorkerState::kDead) {
         w.tasks.clear();
         // Every running job hears of it; those that wait for this worker fail.
         for (auto& [job, inbox] : inboxes_) inbox->Post(JobEvent::WorkerDead(now, id, age));
       }
-      metrics_.Count("tessera_worker_state_changes_total", "state=\"" + state + "\"");
+      metrics_.Count("tessera_worker_state_changes_total", "state=\"" + StateString(state) + "\"");
       (void)PersistWorker(w);
       events_.Publish("worker", w.ToJson(now, MeshesOfWorker(id)));
       std::fprintf(stderr, "worker %s is %s (no heartbeat for %lld ms)\n", id.c_str(),
-                   state.c_str(), static_cast<long long>(age));
+                   StateString(state).c_str(), static_cast<long long>(age));
     }
     if (changed) cv_.NotifyAll();
   }
@@ -205,7 +207,7 @@ Result<Json> Service::CollectGarbage() {
   auto keep = [this](const std::string& id) {
     MutexLock lock(mu_);
     auto it = jobs_.find(id);
-    return it != jobs_.end() && (it->second.state == "queued" || it->second.state == "running");
+    return it != jobs_.end() && (it->second.state == JobState::kQueued || it->second.state == JobState::kRunning);
   };
   ASSIGN_OR_RETURN(auto removed, storage::CollectGarbage(env_, options_.checkpoint_root, keep));
   for (const auto& path : removed) std::fprintf(stderr, "garbage collected %s\n", path.c_str());
@@ -313,12 +315,18 @@ Json Service::Cluster() {
   Json coordination = coordination_->Counts();
   MutexLock lock(mu_);
   Json workers = {{"alive", 0}, {"suspect", 0}, {"dead", 0}};
-  for (const auto& [id, w] : workers_) workers[w.state] = workers[w.state].get<int>() + 1;
+  for (const auto& [id, w] : workers_) {
+    const std::string s = StateString(w.state);
+    workers[s] = workers[s].get<int>() + 1;
+  }
   Json jobs = Json::object();
-  for (const auto& [id, j] : jobs_) jobs[j.state] = jobs.value(j.state, 0) + 1;
+  for (const auto& [id, j] : jobs_) {
+    const std::string s = StateString(j.state);
+    jobs[s] = jobs.value(s, 0) + 1;
+  }
   uint64_t stored = 0, logical = 0, committed = 0;
   for (const auto& [k, c] : checkpoints_) {
-    if (c.state != "committed") continue;
+    if (c.state != CheckpointState::kCommitted) continue;
     ++committed;
     stored += c.stored_bytes;
     logical += c.logical_bytes;
@@ -349,18 +357,20 @@ std::string Service::RenderMetrics() {
     for (const char* s : {"alive", "suspect", "dead"}) {
       gauges["tessera_workers"]["state=\"" + std::string(s) + "\""] = 0;
     }
-    for (const auto& [id, w] : workers_) gauges["tessera_workers"]["state=\"" + w.state + "\""]++;
+    for (const auto& [id, w] : workers_) {
+      gauges["tessera_workers"]["state=\"" + StateString(w.state) + "\""]++;
+    }
     for (const char* s : {"queued", "running", "succeeded", "failed", "cancelled"}) {
       for (const char* k : {"save", "restore", "verify"}) {
         gauges["tessera_jobs"]["state=\"" + std::string(s) + "\",kind=\"" + k + "\""] = 0;
       }
     }
     for (const auto& [id, j] : jobs_) {
-      gauges["tessera_jobs"]["state=\"" + j.state + "\",kind=\"" + j.kind + "\""]++;
+      gauges["tessera_jobs"]["state=\"" + StateString(j.state) + "\",kind=\"" + j.kind + "\""]++;
     }
     double committed = 0, stored = 0;
     for (const auto& [k, c] : checkpoints_) {
-      if (c.state != "committed") continue;
+      if (c.state != CheckpointState::kCommitted) continue;
       committed++;
       stored += c.stored_bytes;
     }

@@ -20,8 +20,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "api/http/router.h"
-#include "api/http/server.h"
+#include "http/router.h"
+#include "http/server.h"
 #include "api/json_codec.h"
 #include "api/requests.h"
 #include "api/status.h"
@@ -225,7 +225,7 @@ class Service {
                        const std::vector<storage::PlannedSlice>& plan) REQUIRES(mu_);
   // A failed save: the checkpoint failed, workers drop snapshots, staging removed.
   void AbandonSave(const JobSpec& spec, const Status& st) EXCLUDES(mu_);
-  void SetCheckpointState(const std::string& key, const std::string& state) REQUIRES(mu_);
+  void SetCheckpointState(const std::string& key, CheckpointState state) REQUIRES(mu_);
   // Pushes an in-loop save's end (committed, or its error) to every worker of its mesh.
   void TellSaveEnded(const JobSpec& spec, const Status& st) REQUIRES(mu_);
   JobRecord& BeginJob(const std::string& job_id) REQUIRES(mu_);  // marks it running

@@ -10,9 +10,9 @@
 #include <cstdio>
 #include <thread>
 
-#include "api/http/bearer_token.h"
-#include "api/http/local_credential.h"
-#include "api/http/server.h"
+#include "http/bearer_token.h"
+#include "http/local_credential.h"
+#include "http/server.h"
 #include "service/dashboard.h"
 #include "service/service.h"
 #include "storage/env.h"

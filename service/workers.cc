@@ -50,7 +50,7 @@ Result<Json> Service::RegisterWorker(const Json& body) {
   w.data_port = static_cast<int>(data_port.value_or(0));
   w.local_port = static_cast<int>(local_port);
   w.devices = static_cast<int>(devices.value_or(1));
-  w.state = "alive";
+  w.state = WorkerState::kAlive;
   w.beat->alive = true;
   w.beat->Touch(MonoMs());
   {
@@ -84,9 +84,9 @@ Result<Json> Service::Heartbeat(const std::string& id) {
   if (!beat->alive.load()) {
     MutexLock lock(mu_);
     auto it = workers_.find(id);
-    if (it != workers_.end() && it->second.state != "alive") {
+    if (it != workers_.end() && it->second.state != WorkerState::kAlive) {
       WorkerRecord& w = it->second;
-      w.state = "alive";
+      w.state = WorkerState::kAlive;
       w.beat->alive = true;
       (void)PersistWorker(w);
       events_.Publish("worker", w.ToJson(now, MeshesOfWorker(id)));
@@ -128,8 +128,8 @@ Result<Json> Service::PollTasks(const std::string& id, int64_t wait_ms) {
       auto j = task_jobs_.find(task.value("id", ""));
       if (j != task_jobs_.end()) {
         auto t = jobs_.at(j->second).tasks.find(j->first);
-        if (t != jobs_.at(j->second).tasks.end() && t->second.state == "queued") {
-          t->second.state = "running";
+        if (t != jobs_.at(j->second).tasks.end() && t->second.state == TaskRunState::kQueued) {
+          t->second.state = TaskRunState::kRunning;
         }
       }
       tasks.push_back(std::move(task));
@@ -158,7 +158,9 @@ Status Service::ReportTask(const std::string& worker, const std::string& task, c
   if (job.finished()) return Status::Ok();  // late report of an ended job
   TaskState& ts = t->second;
   const bool ended = report.state != ReportState::kRunning;
-  ts.state = std::string(ReportStateName(report.state));
+  ts.state = report.state == ReportState::kRunning     ? TaskRunState::kRunning
+             : report.state == ReportState::kSucceeded ? TaskRunState::kSucceeded
+                                                       : TaskRunState::kFailed;
   if (report.done_bytes > 0 || report.total_bytes > 0) {
     const uint64_t before = ts.done_bytes;
     ts.done_bytes = report.done_bytes;

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "api/http/router.h"
+#include "http/router.h"
 #include "api/mesh.h"
 #include "storage/checkpoint_dir.h"
 #include "storage/slice_copy.h"

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "api/http/client.h"
-#include "api/http/local_credential.h"
+#include "http/client.h"
+#include "http/local_credential.h"
 #include "api/json_codec.h"
 #include "api/status.h"
 

@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "api/http/router.h"
+#include "http/router.h"
 #include "api/task_protocol.h"
 #include "api/thread_annotations.h"
 #include "storage/env.h"

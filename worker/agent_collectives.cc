@@ -4,8 +4,8 @@
 #include <cstdio>
 
 #include "worker/agent.h"
-#include "worker/collectives/hash.h"
-#include "worker/collectives/sparse_all_reduce.h"
+#include "collectives/hash.h"
+#include "collectives/sparse_all_reduce.h"
 #include "worker/device_groups.h"
 
 namespace tessera::worker {

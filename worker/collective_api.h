@@ -10,7 +10,7 @@
 //   POST /v1/barriers/{name+}?mesh=&timeout_ms=  sync_global_devices(name)
 #pragma once
 
-#include "api/http/router.h"
+#include "http/router.h"
 #include "worker/mesh_collectives.h"
 #include "worker/mesh_placement.h"
 

@@ -14,9 +14,9 @@
 #include "api/json_codec.h"
 #include "api/shape.h"
 #include "api/status.h"
-#include "worker/collectives/reduce.h"
-#include "worker/collectives/sparse_all_reduce.h"
-#include "worker/collectives/tensor.h"
+#include "collectives/reduce.h"
+#include "collectives/sparse_all_reduce.h"
+#include "collectives/tensor.h"
 
 namespace tessera::worker {
 

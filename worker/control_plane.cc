@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "api/http/router.h"
+#include "http/router.h"
 
 namespace tessera::worker {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "api/http/client.h"
+#include "http/client.h"
 #include "api/json_codec.h"
 #include "api/status.h"
 #include "api/thread_annotations.h"

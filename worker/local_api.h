@@ -1,10 +1,10 @@
 // The tensor routes of a worker's local API (docs/openapi-worker.json, "Tensors"): how the
 // trainer on this host pushes, maps, reads, lists and drops its tensors.
 // The local API binds loopback only, and every route but /healthz needs the
-// worker's local credential as a bearer token (api/http/local_credential.h).
+// worker's local credential as a bearer token (http/local_credential.h).
 #pragma once
 
-#include "api/http/router.h"
+#include "http/router.h"
 #include "worker/tensor_store.h"
 
 namespace tessera::worker {

@@ -3,7 +3,7 @@
 // collectives (collective_api.h). Reference: docs/openapi-worker.json.
 #pragma once
 
-#include "api/http/router.h"
+#include "http/router.h"
 #include "worker/agent.h"
 #include "worker/mesh_collectives.h"
 #include "worker/tensor_store.h"

@@ -26,9 +26,9 @@
 #include "api/status.h"
 #include "api/thread_annotations.h"
 #include "worker/collective_request.h"
-#include "worker/collectives/group.h"
-#include "worker/collectives/tcp_transport.h"
-#include "worker/collectives/tensor.h"
+#include "collectives/group.h"
+#include "collectives/transport/tcp/tcp_transport.h"
+#include "collectives/tensor.h"
 #include "worker/device_groups.h"
 #include "worker/mesh_placement.h"
 

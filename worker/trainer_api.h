@@ -3,7 +3,7 @@
 // worker's local credential like every other local route.
 #pragma once
 
-#include "api/http/router.h"
+#include "http/router.h"
 #include "worker/agent.h"
 
 namespace tessera::worker {

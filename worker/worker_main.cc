@@ -14,16 +14,16 @@
 #include <memory>
 #include <thread>
 
-#include "api/http/bearer_token.h"
-#include "api/http/local_credential.h"
-#include "api/http/server.h"
-#include "api/http/tls.h"
+#include "http/bearer_token.h"
+#include "http/local_credential.h"
+#include "http/server.h"
+#include "http/tls.h"
 #include "storage/env.h"
 #include "storage/testing/fault_env.h"
 #include "storage/s3/client.h"
 #include "storage/s3/s3_env.h"
 #include "worker/agent.h"
-#include "worker/collectives/tcp_transport.h"
+#include "collectives/transport/tcp/tcp_transport.h"
 #include "worker/local_routes.h"
 #include "worker/mesh_collectives.h"
 

@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "api/http/router.h"
+#include "http/router.h"
 #include "api/mesh.h"
 #include "storage/slice_copy.h"
 #include "storage/testing/synthetic.h"

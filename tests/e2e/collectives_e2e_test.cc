@@ -19,8 +19,8 @@
 #include <thread>
 
 #include "cluster_fixture.h"
-#include "worker/collectives/hash.h"
-#include "worker/collectives/tcp_wire.h"
+#include "collectives/hash.h"
+#include "collectives/transport/tcp/tcp_wire.h"
 
 namespace tessera::e2e {
 namespace {

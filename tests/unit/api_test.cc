@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "api/dtype.h"
-#include "api/http/router.h"
+#include "http/router.h"
 #include "api/json_codec.h"
 #include "api/mesh.h"
 #include "api/names.h"

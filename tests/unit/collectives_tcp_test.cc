@@ -21,12 +21,12 @@
 #include <random>
 #include <thread>
 
-#include "worker/collectives/auth.h"
-#include "worker/collectives/collectives.h"
-#include "worker/collectives/local_mesh.h"
-#include "worker/collectives/tcp_handshake.h"
-#include "worker/collectives/tcp_transport.h"
-#include "worker/collectives/tcp_wire.h"
+#include "collectives/transport/tcp/auth.h"
+#include "collectives/collectives.h"
+#include "collectives/local_mesh.h"
+#include "collectives/transport/tcp/tcp_handshake.h"
+#include "collectives/transport/tcp/tcp_transport.h"
+#include "collectives/transport/tcp/tcp_wire.h"
 #include "eventually.h"
 
 namespace tessera::collectives {

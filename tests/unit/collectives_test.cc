@@ -1,7 +1,7 @@
 // The collectives engine: every op against a naive reference, over N ranks as
 // threads, on the in-process transport and on TCP over 127.0.0.1.
 #include "eventually.h"
-#include "worker/collectives/collectives.h"
+#include "collectives/collectives.h"
 
 #include <gtest/gtest.h>
 
@@ -14,13 +14,13 @@
 #include <random>
 #include <thread>
 
-#include "worker/collectives/algorithms.h"
-#include "worker/collectives/batch_all_reduce.h"
+#include "collectives/algorithms.h"
+#include "collectives/batch_all_reduce.h"
 #include "api/half.h"
-#include "worker/collectives/hierarchical_all_reduce.h"
-#include "worker/collectives/in_process_transport.h"
-#include "worker/collectives/local_mesh.h"
-#include "worker/collectives/sparse_all_reduce.h"
+#include "collectives/hierarchical_all_reduce.h"
+#include "collectives/transport/in_process_transport.h"
+#include "collectives/local_mesh.h"
+#include "collectives/sparse_all_reduce.h"
 
 namespace tessera::collectives {
 namespace {

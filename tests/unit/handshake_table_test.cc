@@ -1,14 +1,14 @@
 // The handshakes a data port holds under a flood (handshake_table.h): capped per
 // source and in all, the oldest silent connection makes room, a newcomer is never
 // the one turned away, and deadlines tighten under load.
-#include "worker/collectives/handshake_table.h"
+#include "collectives/transport/tcp/handshake_table.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
 #include <set>
 
-#include "worker/collectives/tcp_wire.h"
+#include "collectives/transport/tcp/tcp_wire.h"
 
 namespace tessera::collectives::tcp {
 namespace {

@@ -2,7 +2,7 @@
 // trickled header holds no thread and meets a deadline, connections over a
 // per-peer cap and oversized headers are refused, worker traffic has threads
 // of its own, pipelined requests are all answered, and HTTPS is verified.
-#include "api/http/server.h"
+#include "http/server.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -16,8 +16,8 @@
 #include <filesystem>
 #include <thread>
 
-#include "api/http/client.h"
-#include "api/http/tls.h"
+#include "http/client.h"
+#include "http/tls.h"
 #include "eventually.h"
 
 namespace tessera::http {

@@ -68,7 +68,7 @@ TEST(SaveMachine, WalksEveryPhaseToTheCommit) {
   a = m.Step(JobEvent::IoDone(7, Json::object()));
   const JobAction* write = Find(a, Kind::kQueueTasks);
   ASSERT_NE(write, nullptr);
-  EXPECT_EQ(Find(a, Kind::kSetCheckpointState)->checkpoint_state, "writing");
+  EXPECT_EQ(Find(a, Kind::kSetCheckpointState)->checkpoint_state, CheckpointState::kWriting);
   EXPECT_EQ(m.phase(), "write");
   EXPECT_EQ(write->total_bytes, 16u);
   // Each rank writes its own half, with the slice it is to use as sent.
@@ -82,7 +82,7 @@ TEST(SaveMachine, WalksEveryPhaseToTheCommit) {
   ASSERT_NE(merge, nullptr);
   EXPECT_EQ(merge->io, IoKind::kMerge);
   EXPECT_EQ(merge->fragments, (std::vector<std::string>{"fragment-0.sqlite", "fragment-1.sqlite"}));
-  EXPECT_EQ(Find(a, Kind::kSetCheckpointState)->checkpoint_state, "merging");
+  EXPECT_EQ(Find(a, Kind::kSetCheckpointState)->checkpoint_state, CheckpointState::kMerging);
   a = m.Step(JobEvent::IoDone(10, Json::object()));
   EXPECT_EQ(Find(a, Kind::kRunIo)->io, IoKind::kCommit);
   EXPECT_EQ(Find(a, Kind::kRunIo)->plan.size(), 2u);

@@ -11,8 +11,8 @@
 #include <sstream>
 #include <string>
 
-#include "api/http/client.h"
-#include "api/http/server.h"
+#include "http/client.h"
+#include "http/server.h"
 
 namespace tessera::worker {
 namespace {

@@ -10,11 +10,11 @@
 
 #include "eventually.h"
 #include "worker/collective_request.h"
-#include "worker/collectives/collectives.h"
-#include "worker/collectives/sparse_all_reduce.h"
-#include "worker/collectives/subset_transport.h"
-#include "worker/collectives/in_process_transport.h"
-#include "worker/collectives/tcp_transport.h"
+#include "collectives/collectives.h"
+#include "collectives/sparse_all_reduce.h"
+#include "collectives/transport/subset_transport.h"
+#include "collectives/transport/in_process_transport.h"
+#include "collectives/transport/tcp/tcp_transport.h"
 #include "worker/device_groups.h"
 #include "worker/mesh_collectives.h"
 

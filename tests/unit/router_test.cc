@@ -1,6 +1,6 @@
 // The one route table of every HTTP server: pattern matching, parameters, the error
 // policy (404, 405, JSON errors) and the adapters from functions to handlers.
-#include "api/http/router.h"
+#include "http/router.h"
 
 #include <gtest/gtest.h>
 
