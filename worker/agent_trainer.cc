@@ -131,11 +131,13 @@ Result<Json> Agent::SaveFromTrainer(const std::string& mesh, int64_t step, const
     trainer_snapshots_[{mesh, step}] = snap;
   }
   cv_.NotifyAll();
-  job_body["snapshot"] = SnapshotResultToJson(DescribeSnapshot(*snap, names));
   trainer_saves_.Snapshotted(mesh, step);
   const auto until_ms = std::chrono::steady_clock::now() +
                        std::chrono::milliseconds(deadline.value_or(kDefaultSaveDeadlineMs));
-  task_threads_.Spawn([this, mesh, step, job_body, until_ms] {
+  // The snapshot's tensor list goes with the create-or-join, built off the trainer's path.
+  task_threads_.Spawn([this, mesh, step, job_body, until_ms, snap, names]() mutable {
+    job_body["snapshot"] = SnapshotResultToJson(DescribeSnapshot(*snap, names));
+    snap.reset();  // the write takes its buffers from trainer_snapshots_ and frees them
     FollowTrainerSave(mesh, step, job_body, until_ms);
   });
   Json out = {{"checkpoint", {{"mesh", mesh}, {"step", step}}},
