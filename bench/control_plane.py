@@ -31,14 +31,17 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def tiny_saves(root, scratch):
+def tiny_saves(root, scratch, workers):
+    """The tiny-save rows of one worker count; a failed run is a row saying why."""
     exe = os.path.join(root, "build", "bin", "tessera_bench_cluster")
-    out = subprocess.run([exe, "--only-control-plane", "--dir", scratch],
+    out = subprocess.run([exe, "--only-control-plane", "--tiny", str(workers), "--dir", scratch],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=3600)
-    if out.returncode != 0:
-        raise SystemExit("%s failed (%d): %s" % (exe, out.returncode, out.stderr.decode()[-2000:]))
-    return [json.loads(line) for line in out.stdout.decode().splitlines()
+    rows = [json.loads(line) for line in out.stdout.decode().splitlines()
             if line.startswith("{") and '"tiny_save"' in line]
+    if out.returncode != 0 or not rows:
+        return [{"bench": "tiny_save", "workers": workers, "failed": True,
+                 "error": out.stderr.decode()[-500:].strip()}]
+    return rows
 
 
 def in_loop(root, scratch, size_mb, saves, trainers):
@@ -70,13 +73,15 @@ def markdown(rows, args):
     w.append("| workers | kind | before p50 ms | after p50 ms | after/before | "
              "before tesserad CPU ms/save | after tesserad CPU ms/save | goal | verdict |")
     w.append("|---:|---|---:|---:|---:|---:|---:|---|---|")
-    tiny = [r for r in rows if r["bench"] == "tiny_save"]
+    tiny = [r for r in rows if r["bench"] == "tiny_save" and not r.get("failed")]
+    failures = [r for r in rows if r["bench"] == "tiny_save" and r.get("failed")]
     goals = {32: 50.0, 256: 250.0}
     for n in sorted({r["workers"] for r in tiny}):
         b = [r for r in tiny if r["workers"] == n and r["build"] == "before"]
         a = [r for r in tiny if r["workers"] == n and r["build"] == "after"]
         if not a or not b:
             continue
+        kind = (a or b)[0]["kind"]
         bp = [r["p50_ms"] for r in b]
         ap = [r["p50_ms"] for r in a]
         goal, verdict = "", ""
@@ -84,9 +89,13 @@ def markdown(rows, args):
             goal = "≤ %g ms" % goals[n]
             verdict = "met" if statistics.median(ap) <= goals[n] else "**not met**"
         w.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            n, a[0]["kind"], spread(bp), spread(ap), ratio(ap, bp),
+            n, kind, spread(bp), spread(ap), ratio(ap, bp),
             spread([r["server_cpu_ms_per_save"] for r in b]),
             spread([r["server_cpu_ms_per_save"] for r in a]), goal, verdict))
+    for f in failures:
+        w.append("")
+        w.append("- %s build, run %d, %d workers: the run failed: %s" % (
+            f["build"], f["run"], f["workers"], f["error"].splitlines()[-1] if f["error"] else "?"))
     a1024 = [r["p50_ms"] for r in tiny if r["workers"] == 1024 and r["build"] == "after"]
     a256 = [r["p50_ms"] for r in tiny if r["workers"] == 256 and r["build"] == "after"]
     if a1024 and a256:
@@ -134,26 +143,40 @@ def main():
     p.add_argument("--trainers", type=int, default=4)
     p.add_argument("--skip-tiny", action="store_true")
     p.add_argument("--skip-in-loop", action="store_true")
-    p.add_argument("--out", default=None, help="JSON lines of every measurement")
+    p.add_argument("--tiny", default="4,16,32,64,256,1024", help="worker counts of the tiny saves")
+    p.add_argument("--out", default=os.path.join(HERE, "out", "control_plane.jsonl"),
+                   help="JSON lines of every measurement, appended as they come")
     p.add_argument("--markdown", default=None, help="write the Markdown section here too")
+    p.add_argument("--report-only", action="store_true",
+                   help="measure nothing: the Markdown of the rows already in --out")
     args = p.parse_args()
     args.before_rev, args.after_rev = rev(args.before), rev(args.after)
     rows = []
-    for run in range(args.runs):
+    if args.report_only:
+        with open(args.out) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        args.runs = len({r["run"] for r in rows})
+    else:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        open(args.out, "w").close()
+
+    def keep(row):
+        rows.append(row)
+        with open(args.out, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    for run in range(0 if args.report_only else args.runs):
         for build, root in (("before", args.before), ("after", args.after)):
             with tempfile.TemporaryDirectory(prefix="tessera-cp-") as scratch:
                 if not args.skip_tiny:
-                    for r in tiny_saves(root, scratch):
-                        rows.append(dict(r, build=build, run=run))
-                        print(json.dumps(rows[-1]), file=sys.stderr)
+                    for n in (int(x) for x in args.tiny.split(",")):
+                        for r in tiny_saves(root, scratch, n):
+                            keep(dict(r, build=build, run=run))
+                            print(json.dumps(rows[-1])[:200], file=sys.stderr)
                 if not args.skip_in_loop:
                     for r in in_loop(root, scratch, args.stall_mb, args.saves, args.trainers):
-                        rows.append(dict(r, bench="in_loop", build=build, run=run))
-                    print("in-loop %s run %d: %d saves" % (build, run, len(rows)), file=sys.stderr)
-    if args.out:
-        with open(args.out, "w") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+                        keep(dict(r, bench="in_loop", build=build, run=run))
+                    print("in-loop %s run %d done" % (build, run), file=sys.stderr)
     text = markdown(rows, args)
     if args.markdown:
         with open(args.markdown, "w") as f:

@@ -190,6 +190,20 @@ JobAction JobMachine::RunIo(IoKind io) {
   return a;
 }
 
+JobAction JobMachine::SetCheckpointState(CheckpointState state) {
+  JobAction a;
+  a.kind = JobAction::Kind::kSetCheckpointState;
+  a.checkpoint_state = state;
+  return a;
+}
+
+JobAction JobMachine::Cleanup(JobAction::Kind kind, const Status& st) {
+  JobAction a;
+  a.kind = kind;
+  a.status = st;
+  return a;
+}
+
 JobAction JobMachine::Finish(Json result) {
   JobAction a;
   a.kind = JobAction::Kind::kFinish;

@@ -154,6 +154,9 @@ class JobMachine {
   JobAction QueueTasks(std::map<int64_t, Task> tasks, uint64_t total_bytes, int64_t now,
                        int64_t timeout_ms);
   JobAction RunIo(IoKind io);
+  static JobAction SetCheckpointState(CheckpointState state);
+  // A failed job's cleanup action of `kind` (abandon a save, abort a collective).
+  static JobAction Cleanup(JobAction::Kind kind, const Status& st);
   JobAction Finish(Json result);
   // Ends the job failed with `st` (and a result, e.g. a verify's report).
   JobActions Fail(const Status& st, Json result = Json());

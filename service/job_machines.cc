@@ -108,10 +108,7 @@ Result<JobActions> CollectiveMachine::OnTasksDone(int64_t, std::map<int64_t, Jso
 
 JobActions CollectiveMachine::OnFailure(const Status& st) {
   // Workers still inside the collective stop now, with the reason.
-  JobAction abort;
-  abort.kind = JobAction::Kind::kAbortCollective;
-  abort.status = st;
-  return {std::move(abort)};
+  return {Cleanup(JobAction::Kind::kAbortCollective, st)};
 }
 
 }  // namespace tessera::service

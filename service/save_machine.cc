@@ -74,10 +74,8 @@ Result<JobActions> SaveMachine::OnTasksDone(int64_t, std::map<int64_t, Json> res
     if (w->fragment) merge.fragments.push_back(*w->fragment);
   }
   stage_ = Stage::kMerge;
-  JobAction state;
-  state.kind = JobAction::Kind::kSetCheckpointState;
-  state.checkpoint_state = CheckpointState::kMerging;
-  return JobActions{SetPhase("merge"), std::move(state), std::move(merge)};
+  return JobActions{SetPhase("merge"), SetCheckpointState(CheckpointState::kMerging),
+                    std::move(merge)};
 }
 
 Result<JobActions> SaveMachine::OnIoDone(int64_t now, Json result) {
@@ -97,10 +95,7 @@ Result<JobActions> SaveMachine::OnIoDone(int64_t now, Json result) {
         total += p.bytes;
       }
       stage_ = Stage::kWrite;
-      JobAction state;
-      state.kind = JobAction::Kind::kSetCheckpointState;
-      state.checkpoint_state = CheckpointState::kWriting;
-      return JobActions{std::move(state), SetPhase("write"),
+      return JobActions{SetCheckpointState(CheckpointState::kWriting), SetPhase("write"),
                         QueueTasks(std::move(writes), total, now, spec_.task_timeout_ms)};
     }
     case Stage::kMerge: {
@@ -151,10 +146,7 @@ Status SaveMachine::OnDeadline() {
 }
 
 JobActions SaveMachine::OnFailure(const Status& st) {
-  JobAction abandon;
-  abandon.kind = JobAction::Kind::kAbandonSave;
-  abandon.status = st;
-  return {std::move(abandon)};
+  return {Cleanup(JobAction::Kind::kAbandonSave, st)};
 }
 
 }  // namespace tessera::service

@@ -78,7 +78,9 @@ Result<Json> Agent::DoSnapshot(const Task& task) {
     }
   }
   if (!snap) {
-    ASSIGN_OR_RETURN(snap, store_->TakeSnapshot(p.mesh.name, names));
+    // The task says where this worker stands: no lookup of the mesh (with N workers
+    // that lookup is N answers of N devices each per save).
+    ASSIGN_OR_RETURN(snap, store_->TakeSnapshot(p, names));
   }
   const SnapshotResult result = DescribeSnapshot(*snap, names);
   if (names) {

@@ -291,6 +291,12 @@ Status TensorStore::Delete(const std::string& mesh, const std::string& name) {
 Result<std::shared_ptr<const Snapshot>> TensorStore::TakeSnapshot(
     const std::string& mesh, const std::optional<std::vector<std::string>>& names) {
   ASSIGN_OR_RETURN(MeshPlacement placement, resolver_(mesh));
+  return TakeSnapshot(placement, names);
+}
+
+Result<std::shared_ptr<const Snapshot>> TensorStore::TakeSnapshot(
+    const MeshPlacement& placement, const std::optional<std::vector<std::string>>& names) {
+  const std::string& mesh = placement.mesh.name;
   auto snapshot = std::make_shared<Snapshot>();
   std::vector<std::vector<std::shared_ptr<const ShardBuffer>>> sources;  // per tensor
   {

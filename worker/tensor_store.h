@@ -138,6 +138,10 @@ class TensorStore {
   // mappings until it returns (that is the stall /v1/save imposes).
   Result<std::shared_ptr<const Snapshot>> TakeSnapshot(
       const std::string& mesh, const std::optional<std::vector<std::string>>& names = {});
+  // The same for a placement the caller knows (a snapshot task names the mesh and
+  // this worker's rank): no lookup of the mesh.
+  Result<std::shared_ptr<const Snapshot>> TakeSnapshot(
+      const MeshPlacement& placement, const std::optional<std::vector<std::string>>& names);
 
   // Restore's write: checks as Put, then writes into the existing shard (keeping
   // mappings valid) or creates the tensor. A tensor that exists with another
