@@ -250,148 +250,155 @@ Status MergeFragments(Env* env, const std::string& dir, const std::vector<std::s
   return env->SyncDir(dir);
 }
 
-Result<CheckpointIndex> CheckpointIndex::Open(Env* env, const std::string& dir) {
-  const std::string path = JoinPath(dir, kIndexFile);
-  auto image = ReadWholeFile(env, path);
-  // Missing is said so; any other failure (a store refusing us) is passed on as is.
-  if (!image.ok() && image.status().code() == Code::kNotFound && !env->Exists(path)) {
-    return NotFound("no " + std::string(kIndexFile) + " in " + dir +
-                        " (not a checkpoint, or an unfinished one)",
-                    {{"file", path}});
-  }
-  if (!image.ok()) return image.status();
-  bool sealed = false;
-  ASSIGN_OR_RETURN(std::string sqlite_image, UnsealIndexImage(std::move(*image), path, &sealed));
-  ASSIGN_OR_RETURN(SqliteDb db, SqliteDb::FromImage(sqlite_image, path));
-  CheckpointIndex index;
+namespace {
 
+// The queries of Open must read stored rows, which the file's size bounds: a view
+// (a recursive one never ends), a virtual table or a generated column would compute
+// them instead.
+Status CheckSchema(SqliteDb& db, const std::string& path) {
   auto fail = [&](const std::string& why) { return Corrupt(path, why); };
-  // The queries below must read stored rows, which the file's size bounds: a
-  // view (a recursive one never ends), a virtual table or a generated column
-  // would compute them instead.
-  {
-    auto stmt = db.Prepare(
-        "SELECT (SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
-        "name IN ('meta', 'tensors', 'slices', 'chunks') AND sql LIKE 'CREATE TABLE %'), "
-        "(SELECT count(*) FROM pragma_table_xinfo('meta') WHERE hidden != 0) + "
-        "(SELECT count(*) FROM pragma_table_xinfo('tensors') WHERE hidden != 0) + "
-        "(SELECT count(*) FROM pragma_table_xinfo('slices') WHERE hidden != 0) + "
-        "(SELECT count(*) FROM pragma_table_xinfo('chunks') WHERE hidden != 0)");
-    if (!stmt.ok()) return fail("no schema");
+  auto stmt = db.Prepare(
+      "SELECT (SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+      "name IN ('meta', 'tensors', 'slices', 'chunks') AND sql LIKE 'CREATE TABLE %'), "
+      "(SELECT count(*) FROM pragma_table_xinfo('meta') WHERE hidden != 0) + "
+      "(SELECT count(*) FROM pragma_table_xinfo('tensors') WHERE hidden != 0) + "
+      "(SELECT count(*) FROM pragma_table_xinfo('slices') WHERE hidden != 0) + "
+      "(SELECT count(*) FROM pragma_table_xinfo('chunks') WHERE hidden != 0)");
+  if (!stmt.ok()) return fail("no schema");
+  ASSIGN_OR_RETURN(bool row, StepIn(*stmt, path));
+  if (!row || stmt->Int(0) != 4 || stmt->Int(1) != 0) {
+    return fail("meta, tensors, slices and chunks must be plain tables of stored columns");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckpointIndex::LoadMeta(SqliteDb& db, const std::string& path, bool sealed) {
+  auto fail = [&](const std::string& why) { return Corrupt(path, why); };
+  auto stmt = db.Prepare("SELECT key, value FROM meta");
+  if (!stmt.ok()) return fail("no meta table");
+  std::map<std::string, std::string> kv;
+  while (true) {
     ASSIGN_OR_RETURN(bool row, StepIn(*stmt, path));
-    if (!row || stmt->Int(0) != 4 || stmt->Int(1) != 0) {
-      return fail("meta, tensors, slices and chunks must be plain tables of stored columns");
-    }
+    if (!row) break;
+    kv[stmt->Text(0)] = stmt->Text(1);
   }
-  {
-    auto stmt = db.Prepare("SELECT key, value FROM meta");
-    if (!stmt.ok()) return fail("no meta table");
-    std::map<std::string, std::string> kv;
-    while (true) {
-      ASSIGN_OR_RETURN(bool row, StepIn(*stmt, path));
-      if (!row) break;
-      kv[stmt->Text(0)] = stmt->Text(1);
-    }
-    if (!kv.count("format_version")) return fail("no format_version");
-    index.format_version_ = std::atoi(kv["format_version"].c_str());
-    if (index.format_version_ == kIndexFormatVersion && !sealed) {
-      return fail("it has no checksum trailer, which its format version " +
-                  std::to_string(kIndexFormatVersion) + " requires");
-    }
-    if (index.format_version_ != kIndexFormatVersion &&
-        !(index.format_version_ == kUnsealedIndexFormatVersion && !sealed)) {
-      return InvalidArgument(path + " has index format version " + kv["format_version"] +
-                                 "; this build reads version " +
-                                 std::to_string(kIndexFormatVersion),
-                             {{"file", path}});
-    }
-    auto mesh_json = ParseJson(kv["mesh"], "mesh");
-    if (!mesh_json.ok()) return fail("bad mesh");
-    auto mesh = MeshFromJson(*mesh_json);
-    if (!mesh.ok()) return fail("bad mesh: " + mesh.status().message());
-    index.meta_.mesh = *mesh;
-    index.meta_.step = std::atoll(kv["step"].c_str());
-    auto md = ParseJson(kv["metadata"], "metadata");
-    index.meta_.metadata = md.ok() ? *md : Json::object();
-    index.meta_.created_at_ms = std::atoll(kv["created_at_ms"].c_str());
+  if (!kv.count("format_version")) return fail("no format_version");
+  format_version_ = std::atoi(kv["format_version"].c_str());
+  if (format_version_ == kIndexFormatVersion && !sealed) {
+    return fail("it has no checksum trailer, which its format version " +
+                std::to_string(kIndexFormatVersion) + " requires");
   }
-  std::map<int64_t, size_t> tensor_pos;
-  {
-    auto stmt = db.Prepare("SELECT id, name, dtype, shape, layout, elements FROM tensors ORDER BY id");
-    if (!stmt.ok()) return fail("no tensors table");
-    while (true) {
-      ASSIGN_OR_RETURN(bool row, StepIn(*stmt, path));
-      if (!row) break;
-      TensorEntry t;
-      t.meta.name = stmt->Text(1);
-      auto dtype = ParseDType(stmt->Text(2));
-      auto shape = ParseShape(stmt->Text(3));
-      auto layout = ParseLayout(stmt->Text(4));
-      if (!dtype.ok() || !shape.ok() || !layout.ok() ||
-          layout->dims.size() != shape->size() || NumElements(*shape) != stmt->Int(5)) {
-        return fail("tensor '" + t.meta.name + "' has a malformed dtype, shape or layout");
-      }
-      t.meta.dtype = *dtype;
-      t.meta.shape = *shape;
-      t.meta.layout = *layout;
-      tensor_pos[stmt->Int(0)] = index.tensors_.size();
-      index.by_name_[t.meta.name] = index.tensors_.size();
-      index.tensors_.push_back(std::move(t));
-    }
+  if (format_version_ != kIndexFormatVersion &&
+      !(format_version_ == kUnsealedIndexFormatVersion && !sealed)) {
+    return InvalidArgument(path + " has index format version " + kv["format_version"] +
+                               "; this build reads version " +
+                               std::to_string(kIndexFormatVersion),
+                           {{"file", path}});
   }
-  std::map<int64_t, std::pair<size_t, size_t>> slice_pos;  // slice id → (tensor, slice)
-  {
-    auto stmt = db.Prepare("SELECT id, tensor_id, offsets, lengths, file FROM slices ORDER BY id");
-    if (!stmt.ok()) return fail("no slices table");
-    while (true) {
-      ASSIGN_OR_RETURN(bool row, StepIn(*stmt, path));
-      if (!row) break;
-      auto t = tensor_pos.find(stmt->Int(1));
-      if (t == tensor_pos.end()) return fail("slice of an unknown tensor");
-      TensorEntry& tensor = index.tensors_[t->second];
-      SliceEntry s;
-      auto offsets = ParseShape(stmt->Text(2));
-      auto lengths = ParseShape(stmt->Text(3));
-      s.file = stmt->Text(4);
-      if (!offsets.ok() || !lengths.ok() || offsets->size() != tensor.meta.shape.size() ||
-          lengths->size() != tensor.meta.shape.size() ||
-          !Contains(FullSlice(tensor.meta.shape), SliceSpec{*offsets, *lengths}) ||
-          s.file.empty() || s.file.find('/') != std::string::npos || s.file[0] == '.') {
-        return fail("slice " + std::to_string(stmt->Int(0)) + " of tensor '" + tensor.meta.name +
-                    "' is malformed");
-      }
-      s.slice = SliceSpec{*offsets, *lengths};
-      slice_pos[stmt->Int(0)] = {t->second, tensor.slices.size()};
-      tensor.slices.push_back(std::move(s));
+  auto mesh_json = ParseJson(kv["mesh"], "mesh");
+  if (!mesh_json.ok()) return fail("bad mesh");
+  auto mesh = MeshFromJson(*mesh_json);
+  if (!mesh.ok()) return fail("bad mesh: " + mesh.status().message());
+  meta_.mesh = *mesh;
+  meta_.step = std::atoll(kv["step"].c_str());
+  auto md = ParseJson(kv["metadata"], "metadata");
+  meta_.metadata = md.ok() ? *md : Json::object();
+  meta_.created_at_ms = std::atoll(kv["created_at_ms"].c_str());
+  return Status::Ok();
+}
+
+Status CheckpointIndex::LoadTensors(SqliteDb& db, const std::string& path,
+                                    std::map<int64_t, size_t>* tensor_pos) {
+  auto fail = [&](const std::string& why) { return Corrupt(path, why); };
+  auto stmt = db.Prepare("SELECT id, name, dtype, shape, layout, elements FROM tensors ORDER BY id");
+  if (!stmt.ok()) return fail("no tensors table");
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, StepIn(*stmt, path));
+    if (!row) break;
+    TensorEntry t;
+    t.meta.name = stmt->Text(1);
+    auto dtype = ParseDType(stmt->Text(2));
+    auto shape = ParseShape(stmt->Text(3));
+    auto layout = ParseLayout(stmt->Text(4));
+    if (!dtype.ok() || !shape.ok() || !layout.ok() ||
+        layout->dims.size() != shape->size() || NumElements(*shape) != stmt->Int(5)) {
+      return fail("tensor '" + t.meta.name + "' has a malformed dtype, shape or layout");
     }
+    t.meta.dtype = *dtype;
+    t.meta.shape = *shape;
+    t.meta.layout = *layout;
+    (*tensor_pos)[stmt->Int(0)] = tensors_.size();
+    by_name_[t.meta.name] = tensors_.size();
+    tensors_.push_back(std::move(t));
   }
-  {
-    auto stmt = db.Prepare(
-        "SELECT slice_id, raw_offset, offset, length, raw_length, codec, checksum FROM chunks "
-        "ORDER BY slice_id, raw_offset");
-    if (!stmt.ok()) return fail("no chunks table");
-    while (true) {
-      ASSIGN_OR_RETURN(bool row, StepIn(*stmt, path));
-      if (!row) break;
-      auto s = slice_pos.find(stmt->Int(0));
-      if (s == slice_pos.end()) return fail("chunk of an unknown slice");
-      TensorEntry& tensor = index.tensors_[s->second.first];
-      SliceChunk c;
-      c.raw_offset = stmt->Int(1);
-      c.loc = {static_cast<uint64_t>(stmt->Int(2)), static_cast<uint64_t>(stmt->Int(3)),
-               static_cast<uint64_t>(stmt->Int(4)), static_cast<uint64_t>(stmt->Int(6)),
-               static_cast<Codec>(stmt->Int(5))};
-      if (stmt->Int(1) < 0 || stmt->Int(2) < 0 || stmt->Int(3) < 0 || stmt->Int(4) < 0 ||
-          c.loc.raw_length > kMaxChunkSize || c.loc.length > 2 * kMaxChunkSize ||
-          (c.loc.codec != Codec::kRaw && c.loc.codec != Codec::kZstd)) {
-        return fail("a chunk of tensor '" + tensor.meta.name + "' is malformed");
-      }
-      tensor.stored_bytes += c.loc.length;
-      tensor.slices[s->second.second].chunks.push_back(c);
+  return Status::Ok();
+}
+
+Status CheckpointIndex::LoadSlices(SqliteDb& db, const std::string& path,
+                                   const std::map<int64_t, size_t>& tensor_pos,
+                                   std::map<int64_t, std::pair<size_t, size_t>>* slice_pos) {
+  auto fail = [&](const std::string& why) { return Corrupt(path, why); };
+  auto stmt = db.Prepare("SELECT id, tensor_id, offsets, lengths, file FROM slices ORDER BY id");
+  if (!stmt.ok()) return fail("no slices table");
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, StepIn(*stmt, path));
+    if (!row) break;
+    auto t = tensor_pos.find(stmt->Int(1));
+    if (t == tensor_pos.end()) return fail("slice of an unknown tensor");
+    TensorEntry& tensor = tensors_[t->second];
+    SliceEntry s;
+    auto offsets = ParseShape(stmt->Text(2));
+    auto lengths = ParseShape(stmt->Text(3));
+    s.file = stmt->Text(4);
+    if (!offsets.ok() || !lengths.ok() || offsets->size() != tensor.meta.shape.size() ||
+        lengths->size() != tensor.meta.shape.size() ||
+        !Contains(FullSlice(tensor.meta.shape), SliceSpec{*offsets, *lengths}) ||
+        s.file.empty() || s.file.find('/') != std::string::npos || s.file[0] == '.') {
+      return fail("slice " + std::to_string(stmt->Int(0)) + " of tensor '" + tensor.meta.name +
+                  "' is malformed");
     }
+    s.slice = SliceSpec{*offsets, *lengths};
+    (*slice_pos)[stmt->Int(0)] = {t->second, tensor.slices.size()};
+    tensor.slices.push_back(std::move(s));
   }
-  // Slices must tile each tensor, and chunks each slice's bytes; readers rely on it.
-  for (const auto& t : index.tensors_) {
+  return Status::Ok();
+}
+
+Status CheckpointIndex::LoadChunks(
+    SqliteDb& db, const std::string& path,
+    const std::map<int64_t, std::pair<size_t, size_t>>& slice_pos) {
+  auto fail = [&](const std::string& why) { return Corrupt(path, why); };
+  auto stmt = db.Prepare(
+      "SELECT slice_id, raw_offset, offset, length, raw_length, codec, checksum FROM chunks "
+      "ORDER BY slice_id, raw_offset");
+  if (!stmt.ok()) return fail("no chunks table");
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, StepIn(*stmt, path));
+    if (!row) break;
+    auto s = slice_pos.find(stmt->Int(0));
+    if (s == slice_pos.end()) return fail("chunk of an unknown slice");
+    TensorEntry& tensor = tensors_[s->second.first];
+    SliceChunk c;
+    c.raw_offset = stmt->Int(1);
+    c.loc = {static_cast<uint64_t>(stmt->Int(2)), static_cast<uint64_t>(stmt->Int(3)),
+             static_cast<uint64_t>(stmt->Int(4)), static_cast<uint64_t>(stmt->Int(6)),
+             static_cast<Codec>(stmt->Int(5))};
+    if (stmt->Int(1) < 0 || stmt->Int(2) < 0 || stmt->Int(3) < 0 || stmt->Int(4) < 0 ||
+        c.loc.raw_length > kMaxChunkSize || c.loc.length > 2 * kMaxChunkSize ||
+        (c.loc.codec != Codec::kRaw && c.loc.codec != Codec::kZstd)) {
+      return fail("a chunk of tensor '" + tensor.meta.name + "' is malformed");
+    }
+    tensor.stored_bytes += c.loc.length;
+    tensor.slices[s->second.second].chunks.push_back(c);
+  }
+  return Status::Ok();
+}
+
+Status CheckpointIndex::CheckCoverage(const std::string& path) const {
+  auto fail = [&](const std::string& why) { return Corrupt(path, why); };
+  for (const auto& t : tensors_) {
     RETURN_IF_ERROR(CheckTiling(t, path));
     const uint64_t esize = DTypeSize(t.meta.dtype);
     for (const auto& s : t.slices) {
@@ -406,6 +413,31 @@ Result<CheckpointIndex> CheckpointIndex::Open(Env* env, const std::string& dir) 
       }
     }
   }
+  return Status::Ok();
+}
+
+Result<CheckpointIndex> CheckpointIndex::Open(Env* env, const std::string& dir) {
+  const std::string path = JoinPath(dir, kIndexFile);
+  auto image = ReadWholeFile(env, path);
+  // Missing is said so; any other failure (a store refusing us) is passed on as is.
+  if (!image.ok() && image.status().code() == Code::kNotFound && !env->Exists(path)) {
+    return NotFound("no " + std::string(kIndexFile) + " in " + dir +
+                        " (not a checkpoint, or an unfinished one)",
+                    {{"file", path}});
+  }
+  if (!image.ok()) return image.status();
+  bool sealed = false;
+  ASSIGN_OR_RETURN(std::string sqlite_image, UnsealIndexImage(std::move(*image), path, &sealed));
+  ASSIGN_OR_RETURN(SqliteDb db, SqliteDb::FromImage(sqlite_image, path));
+  RETURN_IF_ERROR(CheckSchema(db, path));
+  CheckpointIndex index;
+  RETURN_IF_ERROR(index.LoadMeta(db, path, sealed));
+  std::map<int64_t, size_t> tensor_pos;
+  RETURN_IF_ERROR(index.LoadTensors(db, path, &tensor_pos));
+  std::map<int64_t, std::pair<size_t, size_t>> slice_pos;  // slice id → (tensor, slice)
+  RETURN_IF_ERROR(index.LoadSlices(db, path, tensor_pos, &slice_pos));
+  RETURN_IF_ERROR(index.LoadChunks(db, path, slice_pos));
+  RETURN_IF_ERROR(index.CheckCoverage(path));
   return index;
 }
 

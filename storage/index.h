@@ -101,6 +101,16 @@ class CheckpointIndex {
   std::vector<std::string> files() const;
 
  private:
+  // The steps of Open, each reading one table of the index's database (index.cc).
+  Status LoadMeta(SqliteDb& db, const std::string& path, bool sealed);
+  Status LoadTensors(SqliteDb& db, const std::string& path, std::map<int64_t, size_t>* by_id);
+  Status LoadSlices(SqliteDb& db, const std::string& path, const std::map<int64_t, size_t>& tensors,
+                    std::map<int64_t, std::pair<size_t, size_t>>* by_id);
+  Status LoadChunks(SqliteDb& db, const std::string& path,
+                    const std::map<int64_t, std::pair<size_t, size_t>>& slices);
+  // Slices tile each tensor and chunks each slice's bytes: readers rely on it.
+  Status CheckCoverage(const std::string& path) const;
+
   std::vector<TensorEntry> tensors_;
   std::map<std::string, size_t> by_name_;
   CheckpointMeta meta_;
