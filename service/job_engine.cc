@@ -33,7 +33,6 @@ void Service::SetPhase(const std::string& job_id, const std::string& phase) {
   job.phase = phase;
   (void)PersistJob(job);
   PublishJob(job);
-  cv_.NotifyAll();
 }
 
 void Service::FinishJob(const std::string& job_id, const Status& status, Json result) {

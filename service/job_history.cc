@@ -68,9 +68,7 @@ Result<Json> Service::CancelJob(const std::string& id) {
   if (it->second.finished()) {
     return Conflict("job " + id + " has already " + StateString(it->second.state), {{"job", id}});
   }
-  it->second.cancel_requested = true;
-  PostToJob(id, JobEvent::Cancel(MonoMs()));
-  cv_.NotifyAll();
+  PostToJob(id, JobEvent::Cancel(MonoMs()));  // the job's machine decides
   return it->second.ToJson();
 }
 

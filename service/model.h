@@ -128,7 +128,6 @@ struct JobRecord {
   int64_t created_ms = 0;
   int64_t started_ms = 0;
   int64_t ended_ms = 0;
-  bool cancel_requested = false;
   Json timings = Json::object();  // phase → ms spent in it
   int64_t phase_started_ms = 0;
   int64_t published_ms = 0;  // last job event; task reports publish at most every 100 ms

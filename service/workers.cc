@@ -181,7 +181,6 @@ Status Service::ReportTask(const std::string& worker, const std::string& task, c
                                                  report.error.ok()
                                                      ? Internal("task failed without an error")
                                                      : report.error));
-    cv_.NotifyAll();
   }
   return Status::Ok();
 }
