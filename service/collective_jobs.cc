@@ -91,14 +91,18 @@ Status CheckCollectiveBody(const Mesh& mesh, const Json& body) {
 }  // namespace
 
 Result<Json> Service::StartCollective(const std::string& mesh, const Json& body) {
-  MutexLock lock(mu_);
-  ASSIGN_OR_RETURN(const MeshRecord* m, ReadyMesh(mesh));
-  RETURN_IF_ERROR(CheckCollectiveBody(m->mesh, body));
-  JobRecord* job = NewJob("collective", mesh, -1, body);
-  Launch(std::make_unique<CollectiveMachine>(
-      JobSpec::Of(job->id, *m, -1, options_.job_timeout_ms), TaskKind::kCollective, body,
-      body.value("timeout_ms", int64_t{30000})));
-  return Json{{"job", job->id}};
+  const std::string job_id = NewId("j");
+  ASSIGN_OR_RETURN(MeshRecord m, meshes_.Hold(mesh, job_id));
+  JobSpec spec = JobSpec::Of(job_id, m, -1, options_.job_timeout_ms);
+  spec.holds_mesh = true;
+  if (Status st = CheckCollectiveBody(m.mesh, body); !st.ok()) {
+    ReleaseHolds(spec);
+    return st;
+  }
+  CreateJob(spec, "collective", mesh, body);
+  Launch(std::make_unique<CollectiveMachine>(std::move(spec), TaskKind::kCollective, body,
+                                             body.value("timeout_ms", int64_t{30000})));
+  return Json{{"job", job_id}};
 }
 
 }  // namespace tessera::service

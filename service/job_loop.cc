@@ -19,19 +19,9 @@ void Service::Launch(std::unique_ptr<JobMachine> machine) {
   job_threads_.Spawn([this, shared] { (void)DriveJob(*shared); });
 }
 
-void Service::PostToJob(const std::string& job_id, JobEvent e) {
-  auto it = inboxes_.find(job_id);
-  if (it != inboxes_.end()) it->second->Post(std::move(e));
-}
-
 Status Service::DriveJob(JobMachine& m) {
-  const std::string& id = m.spec().id;
-  std::shared_ptr<JobInbox> inbox;
-  {
-    MutexLock lock(mu_);
-    BeginJob(id);
-    inbox = inboxes_.at(id);
-  }
+  auto [record, inbox] = jobs_.Begin(m.spec().id);
+  (void)PersistJob(record);
   // Events the loop itself produces (an I/O step's result), before the inbox's.
   std::deque<JobEvent> local;
   Status outcome = Status::Ok();
@@ -56,76 +46,37 @@ Status Service::DriveJob(JobMachine& m) {
 void Service::ExecuteJobAction(JobMachine& m, JobAction& a, std::deque<JobEvent>* local) {
   const JobSpec& spec = m.spec();
   switch (a.kind) {
-    case JobAction::Kind::kSetPhase: {
-      MutexLock lock(mu_);
-      SetPhase(spec.id, a.phase);
+    case JobAction::Kind::kSetPhase:
+      (void)PersistJob(jobs_.SetPhase(spec.id, a.phase));
       return;
-    }
-    case JobAction::Kind::kSetCheckpointState: {
-      MutexLock lock(mu_);
+    case JobAction::Kind::kSetCheckpointState:
       SetCheckpointState(CheckpointRecord::Key(spec.mesh.mesh.name, spec.step), a.checkpoint_state);
       return;
-    }
-    case JobAction::Kind::kQueueTasks: {
-      MutexLock lock(mu_);
+    case JobAction::Kind::kQueueTasks:
       if (auto dead = QueueRound(spec, a)) local->push_back(std::move(*dead));
       return;
-    }
     case JobAction::Kind::kRunIo:
       local->push_back(JobEvent::IoDone(MonoMs(), RunJobIo(spec, a)));
       return;
     case JobAction::Kind::kAbandonSave:
       AbandonSave(spec, a.status);
       return;
-    case JobAction::Kind::kAbortCollective: {
-      MutexLock lock(mu_);
+    case JobAction::Kind::kAbortCollective:
       AbortOnWorkers(spec.mesh, spec.id, /*collective=*/true, a.status);
       return;
-    }
-    case JobAction::Kind::kFinish: {
-      MutexLock lock(mu_);
-      JobRecord& job = jobs_.at(spec.id);
-      if (job.kind == "restore" && a.status.ok()) {
-        metrics_.ObserveRestore((WallMs() - job.started_ms) / 1000.0,
-                                a.result.value("bytes", uint64_t{0}));
-      }
-      FinishJob(spec.id, a.status, std::move(a.result));
-      inboxes_.erase(spec.id);
-      if (save_joins_.erase(spec.id)) TellSaveEnded(spec, a.status);
+    case JobAction::Kind::kFinish:
+      FinishJob(spec, a.status, std::move(a.result));
       return;
-    }
   }
 }
 
 std::optional<JobEvent> Service::QueueRound(const JobSpec& spec, const JobAction& a) {
-  JobRecord& job = jobs_.at(spec.id);
-  for (const auto& [tid, t] : job.tasks) RetireTask(tid);
-  job.tasks.clear();
-  job.done_bytes = 0;
-  job.total_bytes = a.total_bytes;
+  auto tasks = jobs_.NewRound(spec.id, spec.mesh.workers, a);
   // Every worker must be there before any task goes out.
-  for (const auto& [rank, task] : a.tasks) {
-    const std::string& wid = spec.mesh.workers.at(rank);
-    auto w = workers_.find(wid);
-    if (w == workers_.end() || w->second.state == WorkerState::kDead) {
-      const int64_t silent = w == workers_.end() ? 0 : MonoMs() - w->second.last_heartbeat_mono_ms();
-      return JobEvent::WorkerDead(MonoMs(), wid, silent);
-    }
+  const int64_t now = MonoMs();
+  if (auto missing = workers_.QueueAll(tasks, now)) {
+    return JobEvent::WorkerDead(now, missing->worker, missing->silent_ms);
   }
-  for (const auto& [rank, task] : a.tasks) {
-    const std::string& wid = spec.mesh.workers.at(rank);
-    Task t = task;
-    t.id = NewId("t");
-    t.job = spec.id;
-    TaskState ts;
-    ts.worker = wid;
-    ts.rank = rank;
-    ts.round = a.round;
-    job.tasks[t.id] = ts;
-    task_jobs_[t.id] = spec.id;
-    QueueTask(&workers_.at(wid), t);
-  }
-  PublishJob(job);
   return std::nullopt;
 }
 
@@ -142,18 +93,14 @@ Result<Json> Service::RunJobIo(const JobSpec& spec, const JobAction& a) {
       RETURN_IF_ERROR(SaveTransactionOf(spec).Stage());
       return Json::object();
     case IoKind::kMerge: {
-      Json metadata;
-      {
-        MutexLock lock(mu_);
-        metadata = checkpoints_.at(CheckpointRecord::Key(mesh, spec.step)).metadata;
-      }
-      RETURN_IF_ERROR(SaveTransactionOf(spec).Merge(a.fragments, metadata));
+      auto c = checkpoints_.Get(CheckpointRecord::Key(mesh, spec.step));
+      if (!c) return Internal("the record of checkpoint " + mesh + " step " + std::to_string(spec.step) + " is gone");
+      RETURN_IF_ERROR(SaveTransactionOf(spec).Merge(a.fragments, c->metadata));
       return Json::object();
     }
     case IoKind::kCommit: {
       ASSIGN_OR_RETURN(std::string dir, SaveTransactionOf(spec).Commit());
       ASSIGN_OR_RETURN(auto index, storage::CheckpointIndex::Open(env_, dir));
-      MutexLock lock(mu_);
       return RecordCommitted(spec, index, a.plan);
     }
     case IoKind::kRetention: {
@@ -181,11 +128,7 @@ Json Service::VerifyIo(const JobSpec& spec) {
     auto now = std::chrono::steady_clock::now();
     if (now - last < std::chrono::milliseconds(100) && done != total) return;
     last = now;
-    MutexLock l(mu_);
-    JobRecord& j = jobs_.at(spec.id);
-    j.done_bytes = done;
-    j.total_bytes = total;
-    PublishJob(j);
+    jobs_.Progress(spec.id, done, total);
   });
   if (!report.ok()) return Json{{"report", nullptr}, {"error", ErrorBody(report.status())["error"]}};
   Json out = {{"report", report->ToJson()}, {"error", nullptr}};

@@ -108,6 +108,10 @@ struct JobSpec {
   std::string staging;  // a save's staging dir
   int64_t task_timeout_ms = 30 * 60 * 1000;  // a round of tasks ends failed after this
   std::string checkpoint_mesh;  // a restore onto another mesh: the checkpoint's
+  // What the job holds until it ends (service/mesh_registry.h, checkpoint_registry.h):
+  // the mesh it runs on, and a checkpoint by key ("" for none).
+  bool holds_mesh = false;
+  std::string held_checkpoint;
 
   static JobSpec Of(std::string id, MeshRecord mesh, int64_t step, int64_t task_timeout_ms) {
     JobSpec s;

@@ -50,8 +50,14 @@ Result<MeshRequest> ParseMeshRequest(const std::string& name, const Json& body) 
 
 // The workers of a new mesh, by rank: those listed (each alive, once), or else the
 // first alive ones in registration order; each must bring devices_per_worker devices.
-Result<std::vector<std::string>> Service::ChooseMeshWorkers(const MeshRequest& r) {
+Result<std::vector<std::string>> Service::ChooseMeshWorkers(const MeshRequest& r) const {
   const Mesh& mesh = r.mesh;
+  std::map<std::string, WorkerRecord> workers;
+  std::vector<std::string> order;
+  for (WorkerRecord& w : workers_.List()) {
+    order.push_back(w.id);
+    workers.emplace(w.id, std::move(w));
+  }
   const int64_t need = mesh.num_workers();
   std::vector<std::string> chosen;
   if (r.workers) {
@@ -64,8 +70,8 @@ Result<std::vector<std::string>> Service::ChooseMeshWorkers(const MeshRequest& r
                              {{"field", "workers"}});
     }
     for (const auto& id : wanted) {
-      auto w = workers_.find(id);
-      if (w == workers_.end()) return NotFound("no worker " + id, {{"worker", id}, {"field", "workers"}});
+      auto w = workers.find(id);
+      if (w == workers.end()) return NotFound("no worker " + id, {{"worker", id}, {"field", "workers"}});
       if (w->second.state != WorkerState::kAlive) {
         return Unavailable("worker " + id + " is " + StateString(w->second.state), {{"worker", id}});
       }
@@ -75,9 +81,9 @@ Result<std::vector<std::string>> Service::ChooseMeshWorkers(const MeshRequest& r
     }
     chosen = wanted;
   } else {
-    for (const auto& id : worker_order_) {
+    for (const auto& id : order) {
       if (static_cast<int64_t>(chosen.size()) == need) break;
-      if (workers_.at(id).state == WorkerState::kAlive) chosen.push_back(id);
+      if (workers.at(id).state == WorkerState::kAlive) chosen.push_back(id);
     }
     if (static_cast<int64_t>(chosen.size()) < need) {
       return Unavailable("mesh " + mesh.ToString() + " needs " + std::to_string(need) +
@@ -87,7 +93,7 @@ Result<std::vector<std::string>> Service::ChooseMeshWorkers(const MeshRequest& r
   }
   // The device table check at init (TF DTensor): every worker brings devices_per_worker devices.
   for (size_t rank = 0; rank < chosen.size(); ++rank) {
-    const WorkerRecord& w = workers_.at(chosen[rank]);
+    const WorkerRecord& w = workers.at(chosen[rank]);
     if (w.devices != mesh.devices_per_worker) {
       return InvalidArgument("worker " + w.id + " (rank " + std::to_string(rank) + ") has " +
                                  std::to_string(w.devices) + " devices but the mesh needs " +
@@ -99,90 +105,81 @@ Result<std::vector<std::string>> Service::ChooseMeshWorkers(const MeshRequest& r
 }
 
 // The self-test of a new mesh: its workers merge the device table over it; a worker that
-// is missing or disagrees is named, and the mesh is withdrawn. Drops mu_ while it runs.
-Result<Json> Service::SelfTestMesh(const std::string& name, int64_t timeout_ms) {
-  JobRecord* job = NewJob("mesh_init", name, -1, {{"timeout_ms", timeout_ms}});
-  const std::string job_id = job->id;
-  CollectiveMachine machine(JobSpec::Of(job_id, meshes_.at(name), -1, options_.job_timeout_ms),
-                            TaskKind::kMeshInit, Json::object(), timeout_ms);
-  mu_.unlock();
-  Status st = DriveJob(machine);  // on this thread: the registration waits for it
-  mu_.lock();
+// is missing or disagrees is named, and the mesh is withdrawn. Runs on this thread.
+Result<Json> Service::SelfTestMesh(const MeshRecord& mesh, int64_t timeout_ms) {
+  const std::string& name = mesh.mesh.name;
+  JobSpec spec = JobSpec::Of(NewId("j"), mesh, -1, options_.job_timeout_ms);
+  const std::string job_id = spec.id;
+  CreateJob(spec, "mesh_init", name, {{"timeout_ms", timeout_ms}});
+  CollectiveMachine machine(std::move(spec), TaskKind::kMeshInit, Json::object(), timeout_ms);
+  Status st = DriveJob(machine);  // the registration waits for it
   if (!st.ok()) {
-    // No job can have started on it (ReadyMesh refuses a mesh under test).
-    meshes_.erase(name);
+    // No job can have started on it (Hold refuses a mesh under test).
+    meshes_.Drop(name);
     (void)catalog_->Delete("meshes", name);
     return st.WithContext("mesh " + name + " failed its self-test (job " + job_id +
                           "), so it is not registered")
         .WithDetail("job", job_id);
   }
-  meshes_.at(name).self_testing = false;
-  return Json{{"job", job_id}, {"ms", jobs_.at(job_id).ended_ms - jobs_.at(job_id).started_ms}};
+  meshes_.MarkTested(name);
+  ASSIGN_OR_RETURN(Json job, jobs_.Get(job_id, 0));
+  return Json{{"job", job_id},
+              {"ms", job.value("ended_at", int64_t{0}) - job.value("started_at", int64_t{0})}};
 }
+
+namespace {
+
+// A PUT of a mesh already registered: 200 when it asks for what is there, else why not.
+Result<std::pair<int, Json>> AnswerExisting(const MeshRecord& m, const MeshRequest& r) {
+  const std::string& name = m.mesh.name;
+  if (m.self_testing) {
+    return Unavailable("mesh " + name + " is running its self-test; try again when it ends",
+                       {{"mesh", name}});
+  }
+  if (m.mesh == r.mesh && (!r.workers || *r.workers == m.workers)) {
+    return std::make_pair(200, m.ToJson());
+  }
+  return Conflict("mesh " + name + " is already registered as " + m.mesh.ToString() + " with " +
+                      std::to_string(m.mesh.devices_per_worker) +
+                      " devices per worker; delete it first to change it",
+                  {{"mesh", name}, {"existing", m.ToJson()}});
+}
+
+}  // namespace
 
 Result<std::pair<int, Json>> Service::PutMesh(const std::string& name, const Json& body) {
   ASSIGN_OR_RETURN(MeshRequest r, ParseMeshRequest(name, body));
-  MutexLock lock(mu_);
-  auto existing = meshes_.find(name);
-  if (existing != meshes_.end()) {
-    const MeshRecord& m = existing->second;
-    if (m.self_testing) {
-      return Unavailable("mesh " + name + " is running its self-test; try again when it ends",
-                         {{"mesh", name}});
-    }
-    if (m.mesh == r.mesh && (!r.workers || *r.workers == m.workers)) {
-      return std::make_pair(200, m.ToJson());
-    }
-    return Conflict("mesh " + name + " is already registered as " + m.mesh.ToString() + " with " +
-                        std::to_string(m.mesh.devices_per_worker) +
-                        " devices per worker; delete it first to change it",
-                    {{"mesh", name}, {"existing", m.ToJson()}});
-  }
+  if (auto existing = meshes_.Get(name); existing.ok()) return AnswerExisting(*existing, r);
   ASSIGN_OR_RETURN(std::vector<std::string> chosen, ChooseMeshWorkers(r));
   MeshRecord rec{r.mesh, chosen, WallMs()};
   rec.self_testing = r.self_test;
+  // Another PUT of the name may have come first.
+  if (std::optional<MeshRecord> existing = meshes_.Add(rec)) return AnswerExisting(*existing, r);
   if (Status st = PersistMesh(rec); !st.ok()) {
+    meshes_.Drop(name);
     return st.WithContext("mesh " + name + " is not registered");
   }
-  meshes_[name] = rec;
   Json out = rec.ToJson();
   if (r.self_test) {
-    ASSIGN_OR_RETURN(out["self_test"], SelfTestMesh(name, r.self_test_ms));
+    ASSIGN_OR_RETURN(out["self_test"], SelfTestMesh(rec, r.self_test_ms));
   }
   events_.Publish("mesh", out);
   return std::make_pair(201, out);
 }
 
 Json Service::ListMeshes() {
-  MutexLock lock(mu_);
   Json out = Json::array();
-  for (const auto& [name, m] : meshes_) out.push_back(MeshJson(m));
+  for (const MeshRecord& m : meshes_.List()) out.push_back(meshes_.JsonOf(m));
   return out;
 }
 
 Result<Json> Service::GetMesh(const std::string& name) {
-  MutexLock lock(mu_);
-  auto it = meshes_.find(name);
-  if (it == meshes_.end()) return NotFound("no mesh " + name, {{"mesh", name}});
-  return MeshJson(it->second);
-}
-
-Json Service::MeshJson(const MeshRecord& m) const {
-  Json j = m.ToJson();
-  auto r = retention_.find(m.mesh.name);
-  j["retention"] = (r == retention_.end() ? RetentionPolicy{} : r->second).ToJson();
-  return j;
+  ASSIGN_OR_RETURN(MeshRecord m, meshes_.Get(name));
+  return meshes_.JsonOf(m);
 }
 
 Status Service::DeleteMesh(const std::string& name) {
-  MutexLock lock(mu_);
-  if (!meshes_.count(name)) return NotFound("no mesh " + name, {{"mesh", name}});
-  for (const std::string& id : active_jobs_) {
-    if (jobs_.at(id).mesh == name) {
-      return Conflict("job " + id + " is running on mesh " + name, {{"job", id}});
-    }
-  }
-  meshes_.erase(name);
+  RETURN_IF_ERROR(meshes_.Remove(name));
   RETURN_IF_ERROR(catalog_->Delete("meshes", name));
   // A notice belongs to the job on this mesh; a mesh registered again under the name starts clean.
   if (Status st = coordination_->ClearPreemption(name); !st.ok()) {
@@ -194,50 +191,31 @@ Status Service::DeleteMesh(const std::string& name) {
 
 // ---------------------------------------------------------------- preemption
 
-Result<const MeshRecord*> Service::ReadyMesh(const std::string& name,
-                                             const std::string& field) const {
-  auto it = meshes_.find(name);
-  Json details = {{"mesh", name}};
-  if (!field.empty()) details["field"] = field;
-  if (it == meshes_.end()) return NotFound("no mesh " + name, details);
-  if (it->second.self_testing) {
-    return Unavailable("mesh " + name + " is running its self-test; no job can start on it yet",
-                       details);
-  }
-  return &it->second;
-}
-
-Status Service::CheckMesh(const std::string& name) const {
-  return meshes_.count(name) ? Status::Ok() : NotFound("no mesh " + name, {{"mesh", name}});
-}
-
-// The notice and its clearing run under mu_ so they cannot race a DeleteMesh.
+// A notice for a mesh deleted meanwhile is taken back: a mesh registered again under
+// the name starts clean.
 Result<Json> Service::NoticePreemption(const std::string& mesh, const Json& body) {
-  MutexLock lock(mu_);
-  RETURN_IF_ERROR(CheckMesh(mesh));
-  return coordination_->NoticePreemption(mesh, body);
+  RETURN_IF_ERROR(meshes_.Get(mesh).status());
+  ASSIGN_OR_RETURN(Json notice, coordination_->NoticePreemption(mesh, body));
+  if (!meshes_.Has(mesh)) {
+    (void)coordination_->ClearPreemption(mesh);
+    return NotFound("no mesh " + mesh, {{"mesh", mesh}});
+  }
+  return notice;
 }
 
 Result<Json> Service::GetPreemption(const std::string& mesh) {
-  MutexLock lock(mu_);
-  RETURN_IF_ERROR(CheckMesh(mesh));
+  RETURN_IF_ERROR(meshes_.Get(mesh).status());
   return coordination_->PreemptionState(mesh);
 }
 
 Status Service::ClearPreemption(const std::string& mesh) {
-  MutexLock lock(mu_);
-  RETURN_IF_ERROR(CheckMesh(mesh));
+  RETURN_IF_ERROR(meshes_.Get(mesh).status());
   return coordination_->ClearPreemption(mesh);
 }
 
 Result<Json> Service::SyncPreemption(const std::string& mesh, const Json& body) {
-  std::vector<std::string> workers;
-  {
-    MutexLock lock(mu_);
-    RETURN_IF_ERROR(CheckMesh(mesh));
-    workers = meshes_.at(mesh).workers;
-  }
-  return coordination_->SyncPreemption(mesh, workers, body);  // blocks: not under mu_
+  ASSIGN_OR_RETURN(MeshRecord m, meshes_.Get(mesh));
+  return coordination_->SyncPreemption(mesh, m.workers, body);  // blocks
 }
 
 }  // namespace tessera::service

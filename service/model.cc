@@ -21,7 +21,7 @@ Json WorkerRecord::ToJson(int64_t mono_now, const std::vector<std::string>& mesh
   return {{"id", id},
           {"host", host},
           {"state", state},
-          {"last_heartbeat_ms_ago", std::max<int64_t>(0, mono_now - last_heartbeat_mono_ms())},
+          {"last_heartbeat_ms_ago", std::max<int64_t>(0, mono_now - last_beat_mono_ms)},
           {"devices", devices},
           {"data_port", data_port},
           {"local_port", local_port},

@@ -2,9 +2,7 @@
 // catalog stores) and FromJson (for loading the catalog).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -13,26 +11,14 @@
 #include "api/clock.h"
 #include "api/json_codec.h"
 #include "api/mesh.h"
-#include "api/thread_annotations.h"
 #include "service/states.h"
 #include "storage/index.h"
 
 namespace tessera::service {
 
 
-// A worker's heartbeats, shared by its record (under Service::mu_) and the
-// heartbeat route, which touches it under Service::beats_mu_ alone: a heartbeat
-// never waits for mu_, so no catalog write or walk can make a worker look dead.
-struct WorkerBeat {
-  std::atomic<int64_t> last_mono_ms{0};  // MonoMs() of the last heartbeat or poll
-  std::atomic<bool> alive{true};         // the record's state is "alive"; else a heartbeat revives
-  void Touch(int64_t mono_ms) {
-    int64_t seen = last_mono_ms.load();
-    while (seen < mono_ms && !last_mono_ms.compare_exchange_weak(seen, mono_ms)) {
-    }
-  }
-};
-
+// A worker as tesserad knows it. Its queue of tasks and its long-polls live in the
+// WorkerRegistry (worker_registry.h), which hands out copies of this record.
 struct WorkerRecord {
   std::string id;
   std::string host = "127.0.0.1";
@@ -41,19 +27,8 @@ struct WorkerRecord {
   int devices = 1;
   WorkerState state = WorkerState::kAlive;
   int64_t registered_ms = 0;
-  std::shared_ptr<WorkerBeat> beat = std::make_shared<WorkerBeat>();
-  int64_t last_heartbeat_mono_ms() const { return beat->last_mono_ms.load(); }
-  std::deque<Json> tasks;  // not persisted: queued for the next long-poll
-  // Wakes this worker's long-poll alone (waited on with Service::mu_), so that
-  // queueing a task or a report does not wake every worker's poll.
-  std::shared_ptr<CondVar> task_cv = std::make_shared<CondVar>();
-  // Not persisted: the newest long-poll of this worker. An older one whose worker
-  // process died or whose connection broke unseen (its handler still waiting)
-  // gives way, so that no task is handed to a connection nobody reads.
-  uint64_t poll = 0;
-  // Not persisted: this worker's long-polls waiting in tesserad now (0 or 1, more
-  // while a superseded one has yet to give way).
-  int64_t polls_waiting = 0;
+  int64_t last_beat_mono_ms = 0;  // not persisted: MonoMs() of the last heartbeat or poll
+  int64_t polls_waiting = 0;      // not persisted: its long-polls waiting in tesserad now
 
   Json ToJson(int64_t mono_now, const std::vector<std::string>& meshes) const;
   static WorkerRecord FromJson(const Json& j);

@@ -15,14 +15,10 @@ Result<Json> Service::PutRetention(const std::string& mesh, const Json& body) {
                            {{"field", keep_last && *keep_last < 0 ? "keep_last" : "keep_every_n_steps"}});
   }
   RetentionPolicy p{keep_last.value_or(0), every.value_or(0)};
-  {
-    MutexLock lock(mu_);
-    if (!meshes_.count(mesh)) return NotFound("no mesh " + mesh, {{"mesh", mesh}});
-    retention_[mesh] = p;
-    Json doc = p.ToJson();
-    doc["mesh"] = mesh;
-    RETURN_IF_ERROR(catalog_->Put("retention", mesh, doc));
-  }
+  RETURN_IF_ERROR(meshes_.SetRetention(mesh, p));
+  Json doc = p.ToJson();
+  doc["mesh"] = mesh;
+  RETURN_IF_ERROR(catalog_->Put("retention", mesh, doc));
   RETURN_IF_ERROR(ApplyRetention(mesh));
   Json out = p.ToJson();
   out["mesh"] = mesh;
@@ -30,18 +26,9 @@ Result<Json> Service::PutRetention(const std::string& mesh, const Json& body) {
 }
 
 Status Service::ApplyRetention(const std::string& mesh) {
-  std::vector<int64_t> doomed;
-  {
-    MutexLock lock(mu_);
-    auto p = retention_.find(mesh);
-    if (p == retention_.end()) return Status::Ok();
-    std::vector<int64_t> steps;
-    for (const auto& [k, c] : checkpoints_) {
-      if (c.mesh == mesh && c.state == CheckpointState::kCommitted) steps.push_back(c.step);
-    }
-    std::sort(steps.begin(), steps.end());
-    doomed = StepsToPrune(steps, p->second);
-  }
+  auto p = meshes_.Retention(mesh);
+  if (!p) return Status::Ok();
+  const std::vector<int64_t> doomed = StepsToPrune(checkpoints_.CommittedSteps(mesh), *p);
   for (int64_t step : doomed) {
     RETURN_IF_ERROR(DeleteCheckpoint(mesh, std::to_string(step)));
   }

@@ -92,10 +92,7 @@ void Service::AddRoutes(http::Router* router) {
         return write(": tessera events\nretry: 2000\n\n");
       }
       auto events = events_.WaitAfter(*cursor, std::chrono::seconds(15));
-      {
-        MutexLock lock(mu_);
-        if (stopping_) return false;
-      }
+      if (stopping_) return false;
       if (events.empty()) return write(": keep-alive\n\n");
       std::string out;
       for (const auto& e : events) {

@@ -17,55 +17,57 @@
 namespace tessera::service {
 
 Result<Json> Service::StartSave(const std::string& mesh, const SaveRequest& request) {
-  MutexLock lock(mu_);
-  ASSIGN_OR_RETURN(const MeshRecord* m, ReadyMesh(mesh));
-  auto existing = checkpoints_.find(CheckpointRecord::Key(mesh, request.step));
-  if (existing != checkpoints_.end() && existing->second.state != CheckpointState::kFailed) {
-    const auto& c = existing->second;
-    return Conflict("step " + std::to_string(request.step) + " of mesh " + mesh + " is already " +
-                        (c.state == CheckpointState::kCommitted ? "committed" : "being saved by job " + c.job),
-                    {{"mesh", mesh}, {"step", request.step}, {"state", c.state}, {"job", c.job}});
-  }
-  ASSIGN_OR_RETURN(const CheckpointRecord* c, CreateSaveJob(*m, request, /*joined=*/false));
-  return Json{{"job", c->job}, {"checkpoint", c->Summary()}};
+  const std::string job_id = NewId("j");
+  ASSIGN_OR_RETURN(MeshRecord m, meshes_.Hold(mesh, job_id));
+  ASSIGN_OR_RETURN(CheckpointRecord c, CreateSaveJob(job_id, m, request, /*joined=*/false));
+  return Json{{"job", c.job}, {"checkpoint", c.Summary()}};
 }
 
-Result<const CheckpointRecord*> Service::CreateSaveJob(const MeshRecord& m,
-                                                       const SaveRequest& request, bool joined) {
+Result<CheckpointRecord> Service::CreateSaveJob(const std::string& job_id, const MeshRecord& m,
+                                                const SaveRequest& request, bool joined) {
   const std::string& mesh = m.mesh.name;
   const int64_t step = request.step;
+  JobSpec spec = JobSpec::Of(job_id, m, step, options_.job_timeout_ms);
+  spec.holds_mesh = true;
   for (size_t rank = 0; rank < m.workers.size(); ++rank) {
     const std::string& wid = m.workers[rank];
-    auto w = workers_.find(wid);
-    if (w == workers_.end() || w->second.state == WorkerState::kDead) {
+    auto w = workers_.Get(wid);
+    if (!w || w->state == WorkerState::kDead) {
+      ReleaseHolds(spec);
       return Unavailable("worker " + wid + " (rank " + std::to_string(rank) + ") of mesh " + mesh +
                              " is dead",
                          {{"worker", wid}, {"rank", rank}});
     }
   }
+  // The job exists before its step is reserved: a join that finds the step finds the job.
   Json recorded = request.ToJson();
   if (joined) recorded["joined"] = true;
-  JobRecord* job = NewJob("save", mesh, step, recorded);
+  const JobRecord job = jobs_.Create(job_id, "save", mesh, step, recorded,
+                                     joined ? std::optional<SaveRequest>(request) : std::nullopt);
   CheckpointRecord c;
   c.mesh = mesh;
   c.step = step;
-  c.job = job->id;
+  c.job = job_id;
   c.created_ms = WallMs();
   c.metadata = request.metadata;
-  if (Status st = PersistCheckpoint(c); !st.ok()) {
-    const std::string id = job->id;  // `job` dies with its entry
-    ForgetJob(id);
-    (void)catalog_->Delete("jobs", id);
-    return st.WithContext("the save of step " + std::to_string(step) + " was not started");
+  Status st = checkpoints_.Reserve(c);
+  if (st.ok()) {
+    spec.held_checkpoint = c.key();
+    st = PersistCheckpoint(c);
+    if (!st.ok()) st = st.WithContext("the save of step " + std::to_string(step) + " was not started");
   }
-  const std::string key = c.key();
-  checkpoints_[key] = std::move(c);
-  events_.Publish("checkpoint", checkpoints_[key].Summary());
-  if (joined) save_joins_[job->id] = request;
-  JobSpec spec = JobSpec::Of(job->id, m, step, options_.job_timeout_ms);
-  spec.staging = storage::StagingDir(options_.checkpoint_root, mesh, step, job->id);
+  if (!st.ok()) {
+    ReleaseHolds(spec);
+    if (!spec.held_checkpoint.empty()) checkpoints_.Erase(c.key());
+    jobs_.Forget(job_id);
+    return st;
+  }
+  events_.Publish("checkpoint", c.Summary());
+  (void)PersistJob(job);
+  jobs_.Announce(job_id);
+  spec.staging = storage::StagingDir(options_.checkpoint_root, mesh, step, job_id);
   Launch(std::make_unique<SaveMachine>(std::move(spec), request, joined, options_.join_wait_ms));
-  return &checkpoints_[key];
+  return c;
 }
 
 Result<std::vector<TensorMeta>> CollectSnapshotTensors(
@@ -134,44 +136,51 @@ Result<std::vector<TensorMeta>> CollectSnapshotTensors(
 }
 
 void Service::SetCheckpointState(const std::string& key, CheckpointState state) {
-  CheckpointRecord& c = checkpoints_.at(key);
-  c.state = state;
-  (void)PersistCheckpoint(c);
-  events_.Publish("checkpoint", c.Summary());
+  auto c = checkpoints_.Update(key, [&](CheckpointRecord& r) { r.state = state; });
+  if (!c) return;
+  (void)PersistCheckpoint(*c);
+  events_.Publish("checkpoint", c->Summary());
 }
 
 // The committed checkpoint's record: its tensors and sizes, from its index.
 Json Service::RecordCommitted(const JobSpec& spec, const storage::CheckpointIndex& index,
                               const std::vector<storage::PlannedSlice>& plan) {
-  const std::string key = CheckpointRecord::Key(spec.mesh.mesh.name, spec.step);
-  CheckpointRecord& c = checkpoints_.at(key);
-  c.TakeContentsFrom(index);
-  c.duration_ms = WallMs() - jobs_.at(spec.id).started_ms;
-  SetCheckpointState(key, CheckpointState::kCommitted);
-  metrics_.ObserveSave(c.duration_ms / 1000.0, c.logical_bytes);
-  return {{"checkpoint", c.Summary()},
+  const int64_t duration_ms = WallMs() - jobs_.StartedMs(spec.id);
+  auto c = checkpoints_.Update(CheckpointRecord::Key(spec.mesh.mesh.name, spec.step),
+                               [&](CheckpointRecord& r) {
+                                 r.TakeContentsFrom(index);
+                                 r.duration_ms = duration_ms;
+                                 r.state = CheckpointState::kCommitted;
+                               });
+  if (!c) return Json::object();
+  (void)PersistCheckpoint(*c);
+  events_.Publish("checkpoint", c->Summary());
+  metrics_.ObserveSave(c->duration_ms / 1000.0, c->logical_bytes);
+  return {{"checkpoint", c->Summary()},
           {"bytes_per_rank", storage::BytesPerRank(spec.mesh.mesh, plan)}};
 }
 
 // A failed save: the checkpoint is marked failed, workers drop their snapshots, the
 // staging dir goes, and the GC runs once late writers must have stopped.
 void Service::AbandonSave(const JobSpec& spec, const Status& st) {
-  {
-    MutexLock lock(mu_);
-    CheckpointRecord& c = checkpoints_.at(CheckpointRecord::Key(spec.mesh.mesh.name, spec.step));
-    if (c.state != CheckpointState::kCommitted) {
-      c.state = CheckpointState::kFailed;
-      c.error = ErrorBody(st)["error"];
-      (void)PersistCheckpoint(c);
-      events_.Publish("checkpoint", c.Summary());
-    }
-    AbortOnWorkers(spec.mesh, spec.id, /*collective=*/false, st);
+  bool changed = false;
+  auto c = checkpoints_.Update(CheckpointRecord::Key(spec.mesh.mesh.name, spec.step),
+                               [&](CheckpointRecord& r) {
+                                 if (r.state == CheckpointState::kCommitted || r.job != spec.id) return;
+                                 r.state = CheckpointState::kFailed;
+                                 r.error = ErrorBody(st)["error"];
+                                 changed = true;
+                               });
+  if (c && changed) {
+    (void)PersistCheckpoint(*c);
+    events_.Publish("checkpoint", c->Summary());
   }
+  AbortOnWorkers(spec.mesh, spec.id, /*collective=*/false, st);
   SaveTransactionOf(spec).Abandon();
-  MutexLock lock(mu_);
   // Workers still writing when the job failed may leave files behind it.
+  MutexLock lock(loop_mu_);
   gc_due_ms_ = MonoMs() + options_.lease_ms;
-  cv_.NotifyAll();
+  loop_cv_.NotifyAll();
 }
 
 }  // namespace tessera::service

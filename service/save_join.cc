@@ -12,38 +12,47 @@ namespace tessera::service {
 Result<std::pair<int, Json>> Service::JoinSave(const std::string& mesh,
                                                const SaveJoinRequest& join) {
   const int64_t step = join.save.step;
-  MutexLock lock(mu_);
-  ASSIGN_OR_RETURN(const MeshRecord* m, ReadyMesh(mesh));
-  auto at = std::find(m->workers.begin(), m->workers.end(), join.worker);
-  if (at == m->workers.end()) {
+  const std::string key = CheckpointRecord::Key(mesh, step);
+  ASSIGN_OR_RETURN(MeshRecord m, meshes_.Get(mesh));
+  auto at = std::find(m.workers.begin(), m.workers.end(), join.worker);
+  if (at == m.workers.end()) {
     return InvalidArgument("worker " + join.worker + " is not a worker of mesh " + mesh,
                            {{"field", "worker"}, {"worker", join.worker}, {"mesh", mesh}});
   }
-  const int64_t rank = at - m->workers.begin();
-  auto existing = checkpoints_.find(CheckpointRecord::Key(mesh, step));
-  if (existing == checkpoints_.end() || existing->second.state == CheckpointState::kFailed) {
-    ASSIGN_OR_RETURN(const CheckpointRecord* c, CreateSaveJob(*m, join.save, /*joined=*/true));
-    PostToJob(c->job, JobEvent::Joined(MonoMs(), rank, join.snapshot));
-    return std::make_pair(201, Json{{"job", c->job}, {"checkpoint", c->Summary()}});
+  const int64_t rank = at - m.workers.begin();
+  // Two workers' first calls may race to create the save: one reserves the step, and
+  // the other finds that save on its second look.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto existing = checkpoints_.Get(key);
+    if (!existing || existing->state == CheckpointState::kFailed) {
+      const std::string job_id = NewId("j");
+      ASSIGN_OR_RETURN(MeshRecord held, meshes_.Hold(mesh, job_id));
+      auto c = CreateSaveJob(job_id, held, join.save, /*joined=*/true);
+      if (!c.ok() && c.status().code() == Code::kConflict && attempt == 0) continue;
+      RETURN_IF_ERROR(c.status());
+      jobs_.Post(c->job, JobEvent::Joined(MonoMs(), rank, join.snapshot));
+      return std::make_pair(201, Json{{"job", c->job}, {"checkpoint", c->Summary()}});
+    }
+    const CheckpointRecord& c = *existing;
+    const Json details = {{"mesh", mesh}, {"step", step}, {"state", c.state}, {"job", c.job}};
+    const std::string what = "step " + std::to_string(step) + " of mesh " + mesh;
+    if (c.state == CheckpointState::kCommitted) return Conflict(what + " is already committed", details);
+    auto joined = jobs_.JoinOf(c.job);
+    if (!joined) {
+      return Conflict(what + " is being saved by job " + c.job +
+                          ", which was started over REST, not by the training loop",
+                      details);
+    }
+    if (!joined->SameSave(join.save)) {
+      return Conflict(what + " is being saved by job " + c.job + " with another request " +
+                          joined->ToJson().dump() + " than " + join.save.ToJson().dump(),
+                      details);
+    }
+    // A repeated join (its answer was lost) changes nothing: the machine keeps the first.
+    jobs_.Post(c.job, JobEvent::Joined(MonoMs(), rank, join.snapshot));
+    return std::make_pair(200, Json{{"job", c.job}, {"checkpoint", c.Summary()}});
   }
-  const CheckpointRecord& c = existing->second;
-  const Json details = {{"mesh", mesh}, {"step", step}, {"state", c.state}, {"job", c.job}};
-  const std::string what = "step " + std::to_string(step) + " of mesh " + mesh;
-  if (c.state == CheckpointState::kCommitted) return Conflict(what + " is already committed", details);
-  auto joins = save_joins_.find(c.job);
-  if (joins == save_joins_.end()) {
-    return Conflict(what + " is being saved by job " + c.job +
-                        ", which was started over REST, not by the training loop",
-                    details);
-  }
-  if (!joins->second.SameSave(join.save)) {
-    return Conflict(what + " is being saved by job " + c.job + " with another request " +
-                        joins->second.ToJson().dump() + " than " + join.save.ToJson().dump(),
-                    details);
-  }
-  // A repeated join (its answer was lost) changes nothing: the machine keeps the first.
-  PostToJob(c.job, JobEvent::Joined(MonoMs(), rank, join.snapshot));
-  return std::make_pair(200, Json{{"job", c.job}, {"checkpoint", c.Summary()}});
+  return Internal("the save of " + key + " changed twice while joining it");
 }
 
 void Service::TellSaveEnded(const JobSpec& spec, const Status& st) {
@@ -53,12 +62,10 @@ void Service::TellSaveEnded(const JobSpec& spec, const Status& st) {
   ended.mesh_name = spec.mesh.mesh.name;
   ended.step = spec.step;
   ended.error = st;
-  for (const std::string& wid : spec.mesh.workers) {
-    auto w = workers_.find(wid);
-    if (w == workers_.end() || w->second.state == WorkerState::kDead) continue;
+  workers_.QueueToLive(spec.mesh.workers, [&] {
     ended.id = NewId("t");
-    QueueTask(&w->second, ended);
-  }
+    return TaskToJson(ended);
+  });
 }
 
 }  // namespace tessera::service

@@ -42,16 +42,7 @@ Result<std::unique_ptr<Service>> Service::Create(ServiceOptions options, storage
 Status Service::RecoverWorkers() {
   const int64_t now = MonoMs();
   ASSIGN_OR_RETURN(auto workers, catalog_->All("workers"));
-  for (const auto& j : workers) {
-    WorkerRecord w = WorkerRecord::FromJson(j);
-    w.state = WorkerState::kSuspect;
-    w.beat->alive = false;
-    w.beat->Touch(now);
-    worker_order_.push_back(w.id);
-    MutexLock beats(beats_mu_);
-    beats_[w.id] = w.beat;
-    workers_[w.id] = std::move(w);
-  }
+  for (const auto& j : workers) workers_.Load(WorkerRecord::FromJson(j), now);
   return Status::Ok();
 }
 
@@ -59,7 +50,7 @@ Status Service::RecoverMeshes() {
   ASSIGN_OR_RETURN(auto meshes, catalog_->All("meshes"));
   for (const auto& j : meshes) {
     auto m = MeshRecord::FromJson(j);
-    if (m.ok()) meshes_[m->mesh.name] = std::move(*m);
+    if (m.ok()) meshes_.Load(std::move(*m));
   }
   ASSIGN_OR_RETURN(auto retention, catalog_->All("retention"));
   for (const auto& j : retention) {
@@ -68,7 +59,7 @@ Status Service::RecoverMeshes() {
     p.keep_every_n_steps = j.value("keep_every_n_steps", Json(0)).is_number()
                                ? j["keep_every_n_steps"].get<int64_t>()
                                : 0;
-    retention_[j.value("mesh", "")] = p;
+    meshes_.LoadRetention(j.value("mesh", ""), p);
   }
   return Status::Ok();
 }
@@ -78,20 +69,13 @@ Status Service::RecoverJobsAndCheckpoints() {
   ASSIGN_OR_RETURN(auto jobs, catalog_->All("jobs"));
   for (const auto& j : jobs) {
     JobRecord r = JobRecord::FromJson(j);
-    if (r.id.empty() || jobs_.count(r.id)) continue;
     if (!r.finished()) {
       r.state = JobState::kFailed;
       r.ended_ms = WallMs();
       r.error = ErrorBody(Unavailable("tesserad restarted while the job was running"))["error"];
       (void)PersistJob(r);
     }
-    // Catalogs written before jobs had a seq: their load order is their creation order.
-    r.seq = std::max(r.seq, last_job_seq_ + 1);
-    last_job_seq_ = r.seq;
-    job_order_.emplace(r.seq, r.id);
-    finished_jobs_[r.mesh].push_back(r.id);
-    r.Seal();
-    jobs_[r.id] = std::move(r);
+    jobs_.Load(std::move(r));
   }
   ASSIGN_OR_RETURN(auto checkpoints, catalog_->All("checkpoints"));
   for (const auto& j : checkpoints) {
@@ -101,23 +85,25 @@ Status Service::RecoverJobsAndCheckpoints() {
       c.error = ErrorBody(Unavailable("tesserad restarted during the save"))["error"];
       (void)PersistCheckpoint(c);
     }
-    checkpoints_[c.key()] = std::move(c);
+    checkpoints_.Load(std::move(c));
   }
   return Status::Ok();
 }
 
 // A save that renamed its dir but died before the catalog saw it is complete: adopt it.
 void Service::AdoptCommittedDirs() {
-  for (const auto& [name, mesh] : meshes_) {
+  for (const MeshRecord& mesh : meshes_.List()) {
+    const std::string& name = mesh.mesh.name;
     auto steps = storage::ListSteps(env_, options_.checkpoint_root, name);
     if (!steps.ok()) continue;
     for (int64_t step : *steps) {
-      CheckpointRecord& c = checkpoints_[CheckpointRecord::Key(name, step)];
-      if (c.state == CheckpointState::kCommitted) continue;
+      auto known = checkpoints_.Get(CheckpointRecord::Key(name, step));
+      if (known && known->state == CheckpointState::kCommitted) continue;
       auto dir = storage::CommittedDir(env_, options_.checkpoint_root, name, step);
       if (!dir.ok()) continue;
       auto index = storage::CheckpointIndex::Open(env_, *dir);
       if (!index.ok()) continue;
+      CheckpointRecord c = known.value_or(CheckpointRecord{});
       c.mesh = name;
       c.step = step;
       c.state = CheckpointState::kCommitted;
@@ -126,13 +112,12 @@ void Service::AdoptCommittedDirs() {
       c.metadata = index->meta().metadata;
       c.TakeContentsFrom(*index);
       (void)PersistCheckpoint(c);
+      checkpoints_.Load(std::move(c));
     }
   }
 }
 
 Status Service::Recover() {
-  // Nothing else runs yet; the lock keeps the rules of mu_ uniform.
-  MutexLock lock(mu_);
   RETURN_IF_ERROR(RecoverWorkers());
   RETURN_IF_ERROR(RecoverMeshes());
   RETURN_IF_ERROR(RecoverJobsAndCheckpoints());
@@ -149,13 +134,13 @@ void Service::Start() {
 }
 
 void Service::Stop() {
+  stopping_ = true;
+  workers_.Stop();
+  jobs_.Stop();
   {
-    MutexLock lock(mu_);
-    stopping_ = true;
-    for (auto& [id, w] : workers_) w.task_cv->NotifyAll();
-    for (auto& [id, inbox] : inboxes_) inbox->Post(JobEvent::Stop(MonoMs()));
+    MutexLock lock(loop_mu_);
+    loop_cv_.NotifyAll();
   }
-  cv_.NotifyAll();
   if (coordination_) coordination_->Shutdown();
   events_.Shutdown();
   if (monitor_.joinable()) monitor_.join();
@@ -166,56 +151,41 @@ void Service::Stop() {
 void Service::MonitorLoop() {
   constexpr int64_t kPruneIntervalMs = 1000;
   int64_t next_prune = MonoMs() + kPruneIntervalMs;
-  while (true) {
+  while (!stopping_) {
     if (MonoMs() >= next_prune) {
       PruneJobHistory();
       next_prune = MonoMs() + kPruneIntervalMs;
     }
-    MutexLock lock(mu_);
-    if (stopping_) return;
-    cv_.WaitFor(mu_, std::chrono::milliseconds(100));
-    const int64_t now = MonoMs();
-    bool changed = false;
-    for (auto& [id, w] : workers_) {
-      if (w.state == WorkerState::kDead) continue;
-      int64_t age = now - w.last_heartbeat_mono_ms();
-      const WorkerState state = age > options_.lease_ms    ? WorkerState::kDead
-                                : age > options_.suspect_ms ? WorkerState::kSuspect
-                                                            : WorkerState::kAlive;
-      if (state == w.state) continue;
-      w.state = state;
-      changed = true;
-      w.beat->alive = state == WorkerState::kAlive;
-      if (state == WorkerState::kDead) {
-        w.tasks.clear();
-        // Every running job hears of it; those that wait for this worker fail.
-        for (auto& [job, inbox] : inboxes_) inbox->Post(JobEvent::WorkerDead(now, id, age));
-      }
-      metrics_.Count("tessera_worker_state_changes_total", "state=\"" + StateString(state) + "\"");
-      (void)PersistWorker(w);
-      events_.Publish("worker", w.ToJson(now, MeshesOfWorker(id)));
-      std::fprintf(stderr, "worker %s is %s (no heartbeat for %lld ms)\n", id.c_str(),
-                   StateString(state).c_str(), static_cast<long long>(age));
+    {
+      MutexLock lock(loop_mu_);
+      if (stopping_) return;
+      loop_cv_.WaitFor(loop_mu_, std::chrono::milliseconds(100));
     }
-    if (changed) cv_.NotifyAll();
+    const int64_t now = MonoMs();
+    for (const WorkerChange& c : workers_.Scan(now, options_.suspect_ms, options_.lease_ms)) {
+      const WorkerRecord& w = c.worker;
+      // Every running job hears of a death; those that wait for this worker fail.
+      if (w.state == WorkerState::kDead) jobs_.PostAll(JobEvent::WorkerDead(now, w.id, c.silent_ms));
+      metrics_.Count("tessera_worker_state_changes_total", "state=\"" + StateString(w.state) + "\"");
+      (void)PersistWorker(w);
+      PublishWorker(w);
+      std::fprintf(stderr, "worker %s is %s (no heartbeat for %lld ms)\n", w.id.c_str(),
+                   StateString(w.state).c_str(), static_cast<long long>(c.silent_ms));
+    }
   }
 }
 
 Result<Json> Service::CollectGarbage() {
   // A save's staging stays while the save is queued or running, including one
   // that starts while this runs (its job exists before its staging does).
-  auto keep = [this](const std::string& id) {
-    MutexLock lock(mu_);
-    auto it = jobs_.find(id);
-    return it != jobs_.end() && (it->second.state == JobState::kQueued || it->second.state == JobState::kRunning);
-  };
+  auto keep = [this](const std::string& id) { return jobs_.Running(id); };
   ASSIGN_OR_RETURN(auto removed, storage::CollectGarbage(env_, options_.checkpoint_root, keep));
   for (const auto& path : removed) std::fprintf(stderr, "garbage collected %s\n", path.c_str());
   return Json{{"removed", removed}};
 }
 
 void Service::GcLoop() {
-  MutexLock lock(mu_);
+  MutexLock lock(loop_mu_);
   const int64_t interval = options_.gc_interval_ms;
   int64_t next = interval > 0 ? MonoMs() + interval : 0;
   while (!stopping_) {
@@ -223,12 +193,12 @@ void Service::GcLoop() {
     int64_t due = next;
     if (gc_due_ms_ > 0 && (due == 0 || gc_due_ms_ < due)) due = gc_due_ms_;
     if (due == 0) {
-      cv_.Wait(mu_);
+      loop_cv_.Wait(loop_mu_);
       continue;
     }
     const int64_t now = MonoMs();
     if (now < due) {
-      cv_.WaitFor(mu_, std::chrono::milliseconds(due - now));  // woken early by any event
+      loop_cv_.WaitFor(loop_mu_, std::chrono::milliseconds(due - now));
       continue;
     }
     gc_due_ms_ = 0;
@@ -278,67 +248,29 @@ Json Service::Health() const {
           {"catalog", {{"write_failures", catalog_failures_.load()}, {"last_error", catalog_error_}}}};
 }
 
-void Service::PublishJob(const JobRecord& j) {
-  const_cast<JobRecord&>(j).published_ms = WallMs();
-  events_.Publish("job", j.ToJson());
-}
-
-void Service::QueueTask(WorkerRecord* w, const Task& task) {
-  w->tasks.push_back(TaskToJson(task));
-  w->task_cv->NotifyAll();
-}
-
-std::vector<std::string> Service::MeshesOfWorker(const std::string& id) const {
-  std::vector<std::string> out;
-  for (const auto& [name, m] : meshes_) {
-    if (std::find(m.workers.begin(), m.workers.end(), id) != m.workers.end()) out.push_back(name);
-  }
-  return out;
-}
-
-bool Service::WorkerBusy(const std::string& id) const {
-  for (const std::string& jid : active_jobs_) {
-    const JobRecord& j = jobs_.at(jid);
-    for (const auto& [tid, t] : j.tasks) {
-      if (t.worker == id) return true;
-    }
-    auto m = meshes_.find(j.mesh);
-    if (m != meshes_.end() &&
-        std::find(m->second.workers.begin(), m->second.workers.end(), id) != m->second.workers.end()) {
-      return true;
-    }
-  }
-  return false;
+void Service::PublishWorker(const WorkerRecord& w) {
+  events_.Publish("worker", w.ToJson(MonoMs(), meshes_.MeshesOf(w.id)));
 }
 
 Json Service::Cluster() {
   Json coordination = coordination_->Counts();
-  MutexLock lock(mu_);
-  Json workers = {{"alive", 0}, {"suspect", 0}, {"dead", 0}};
-  for (const auto& [id, w] : workers_) {
-    const std::string s = StateString(w.state);
-    workers[s] = workers[s].get<int>() + 1;
-  }
+  const WorkerRegistry::Counts w = workers_.Count();
+  Json workers = {{"alive", w.alive}, {"suspect", w.suspect}, {"dead", w.dead}};
   Json jobs = Json::object();
-  for (const auto& [id, j] : jobs_) {
-    const std::string s = StateString(j.state);
-    jobs[s] = jobs.value(s, 0) + 1;
+  for (const auto& [state, kinds] : jobs_.Count()) {
+    int64_t n = 0;
+    for (const auto& [kind, count] : kinds) n += count;
+    jobs[state] = n;
   }
-  uint64_t stored = 0, logical = 0, committed = 0;
-  for (const auto& [k, c] : checkpoints_) {
-    if (c.state != CheckpointState::kCommitted) continue;
-    ++committed;
-    stored += c.stored_bytes;
-    logical += c.logical_bytes;
-  }
+  const CheckpointRegistry::Totals c = checkpoints_.Total();
   return {{"version", TESSERA_VERSION},
           {"workers", workers},
-          {"meshes", meshes_.size()},
+          {"meshes", meshes_.Size()},
           {"jobs", jobs},
           {"running_jobs", jobs.value("running", 0) + jobs.value("queued", 0)},
-          {"checkpoints", committed},
-          {"storage_bytes", stored},
-          {"logical_bytes", logical},
+          {"checkpoints", c.committed},
+          {"storage_bytes", c.stored_bytes},
+          {"logical_bytes", c.logical_bytes},
           {"open_barriers", coordination["open_barriers"]},
           {"preemption_notices", coordination["preemption_notices"]},
           {"kv_keys", coordination["kv_keys"]},
@@ -352,33 +284,25 @@ std::string Service::RenderMetrics() {
   gauges["tessera_preemption_notices"][""] = coordination["preemption_notices"].get<double>();
   gauges["tessera_kv_keys"][""] = coordination["kv_keys"].get<double>();
   gauges["tessera_kv_waiting_gets"][""] = coordination["kv_waiting_gets"].get<double>();
-  {
-    MutexLock lock(mu_);
-    for (const char* s : {"alive", "suspect", "dead"}) {
-      gauges["tessera_workers"]["state=\"" + std::string(s) + "\""] = 0;
+  const WorkerRegistry::Counts w = workers_.Count();
+  gauges["tessera_workers"]["state=\"alive\""] = static_cast<double>(w.alive);
+  gauges["tessera_workers"]["state=\"suspect\""] = static_cast<double>(w.suspect);
+  gauges["tessera_workers"]["state=\"dead\""] = static_cast<double>(w.dead);
+  gauges["tessera_task_polls_waiting"][""] = static_cast<double>(w.polls_waiting);
+  for (const char* s : {"queued", "running", "succeeded", "failed", "cancelled"}) {
+    for (const char* k : {"save", "restore", "verify"}) {
+      gauges["tessera_jobs"]["state=\"" + std::string(s) + "\",kind=\"" + k + "\""] = 0;
     }
-    for (const auto& [id, w] : workers_) {
-      gauges["tessera_workers"]["state=\"" + StateString(w.state) + "\""]++;
-    }
-    for (const char* s : {"queued", "running", "succeeded", "failed", "cancelled"}) {
-      for (const char* k : {"save", "restore", "verify"}) {
-        gauges["tessera_jobs"]["state=\"" + std::string(s) + "\",kind=\"" + k + "\""] = 0;
-      }
-    }
-    for (const auto& [id, j] : jobs_) {
-      gauges["tessera_jobs"]["state=\"" + StateString(j.state) + "\",kind=\"" + j.kind + "\""]++;
-    }
-    double committed = 0, stored = 0;
-    for (const auto& [k, c] : checkpoints_) {
-      if (c.state != CheckpointState::kCommitted) continue;
-      committed++;
-      stored += c.stored_bytes;
-    }
-    gauges["tessera_checkpoints_committed"][""] = committed;
-    gauges["tessera_checkpoint_stored_bytes"][""] = stored;
-    gauges["tessera_meshes"][""] = meshes_.size();
-    gauges["tessera_task_polls_waiting"][""] = static_cast<double>(polls_waiting_);
   }
+  for (const auto& [state, kinds] : jobs_.Count()) {
+    for (const auto& [kind, count] : kinds) {
+      gauges["tessera_jobs"]["state=\"" + state + "\",kind=\"" + kind + "\""] = static_cast<double>(count);
+    }
+  }
+  const CheckpointRegistry::Totals c = checkpoints_.Total();
+  gauges["tessera_checkpoints_committed"][""] = static_cast<double>(c.committed);
+  gauges["tessera_checkpoint_stored_bytes"][""] = static_cast<double>(c.stored_bytes);
+  gauges["tessera_meshes"][""] = static_cast<double>(meshes_.Size());
   std::map<std::string, std::map<std::string, double>> counters;
   if (server_stats_) {
     const http::ServerStats st = server_stats_();

@@ -6,16 +6,16 @@
 namespace tessera::service {
 
 Result<Json> Service::StartVerify(const std::string& mesh, const std::string& step) {
-  MutexLock lock(mu_);
-  ASSIGN_OR_RETURN(CheckpointRecord * c, FindCommitted(mesh, step));
-  auto m = meshes_.find(mesh);
-  JobRecord* job = NewJob("verify", mesh, c->step, Json::object());
-  MeshRecord record;  // only its name matters to a verify
+  const std::string job_id = NewId("j");
+  ASSIGN_OR_RETURN(CheckpointRecord c, checkpoints_.Hold(mesh, step, job_id));
+  MeshRecord record;  // only its name matters to a verify; the mesh may be gone
   record.mesh.name = mesh;
-  if (m != meshes_.end()) record = m->second;
-  Launch(std::make_unique<VerifyMachine>(
-      JobSpec::Of(job->id, std::move(record), c->step, options_.job_timeout_ms)));
-  return Json{{"job", job->id}, {"checkpoint", c->Summary()}};
+  if (auto m = meshes_.Get(mesh); m.ok()) record = *m;
+  JobSpec spec = JobSpec::Of(job_id, std::move(record), c.step, options_.job_timeout_ms);
+  spec.held_checkpoint = c.key();
+  CreateJob(spec, "verify", mesh, Json::object());
+  Launch(std::make_unique<VerifyMachine>(std::move(spec)));
+  return Json{{"job", job_id}, {"checkpoint", c.Summary()}};
 }
 
 }  // namespace tessera::service
