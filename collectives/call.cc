@@ -198,7 +198,6 @@ Call::Gathered Call::GatherByDoubling(ConstBytes header, ConstBytes payload) {
   // from it at the end. A message is records in an order both sides know, each
   // [u64 length][record] padded to 8 bytes. n log2(n) messages when n is a
   // power of two, where all-to-all takes n(n-1).
-  static constexpr uint8_t kZeros[8] = {};
   const int n = size(), me = rank();
   const CoreRanks doubling(n, me);
   const int p = doubling.p, folded = doubling.folded, core = doubling.rank;
@@ -217,69 +216,6 @@ Call::Gathered Call::GatherByDoubling(ConstBytes header, ConstBytes payload) {
   got.arrived.resize(n, false);
   std::vector<uint64_t> lengths(n, 0);
   lengths[me] = header.size() + payload.size();
-  auto pad = [](uint64_t length) { return PadTo8(length) - length; };
-  auto send = [&](int to, const std::vector<int>& ranks) {
-    std::vector<ConstBytes> parts;
-    for (int r : ranks) {
-      parts.push_back(ConstBytes(reinterpret_cast<const uint8_t*>(&lengths[r]), sizeof(uint64_t)));
-      if (r == me) {
-        parts.push_back(header);
-        parts.push_back(payload);
-      } else {
-        parts.push_back(got.records[r]);
-      }
-      parts.push_back(ConstBytes(kZeros, pad(lengths[r])));
-    }
-    got.failure = transport_->Send(to, parts, deadline_);
-    return got.failure.ok();
-  };
-  // Receives the records of `ranks` from `from` into received_[slot]; false
-  // when the exchange ends here (got says why).
-  auto receive = [&](int from, const std::vector<int>& ranks, size_t slot) {
-    if (received_.size() <= slot) received_.resize(slot + 1);
-    Buffer& message = received_[slot];
-    Status st = transport_->Recv(from, &message, deadline_);
-    if (!st.ok()) {
-      if (st.code() != Code::kDeadlineExceeded || !transport_->status().ok()) {
-        got.failure = st;
-      } else {
-        RollCall(got, -1);
-      }
-      return false;
-    }
-    if (IsRollCall(message.bytes())) {
-      // The sender gave up waiting further back: so does this rank.
-      RollCall(got, from);
-      return false;
-    }
-    size_t at = 0;
-    for (int r : ranks) {
-      uint64_t length = 0;
-      bool whole = message.size() - at >= sizeof(length);
-      if (whole) {
-        std::memcpy(&length, message.data() + at, sizeof(length));
-        at += sizeof(length);
-        whole = length <= message.size() - at && PadTo8(length) <= message.size() - at;
-      }
-      // Checked here, not after the last round: the relay must not go on.
-      HeaderFields fields;
-      size_t desc_end = 0;
-      if (!whole || !ReadHeader(message.bytes().subspan(at, length), r, &fields, &desc_end)) {
-        got.malformed = MalformedFrom(from);
-        return false;
-      }
-      got.records[r] = message.bytes().subspan(at, length);
-      got.arrived[r] = true;
-      lengths[r] = length;
-      at += PadTo8(length);
-    }
-    if (at != message.size()) {
-      got.malformed = MalformedFrom(from);
-      return false;
-    }
-    return true;
-  };
-
   size_t slot = 0;
   if (core < 0) {
     // Folded: hand the record over, get every other one back.
@@ -287,10 +223,10 @@ Call::Gathered Call::GatherByDoubling(ConstBytes header, ConstBytes payload) {
     for (int r = 0; r < n; ++r) {
       if (r != me) others.push_back(r);
     }
-    if (send(me + 1, {me})) receive(me + 1, others, slot);
+    if (SendRecords(me + 1, {me}, header, payload, lengths, got)) ReceiveRecords(me + 1, others, slot, lengths, got);
     return got;
   }
-  if (me < 2 * folded && !receive(me - 1, {me - 1}, slot++)) return got;
+  if (me < 2 * folded && !ReceiveRecords(me - 1, {me - 1}, slot++, lengths, got)) return got;
   for (int mask = 1; mask < p; mask <<= 1) {
     const int partner = core ^ mask;
     const int mine = core & ~(mask - 1), theirs = partner & ~(mask - 1);
@@ -298,16 +234,88 @@ Call::Gathered Call::GatherByDoubling(ConstBytes header, ConstBytes payload) {
     for (int c = mine; c < mine + mask; ++c) ranks_of(c, out);
     for (int c = theirs; c < theirs + mask; ++c) ranks_of(c, in);
     const int to = doubling.Member(partner);
-    if (!send(to, out) || !receive(to, in, slot++)) return got;
+    if (!SendRecords(to, out, header, payload, lengths, got) ||
+        !ReceiveRecords(to, in, slot++, lengths, got)) {
+      return got;
+    }
   }
   if (me < 2 * folded) {
     std::vector<int> all;
     for (int r = 0; r < n; ++r) {
       if (r != me - 1) all.push_back(r);
     }
-    send(me - 1, all);
+    SendRecords(me - 1, all, header, payload, lengths, got);
   }
   return got;
+}
+
+// One message of a doubling gather: the records of `ranks` in that order, each
+// [u64 length][record] padded to 8 bytes (this rank's own is `header` + `payload`).
+bool Call::SendRecords(int to, const std::vector<int>& ranks, ConstBytes header,
+                       ConstBytes payload, const std::vector<uint64_t>& lengths, Gathered& got) {
+  static constexpr uint8_t kZeros[8] = {};
+  const int me = rank();
+  std::vector<ConstBytes> parts;
+  for (int r : ranks) {
+    parts.push_back(ConstBytes(reinterpret_cast<const uint8_t*>(&lengths[r]), sizeof(uint64_t)));
+    if (r == me) {
+      parts.push_back(header);
+      parts.push_back(payload);
+    } else {
+      parts.push_back(got.records[r]);
+    }
+    parts.push_back(ConstBytes(kZeros, PadTo8(lengths[r]) - lengths[r]));
+  }
+  got.failure = transport_->Send(to, parts, deadline_);
+  return got.failure.ok();
+}
+
+// Receives the records of `ranks` from `from` into received_[slot]; false when the
+// exchange ends here (`got` says why).
+bool Call::ReceiveRecords(int from, const std::vector<int>& ranks, size_t slot,
+                          std::vector<uint64_t>& lengths, Gathered& got) {
+  if (received_.size() <= slot) received_.resize(slot + 1);
+  Buffer& message = received_[slot];
+  Status st = transport_->Recv(from, &message, deadline_);
+  if (!st.ok()) {
+    if (st.code() != Code::kDeadlineExceeded || !transport_->status().ok()) {
+      got.failure = st;
+    } else {
+      RollCall(got, -1);
+    }
+    return false;
+  }
+  if (IsRollCall(message.bytes())) {
+    // The sender gave up waiting further back: so does this rank.
+    RollCall(got, from);
+    return false;
+  }
+  size_t at = 0;
+  for (int r : ranks) {
+    uint64_t length = 0;
+    bool whole = message.size() - at >= sizeof(length);
+    if (whole) {
+      std::memcpy(&length, message.data() + at, sizeof(length));
+      at += sizeof(length);
+      whole = length <= message.size() - at && PadTo8(length) <= message.size() - at;
+    }
+    // Checked here, not after the last round: the relay must not go on.
+    HeaderFields fields;
+    size_t desc_end = 0;
+    if (!whole || !ReadHeader(message.bytes().subspan(at, length), r, &fields, &desc_end)) {
+      got.malformed = MalformedFrom(from);
+      return false;
+    }
+    got.records[r] = message.bytes().subspan(at, length);
+    got.arrived[r] = true;
+    lengths[r] = length;
+    at += PadTo8(length);
+  }
+  if (at != message.size()) {
+    got.malformed = MalformedFrom(from);
+    return false;
+  }
+  return true;
 }
 
 void Call::RollCall(Gathered& got, int heard_from) {

@@ -119,6 +119,11 @@ class Call {
   // Records relayed by recursive doubling (n ≥ 4), ranks beyond a power of two
   // folded in and out.
   Gathered GatherByDoubling(ConstBytes header, ConstBytes payload);
+  // The messages of GatherByDoubling; false when the exchange ends (`got` says why).
+  bool SendRecords(int to, const std::vector<int>& ranks, ConstBytes header, ConstBytes payload,
+                   const std::vector<uint64_t>& lengths, Gathered& got);
+  bool ReceiveRecords(int from, const std::vector<int>& ranks, size_t slot,
+                      std::vector<uint64_t>& lengths, Gathered& got);
   // After a relayed exchange stopped at the deadline (or at a partner's roll
   // call, heard_from): finds which of the ranks not heard of are missing.
   void RollCall(Gathered& got, int heard_from);

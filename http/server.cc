@@ -119,6 +119,47 @@ Request ToRequest(const httplib::Request& hreq) {
 
 }  // namespace
 
+namespace {
+
+// A handler's exception: logged, and answered 500 with the JSON error body.
+void OnException(const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+  std::string what = "unknown exception";
+  try {
+    std::rethrow_exception(ep);
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  std::fprintf(stderr, "error: %s %s: %s\n", req.method.c_str(), req.path.c_str(), what.c_str());
+  Response r = Response::Error(Internal("internal error: " + what));
+  res.status = r.status;
+  res.set_content(r.body, "application/json");
+}
+
+// httplib's own rejections (oversized body, bad request line) get the JSON body too.
+void OnHttplibError(const httplib::Request& req, httplib::Response& res) {
+  // After a refused request line or body, the rest of what the client sent is unread.
+  if (res.status == 400 || res.status == 413 || res.status == 414) MarkClose(res);
+  if (!res.body.empty()) return;
+  if (res.status == 400 && (req.method == "POST" || req.method == "PUT") &&
+      !req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) {
+    res.set_content(ErrorBody(InvalidArgument(req.method + " needs a body with a Content-Length; "
+                                              "send an empty JSON object (curl -d '{}')",
+                                              {{"field", "body"}}))
+                        .dump(),
+                    "application/json");
+    return;
+  }
+  Code code = res.status == 413   ? Code::kPayloadTooLarge
+              : res.status == 404 ? Code::kNotFound
+              : res.status < 500  ? Code::kInvalidArgument
+                                  : Code::kInternal;
+  std::string msg = res.status == 413 ? "request body too large" : "bad request";
+  res.set_content(ErrorBody(Status(code, msg)).dump(), "application/json");
+}
+
+}  // namespace
+
 Server::Server(std::shared_ptr<Router> router, ServerOptions options)
     : router_(std::move(router)), options_(std::move(options)), core_(std::make_unique<Core>()),
       tls_(nullptr, SSL_CTX_free) {
@@ -127,115 +168,89 @@ Server::Server(std::shared_ptr<Router> router, ServerOptions options)
   s.set_keep_alive_max_count(kMaxRequestsPerConnection);
   s.set_keep_alive_timeout(options_.keep_alive_timeout_s);
   auto handler = [this](const httplib::Request& req, httplib::Response& res) { Handle(&req, &res); };
-  // Bodies are read here, whatever their Content-Type: left to httplib, a body
-  // that says it is a form (curl --data-binary's default) is capped at 8 KiB,
-  // and tensor bytes are not forms. The size limit still applies (413).
-  // Whatever the header alone decides is answered before any byte of the body is
-  // read, and the connection is then closed: an unknown route, a missing or wrong
-  // credential, a declared body over the route's limit. A stranger so holds no
-  // thread while it trickles a body, and no memory for one.
+  // Bodies are read here, whatever their Content-Type (HandleWithBody).
   auto with_body = [this](const httplib::Request& req, httplib::Response& res,
                           const httplib::ContentReader& reader) {
-    std::string none;
-    // An answer without reading (the rest of) the body: the connection then closes.
-    auto refuse = [&](const Status& st) {
-      Handle(&req, &res, &none, &st);
-      MarkClose(res);
-      t_body_unread = true;
-    };
-    Request head = ToRequest(req);
-    bool wrong_method = false;
-    const Route* route = router_->Match(&head, &wrong_method);
-    if (route == nullptr || !Authorized(*route, head)) {
-      Handle(&req, &res, &none);  // the 404, 405 or 401
-      MarkClose(res);
-      t_body_unread = true;
-      return;
-    }
-    const uint64_t limit =
-        std::min<uint64_t>(options_.max_body_bytes,
-                           route->body_limit ? route->body_limit(head) : options_.max_json_body_bytes);
-    auto too_large = [&] {
-      return Status(Code::kPayloadTooLarge,
-                    "request body too large: " + route->method + " " + route->pattern +
-                        " takes at most " + std::to_string(limit) + " bytes",
-                    {{"field", "body"}, {"limit", limit}});
-    };
-    if (req.is_multipart_form_data()) {
-      // Nothing here takes forms, and httplib's form parser is not ours to feed.
-      return refuse(InvalidArgument(
-          "multipart/form-data bodies are not accepted; send the bytes as the body "
-          "(curl --data-binary @FILE)",
-          {{"field", "content-type"}}));
-    }
-    if (req.has_header("Content-Length")) {
-      const std::string declared = req.get_header_value("Content-Length");
-      char* end = nullptr;
-      errno = 0;
-      const unsigned long long n = std::strtoull(declared.c_str(), &end, 10);
-      if (errno != 0 || end == declared.c_str() || *end != '\0' || n > limit) {
-        return refuse(too_large());
-      }
-    }
-    std::string body;
-    bool over = false;
-    const bool read = reader([&](const char* data, size_t n) {
-      if (body.size() + n > limit) {
-        over = true;
-        return false;
-      }
-      body.append(data, n);
-      return true;
-    });
-    // httplib refuses a declared Content-Length over max_body_bytes itself (413).
-    if (over || res.status == 413) return refuse(too_large());  // the rest is unread
-    if (!read) {
-      return refuse(InvalidArgument(
-          "could not read the request body (cut short, or a bad chunked encoding)",
-          {{"field", "body"}}));
-    }
-    Handle(&req, &res, &body);
+    HandleWithBody(&req, &res, &reader);
   };
   s.Get(".*", handler);
   s.Post(".*", with_body);
   s.Put(".*", with_body);
   s.Patch(".*", with_body);
   s.Delete(".*", handler);
-  s.set_exception_handler([](const httplib::Request& req, httplib::Response& res,
-                             std::exception_ptr ep) {
-    std::string what = "unknown exception";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
+  s.set_exception_handler(OnException);
+  s.set_error_handler(OnHttplibError);
+}
+
+// Bodies are read here, whatever their Content-Type: left to httplib, a body that says
+// it is a form (curl --data-binary's default) is capped at 8 KiB, and tensor bytes are
+// not forms. The size limit still applies (413). Whatever the header alone decides is
+// answered before any byte of the body is read, and the connection is then closed: an
+// unknown route, a missing or wrong credential, a declared body over the route's limit.
+// A stranger so holds no thread while it trickles a body, and no memory for one.
+void Server::HandleWithBody(const void* raw_req, void* raw_res, const void* raw_reader) {
+  const auto& req = *static_cast<const httplib::Request*>(raw_req);
+  auto& res = *static_cast<httplib::Response*>(raw_res);
+  const auto& reader = *static_cast<const httplib::ContentReader*>(raw_reader);
+  std::string none;
+  // An answer without reading (the rest of) the body: the connection then closes.
+  auto refuse = [&](const Status& st) {
+    Handle(&req, &res, &none, &st);
+    MarkClose(res);
+    t_body_unread = true;
+  };
+  Request head = ToRequest(req);
+  bool wrong_method = false;
+  const Route* route = router_->Match(&head, &wrong_method);
+  if (route == nullptr || !Authorized(*route, head)) {
+    Handle(&req, &res, &none);  // the 404, 405 or 401
+    MarkClose(res);
+    t_body_unread = true;
+    return;
+  }
+  const uint64_t limit =
+      std::min<uint64_t>(options_.max_body_bytes,
+                         route->body_limit ? route->body_limit(head) : options_.max_json_body_bytes);
+  auto too_large = [&] {
+    return Status(Code::kPayloadTooLarge,
+                  "request body too large: " + route->method + " " + route->pattern +
+                      " takes at most " + std::to_string(limit) + " bytes",
+                  {{"field", "body"}, {"limit", limit}});
+  };
+  if (req.is_multipart_form_data()) {
+    // Nothing here takes forms, and httplib's form parser is not ours to feed.
+    return refuse(InvalidArgument(
+        "multipart/form-data bodies are not accepted; send the bytes as the body "
+        "(curl --data-binary @FILE)",
+        {{"field", "content-type"}}));
+  }
+  if (req.has_header("Content-Length")) {
+    const std::string declared = req.get_header_value("Content-Length");
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long n = std::strtoull(declared.c_str(), &end, 10);
+    if (errno != 0 || end == declared.c_str() || *end != '\0' || n > limit) {
+      return refuse(too_large());
     }
-    std::fprintf(stderr, "error: %s %s: %s\n", req.method.c_str(), req.path.c_str(), what.c_str());
-    Response r = Response::Error(Internal("internal error: " + what));
-    res.status = r.status;
-    res.set_content(r.body, "application/json");
-  });
-  // httplib's own rejections (oversized body, bad request line) get the JSON body too.
-  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    // After a refused request line or body, the rest of what the client sent is unread.
-    if (res.status == 400 || res.status == 413 || res.status == 414) MarkClose(res);
-    if (!res.body.empty()) return;
-    if (res.status == 400 && (req.method == "POST" || req.method == "PUT") &&
-        !req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) {
-      res.set_content(ErrorBody(InvalidArgument(req.method + " needs a body with a Content-Length; "
-                                                "send an empty JSON object (curl -d '{}')",
-                                                {{"field", "body"}}))
-                          .dump(),
-                      "application/json");
-      return;
+  }
+  std::string body;
+  bool over = false;
+  const bool read = reader([&](const char* data, size_t n) {
+    if (body.size() + n > limit) {
+      over = true;
+      return false;
     }
-    Code code = res.status == 413   ? Code::kPayloadTooLarge
-                : res.status == 404 ? Code::kNotFound
-                : res.status < 500  ? Code::kInvalidArgument
-                                    : Code::kInternal;
-    std::string msg = res.status == 413 ? "request body too large" : "bad request";
-    res.set_content(ErrorBody(Status(code, msg)).dump(), "application/json");
+    body.append(data, n);
+    return true;
   });
+  // httplib refuses a declared Content-Length over max_body_bytes itself (413).
+  if (over || res.status == 413) return refuse(too_large());  // the rest is unread
+  if (!read) {
+    return refuse(InvalidArgument(
+        "could not read the request body (cut short, or a bad chunked encoding)",
+        {{"field", "body"}}));
+  }
+  Handle(&req, &res, &body);
 }
 
 Server::~Server() { Stop(); }
@@ -286,7 +301,8 @@ Result<int> Server::Bind() {
 }
 
 void Server::Start() {
-  if (started_.exchange(true) || listen_fd_ < 0) return;
+  MutexLock life(lifecycle_mu_);  // a Stop that came first (an early signal) wins
+  if (stopping_ || started_.exchange(true) || listen_fd_ < 0) return;
   pool_ = std::make_unique<httplib::ThreadPool>(static_cast<size_t>(std::max(1, options_.threads)));
   if (!options_.reserved_prefix.empty()) {
     reserved_pool_ = std::make_unique<httplib::ThreadPool>(
@@ -313,6 +329,7 @@ void Server::Run() {
 }
 
 void Server::Stop() {
+  MutexLock life(lifecycle_mu_);
   {
     MutexLock l(mu_);
     if (stopping_.exchange(true)) return;

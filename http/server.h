@@ -97,6 +97,10 @@ class Server {
   // Answers a request: by its route, or with `refusal` when set.
   void Handle(const void* raw_req, void* raw_res, std::string* body = nullptr,
               const Status* refusal = nullptr);
+  // A request that may carry a body: what the header alone decides is answered before
+  // any byte of the body is read; else the body is read (within the route's limit)
+  // and the request handled. `raw_reader` is httplib's ContentReader.
+  void HandleWithBody(const void* raw_req, void* raw_res, const void* raw_reader);
   // Whether the request's credential lets it reach `route`.
   bool Authorized(const Route& route, const Request& req) const;
   // The 401 of a request without its credential.
@@ -120,6 +124,7 @@ class Server {
   int listen_fd_ = -1;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> started_{false};
+  Mutex lifecycle_mu_;  // Start and Stop, one at a time: taken before mu_
   Mutex mu_;
   CondVar stopped_cv_;  // stopping_ set, or active_ shrank
   std::set<Conn*> active_ GUARDED_BY(mu_);  // connections a handler is serving

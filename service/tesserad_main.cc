@@ -54,52 +54,110 @@ tessera::Status KeepPrivate(const std::string& data_dir) {
   return tessera::Status::Ok();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"tesserad: Tessera control plane"};
-  std::string listen = "127.0.0.1:7070", data_dir = "tessera-data", root, token_flag, token_file, web_dir,
-              s3_endpoint, tls_cert, tls_key;
+// The command line.
+struct Flags {
+  std::string listen = "127.0.0.1:7070", data_dir = "tessera-data", root, token, token_file;
+  std::string web_dir, s3_endpoint, tls_cert, tls_key;
   int threads = 256, header_timeout_s = 10;
   int64_t heartbeat_ms = 500, lease_ms = 3000, gc_interval_ms = 5 * 60 * 1000;
-  tessera::service::ServiceOptions opts;
-  int64_t job_history_min_age_s = opts.job_history_min_age_ms / 1000;
-  app.add_option("--listen", listen, "host:port to bind (port 0: any free port)");
-  app.add_option("--data-dir", data_dir, "catalog, token");
-  app.add_option("--checkpoint-root", root, "where checkpoints live: a directory every worker can reach, or s3://BUCKET/PREFIX (default <data-dir>/checkpoints)");
-  app.add_option("--s3-endpoint", s3_endpoint, "the S3 server of an s3:// root, e.g. http://10.0.0.5:7480 (else TESSERA_S3_ENDPOINT); workers learn it from here unless they set their own. Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION");
-  app.add_option("--token-file", token_file,
+  int64_t job_history_per_mesh = tessera::service::ServiceOptions{}.job_history_per_mesh;
+  int64_t job_history_min_age_s = tessera::service::ServiceOptions{}.job_history_min_age_ms / 1000;
+  bool unsafe_faults = false;
+};
+
+void AddFlags(CLI::App& app, Flags* f) {
+  app.add_option("--listen", f->listen, "host:port to bind (port 0: any free port)");
+  app.add_option("--data-dir", f->data_dir, "catalog, token");
+  app.add_option("--checkpoint-root", f->root, "where checkpoints live: a directory every worker can reach, or s3://BUCKET/PREFIX (default <data-dir>/checkpoints)");
+  app.add_option("--s3-endpoint", f->s3_endpoint, "the S3 server of an s3:// root, e.g. http://10.0.0.5:7480 (else TESSERA_S3_ENDPOINT); workers learn it from here unless they set their own. Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION");
+  app.add_option("--token-file", f->token_file,
                  "read the bearer token from this file (mode 0600); else TESSERA_TOKEN, else "
                  "<data-dir>/token, created with a random token");
-  app.add_option("--token", token_flag,
+  app.add_option("--token", f->token,
                  "the bearer token itself: every local user can read it in /proc (warned); "
                  "prefer --token-file or TESSERA_TOKEN");
-  app.add_option("--threads", threads, "HTTP threads; each worker's task long-poll, each SSE client and each waiting barrier, KV or sync call holds one, so keep it above the number of workers plus waiting ranks")
+  app.add_option("--threads", f->threads, "HTTP threads; each worker's task long-poll, each SSE client and each waiting barrier, KV or sync call holds one, so keep it above the number of workers plus waiting ranks")
       ->check(CLI::Range(4, 4096));
-  app.add_option("--heartbeat-ms", heartbeat_ms, "worker heartbeat interval")->check(CLI::Range(10, 60000));
-  app.add_option("--lease-ms", lease_ms, "a worker silent this long is dead")->check(CLI::Range(50, 600000));
-  app.add_option("--gc-interval-ms", gc_interval_ms, "remove leftovers of failed saves this often (0: at startup only)")
+  app.add_option("--heartbeat-ms", f->heartbeat_ms, "worker heartbeat interval")->check(CLI::Range(10, 60000));
+  app.add_option("--lease-ms", f->lease_ms, "a worker silent this long is dead")->check(CLI::Range(50, 600000));
+  app.add_option("--gc-interval-ms", f->gc_interval_ms, "remove leftovers of failed saves this often (0: at startup only)")
       ->check(CLI::Range(int64_t{0}, int64_t{86400000}));
-  app.add_option("--job-history", opts.job_history_per_mesh,
+  app.add_option("--job-history", f->job_history_per_mesh,
                  "keep the last N finished jobs of each mesh (older ones are forgotten once past "
                  "--job-history-min-age-s; checkpoints are not jobs and stay)")
       ->check(CLI::Range(int64_t{0}, int64_t{1000000}))
       ->capture_default_str();
-  app.add_option("--job-history-min-age-s", job_history_min_age_s,
+  app.add_option("--job-history-min-age-s", f->job_history_min_age_s,
                  "keep every finished job at least this long, past --job-history too")
       ->check(CLI::Range(int64_t{0}, int64_t{86400 * 365}))
       ->capture_default_str();
-  app.add_option("--tls-cert", tls_cert, "serve HTTPS with this PEM certificate chain (with --tls-key); clients verify it with --tls-ca / TESSERA_TLS_CA")
+  app.add_option("--tls-cert", f->tls_cert, "serve HTTPS with this PEM certificate chain (with --tls-key); clients verify it with --tls-ca / TESSERA_TLS_CA")
       ->check(CLI::ExistingFile);
-  app.add_option("--tls-key", tls_key, "the PEM private key of --tls-cert")->check(CLI::ExistingFile);
-  app.add_option("--header-timeout-s", header_timeout_s, "a client must send a whole request header within this; slower ones get 408")
+  app.add_option("--tls-key", f->tls_key, "the PEM private key of --tls-cert")->check(CLI::ExistingFile);
+  app.add_option("--header-timeout-s", f->header_timeout_s, "a client must send a whole request header within this; slower ones get 408")
       ->check(CLI::Range(1, 3600));
-  app.add_option("--web-dir", web_dir, "serve the dashboard from this directory (default: the copy built in)")
+  app.add_option("--web-dir", f->web_dir, "serve the dashboard from this directory (default: the copy built in)")
       ->check(CLI::ExistingDirectory);
-  bool unsafe_faults = false;
-  app.add_flag("--unsafe-fault-injection", unsafe_faults,
+  app.add_flag("--unsafe-fault-injection", f->unsafe_faults,
                "honour the TESSERA_FAULT_S3 test hook (failing S3 requests); never in production");
   app.set_version_flag("--version", TESSERA_VERSION);
+}
+
+tessera::service::ServiceOptions ServiceOptionsOf(const Flags& f) {
+  tessera::service::ServiceOptions opts;
+  opts.job_history_per_mesh = f.job_history_per_mesh;
+  opts.job_history_min_age_ms = f.job_history_min_age_s * 1000;
+  opts.data_dir = f.data_dir;
+  opts.checkpoint_root = f.root;
+  if (tessera::storage::IsS3Path(f.root)) opts.s3_endpoint = tessera::storage::DefaultS3Endpoint();
+  opts.heartbeat_ms = f.heartbeat_ms;
+  opts.lease_ms = f.lease_ms;
+  opts.gc_interval_ms = f.gc_interval_ms;
+  opts.suspect_ms = std::max<int64_t>(f.heartbeat_ms * 3, f.lease_ms / 2);
+  return opts;
+}
+
+tessera::http::ServerOptions ServerOptionsOf(const Flags& f, const std::string& host, int port,
+                                             const std::string& token,
+                                             tessera::service::Metrics* metrics) {
+  tessera::http::ServerOptions sopts;
+  sopts.host = host;
+  sopts.port = port;
+  sopts.threads = f.threads;
+  sopts.token = token;
+  // JSON bodies: 2 MiB; only a save's create-or-join, which lists a snapshot's
+  // tensors, may be larger (its route's limit).
+  sopts.max_json_body_bytes = 2 << 20;
+  sopts.max_body_bytes = 32 << 20;
+  sopts.read_timeout_s = 30;
+  sopts.write_timeout_s = 120;
+  sopts.header_timeout_s = f.header_timeout_s;
+  sopts.tls_cert_file = f.tls_cert;
+  sopts.tls_key_file = f.tls_key;
+  // Heartbeats, task polls and reports keep threads of their own, as many as
+  // the general pool: every worker's task long-poll holds one of them, and the
+  // heartbeats must still find one free (a pool of 8 let 16 workers' polls take
+  // every thread, and the workers were declared dead).
+  sopts.reserved_prefix = "/api/v1/workers/";
+  sopts.reserved_threads = f.threads;
+  sopts.on_request = [metrics](const tessera::http::Request& req, const std::string& pattern,
+                               int status, double) {
+    metrics->CountRequest(pattern.empty() ? "unmatched" : pattern, req.method, status);
+  };
+  return sopts;
+}
+
+int Fail(const tessera::Status& st) {
+  std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tesserad: Tessera control plane"};
+  Flags f;
+  AddFlags(app, &f);
   CLI11_PARSE(app, argc, argv);
 
   // SIGINT / SIGTERM go to a thread of their own (sigwait) rather than a handler,
@@ -112,87 +170,39 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  size_t colon = listen.rfind(':');
+  size_t colon = f.listen.rfind(':');
   if (colon == std::string::npos) {
     std::fprintf(stderr, "error: --listen must be host:port\n");
     return 2;
   }
-  std::string host = listen.substr(0, colon);
-  int port = std::atoi(listen.c_str() + colon + 1);
-  if (root.empty()) root = data_dir + "/checkpoints";
+  const std::string host = f.listen.substr(0, colon);
+  const int port = std::atoi(f.listen.c_str() + colon + 1);
+  if (f.root.empty()) f.root = f.data_dir + "/checkpoints";
 
   // Fault injection (tests) only when asked for, and never silently.
-  tessera::storage::s3::AllowFaultInjection(unsafe_faults);
-  if (unsafe_faults) std::fprintf(stderr, "warning: fault injection is on (--unsafe-fault-injection)\n");
+  tessera::storage::s3::AllowFaultInjection(f.unsafe_faults);
+  if (f.unsafe_faults) std::fprintf(stderr, "warning: fault injection is on (--unsafe-fault-injection)\n");
   auto env = tessera::storage::DefaultEnv();
-  if (auto st = env->CreateDirs(data_dir); !st.ok()) {
-    std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
-    return 1;
-  }
-  if (auto st = KeepPrivate(data_dir); !st.ok()) {
-    std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
-    return 1;
-  }
+  if (auto st = env->CreateDirs(f.data_dir); !st.ok()) return Fail(st);
+  if (auto st = KeepPrivate(f.data_dir); !st.ok()) return Fail(st);
   std::string token_source;
-  auto token = LoadToken(token_flag, token_file, data_dir, &token_source);
-  if (!token.ok()) {
-    std::fprintf(stderr, "error: %s\n", token.status().ToString().c_str());
-    return 1;
-  }
-  opts.job_history_min_age_ms = job_history_min_age_s * 1000;
-  opts.data_dir = data_dir;
-  opts.checkpoint_root = root;
-  if (!s3_endpoint.empty()) tessera::storage::SetDefaultS3Endpoint(s3_endpoint);
-  if (tessera::storage::IsS3Path(root)) opts.s3_endpoint = tessera::storage::DefaultS3Endpoint();
-  opts.heartbeat_ms = heartbeat_ms;
-  opts.lease_ms = lease_ms;
-  opts.gc_interval_ms = gc_interval_ms;
-  opts.suspect_ms = std::max<int64_t>(heartbeat_ms * 3, lease_ms / 2);
-  auto service = tessera::service::Service::Create(opts, env);
-  if (!service.ok()) {
-    std::fprintf(stderr, "error: %s\n", service.status().ToString().c_str());
-    return 1;
-  }
+  auto token = LoadToken(f.token, f.token_file, f.data_dir, &token_source);
+  if (!token.ok()) return Fail(token.status());
+  if (!f.s3_endpoint.empty()) tessera::storage::SetDefaultS3Endpoint(f.s3_endpoint);
+  auto service = tessera::service::Service::Create(ServiceOptionsOf(f), env);
+  if (!service.ok()) return Fail(service.status());
   auto router = std::make_shared<tessera::http::Router>();
   (*service)->AddRoutes(router.get());
-  tessera::service::AddDashboardRoutes(router.get(), web_dir);
-  tessera::http::ServerOptions sopts;
-  sopts.host = host;
-  sopts.port = port;
-  sopts.threads = threads;
-  sopts.token = *token;
-  // JSON bodies: 2 MiB; only a save's create-or-join, which lists a snapshot's
-  // tensors, may be larger (its route's limit).
-  sopts.max_json_body_bytes = 2 << 20;
-  sopts.max_body_bytes = 32 << 20;
-  sopts.read_timeout_s = 30;
-  sopts.write_timeout_s = 120;
-  sopts.header_timeout_s = header_timeout_s;
-  sopts.tls_cert_file = tls_cert;
-  sopts.tls_key_file = tls_key;
-  // Heartbeats, task polls and reports keep threads of their own, as many as
-  // the general pool: every worker's task long-poll holds one of them, and the
-  // heartbeats must still find one free (a pool of 8 let 16 workers' polls take
-  // every thread, and the workers were declared dead).
-  sopts.reserved_prefix = "/api/v1/workers/";
-  sopts.reserved_threads = threads;
-  auto* metrics = (*service)->metrics();
-  sopts.on_request = [metrics](const tessera::http::Request& req, const std::string& pattern,
-                               int status, double) {
-    metrics->CountRequest(pattern.empty() ? "unmatched" : pattern, req.method, status);
-  };
-  tessera::http::Server server(router, sopts);
+  tessera::service::AddDashboardRoutes(router.get(), f.web_dir);
+  tessera::http::Server server(router, ServerOptionsOf(f, host, port, *token, (*service)->metrics()));
   auto bound = server.Bind();
-  if (!bound.ok()) {
-    std::fprintf(stderr, "error: %s\n", bound.status().ToString().c_str());
-    return 1;
-  }
+  if (!bound.ok()) return Fail(bound.status());
   const char* scheme = server.tls() ? "https" : "http";
   std::printf("listening on %s://%s:%d\n", scheme, host.c_str(), *bound);
   std::printf("token: from %s\n", token_source.c_str());
   std::printf("dashboard: %s://%s:%d/ (sign in with the token)\n", scheme, host.c_str(), *bound);
   (*service)->SetServerStats([&server] { return server.stats(); });
-  std::printf("data dir: %s, checkpoint root: %s\n", data_dir.c_str(), root.c_str());
+  std::printf("data dir: %s, checkpoint root: %s\n", f.data_dir.c_str(), f.root.c_str());
   std::fflush(stdout);
   (*service)->Start();
   std::thread stopper([&] {
