@@ -76,6 +76,27 @@ Status Catalog::Put(const std::string& table, const std::string& key, const Json
   return stmt.Bind(1, key).Bind(2, doc.dump()).Bind(3, ++last_seq_[table]).Run();
 }
 
+Status Catalog::PutMany(const std::string& table,
+                        const std::vector<std::pair<std::string, Json>>& rows) {
+  if (!KnownTable(table)) return Internal("unknown catalog table " + table);
+  if (rows.empty()) return Status::Ok();
+  MutexLock lock(mu_);
+  RETURN_IF_ERROR(db_.Exec("BEGIN"));
+  Status st = [&]() -> Status {
+    ASSIGN_OR_RETURN(auto stmt,
+                     db_.Prepare("INSERT INTO " + table +
+                                 "(key, seq, doc) VALUES(?1, ?3, ?2) "
+                                 "ON CONFLICT(key) DO UPDATE SET doc = excluded.doc"));
+    for (const auto& [key, doc] : rows) {
+      RETURN_IF_ERROR(stmt.Bind(1, key).Bind(2, doc.dump()).Bind(3, ++last_seq_[table]).Run());
+    }
+    return Status::Ok();
+  }();
+  if (st.ok()) st = db_.Exec("COMMIT");
+  if (!st.ok()) (void)db_.Exec("ROLLBACK");
+  return st;
+}
+
 Status Catalog::Delete(const std::string& table, const std::string& key) {
   if (!KnownTable(table)) return Internal("unknown catalog table " + table);
   MutexLock lock(mu_);

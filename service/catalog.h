@@ -27,6 +27,8 @@ class Catalog {
   // Upserts / deletes one document. `table` is one of the tables above. Each is
   // O(log n): `seq` (insertion order) is indexed, and its next value is kept here.
   Status Put(const std::string& table, const std::string& key, const Json& doc);
+  // Many rows in one transaction: all or none.
+  Status PutMany(const std::string& table, const std::vector<std::pair<std::string, Json>>& rows);
   Status Delete(const std::string& table, const std::string& key);
   // Deletes many documents of one table in one transaction.
   Status DeleteMany(const std::string& table, const std::vector<std::string>& keys);

@@ -8,6 +8,7 @@
 #include "service/service.h"
 #include "storage/checkpoint_dir.h"
 #include "storage/index.h"
+#include "storage/root_meta.h"
 #include "storage/save_transaction.h"
 #include "storage/thread_pool.h"
 #include "storage/verify.h"
@@ -100,8 +101,8 @@ Result<Json> Service::RunJobIo(const JobSpec& spec, const JobAction& a) {
     }
     case IoKind::kCommit: {
       ASSIGN_OR_RETURN(std::string dir, SaveTransactionOf(spec).Commit());
-      ASSIGN_OR_RETURN(auto index, storage::CheckpointIndex::Open(env_, dir));
-      return RecordCommitted(spec, index, a.plan);
+      ASSIGN_OR_RETURN(Json summary, storage::ReadSummary(env_, dir));
+      return RecordCommitted(spec, summary, a.plan);
     }
     case IoKind::kRetention: {
       Status retained = ApplyRetention(mesh);

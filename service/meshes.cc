@@ -7,6 +7,7 @@
 #include "api/names.h"
 #include "service/job_machines.h"
 #include "service/service.h"
+#include "storage/root_meta.h"
 
 namespace tessera::service {
 
@@ -117,6 +118,7 @@ Result<Json> Service::SelfTestMesh(const MeshRecord& mesh, int64_t timeout_ms) {
     // No job can have started on it (Hold refuses a mesh under test).
     meshes_.Drop(name);
     (void)catalog_->Delete("meshes", name);
+    (void)PublishMeshDoc(name);  // its tombstone
     return st.WithContext("mesh " + name + " failed its self-test (job " + job_id +
                           "), so it is not registered")
         .WithDetail("job", job_id);
@@ -159,12 +161,31 @@ Result<std::pair<int, Json>> Service::PutMesh(const std::string& name, const Jso
     meshes_.Drop(name);
     return st.WithContext("mesh " + name + " is not registered");
   }
+  // The root holds the mesh's definition too: a tesserad with an empty catalog finds it.
+  if (Status st = PublishMeshDoc(name); !st.ok()) {
+    meshes_.Drop(name);
+    (void)catalog_->Delete("meshes", name);
+    (void)PublishMeshDoc(name);  // a tombstone, in case the document did land
+    return st.WithContext("mesh " + name + " is not registered");
+  }
   Json out = rec.ToJson();
   if (r.self_test) {
     ASSIGN_OR_RETURN(out["self_test"], SelfTestMesh(rec, r.self_test_ms));
   }
   events_.Publish("mesh", out);
   return std::make_pair(201, out);
+}
+
+Status Service::PublishMeshDoc(const std::string& name) {
+  Json doc;
+  if (auto m = meshes_.Get(name); m.ok()) {
+    doc = m->ToJson();
+    doc["retention"] = meshes_.Retention(name).value_or(RetentionPolicy{}).ToJson();
+  } else {
+    doc = {{"name", name}, {"deleted", true}};
+  }
+  doc["format"] = 1;
+  return storage::WriteMeshDoc(env_, options_.checkpoint_root, name, doc).status();
 }
 
 Json Service::ListMeshes() {
@@ -181,6 +202,7 @@ Result<Json> Service::GetMesh(const std::string& name) {
 Status Service::DeleteMesh(const std::string& name) {
   RETURN_IF_ERROR(meshes_.Remove(name));
   RETURN_IF_ERROR(catalog_->Delete("meshes", name));
+  RETURN_IF_ERROR(PublishMeshDoc(name));  // its tombstone: a rebuild does not bring it back
   // A notice belongs to the job on this mesh; a mesh registered again under the name starts clean.
   if (Status st = coordination_->ClearPreemption(name); !st.ok()) {
     std::fprintf(stderr, "catalog: %s\n", st.ToString().c_str());

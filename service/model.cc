@@ -187,16 +187,10 @@ std::vector<int64_t> StepsToPrune(const std::vector<int64_t>& steps, const Reten
   return out;
 }
 
-void CheckpointRecord::TakeContentsFrom(const storage::CheckpointIndex& index) {
-  tensors = Json::array();
-  for (const auto& t : index.tensors()) {
-    Json tj = TensorMetaToJson(t.meta);
-    tj["logical_bytes"] = t.meta.logical_bytes();
-    tj["stored_bytes"] = t.stored_bytes;
-    tensors.push_back(std::move(tj));
-  }
-  logical_bytes = index.logical_bytes();
-  stored_bytes = index.stored_bytes();
+void CheckpointRecord::TakeSummary(const Json& summary) {
+  tensors = summary.value("tensors", Json::array());
+  logical_bytes = summary.value("logical_bytes", uint64_t{0});
+  stored_bytes = summary.value("stored_bytes", uint64_t{0});
 }
 
 }  // namespace tessera::service

@@ -60,8 +60,9 @@ struct CheckpointRecord {
   Json error;
 
   std::string key() const { return Key(mesh, step); }
-  // tensors (with their sizes), logical_bytes and stored_bytes, from a committed index.
-  void TakeContentsFrom(const storage::CheckpointIndex& index);
+  // tensors (with their sizes), logical_bytes and stored_bytes, from a committed
+  // checkpoint's summary (storage/root_meta.h).
+  void TakeSummary(const Json& summary);
   // "<mesh>@<step>", the key of checkpoints_ and of the catalog's rows.
   static std::string Key(const std::string& mesh, int64_t step) {
     return mesh + "@" + std::to_string(step);

@@ -19,6 +19,7 @@ Result<Json> Service::PutRetention(const std::string& mesh, const Json& body) {
   Json doc = p.ToJson();
   doc["mesh"] = mesh;
   RETURN_IF_ERROR(catalog_->Put("retention", mesh, doc));
+  RETURN_IF_ERROR(PublishMeshDoc(mesh));
   RETURN_IF_ERROR(ApplyRetention(mesh));
   Json out = p.ToJson();
   out["mesh"] = mesh;

@@ -142,13 +142,13 @@ void Service::SetCheckpointState(const std::string& key, CheckpointState state) 
   events_.Publish("checkpoint", c->Summary());
 }
 
-// The committed checkpoint's record: its tensors and sizes, from its index.
-Json Service::RecordCommitted(const JobSpec& spec, const storage::CheckpointIndex& index,
+// The committed checkpoint's record: its tensors and sizes, from its summary.
+Json Service::RecordCommitted(const JobSpec& spec, const Json& summary,
                               const std::vector<storage::PlannedSlice>& plan) {
   const int64_t duration_ms = WallMs() - jobs_.StartedMs(spec.id);
   auto c = checkpoints_.Update(CheckpointRecord::Key(spec.mesh.mesh.name, spec.step),
                                [&](CheckpointRecord& r) {
-                                 r.TakeContentsFrom(index);
+                                 r.TakeSummary(summary);
                                  r.duration_ms = duration_ms;
                                  r.state = CheckpointState::kCommitted;
                                });

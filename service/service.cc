@@ -4,10 +4,13 @@
 #include <optional>
 #include <cstdio>
 #include <random>
+#include <set>
 
 #include "api/names.h"
 #include "storage/checkpoint_dir.h"
 #include "storage/index.h"
+#include "storage/root_meta.h"
+#include "storage/thread_pool.h"
 
 namespace tessera::service {
 
@@ -90,31 +93,98 @@ Status Service::RecoverJobsAndCheckpoints() {
   return Status::Ok();
 }
 
-// A save that renamed its dir but died before the catalog saw it is complete: adopt it.
-void Service::AdoptCommittedDirs() {
-  for (const MeshRecord& mesh : meshes_.List()) {
-    const std::string& name = mesh.mesh.name;
-    auto steps = storage::ListSteps(env_, options_.checkpoint_root, name);
-    if (!steps.ok()) continue;
-    for (int64_t step : *steps) {
+// The root is the truth (docs/format.md, "What the root holds"): a mesh the catalog
+// lacks comes from its document, a committed checkpoint it lacks from its summary
+// (a save that committed but died before the catalog saw it, or a catalog lost or
+// wiped), and a checkpoint it lists that the root no longer holds goes.
+Status Service::RebuildFromRoot() {
+  const std::string& root = options_.checkpoint_root;
+  ASSIGN_OR_RETURN(std::vector<std::string> names, storage::ListMeshDirs(env_, root));
+  std::vector<std::pair<std::string, int64_t>> missing;  // committed, not in the catalog
+  std::vector<std::pair<std::string, Json>> meshes, retention;
+  for (const std::string& name : names) {
+    if (!ValidateName(name, "mesh").ok()) continue;  // not a directory this tesserad made
+    if (!meshes_.Has(name)) {
+      ASSIGN_OR_RETURN(auto doc, storage::ReadMeshDoc(env_, root, name));
+      if (doc && !doc->deleted()) {
+        auto m = MeshRecord::FromJson(doc->doc);
+        if (!m.ok()) return m.status().WithContext("the document of mesh " + name + " in " + root);
+        meshes.emplace_back(name, m->ToJson());
+        meshes_.Load(std::move(*m));
+        if (doc->doc.contains("retention") && doc->doc["retention"].is_object()) {
+          const Json& r = doc->doc["retention"];
+          RetentionPolicy p{r.value("keep_last", Json(0)).is_number() ? r["keep_last"].get<int64_t>() : 0,
+                            r.value("keep_every_n_steps", Json(0)).is_number()
+                                ? r["keep_every_n_steps"].get<int64_t>()
+                                : 0};
+          meshes_.LoadRetention(name, p);
+          Json row = p.ToJson();
+          row["mesh"] = name;
+          retention.emplace_back(name, std::move(row));
+        }
+      }
+    }
+    ASSIGN_OR_RETURN(std::vector<int64_t> steps, storage::ListSteps(env_, root, name));
+    const std::set<int64_t> present(steps.begin(), steps.end());
+    for (int64_t step : steps) {
       auto known = checkpoints_.Get(CheckpointRecord::Key(name, step));
-      if (known && known->state == CheckpointState::kCommitted) continue;
-      auto dir = storage::CommittedDir(env_, options_.checkpoint_root, name, step);
-      if (!dir.ok()) continue;
-      auto index = storage::CheckpointIndex::Open(env_, *dir);
-      if (!index.ok()) continue;
-      CheckpointRecord c = known.value_or(CheckpointRecord{});
-      c.mesh = name;
-      c.step = step;
-      c.state = CheckpointState::kCommitted;
-      c.error = nullptr;
-      c.created_ms = index->meta().created_at_ms;
-      c.metadata = index->meta().metadata;
-      c.TakeContentsFrom(*index);
-      (void)PersistCheckpoint(c);
-      checkpoints_.Load(std::move(c));
+      if (!known || known->state != CheckpointState::kCommitted) missing.emplace_back(name, step);
+    }
+    for (int64_t step : checkpoints_.CommittedSteps(name)) {
+      if (present.count(step)) continue;
+      const std::string key = CheckpointRecord::Key(name, step);
+      std::fprintf(stderr, "checkpoint %s is in the catalog but not in %s: forgotten\n", key.c_str(),
+                   root.c_str());
+      checkpoints_.Erase(key);
+      (void)catalog_->Delete("checkpoints", key);
     }
   }
+  RETURN_IF_ERROR(catalog_->PutMany("meshes", meshes));
+  RETURN_IF_ERROR(catalog_->PutMany("retention", retention));
+  return AdoptCheckpoints(missing);
+}
+
+// Committed checkpoints the catalog lacks: their summaries, read in parallel.
+Status Service::AdoptCheckpoints(const std::vector<std::pair<std::string, int64_t>>& missing) {
+  if (missing.empty()) return Status::Ok();
+  std::vector<Result<Json>> summaries(missing.size(), Result<Json>(Json()));
+  {
+    storage::ThreadPool pool(8);
+    for (size_t i = 0; i < missing.size(); ++i) {
+      pool.Submit([this, &missing, &summaries, i] {
+        const auto& [mesh, step] = missing[i];
+        auto dir = storage::CommittedDir(env_, options_.checkpoint_root, mesh, step);
+        summaries[i] = dir.ok() ? storage::ReadSummary(env_, *dir) : Result<Json>(dir.status());
+      });
+    }
+  }
+  std::vector<std::pair<std::string, Json>> rows;
+  for (size_t i = 0; i < missing.size(); ++i) {
+    const auto& [mesh, step] = missing[i];
+    if (!summaries[i].ok()) {
+      // Listed, but not readable: not restorable either, so not listed.
+      std::fprintf(stderr, "checkpoint %s step %lld is not adopted: %s\n", mesh.c_str(),
+                   static_cast<long long>(step), summaries[i].status().ToString().c_str());
+      continue;
+    }
+    const Json& summary = *summaries[i];
+    CheckpointRecord c = checkpoints_.Get(CheckpointRecord::Key(mesh, step)).value_or(CheckpointRecord{});
+    c.mesh = mesh;
+    c.step = step;
+    c.state = CheckpointState::kCommitted;
+    c.error = nullptr;
+    c.created_ms = summary.value("created_at", int64_t{0});
+    c.metadata = summary.value("metadata", Json::object());
+    c.TakeSummary(summary);
+    rows.emplace_back(c.key(), c.ToJson());
+    checkpoints_.Load(std::move(c));
+  }
+  std::fprintf(stderr, "adopted %zu committed checkpoints from %s\n", rows.size(),
+               options_.checkpoint_root.c_str());
+  if (Status st = catalog_->PutMany("checkpoints", rows); !st.ok()) {
+    NoteCatalogFailure("checkpoints", st);  // memory has them; the next start adopts them again
+  }
+  return Status::Ok();
 }
 
 Status Service::Recover() {
@@ -124,8 +194,7 @@ Status Service::Recover() {
   // Nothing is running now: every staging dir is a leftover.
   auto removed = storage::CollectGarbage(env_, options_.checkpoint_root);
   if (!removed.ok()) return removed.status().WithContext("garbage collection at startup");
-  AdoptCommittedDirs();
-  return Status::Ok();
+  return RebuildFromRoot();
 }
 
 void Service::Start() {
@@ -180,6 +249,8 @@ Result<Json> Service::CollectGarbage() {
   // that starts while this runs (its job exists before its staging does).
   auto keep = [this](const std::string& id) { return jobs_.Running(id); };
   ASSIGN_OR_RETURN(auto removed, storage::CollectGarbage(env_, options_.checkpoint_root, keep));
+  ASSIGN_OR_RETURN(auto docs, storage::PruneMeshDocs(env_, options_.checkpoint_root));
+  removed.insert(removed.end(), docs.begin(), docs.end());
   for (const auto& path : removed) std::fprintf(stderr, "garbage collected %s\n", path.c_str());
   return Json{{"removed", removed}};
 }

@@ -154,7 +154,8 @@ class Service {
   Status RecoverWorkers();
   Status RecoverMeshes();
   Status RecoverJobsAndCheckpoints();
-  void AdoptCommittedDirs();
+  Status RebuildFromRoot();
+  Status AdoptCheckpoints(const std::vector<std::pair<std::string, int64_t>>& missing);
   // The phases of PutMesh.
   Result<std::vector<std::string>> ChooseMeshWorkers(const MeshRequest& r) const;
   Result<Json> SelfTestMesh(const MeshRecord& mesh, int64_t timeout_ms);
@@ -171,6 +172,9 @@ class Service {
   Status Persist(const std::string& table, const std::string& key, const Json& doc);
   void NoteCatalogFailure(const std::string& table, const Status& st);
   void PublishWorker(const WorkerRecord& w);
+  // Writes the mesh's document into the root (storage/root_meta.h): its record and
+  // retention policy, or its tombstone once it is gone.
+  Status PublishMeshDoc(const std::string& name);
   // Tells every live worker of `mesh` that job `job_id` failed with `error`: they drop its
   // snapshot and, for a `collective` job, leave its collective.
   void AbortOnWorkers(const MeshRecord& mesh, const std::string& job_id, bool collective,
@@ -200,7 +204,7 @@ class Service {
   // calls, not from snapshot tasks. Releases the mesh when it fails.
   Result<CheckpointRecord> CreateSaveJob(const std::string& job_id, const MeshRecord& mesh,
                                          const SaveRequest& request, bool joined);
-  Json RecordCommitted(const JobSpec& spec, const storage::CheckpointIndex& index,
+  Json RecordCommitted(const JobSpec& spec, const Json& summary,
                        const std::vector<storage::PlannedSlice>& plan);
   // A failed save: the checkpoint failed, workers drop snapshots, staging removed.
   void AbandonSave(const JobSpec& spec, const Status& st);

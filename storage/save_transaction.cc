@@ -2,6 +2,7 @@
 
 #include "api/clock.h"
 #include "storage/checkpoint_dir.h"
+#include "storage/root_meta.h"
 
 namespace tessera::storage {
 
@@ -18,7 +19,9 @@ Status SaveTransaction::Stage() { return CreateStaging(env_, root_, mesh_.name, 
 
 Status SaveTransaction::Merge(const std::vector<std::string>& fragments, const Json& metadata) {
   CheckpointMeta meta{mesh_, step_, metadata.is_null() ? Json::object() : metadata, WallMs()};
-  return MergeFragments(env_, staging_, fragments, meta);
+  RETURN_IF_ERROR(MergeFragments(env_, staging_, fragments, meta));
+  // What a control plane rebuilding its catalog reads instead of the index.
+  return WriteSummary(env_, staging_);
 }
 
 Result<std::string> SaveTransaction::Commit() {

@@ -453,6 +453,8 @@ TEST(SaveRestore, CancelCleansUpLikeAFailure) {
   EXPECT_TRUE(storage::ListSteps(storage::DefaultEnv(), c->checkpoint_root(), "two")->empty());
   std::error_code ec;
   for (auto& e : std::filesystem::directory_iterator(c->checkpoint_root() + "/two", ec)) {
+    // Only the mesh's document (docs/format.md, "What the root holds") stays.
+    if (e.path().filename().string().rfind("mesh-", 0) == 0) continue;
     ADD_FAILURE() << "left behind: " << e.path();
   }
   // The step can be saved again afterwards.

@@ -152,7 +152,9 @@ def test_save_restore_verify_delete_and_gc_in_a_bucket(rgw, cluster):
         t.client.delete_checkpoint("m1", 1)
         assert [c["step"] for c in t.client.checkpoints("m1")] == [2]
         names = keys(s3, "main/m1/")
-        assert "step-1.commit" not in names and len(names) == 1 + 1 + 4, names
+        # Left: step 2's manifest, index, summary and 4 shards, and the mesh's document.
+        assert "step-1.commit" not in names and len(names) == 1 + 1 + 1 + 4 + 1, names
+        assert "mesh-1.json" in names, names
         assert t.client.collect_garbage() == []
         # Retention: keep the last one.
         t.client.set_retention("m1", keep_last=1)
@@ -223,6 +225,33 @@ def test_unreachable_store_and_bad_credentials_are_named(rgw, cluster):
     finally:
         t.restart_worker(1)
         t.close()
+
+
+def test_a_tesserad_with_an_empty_catalog_rebuilds_from_the_bucket(rgw):
+    endpoint, s3 = rgw
+    first = start_cluster(endpoint, "rebuild")
+    t = Trainers(first, "m6")
+    try:
+        t.commit(1)
+        t.commit(2)
+        t.client.set_retention("m6", keep_last=5)
+    finally:
+        t.close()
+        first.stop()
+    # Another tesserad, a fresh data dir, the same prefix; workers under the same names.
+    second = start_cluster(endpoint, "rebuild")
+    t = Trainers(second, "m6")  # registering the same mesh again is a no-op (200)
+    try:
+        assert [c["step"] for c in t.client.checkpoints("m6")] == [2, 1]
+        assert t.client.mesh("m6")["retention"]["keep_last"] == 5
+        t.fill(0)
+        assert each(t.ms, lambda r, m: m.restore(1)) == [1] * 4 and t.holds(1)
+        assert t.client.verify("m6", 2).wait(60)["state"] == "succeeded"
+        t.commit(3)
+        assert [c["step"] for c in t.client.checkpoints("m6")] == [3, 2, 1]
+    finally:
+        t.close()
+        second.stop()
 
 
 def test_a_failed_commit_leaves_no_step(rgw):
