@@ -68,12 +68,7 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(storage::Env* env, const std::str
 Status Catalog::Put(const std::string& table, const std::string& key, const Json& doc) {
   if (!KnownTable(table)) return Internal("unknown catalog table " + table);
   MutexLock lock(mu_);
-  ASSIGN_OR_RETURN(auto stmt,
-                   db_.Prepare("INSERT INTO " + table +
-                               "(key, seq, doc) VALUES(?1, ?3, ?2) "
-                               "ON CONFLICT(key) DO UPDATE SET doc = excluded.doc"));
-  // An update keeps its row's seq; the number it did not use is simply skipped.
-  return stmt.Bind(1, key).Bind(2, doc.dump()).Bind(3, ++last_seq_[table]).Run();
+  return PutRows(table, {{key, doc}});
 }
 
 Status Catalog::PutMany(const std::string& table,
@@ -82,19 +77,22 @@ Status Catalog::PutMany(const std::string& table,
   if (rows.empty()) return Status::Ok();
   MutexLock lock(mu_);
   RETURN_IF_ERROR(db_.Exec("BEGIN"));
-  Status st = [&]() -> Status {
-    ASSIGN_OR_RETURN(auto stmt,
-                     db_.Prepare("INSERT INTO " + table +
-                                 "(key, seq, doc) VALUES(?1, ?3, ?2) "
-                                 "ON CONFLICT(key) DO UPDATE SET doc = excluded.doc"));
-    for (const auto& [key, doc] : rows) {
-      RETURN_IF_ERROR(stmt.Bind(1, key).Bind(2, doc.dump()).Bind(3, ++last_seq_[table]).Run());
-    }
-    return Status::Ok();
-  }();
+  Status st = PutRows(table, rows);
   if (st.ok()) st = db_.Exec("COMMIT");
   if (!st.ok()) (void)db_.Exec("ROLLBACK");
   return st;
+}
+
+// An update keeps its row's seq; the number it did not use is simply skipped.
+Status Catalog::PutRows(const std::string& table,
+                        const std::vector<std::pair<std::string, Json>>& rows) {
+  ASSIGN_OR_RETURN(auto stmt, db_.Prepare("INSERT INTO " + table +
+                                          "(key, seq, doc) VALUES(?1, ?3, ?2) "
+                                          "ON CONFLICT(key) DO UPDATE SET doc = excluded.doc"));
+  for (const auto& [key, doc] : rows) {
+    RETURN_IF_ERROR(stmt.Bind(1, key).Bind(2, doc.dump()).Bind(3, ++last_seq_[table]).Run());
+  }
+  return Status::Ok();
 }
 
 Status Catalog::Delete(const std::string& table, const std::string& key) {

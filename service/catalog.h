@@ -40,6 +40,8 @@ class Catalog {
  private:
   explicit Catalog(storage::SqliteDb db) : db_(std::move(db)) {}
   Status DeleteRows(const std::string& table, const std::vector<std::string>& keys) REQUIRES(mu_);
+  Status PutRows(const std::string& table, const std::vector<std::pair<std::string, Json>>& rows)
+      REQUIRES(mu_);
   Mutex mu_;
   storage::SqliteDb db_ GUARDED_BY(mu_);
   std::map<std::string, int64_t> last_seq_ GUARDED_BY(mu_);  // by table
