@@ -144,12 +144,14 @@ Status Service::RebuildFromRoot() {
   return AdoptCheckpoints(missing);
 }
 
-// Committed checkpoints the catalog lacks: their summaries, read in parallel.
+// Committed checkpoints the catalog lacks: their summaries, read in parallel (8 at a
+// time from a file system, 32 from an object store).
 Status Service::AdoptCheckpoints(const std::vector<std::pair<std::string, int64_t>>& missing) {
   if (missing.empty()) return Status::Ok();
   std::vector<Result<Json>> summaries(missing.size(), Result<Json>(Json()));
   {
-    storage::ThreadPool pool(8);
+    // An object store answers each GET in tens of ms: more of them in flight.
+    storage::ThreadPool pool(env_->IsObjectStore(options_.checkpoint_root) ? 32 : 8);
     for (size_t i = 0; i < missing.size(); ++i) {
       pool.Submit([this, &missing, &summaries, i] {
         const auto& [mesh, step] = missing[i];

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <map>
 #include <nlohmann/json.hpp>
 
 namespace tessera::storage {
@@ -110,6 +111,17 @@ std::string StagingId(std::string_view name) {
   return dash == rest.npos ? "" : std::string(rest.substr(dash + 1));
 }
 
+// The step of a staging name ".staging-<step>-<id>"; -1 for another name.
+int64_t StagingStep(std::string_view name) {
+  if (!name.starts_with(kStagingPrefix)) return -1;
+  std::string_view rest = name.substr(kStagingPrefix.size());
+  const size_t dash = rest.find('-');
+  if (dash == std::string_view::npos || dash == 0) return -1;
+  int64_t step = -1;
+  auto [p, ec] = std::from_chars(rest.data(), rest.data() + dash, step);
+  return ec == std::errc() && p == rest.data() + dash && step >= 0 ? step : -1;
+}
+
 Result<std::vector<std::string>> CollectObjectGarbage(Env* env, const std::string& root,
                                                       const KeepFn& keep) {
   std::vector<std::string> removed;
@@ -117,10 +129,22 @@ Result<std::vector<std::string>> CollectObjectGarbage(Env* env, const std::strin
   for (const auto& m : meshes) {
     const std::string dir = JoinPath(root, m);
     ASSIGN_OR_RETURN(auto names, env->ListDir(dir));
+    // A manifest is read only where its step has more than one staging prefix: with
+    // one, that prefix is kept whatever the manifest names (keeping is never wrong),
+    // so the common case is a listing, not a read per checkpoint.
+    std::map<int64_t, int> prefixes;  // staging prefixes per step
+    for (const auto& n : names) {
+      if (int64_t step = StagingStep(n); step >= 0) ++prefixes[step];
+    }
     std::set<std::string> referenced;
+    std::set<int64_t> committed_single;  // committed steps with one staging prefix
     for (const auto& n : names) {
       int64_t step;
       if (!ParseStep(n, &step, kManifestSuffix)) continue;
+      if (prefixes[step] <= 1) {
+        committed_single.insert(step);
+        continue;
+      }
       auto body = ReadWholeFile(env, JoinPath(dir, n));
       // Deleted since the listing: its step is gone, and so may its files be.
       if (!body.ok() && body.status().code() == Code::kNotFound) continue;
@@ -128,7 +152,10 @@ Result<std::vector<std::string>> CollectObjectGarbage(Env* env, const std::strin
       referenced.insert(ManifestDir(*body));
     }
     for (const auto& n : names) {
-      if (!n.starts_with(kStagingPrefix) || referenced.count(n) || keep(StagingId(n))) continue;
+      if (!n.starts_with(kStagingPrefix) || referenced.count(n) ||
+          committed_single.count(StagingStep(n)) || keep(StagingId(n))) {
+        continue;
+      }
       const std::string path = JoinPath(dir, n);
       RETURN_IF_ERROR(env->DeleteTree(path));
       removed.push_back(path);

@@ -227,6 +227,18 @@ TEST_F(S3EnvTest, AFailedCommitLeavesNoStepAndEarlierOnesIntact) {
   EXPECT_TRUE(VerifyCheckpoint(env_.get(), *CommittedDir(env_.get(), root_, "m", 1))->ok());
 }
 
+// A committed step's other, failed attempt: its step has two staging prefixes, so the
+// manifest is read to learn which one it protects, and the other goes.
+TEST_F(S3EnvTest, AFailedAttemptOfACommittedStepIsCollected) {
+  ASSERT_TRUE(SaveCheckpoint(env_.get(), Request(root_, 1)).ok());
+  // Written in place, as a writer cut off before the commit left it.
+  ASSERT_TRUE(WriteFile(env_.get(), JoinPath(StagingDir(root_, "m", 1, "failed"), "f"), "x", 1).ok());
+  auto removed = CollectGarbage(env_.get(), root_);
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_EQ(*removed, std::vector<std::string>{StagingDir(root_, "m", 1, "failed")});
+  EXPECT_TRUE(VerifyCheckpoint(env_.get(), *CommittedDir(env_.get(), root_, "m", 1))->ok());
+}
+
 TEST_F(S3EnvTest, AWriterKilledBetweenPartsIsCollected) {
   ASSERT_TRUE(SaveCheckpoint(env_.get(), Request(root_, 1)).ok());
   ASSERT_TRUE(CreateStaging(env_.get(), root_, "m", 2, "dead").ok());
