@@ -73,4 +73,14 @@ Result<ChosenToken> ChooseToken(const std::string& flag, const std::string& file
   return ChosenToken{};
 }
 
+bool BearerMatches(const std::string& header, const std::string& token) {
+  const std::string prefix = "Bearer ";
+  if (header.size() != prefix.size() + token.size() || header.compare(0, prefix.size(), prefix)) {
+    return false;
+  }
+  unsigned char diff = 0;
+  for (size_t i = 0; i < token.size(); ++i) diff |= header[prefix.size() + i] ^ token[i];
+  return diff == 0;
+}
+
 }  // namespace tessera::http

@@ -31,4 +31,7 @@ Status CheckOwnerOnly(const std::string& path, const std::string& what, const st
 // empty, or readable or writable by anyone but its owner (chmod 600 it).
 Result<std::string> ReadTokenFile(const std::string& path);
 
+// Constant-time check of "Authorization: Bearer <token>".
+bool BearerMatches(const std::string& header, const std::string& token);
+
 }  // namespace tessera::http

@@ -18,22 +18,13 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "http/bearer_token.h"
 #include "http/connection.h"
 #include "http/gate.h"
 #include "http/request_head.h"
 #include "http/tls.h"
 
 namespace tessera::http {
-
-bool BearerMatches(const std::string& header, const std::string& token) {
-  const std::string prefix = "Bearer ";
-  if (header.size() != prefix.size() + token.size() || header.compare(0, prefix.size(), prefix)) {
-    return false;
-  }
-  unsigned char diff = 0;
-  for (size_t i = 0; i < token.size(); ++i) diff |= header[prefix.size() + i] ^ token[i];
-  return diff == 0;
-}
 
 // httplib's request parser and dispatcher, fed one connection at a time by Serve.
 class Server::Core : public httplib::Server {

@@ -133,7 +133,4 @@ class Server {
   static constexpr int kStopGraceMs = 2000;
 };
 
-// Constant-time check of "Authorization: Bearer <token>".
-bool BearerMatches(const std::string& header, const std::string& token);
-
 }  // namespace tessera::http
