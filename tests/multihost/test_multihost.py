@@ -364,8 +364,10 @@ def test_tesserad_killed_mid_save_and_restarted(cluster):
               for i in range(1, WORKERS + 1)]
     wait_for_write_phase(c, "rst", 2)
     c.server.kill()
+    # A trainer whose create-or-join was answered after the job began writing may have
+    # lost that answer with tesserad: it then waits out its own 60 s for the job id.
     for s in savers:
-        s.communicate(timeout=60)
+        s.communicate(timeout=120)
     c.start_server(log="tesserad-restarted.log")
     # The interrupted save failed; nothing of it is left; the workers kept their ids.
     for i in range(1, WORKERS + 1):
