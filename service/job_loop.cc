@@ -7,7 +7,6 @@
 #include "service/job_inbox.h"
 #include "service/service.h"
 #include "storage/checkpoint_dir.h"
-#include "storage/index.h"
 #include "storage/root_meta.h"
 #include "storage/save_transaction.h"
 #include "storage/thread_pool.h"

@@ -7,8 +7,6 @@
 
 namespace tessera::service {
 
-std::string NewId(const std::string& prefix);  // service.cc
-
 namespace {
 
 // Closes the current phase's timing.

@@ -1,6 +1,8 @@
 #include "service/model.h"
 
 #include <chrono>
+#include <cstdio>
+#include <random>
 
 namespace tessera::service {
 namespace {
@@ -175,6 +177,13 @@ Json RetentionPolicy::ToJson() const {
           {"keep_every_n_steps", keep_every_n_steps ? Json(keep_every_n_steps) : Json()}};
 }
 
+RetentionPolicy RetentionPolicy::FromJson(const Json& j) {
+  auto number = [&](const char* key) {
+    return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<int64_t>() : 0;
+  };
+  return RetentionPolicy{number("keep_last"), number("keep_every_n_steps")};
+}
+
 std::vector<int64_t> StepsToPrune(const std::vector<int64_t>& steps, const RetentionPolicy& policy) {
   std::vector<int64_t> out;
   if (policy.keep_last <= 0) return out;
@@ -191,6 +200,15 @@ void CheckpointRecord::TakeSummary(const Json& summary) {
   tensors = summary.value("tensors", Json::array());
   logical_bytes = summary.value("logical_bytes", uint64_t{0});
   stored_bytes = summary.value("stored_bytes", uint64_t{0});
+}
+
+std::string NewId(const std::string& prefix) {
+  static thread_local std::mt19937_64 rng(std::random_device{}() ^
+                                          reinterpret_cast<uintptr_t>(&rng));
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%012llx",
+                static_cast<unsigned long long>(rng() & 0xffffffffffffULL));
+  return prefix + "-" + buf;
 }
 
 }  // namespace tessera::service

@@ -12,7 +12,6 @@
 #include "api/json_codec.h"
 #include "api/mesh.h"
 #include "service/states.h"
-#include "storage/index.h"
 
 namespace tessera::service {
 
@@ -126,9 +125,13 @@ struct RetentionPolicy {
   int64_t keep_last = 0;           // 0: keep all
   int64_t keep_every_n_steps = 0;  // 0: none kept for this reason
   Json ToJson() const;
+  static RetentionPolicy FromJson(const Json& j);  // absent or null values: 0
 };
 
 // Steps to delete under `policy`, given committed steps ascending.
 std::vector<int64_t> StepsToPrune(const std::vector<int64_t>& steps, const RetentionPolicy& policy);
+
+// A random id such as "j-3f9a0c1d2b4e".
+std::string NewId(const std::string& prefix);
 
 }  // namespace tessera::service

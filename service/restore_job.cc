@@ -51,16 +51,13 @@ Result<Json> Service::StartRestore(const std::string& mesh, const std::string& s
   const std::string job_id = NewId("j");
   const std::string target_mesh = request.target_mesh.value_or(mesh);
   ASSIGN_OR_RETURN(CheckpointRecord c, checkpoints_.Hold(mesh, step, job_id));
-  JobSpec spec;
-  spec.id = job_id;
-  spec.held_checkpoint = c.key();
   auto t = meshes_.Hold(target_mesh, job_id, "target_mesh");
   if (!t.ok()) {
-    ReleaseHolds(spec);
+    checkpoints_.Release(c.key(), job_id);
     return t.status();
   }
   // The machine's mesh is the target; the step is the source checkpoint's.
-  spec = JobSpec::Of(job_id, *t, c.step, options_.job_timeout_ms);
+  JobSpec spec = JobSpec::Of(job_id, *t, c.step, options_.job_timeout_ms);
   spec.checkpoint_mesh = mesh;
   spec.holds_mesh = true;
   spec.held_checkpoint = c.key();

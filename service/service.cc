@@ -3,25 +3,14 @@
 #include <algorithm>
 #include <optional>
 #include <cstdio>
-#include <random>
 #include <set>
 
 #include "api/names.h"
 #include "storage/checkpoint_dir.h"
-#include "storage/index.h"
 #include "storage/root_meta.h"
 #include "storage/thread_pool.h"
 
 namespace tessera::service {
-
-std::string NewId(const std::string& prefix) {
-  static thread_local std::mt19937_64 rng(std::random_device{}() ^
-                                          reinterpret_cast<uintptr_t>(&rng));
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "%012llx",
-                static_cast<unsigned long long>(rng() & 0xffffffffffffULL));
-  return prefix + "-" + buf;
-}
 
 Service::Service(ServiceOptions options, storage::Env* env, std::unique_ptr<Catalog> catalog)
     : options_(std::move(options)), env_(env), catalog_(std::move(catalog)) {}
@@ -57,12 +46,7 @@ Status Service::RecoverMeshes() {
   }
   ASSIGN_OR_RETURN(auto retention, catalog_->All("retention"));
   for (const auto& j : retention) {
-    RetentionPolicy p;
-    p.keep_last = j.value("keep_last", Json(0)).is_number() ? j["keep_last"].get<int64_t>() : 0;
-    p.keep_every_n_steps = j.value("keep_every_n_steps", Json(0)).is_number()
-                               ? j["keep_every_n_steps"].get<int64_t>()
-                               : 0;
-    meshes_.LoadRetention(j.value("mesh", ""), p);
+    meshes_.LoadRetention(j.value("mesh", ""), RetentionPolicy::FromJson(j));
   }
   return Status::Ok();
 }
@@ -112,11 +96,7 @@ Status Service::RebuildFromRoot() {
         meshes.emplace_back(name, m->ToJson());
         meshes_.Load(std::move(*m));
         if (doc->doc.contains("retention") && doc->doc["retention"].is_object()) {
-          const Json& r = doc->doc["retention"];
-          RetentionPolicy p{r.value("keep_last", Json(0)).is_number() ? r["keep_last"].get<int64_t>() : 0,
-                            r.value("keep_every_n_steps", Json(0)).is_number()
-                                ? r["keep_every_n_steps"].get<int64_t>()
-                                : 0};
+          const RetentionPolicy p = RetentionPolicy::FromJson(doc->doc["retention"]);
           meshes_.LoadRetention(name, p);
           Json row = p.ToJson();
           row["mesh"] = name;

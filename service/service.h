@@ -39,7 +39,6 @@
 #include "service/model.h"
 #include "service/worker_registry.h"
 #include "storage/env.h"
-#include "storage/index.h"
 #include "storage/save_plan.h"
 #include "storage/save_transaction.h"
 #include "storage/thread_pool.h"
@@ -242,8 +241,5 @@ class Service {
   mutable Mutex catalog_error_mu_;
   Json catalog_error_ GUARDED_BY(catalog_error_mu_);  // the last failed write
 };
-
-// A random id such as "j-3f9a0c1d2b4e".
-std::string NewId(const std::string& prefix);
 
 }  // namespace tessera::service

@@ -3,6 +3,7 @@
 // caller writes the catalog and publishes events with the copies these methods return.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <functional>

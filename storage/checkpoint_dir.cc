@@ -103,23 +103,30 @@ Status DeleteObjects(Env* env, const std::string& root, const std::string& mesh,
 
 using KeepFn = std::function<bool(const std::string&)>;
 
-// The job id of a staging dir name (".staging-<step>-<id>"), "" if it is none.
-std::string StagingId(std::string_view name) {
-  if (!name.starts_with(kStagingPrefix)) return "";
+// ".staging-<step>-<id>": the text of its step and its id; false for another name.
+bool SplitStagingName(std::string_view name, std::string_view* step, std::string_view* id) {
+  if (!name.starts_with(kStagingPrefix)) return false;
   std::string_view rest = name.substr(kStagingPrefix.size());
   const size_t dash = rest.find('-');
-  return dash == rest.npos ? "" : std::string(rest.substr(dash + 1));
+  if (dash == rest.npos) return false;
+  *step = rest.substr(0, dash);
+  *id = rest.substr(dash + 1);
+  return true;
 }
 
-// The step of a staging name ".staging-<step>-<id>"; -1 for another name.
+// The job id of a staging dir name, "" if it is none.
+std::string StagingId(std::string_view name) {
+  std::string_view step, id;
+  return SplitStagingName(name, &step, &id) ? std::string(id) : "";
+}
+
+// The step of a staging dir name; -1 for another name.
 int64_t StagingStep(std::string_view name) {
-  if (!name.starts_with(kStagingPrefix)) return -1;
-  std::string_view rest = name.substr(kStagingPrefix.size());
-  const size_t dash = rest.find('-');
-  if (dash == std::string_view::npos || dash == 0) return -1;
+  std::string_view text, id;
+  if (!SplitStagingName(name, &text, &id) || text.empty()) return -1;
   int64_t step = -1;
-  auto [p, ec] = std::from_chars(rest.data(), rest.data() + dash, step);
-  return ec == std::errc() && p == rest.data() + dash && step >= 0 ? step : -1;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), step);
+  return ec == std::errc() && p == text.data() + text.size() && step >= 0 ? step : -1;
 }
 
 Result<std::vector<std::string>> CollectObjectGarbage(Env* env, const std::string& root,
