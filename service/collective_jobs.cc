@@ -91,7 +91,7 @@ Status CheckCollectiveBody(const Mesh& mesh, const Json& body) {
 }  // namespace
 
 Result<Json> Service::StartCollective(const std::string& mesh, const Json& body) {
-  const std::string job_id = NewId("j");
+  const std::string job_id = NewJobId();
   ASSIGN_OR_RETURN(MeshRecord m, meshes_.Hold(mesh, job_id));
   JobSpec spec = JobSpec::Of(job_id, m, -1, options_.job_timeout_ms);
   spec.holds_mesh = true;

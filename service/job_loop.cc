@@ -99,6 +99,7 @@ Result<Json> Service::RunJobIo(const JobSpec& spec, const JobAction& a) {
       return Json::object();
     }
     case IoKind::kCommit: {
+      RETURN_IF_ERROR(Fence("commit step " + std::to_string(spec.step) + " of mesh " + mesh));
       ASSIGN_OR_RETURN(std::string dir, SaveTransactionOf(spec).Commit());
       ASSIGN_OR_RETURN(Json summary, storage::ReadSummary(env_, dir));
       return RecordCommitted(spec, summary, a.plan);

@@ -109,7 +109,7 @@ Result<std::vector<std::string>> Service::ChooseMeshWorkers(const MeshRequest& r
 // is missing or disagrees is named, and the mesh is withdrawn. Runs on this thread.
 Result<Json> Service::SelfTestMesh(const MeshRecord& mesh, int64_t timeout_ms) {
   const std::string& name = mesh.mesh.name;
-  JobSpec spec = JobSpec::Of(NewId("j"), mesh, -1, options_.job_timeout_ms);
+  JobSpec spec = JobSpec::Of(NewJobId(), mesh, -1, options_.job_timeout_ms);
   const std::string job_id = spec.id;
   CreateJob(spec, "mesh_init", name, {{"timeout_ms", timeout_ms}});
   CollectiveMachine machine(std::move(spec), TaskKind::kMeshInit, Json::object(), timeout_ms);
@@ -177,6 +177,7 @@ Result<std::pair<int, Json>> Service::PutMesh(const std::string& name, const Jso
 }
 
 Status Service::PublishMeshDoc(const std::string& name) {
+  RETURN_IF_ERROR(Fence("write the document of mesh " + name));
   Json doc;
   if (auto m = meshes_.Get(name); m.ok()) {
     doc = m->ToJson();

@@ -43,6 +43,9 @@ const std::map<std::string, std::string> kGaugeHelp = {
     {"tessera_meshes", "Registered meshes."},
     {"tessera_task_polls_waiting", "Workers' task long-polls waiting for a task."},
     {"tessera_http_connections_waiting", "HTTP connections waiting for a whole request."},
+    {"tessera_leader", "1 while this tesserad leads, 0 while it stands by."},
+    {"tessera_leader_since_seconds", "When this tesserad began to lead (Unix time)."},
+    {"tessera_root_epoch", "The checkpoint root's epoch this tesserad holds."},
 };
 
 }  // namespace

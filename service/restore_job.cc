@@ -48,7 +48,7 @@ Result<std::pair<std::vector<TensorMeta>, std::vector<int64_t>>> PlanRestore(
 
 Result<Json> Service::StartRestore(const std::string& mesh, const std::string& step,
                                    const RestoreRequest& request) {
-  const std::string job_id = NewId("j");
+  const std::string job_id = NewJobId();
   const std::string target_mesh = request.target_mesh.value_or(mesh);
   ASSIGN_OR_RETURN(CheckpointRecord c, checkpoints_.Hold(mesh, step, job_id));
   auto t = meshes_.Hold(target_mesh, job_id, "target_mesh");

@@ -17,7 +17,7 @@
 namespace tessera::service {
 
 Result<Json> Service::StartSave(const std::string& mesh, const SaveRequest& request) {
-  const std::string job_id = NewId("j");
+  const std::string job_id = NewJobId();
   ASSIGN_OR_RETURN(MeshRecord m, meshes_.Hold(mesh, job_id));
   ASSIGN_OR_RETURN(CheckpointRecord c, CreateSaveJob(job_id, m, request, /*joined=*/false));
   return Json{{"job", c.job}, {"checkpoint", c.Summary()}};

@@ -25,7 +25,7 @@ Result<std::pair<int, Json>> Service::JoinSave(const std::string& mesh,
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto existing = checkpoints_.Get(key);
     if (!existing || existing->state == CheckpointState::kFailed) {
-      const std::string job_id = NewId("j");
+      const std::string job_id = NewJobId();
       ASSIGN_OR_RETURN(MeshRecord held, meshes_.Hold(mesh, job_id));
       auto c = CreateSaveJob(job_id, held, join.save, /*joined=*/true);
       if (!c.ok() && c.status().code() == Code::kConflict && attempt == 0) continue;

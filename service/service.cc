@@ -7,6 +7,7 @@
 
 #include "api/names.h"
 #include "storage/checkpoint_dir.h"
+#include "storage/root_epoch.h"
 #include "storage/root_meta.h"
 #include "storage/thread_pool.h"
 
@@ -173,8 +174,11 @@ Status Service::Recover() {
   RETURN_IF_ERROR(RecoverWorkers());
   RETURN_IF_ERROR(RecoverMeshes());
   RETURN_IF_ERROR(RecoverJobsAndCheckpoints());
-  // Nothing is running now: every staging dir is a leftover.
-  auto removed = storage::CollectGarbage(env_, options_.checkpoint_root);
+  // Nothing runs here yet: every staging dir is a leftover, but those of a newer
+  // epoch's saves (then this tesserad was deposed already, and the fence says so).
+  RETURN_IF_ERROR(Fence("collect garbage at startup"));
+  auto removed = storage::CollectGarbage(env_, options_.checkpoint_root,
+                                         [this](const std::string& id) { return KeepStaging(id); });
   if (!removed.ok()) return removed.status().WithContext("garbage collection at startup");
   return RebuildFromRoot();
 }
@@ -229,12 +233,28 @@ void Service::MonitorLoop() {
 Result<Json> Service::CollectGarbage() {
   // A save's staging stays while the save is queued or running, including one
   // that starts while this runs (its job exists before its staging does).
-  auto keep = [this](const std::string& id) { return jobs_.Running(id); };
+  RETURN_IF_ERROR(Fence("collect garbage"));
+  auto keep = [this](const std::string& id) { return jobs_.Running(id) || KeepStaging(id); };
   ASSIGN_OR_RETURN(auto removed, storage::CollectGarbage(env_, options_.checkpoint_root, keep));
   ASSIGN_OR_RETURN(auto docs, storage::PruneMeshDocs(env_, options_.checkpoint_root));
   removed.insert(removed.end(), docs.begin(), docs.end());
+  // Epoch files: this one and the one before it stay.
+  ASSIGN_OR_RETURN(auto epochs, storage::PruneEpochs(env_, options_.checkpoint_root, options_.epoch - 1));
+  removed.insert(removed.end(), epochs.begin(), epochs.end());
   for (const auto& path : removed) std::fprintf(stderr, "garbage collected %s\n", path.c_str());
   return Json{{"removed", removed}};
+}
+
+Status Service::Fence(const std::string& what) const {
+  return options_.fence ? options_.fence(what) : Status::Ok();
+}
+
+std::string Service::NewJobId() const {
+  return NewId(options_.epoch > 0 ? "j" + std::to_string(options_.epoch) : "j");
+}
+
+bool Service::KeepStaging(const std::string& id) const {
+  return storage::EpochOfJobId(id) > options_.epoch;
 }
 
 void Service::GcLoop() {
@@ -295,10 +315,14 @@ Status Service::PersistCheckpoint(const CheckpointRecord& c) {
 Status Service::PersistJob(const JobRecord& j) { return Persist("jobs", j.id, j.ToJson()); }
 
 Json Service::Health() const {
-  if (catalog_failures_.load() == 0) return {{"status", "ok"}};
-  MutexLock lock(catalog_error_mu_);
-  return {{"status", "degraded"},
-          {"catalog", {{"write_failures", catalog_failures_.load()}, {"last_error", catalog_error_}}}};
+  Json health = {{"status", "ok"}};
+  if (catalog_failures_.load() > 0) {
+    MutexLock lock(catalog_error_mu_);
+    health = {{"status", "degraded"},
+              {"catalog", {{"write_failures", catalog_failures_.load()}, {"last_error", catalog_error_}}}};
+  }
+  if (options_.leadership) health.update(options_.leadership());
+  return health;
 }
 
 void Service::PublishWorker(const WorkerRecord& w) {
@@ -327,7 +351,8 @@ Json Service::Cluster() {
           {"open_barriers", coordination["open_barriers"]},
           {"preemption_notices", coordination["preemption_notices"]},
           {"kv_keys", coordination["kv_keys"]},
-          {"checkpoint_root", options_.checkpoint_root}};
+          {"checkpoint_root", options_.checkpoint_root},
+          {"leadership", options_.leadership ? options_.leadership() : Json()}};
 }
 
 std::string Service::RenderMetrics() {
@@ -356,6 +381,12 @@ std::string Service::RenderMetrics() {
   gauges["tessera_checkpoints_committed"][""] = static_cast<double>(c.committed);
   gauges["tessera_checkpoint_stored_bytes"][""] = static_cast<double>(c.stored_bytes);
   gauges["tessera_meshes"][""] = static_cast<double>(meshes_.Size());
+  gauges["tessera_leader"][""] = 1;  // a standby answers 0 (standby_routes.cc)
+  gauges["tessera_root_epoch"][""] = static_cast<double>(options_.epoch);
+  if (options_.leadership) {
+    const Json l = options_.leadership();
+    gauges["tessera_leader_since_seconds"][""] = l.value("leader_since_ms", 0.0) / 1000.0;
+  }
   std::map<std::string, std::map<std::string, double>> counters;
   if (server_stats_) {
     const http::ServerStats st = server_stats_();

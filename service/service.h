@@ -66,6 +66,14 @@ struct ServiceOptions {
   int64_t job_history_min_age_ms = 60 * 1000;
   // An in-loop save waits this long for every trainer of its mesh to join it.
   int64_t join_wait_ms = 120 * 1000;
+  // The root's epoch this tesserad holds (service/root_fence.h), carried by its job
+  // ids; 0: none (tests that build a Service alone).
+  int64_t epoch = 0;
+  // Ok while this tesserad may change the root; called before every commit, delete,
+  // garbage collection and mesh document, with what it is about to do. Unset: always.
+  std::function<Status(const std::string& what)> fence;
+  // Who leads and since when, for /healthz, /metrics and /api/v1/cluster.
+  std::function<Json()> leadership;
 };
 
 struct MeshRequest;  // meshes.cc
@@ -160,6 +168,13 @@ class Service {
   Result<Json> SelfTestMesh(const MeshRecord& mesh, int64_t timeout_ms);
   void MonitorLoop();
   void GcLoop();
+  // options_.fence, or ok without one.
+  Status Fence(const std::string& what) const;
+  // A new job's id, carrying this tesserad's epoch ("j<epoch>-<hex>").
+  std::string NewJobId() const;
+  // Whether garbage collection must keep the staging dir of job `id`: a job running
+  // here, or one of a newer epoch (a leader that took the root from this one).
+  bool KeepStaging(const std::string& id) const;
 
   // Catalog writes. A failure is never silent: it is logged, counted, kept for
   // /healthz (which then answers 503 degraded), and returned, so that a request

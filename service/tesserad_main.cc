@@ -14,7 +14,10 @@
 #include "http/local_credential.h"
 #include "http/server.h"
 #include "service/dashboard.h"
+#include "service/leadership.h"
+#include "service/root_fence.h"
 #include "service/service.h"
+#include "service/standby_routes.h"
 #include "storage/env.h"
 #include "storage/s3/client.h"
 #include "storage/s3/s3_env.h"
@@ -57,8 +60,9 @@ tessera::Status KeepPrivate(const std::string& data_dir) {
 // The command line.
 struct Flags {
   std::string listen = "127.0.0.1:7070", data_dir = "tessera-data", root, token, token_file;
-  std::string web_dir, s3_endpoint, tls_cert, tls_key;
+  std::string web_dir, s3_endpoint, tls_cert, tls_key, ha, advertise;
   int threads = 256, header_timeout_s = 10;
+  int64_t ha_lease_s = 5, root_lease_ms = 10000;
   int64_t heartbeat_ms = 500, lease_ms = 3000, gc_interval_ms = 5 * 60 * 1000;
   int64_t job_history_per_mesh = tessera::service::ServiceOptions{}.job_history_per_mesh;
   int64_t job_history_min_age_s = tessera::service::ServiceOptions{}.job_history_min_age_ms / 1000;
@@ -98,6 +102,21 @@ void AddFlags(CLI::App& app, Flags* f) {
       ->check(CLI::Range(1, 3600));
   app.add_option("--web-dir", f->web_dir, "serve the dashboard from this directory (default: the copy built in)")
       ->check(CLI::ExistingDirectory);
+  app.add_option("--ha", f->ha,
+                 "run as one of several tesserads sharing --checkpoint-root: the one that holds "
+                 "the leader key in etcd leads, the others stand by and take over when it goes "
+                 "(etcd://HOST:PORT[,HOST:PORT...][/PREFIX], default prefix /tessera; docs/ha.md)");
+  app.add_option("--ha-lease-s", f->ha_lease_s, "the leader's etcd lease: a standby takes over within about this long")
+      ->check(CLI::Range(int64_t{2}, int64_t{600}))
+      ->capture_default_str();
+  app.add_option("--advertise", f->advertise,
+                 "the URL clients reach this tesserad at, as standbys name it (default: from --listen, "
+                 "with this host's name for 0.0.0.0)");
+  app.add_option("--root-lease-ms", f->root_lease_ms,
+                 "the lease on --checkpoint-root: a tesserad that finds the root held waits this long "
+                 "for a renewal before it takes the root over")
+      ->check(CLI::Range(int64_t{300}, int64_t{600000}))
+      ->capture_default_str();
   app.add_flag("--unsafe-fault-injection", f->unsafe_faults,
                "honour the TESSERA_FAULT_S3 test hook (failing S3 requests); never in production");
   app.set_version_flag("--version", TESSERA_VERSION);
@@ -152,6 +171,65 @@ int Fail(const tessera::Status& st) {
   return 1;
 }
 
+// The URL others reach this tesserad at.
+std::string AdvertisedUrl(const Flags& f, const std::string& host, int port) {
+  if (!f.advertise.empty()) return f.advertise;
+  std::string h = host;
+  if (h.empty() || h == "0.0.0.0" || h == "::") {
+    char name[256] = {};
+    ::gethostname(name, sizeof(name) - 1);
+    h = name;
+  }
+  return std::string(f.tls_cert.empty() ? "http" : "https") + "://" + h + ":" + std::to_string(port);
+}
+
+// The process's lifetime: what the signal thread stops, and why the process ends.
+struct Lifetime {
+  std::atomic<bool> stop{false};
+  std::atomic<int> exit_code{0};
+  pthread_t stopper{};
+  std::atomic<tessera::http::Server*> server{nullptr};
+  std::atomic<tessera::service::Service*> service{nullptr};
+  tessera::service::Leadership* leadership = nullptr;
+
+  // Ends the process from any thread (a lost lease, a newer epoch): as a signal would.
+  void Depose(const tessera::Status& why) {
+    std::fprintf(stderr, "error: %s; stopping\n", why.ToString().c_str());
+    exit_code = 3;
+    pthread_kill(stopper, SIGTERM);
+  }
+  // The signal thread's work: wake the campaign, fail running jobs, stop serving.
+  void StopAll() {
+    stop = true;
+    if (leadership) leadership->Interrupt();
+    if (auto* s = service.load()) s->Stop();
+    if (auto* s = server.load()) s->Stop();
+  }
+};
+
+// With --ha: serves as a standby (standby_routes.h) on the listening address until this
+// tesserad leads; the port it bound (that of --listen, or the one chosen for port 0).
+tessera::Result<int> StandBy(const Flags& f, const std::string& host, int port, const std::string& token,
+                             tessera::service::Leadership* leadership, Lifetime* life,
+                             std::string* url) {
+  auto router = std::make_shared<tessera::http::Router>();
+  tessera::service::Metrics unused;
+  tessera::http::Server standby(router, ServerOptionsOf(f, host, port, token, &unused));
+  ASSIGN_OR_RETURN(int bound, standby.Bind());
+  *url = AdvertisedUrl(f, host, bound);
+  tessera::service::AddStandbyRoutes(router.get(), leadership, *url);
+  std::printf("standby: listening on %s, campaigning in %s\n", url->c_str(), f.ha.c_str());
+  std::fflush(stdout);
+  life->server = &standby;
+  standby.Start();
+  tessera::Status st = leadership->Campaign(*url, life->stop);
+  life->server = nullptr;
+  standby.Stop();
+  if (!st.ok()) return st;
+  std::printf("leading: %s holds %s\n", url->c_str(), leadership->key().c_str());
+  return bound;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -189,32 +267,73 @@ int main(int argc, char** argv) {
   auto token = LoadToken(f.token, f.token_file, f.data_dir, &token_source);
   if (!token.ok()) return Fail(token.status());
   if (!f.s3_endpoint.empty()) tessera::storage::SetDefaultS3Endpoint(f.s3_endpoint);
-  auto service = tessera::service::Service::Create(ServiceOptionsOf(f), env);
-  if (!service.ok()) return Fail(service.status());
+
+  Lifetime life;
+  std::thread stopper([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    life.StopAll();
+  });
+  life.stopper = stopper.native_handle();
+  auto finish = [&](int code) {
+    pthread_kill(stopper.native_handle(), SIGTERM);  // when nothing signalled it yet
+    stopper.join();
+    return life.exit_code != 0 ? life.exit_code.load() : code;
+  };
+
+  std::unique_ptr<tessera::service::Leadership> leadership;
+  int listen_port = port;
+  std::string url = AdvertisedUrl(f, host, port);
+  if (!f.ha.empty()) {
+    auto opened = tessera::service::Leadership::Open({f.ha, f.root, f.ha_lease_s});
+    if (!opened.ok()) return finish(Fail(opened.status()));
+    leadership = std::move(*opened);
+    life.leadership = leadership.get();
+    auto bound = StandBy(f, host, port, *token, leadership.get(), &life, &url);
+    if (life.stop) return finish(0);
+    if (!bound.ok()) return finish(Fail(bound.status()));
+    listen_port = *bound;
+  }
+  auto fence = tessera::service::RootFence::Acquire(
+      env, {f.root, url, f.ha, f.root_lease_ms},
+      [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
+  if (!fence.ok()) return finish(Fail(fence.status()));
+  if (leadership) (*fence)->SetLeaderCheck([l = leadership.get()] { return l->Check(); });
+  const int64_t since_ms = tessera::WallMs();
+  tessera::service::ServiceOptions options = ServiceOptionsOf(f);
+  options.epoch = (*fence)->epoch();
+  options.fence = [fence = fence->get()](const std::string& what) { return fence->Check(what); };
+  options.leadership = [&f, url, since_ms, epoch = (*fence)->epoch()] {
+    return tessera::Json{{"role", "leader"}, {"self", url}, {"leader", url}, {"leader_since_ms", since_ms},
+                         {"epoch", epoch}, {"ha", f.ha}};
+  };
+  auto service = tessera::service::Service::Create(std::move(options), env);
+  if (!service.ok()) return finish(Fail(service.status()));
   auto router = std::make_shared<tessera::http::Router>();
   (*service)->AddRoutes(router.get());
   tessera::service::AddDashboardRoutes(router.get(), f.web_dir);
-  tessera::http::Server server(router, ServerOptionsOf(f, host, port, *token, (*service)->metrics()));
+  tessera::http::Server server(router, ServerOptionsOf(f, host, listen_port, *token, (*service)->metrics()));
   auto bound = server.Bind();
-  if (!bound.ok()) return Fail(bound.status());
+  if (!bound.ok()) return finish(Fail(bound.status()));
+  if (f.ha.empty()) url = AdvertisedUrl(f, host, *bound);
   const char* scheme = server.tls() ? "https" : "http";
   std::printf("listening on %s://%s:%d\n", scheme, host.c_str(), *bound);
   std::printf("token: from %s\n", token_source.c_str());
   std::printf("dashboard: %s://%s:%d/ (sign in with the token)\n", scheme, host.c_str(), *bound);
   (*service)->SetServerStats([&server] { return server.stats(); });
-  std::printf("data dir: %s, checkpoint root: %s\n", f.data_dir.c_str(), f.root.c_str());
+  std::printf("data dir: %s, checkpoint root: %s (epoch %lld)\n", f.data_dir.c_str(), f.root.c_str(),
+              static_cast<long long>((*fence)->epoch()));
   std::fflush(stdout);
+  life.service = service->get();
+  life.server = &server;
   (*service)->Start();
-  std::thread stopper([&] {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    (*service)->Stop();
-    server.Stop();
-  });
-  server.Run();
-  pthread_kill(stopper.native_handle(), SIGTERM);  // when Run() ended by itself
-  stopper.join();
+  (*fence)->Start([&life](const tessera::Status& why) { life.Depose(why); });
+  if (leadership) leadership->Start([&life](const tessera::Status& why) { life.Depose(why); });
+  if (!life.stop) server.Run();
+  const int code = finish(0);
   (*service)->Stop();
+  (*fence)->Stop(/*release=*/code == 0);
+  if (leadership && code == 0) leadership->Resign();
   std::fprintf(stderr, "tesserad stopped\n");
-  return 0;
+  return code;
 }

@@ -6,7 +6,7 @@
 namespace tessera::service {
 
 Result<Json> Service::StartVerify(const std::string& mesh, const std::string& step) {
-  const std::string job_id = NewId("j");
+  const std::string job_id = NewJobId();
   ASSIGN_OR_RETURN(CheckpointRecord c, checkpoints_.Hold(mesh, step, job_id));
   MeshRecord record;  // only its name matters to a verify; the mesh may be gone
   record.mesh.name = mesh;
