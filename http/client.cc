@@ -67,7 +67,9 @@ Result<RawResponse> Client::Send(const std::string& method, const std::string& p
     } else if (res.error() == httplib::Error::SSLConnection) {
       why += " (is the server speaking HTTPS?)";
     }
-    return Unavailable("cannot reach " + base_ + path + ": " + why, {{"address", base_}});
+    // "sent": whether the request may have reached the server (a failed connect never did).
+    return Unavailable("cannot reach " + base_ + path + ": " + why,
+                       {{"address", base_}, {"sent", res.error() != httplib::Error::Connection}});
   }
   RawResponse out;
   out.status = res->status;

@@ -30,9 +30,22 @@ Result<std::unique_ptr<Leadership>> Leadership::Open(LeadershipOptions options) 
   ASSIGN_OR_RETURN(auto there, l->etcd_->Get(l->key()));
   if (there) {
     Json leader = Json::parse(there->value, nullptr, false);
-    if (leader.is_object()) l->SetLeader(std::move(leader));
+    if (leader.is_object()) {
+      RETURN_IF_ERROR(l->SameRoot(leader));
+      l->SetLeader(std::move(leader));
+    }
   }
   return l;
+}
+
+Status Leadership::SameRoot(const Json& leader) const {
+  const std::string their_root = leader.value("root", "");
+  if (their_root.empty() || their_root == options_.root) return Status::Ok();
+  return InvalidArgument("the leader " + leader.value("url", "?") + " of " + key() + " in etcd " +
+                             etcd_->endpoints() + " serves checkpoint root " + their_root +
+                             ", this tesserad " + options_.root +
+                             ": every tesserad of a group must share one root",
+                         {{"field", "checkpoint-root"}, {"leader", leader.value("url", "")}});
 }
 
 void Leadership::SetLeader(Json leader) {
@@ -71,14 +84,7 @@ Status Leadership::Campaign(const std::string& url, const std::atomic<bool>& sto
       }
       Json leader = Json::parse(there->value, nullptr, false);
       if (leader.is_object()) {
-        const std::string their_root = leader.value("root", "");
-        if (!their_root.empty() && their_root != options_.root) {
-          return InvalidArgument("the leader " + leader.value("url", "?") + " of " + key() + " in etcd " +
-                                     etcd_->endpoints() + " serves checkpoint root " + their_root +
-                                     ", this tesserad " + options_.root +
-                                     ": every tesserad of a group must share one root",
-                                 {{"field", "checkpoint-root"}, {"leader", leader.value("url", "")}});
-        }
+        RETURN_IF_ERROR(SameRoot(leader));
         if (!said_standby) {
           std::fprintf(stderr, "standby: %s leads (%s in etcd %s)\n", leader.value("url", "?").c_str(),
                        key().c_str(), etcd_->endpoints().c_str());

@@ -54,6 +54,8 @@ class Leadership {
   explicit Leadership(LeadershipOptions options, std::unique_ptr<EtcdClient> etcd);
   void KeepAliveLoop();
   void SetLeader(Json leader);
+  // invalid_argument when `leader` serves another root than this tesserad.
+  Status SameRoot(const Json& leader) const;
 
   const LeadershipOptions options_;
   std::unique_ptr<EtcdClient> etcd_;  // the campaigning, then the keep-alive thread's

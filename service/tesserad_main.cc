@@ -136,9 +136,10 @@ tessera::service::ServiceOptions ServiceOptionsOf(const Flags& f) {
   return opts;
 }
 
+// `metrics`: where requests are counted, once there (requests come only after it is).
 tessera::http::ServerOptions ServerOptionsOf(const Flags& f, const std::string& host, int port,
                                              const std::string& token,
-                                             tessera::service::Metrics* metrics) {
+                                             const std::atomic<tessera::service::Metrics*>* metrics) {
   tessera::http::ServerOptions sopts;
   sopts.host = host;
   sopts.port = port;
@@ -161,7 +162,7 @@ tessera::http::ServerOptions ServerOptionsOf(const Flags& f, const std::string& 
   sopts.reserved_threads = f.threads;
   sopts.on_request = [metrics](const tessera::http::Request& req, const std::string& pattern,
                                int status, double) {
-    metrics->CountRequest(pattern.empty() ? "unmatched" : pattern, req.method, status);
+    if (auto* m = metrics->load()) m->CountRequest(pattern.empty() ? "unmatched" : pattern, req.method, status);
   };
   return sopts;
 }
@@ -213,8 +214,8 @@ tessera::Result<int> StandBy(const Flags& f, const std::string& host, int port, 
                              tessera::service::Leadership* leadership, Lifetime* life,
                              std::string* url) {
   auto router = std::make_shared<tessera::http::Router>();
-  tessera::service::Metrics unused;
-  tessera::http::Server standby(router, ServerOptionsOf(f, host, port, token, &unused));
+  const std::atomic<tessera::service::Metrics*> none{nullptr};
+  tessera::http::Server standby(router, ServerOptionsOf(f, host, port, token, &none));
   ASSIGN_OR_RETURN(int bound, standby.Bind());
   *url = AdvertisedUrl(f, host, bound);
   tessera::service::AddStandbyRoutes(router.get(), leadership, *url);
@@ -294,6 +295,13 @@ int main(int argc, char** argv) {
     if (!bound.ok()) return finish(Fail(bound.status()));
     listen_port = *bound;
   }
+  // Bound before the root is taken, so that its epoch names the address it serves on.
+  auto router = std::make_shared<tessera::http::Router>();
+  std::atomic<tessera::service::Metrics*> metrics{nullptr};
+  tessera::http::Server server(router, ServerOptionsOf(f, host, listen_port, *token, &metrics));
+  auto bound = server.Bind();
+  if (!bound.ok()) return finish(Fail(bound.status()));
+  if (f.ha.empty()) url = AdvertisedUrl(f, host, *bound);
   auto fence = tessera::service::RootFence::Acquire(
       env, {f.root, url, f.ha, f.root_lease_ms},
       [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
@@ -309,13 +317,9 @@ int main(int argc, char** argv) {
   };
   auto service = tessera::service::Service::Create(std::move(options), env);
   if (!service.ok()) return finish(Fail(service.status()));
-  auto router = std::make_shared<tessera::http::Router>();
+  metrics = (*service)->metrics();
   (*service)->AddRoutes(router.get());
   tessera::service::AddDashboardRoutes(router.get(), f.web_dir);
-  tessera::http::Server server(router, ServerOptionsOf(f, host, listen_port, *token, (*service)->metrics()));
-  auto bound = server.Bind();
-  if (!bound.ok()) return finish(Fail(bound.status()));
-  if (f.ha.empty()) url = AdvertisedUrl(f, host, *bound);
   const char* scheme = server.tls() ? "https" : "http";
   std::printf("listening on %s://%s:%d\n", scheme, host.c_str(), *bound);
   std::printf("token: from %s\n", token_source.c_str());

@@ -99,6 +99,18 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(ClusterOptions options
   if (c->options_.bin_dir.empty()) c->options_.bin_dir = SelfDir();
   c->token_ = "tessera-local-" + std::to_string(::getpid()) + "-" + std::to_string(MonoMs());
   RETURN_IF_ERROR(c->StartServer(0));
+  if (options.standbys > 0) {
+    // The first leads before any other starts, so that which one leads is known.
+    RETURN_IF_ERROR(c->WaitForLeader(15000).status());
+    c->leader_url_.clear();
+    for (int i = 0; i < options.standbys; ++i) {
+      const std::string name = "s" + std::to_string(i);
+      ASSIGN_OR_RETURN(ChildProcess p, Spawn(c->ServerArgv(0, c->dir_ + "/data-" + name),
+                                             {"TESSERA_TOKEN=" + c->token_},
+                                             c->dir_ + "/tesserad-" + name + ".log", 15000));
+      c->standbys_.push_back(std::move(p));
+    }
+  }
   for (int i = 0; i < options.workers; ++i) {
     c->workers_.emplace_back();
     RETURN_IF_ERROR(c->StartWorker(i));
@@ -124,31 +136,59 @@ LocalCluster::~LocalCluster() {
     Reap(w.pid);
   }
   Reap(server_.pid);
+  for (auto& s : standbys_) Reap(s.pid);
   if (own_dir_) {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
 }
 
-Status LocalCluster::StartServer(int port) {
+std::string LocalCluster::servers() const {
+  std::string out = server_.url;
+  for (const auto& s : standbys_) out += "," + s.url;
+  return out;
+}
+
+Result<std::string> LocalCluster::WaitForLeader(int64_t timeout_ms, const std::string& not_url) {
+  std::vector<std::string> urls = {server_.url};
+  for (const auto& s : standbys_) urls.push_back(s.url);
+  const int64_t deadline = MonoMs() + timeout_ms;
+  while (MonoMs() < deadline) {
+    for (const std::string& u : urls) {
+      if (u == not_url) continue;
+      auto h = http::Client(u, token_, 2).Call("GET", "/healthz");
+      if (h.ok() && h->value("role", "") == "leader") {
+        leader_url_ = u;
+        return u;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return DeadlineExceeded("no tesserad of " + servers() + " leads after " + std::to_string(timeout_ms) + " ms");
+}
+
+std::vector<std::string> LocalCluster::ServerArgv(int port, const std::string& data_dir) const {
   std::vector<std::string> argv = {
       options_.bin_dir + "/tesserad", "--listen", "127.0.0.1:" + std::to_string(port),
-      "--data-dir", dir_ + "/data",
+      "--data-dir", data_dir,
       "--heartbeat-ms", std::to_string(options_.heartbeat_ms),
       "--lease-ms", std::to_string(options_.lease_ms),
       "--threads", std::to_string(options_.server_threads)};
-  if (!options_.checkpoint_root.empty()) {
-    argv.insert(argv.end(), {"--checkpoint-root", options_.checkpoint_root});
-  }
+  argv.insert(argv.end(), {"--checkpoint-root", checkpoint_root()});  // one, whatever the data dir
   argv.insert(argv.end(), options_.server_args.begin(), options_.server_args.end());
+  return argv;
+}
+
+Status LocalCluster::StartServer(int port) {
   // The token goes in the environment, which only this user can read in /proc.
-  ASSIGN_OR_RETURN(server_, Spawn(argv, {"TESSERA_TOKEN=" + token_}, dir_ + "/tesserad.log", 15000));
+  ASSIGN_OR_RETURN(server_, Spawn(ServerArgv(port, dir_ + "/data"), {"TESSERA_TOKEN=" + token_},
+                                  dir_ + "/tesserad.log", 15000));
   return Status::Ok();
 }
 
 Status LocalCluster::StartWorker(int i) {
   std::vector<std::string> argv = {options_.bin_dir + "/tessera-worker",
-                                   "--server", server_.url,
+                                   "--server", servers(),
                                    "--name", options_.worker_name_prefix + std::to_string(i),
                                    "--devices", std::to_string(options_.devices_per_worker),
                                    "--copy-threads", std::to_string(options_.copy_threads)};

@@ -35,6 +35,9 @@ struct ClusterOptions {
   std::string checkpoint_root;
   std::vector<std::string> server_args;
   std::string worker_name_prefix = "worker-";  // worker i is named <prefix><i>
+  // More tesserads on the same root (server_args must then hold --ha etcd://...): each
+  // with a data dir of its own, started once the first leads; workers get every URL.
+  int standbys = 0;
 };
 
 struct ChildProcess {
@@ -50,7 +53,15 @@ class LocalCluster {
   // Kills every process; removes the temp dir if it created one.
   ~LocalCluster();
 
-  const std::string& url() const { return server_.url; }
+  // The tesserad calls go to: the first one, or the leader WaitForLeader found.
+  std::string url() const { return leader_url_.empty() ? server_.url : leader_url_; }
+  // Every tesserad's URL, "URL0,URL1,..." (the first one's first), as workers get them.
+  std::string servers() const;
+  // The i-th standby started with the cluster (ClusterOptions::standbys).
+  const ChildProcess& standby(int i) const { return standbys_.at(i); }
+  // Polls every tesserad's /healthz until one other than `not_url` says it leads;
+  // from then on calls go to it. Its URL.
+  Result<std::string> WaitForLeader(int64_t timeout_ms, const std::string& not_url = "");
   const std::string& token() const { return token_; }
   const std::string& dir() const { return dir_; }
   std::string checkpoint_root() const {
@@ -91,6 +102,8 @@ class LocalCluster {
  private:
   LocalCluster() = default;
   Status StartServer(int port);
+  // The tesserad command line; `data_dir` its own.
+  std::vector<std::string> ServerArgv(int port, const std::string& data_dir) const;
   Status StartWorker(int i);
 
   ClusterOptions options_;
@@ -98,6 +111,8 @@ class LocalCluster {
   bool own_dir_ = false;
   std::string token_;
   ChildProcess server_;
+  std::vector<ChildProcess> standbys_;
+  std::string leader_url_;  // set by WaitForLeader
   std::vector<ChildProcess> workers_;
 };
 

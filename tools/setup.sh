@@ -39,6 +39,8 @@ packages=(
   clang libclang-rt-14-dev
   # The openssl command makes the self-signed certificates of the TLS tests.
   openssl
+  # The HA tests: leadership through etcd (tools/etcd/, on ports of their own).
+  etcd-server etcd-client
 )
 missing=()
 for p in "${packages[@]}"; do

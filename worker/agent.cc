@@ -7,10 +7,19 @@
 #include "storage/s3/s3_env.h"
 
 namespace tessera::worker {
+namespace {
+
+// --server as a list (checked by the worker's flags already).
+http::ServerList ServersOf(const std::string& spec) {
+  auto servers = http::ServerList::Parse(spec, "--server");
+  return servers.ok() ? *servers : http::ServerList({spec});
+}
+
+}  // namespace
 
 Agent::Agent(AgentOptions options, storage::Env* env)
     : options_(std::move(options)), env_(env), io_pool_(options_.io_threads),
-      control_(options_.server, options_.token) {}
+      control_(ServersOf(options_.server), options_.token) {}
 
 Agent::~Agent() { Stop(); }
 

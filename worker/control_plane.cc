@@ -6,17 +6,28 @@
 
 namespace tessera::worker {
 
-ControlPlane::ControlPlane(std::string server, std::string token)
-    : server_(std::move(server)),
-      token_(std::move(token)),
-      clients_(server_, token_, kCallTimeoutS),
-      heartbeat_client_(server_, token_, 5, /*keep_alive=*/false) {}
+ControlPlane::ControlPlane(const http::ServerList& servers, std::string token)
+    : servers_(servers), token_(std::move(token)) {}
+
+http::ClientPool* ControlPlane::PoolOf(const std::string& url) {
+  MutexLock lock(pools_mu_);
+  auto& pool = pools_[url];
+  if (!pool) pool = std::make_unique<http::ClientPool>(url, token_, kCallTimeoutS);
+  return pool.get();
+}
 
 Result<Json> ControlPlane::Call(const std::string& method, const std::string& path,
                                 const Json& body, int timeout_s) {
-  auto client = clients_.Acquire();
-  client->SetTimeout(timeout_s);
-  return client->Call(method, path, body);
+  for (size_t attempt = 0;; ++attempt) {
+    const std::string url = servers_.Current();
+    auto client = PoolOf(url)->Acquire();
+    client->SetTimeout(timeout_s);
+    auto r = client->Call(method, path, body);
+    if (r.ok() || !servers_.FailOver(url, r.status())) return r;
+    // A standby named the leader: there at once (it changed nothing). Any other
+    // failure goes back to the caller, whose next call goes to the next server.
+    if (http::LeaderNamed(r.status()).empty() || attempt >= servers_.size()) return r;
+  }
 }
 
 Result<Json> ControlPlane::Wait(const std::string& method, const std::string& path,
@@ -25,7 +36,11 @@ Result<Json> ControlPlane::Wait(const std::string& method, const std::string& pa
 }
 
 Result<Json> ControlPlane::Heartbeat(const std::string& worker) {
-  return heartbeat_client_.Call("POST", WorkerPath(worker) + "/heartbeat");
+  const std::string url = servers_.Current();
+  http::Client client(url, token_, 5, /*keep_alive=*/false);
+  auto r = client.Call("POST", WorkerPath(worker) + "/heartbeat");
+  if (!r.ok()) (void)servers_.FailOver(url, r.status());
+  return r;
 }
 
 std::string ControlPlane::WorkerPath(const std::string& worker) {

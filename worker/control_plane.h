@@ -4,9 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 
 #include "http/client.h"
+#include "http/server_list.h"
 #include "api/json_codec.h"
 #include "api/status.h"
 #include "api/thread_annotations.h"
@@ -20,9 +23,13 @@ class ControlPlane {
   // Room left, beyond what a call asks tesserad to wait, for the answer to arrive.
   static constexpr int kWaitMarginS = 10;
 
-  ControlPlane(std::string server, std::string token);
+  // `servers`: tesserad's URL, or the URLs of several (http/server_list.h), which the
+  // calls follow to the one that leads.
+  ControlPlane(const http::ServerList& servers, std::string token);
 
-  // A JSON call; transport failures are unavailable naming tesserad's address.
+  // A JSON call; transport failures are unavailable naming tesserad's address. A
+  // standby's answer naming the leader is followed at once; after no answer the next
+  // call goes to the next server (the caller decides whether to send it again).
   Result<Json> Call(const std::string& method, const std::string& path,
                     const Json& body = nullptr, int timeout_s = kCallTimeoutS);
   // A call that tesserad may hold up to `wait_ms` (long polls, barriers).
@@ -35,11 +42,16 @@ class ControlPlane {
 
   // "/api/v1/workers/<id>" with the id as one path segment.
   static std::string WorkerPath(const std::string& worker);
+  // The server calls go to now.
+  std::string server() const { return servers_.Current(); }
 
  private:
-  std::string server_, token_;
-  http::ClientPool clients_;
-  http::Client heartbeat_client_;
+  http::ClientPool* PoolOf(const std::string& url);
+
+  http::ServerList servers_;
+  const std::string token_;
+  Mutex pools_mu_;
+  std::map<std::string, std::unique_ptr<http::ClientPool>> pools_ GUARDED_BY(pools_mu_);
 };
 
 }  // namespace tessera::worker

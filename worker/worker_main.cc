@@ -17,6 +17,7 @@
 #include "http/bearer_token.h"
 #include "http/local_credential.h"
 #include "http/server.h"
+#include "http/server_list.h"
 #include "http/tls.h"
 #include "storage/env.h"
 #include "storage/testing/fault_env.h"
@@ -57,7 +58,10 @@ struct Flags {
 };
 
 void AddFlags(CLI::App& app, Flags* f) {
-  app.add_option("--server", f->server, "tesserad address");
+  app.add_option("--server", f->server,
+                 "tesserad's URL, or the URLs of several that share a root (URL1,URL2: calls follow "
+                 "the one that leads; docs/ha.md); else TESSERA_SERVER")
+      ->envname("TESSERA_SERVER");
   app.add_option("--token-file", f->token_file,
                  "read the cluster's bearer token from this file (mode 0600); else TESSERA_TOKEN");
   app.add_option("--token", f->token,
@@ -220,6 +224,9 @@ int main(int argc, char** argv) {
   if (local_host != "127.0.0.1" && local_host != "localhost") {
     std::fprintf(stderr, "error: the local API binds loopback only (127.0.0.1)\n");
     return 2;
+  }
+  if (auto servers = tessera::http::ServerList::Parse(f.server, "--server"); !servers.ok()) {
+    return Fail("", servers.status());
   }
   auto acceptor = StartDataPlane(data_host, data_port, token);
   if (!acceptor.ok()) return Fail("data plane: ", acceptor.status());

@@ -3,7 +3,7 @@
 import os
 import time
 
-from ._http import Endpoint, query, quote
+from ._http import Servers, query, quote
 from .errors import STATUS_OF_CODE, TesseraError, invalid_argument
 
 DEFAULT_SERVER = "http://127.0.0.1:7070"
@@ -85,22 +85,37 @@ def _read_token_file(path):
 class Client:
     """tesserad's REST API.
 
-    server: its URL (default: env TESSERA_SERVER, else http://127.0.0.1:7070).
+    server: its URL, or the URLs of a leader and its standbys as a list or as
+            "URL1,URL2" (default: env TESSERA_SERVER, likewise, else
+            http://127.0.0.1:7070). Calls go to the leader: a standby's 503
+            not_leader redirects them, and a server that does not answer sends
+            them to the next one (a POST only if it never reached that server).
     token:  the bearer token (default: env TESSERA_TOKEN, else the first line of the
             file env TESSERA_TOKEN_FILE names).
     timeout: seconds for each call (long-polls add their own wait on top).
     tls_ca: for an https:// server, the PEM file of the CA that signed its
             certificate (default: env TESSERA_TLS_CA, else the system's CAs).
+    failover_timeout: seconds a call keeps looking for the leader after its
+            first failure, before raising the last error.
     Every method raises TesseraError on failure.
+
+    servers: the URLs given; server: the one in use now (the leader, once found).
     """
 
-    def __init__(self, server=None, token=None, timeout=60.0, tls_ca=None):
+    def __init__(self, server=None, token=None, timeout=60.0, tls_ca=None,
+                 failover_timeout=30.0):
         server = server or os.environ.get("TESSERA_SERVER") or DEFAULT_SERVER
         token = token if token is not None else os.environ.get("TESSERA_TOKEN")
         if token is None and os.environ.get("TESSERA_TOKEN_FILE"):
             token = _read_token_file(os.environ["TESSERA_TOKEN_FILE"])
-        self._http = Endpoint(server, "tesserad", token=token, timeout=timeout, tls_ca=tls_ca)
-        self.server = self._http.url
+        self._http = Servers(server, "tesserad", token=token, timeout=timeout, tls_ca=tls_ca,
+                             failover_timeout=failover_timeout)
+        self.servers = list(self._http.servers)
+
+    @property
+    def server(self):
+        """The URL calls go to now: the leader, once found."""
+        return self._http.url
 
     def close(self):
         self._http.close()
