@@ -1,0 +1,227 @@
+"""A standby tesserad across hosts (docs/ha.md): tesserads on hosts 0 and 5 share the
+checkpoint root (a directory, or an S3 bucket on a Ceph RGW) and lead through an etcd
+on the hosts' bridge; workers on hosts 1-4 and every client know both. The leader is
+killed, paused or cut off in the middle of a save. In each case: every checkpoint
+committed before is listed and restores bit for bit, none is listed that was not
+committed, nothing of the interrupted save is left after GC, and the next save
+commits. Each takeover is also a rebuild from the root: the standby's catalog is
+empty. Needs root."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from hosts import Hosts, can_run  # noqa: E402
+from test_multihost import (HEARTBEAT_MS, LEASE_MS, LOCAL, WORKERS, PosixStore, S3Store,  # noqa: E402
+                            Cluster, bin_path)
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "etcd"))
+from etcd import Etcd  # noqa: E402
+import tessera  # noqa: E402
+
+WHY_NOT = can_run()
+pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason="multi-host tests: %s" % WHY_NOT)
+HA_LEASE_S = 2
+SERVER_HOSTS = (0, WORKERS + 1)  # the tesserads' hosts
+
+
+class HaCluster(Cluster):
+    """Cluster with a tesserad on each of SERVER_HOSTS, over one etcd."""
+
+    def __init__(self, hosts, store, etcd):
+        self.etcd = etcd
+        self.procs = {}
+        self.urls = {h: "http://%s:7070" % hosts.addr(h) for h in SERVER_HOSTS}
+        super().__init__(hosts, store)
+        self.client.close()
+        self.client = tessera.Client(",".join(self.urls.values()), self.token, timeout=60,
+                                     failover_timeout=60)
+
+    def start_server(self, log="tesserad.log"):
+        # The first host leads: the other one starts once it does.
+        self.server = self.start_tesserad(SERVER_HOSTS[0])
+        self.wait_leader(exclude=None)
+        self.start_tesserad(SERVER_HOSTS[1])
+
+    def start_tesserad(self, h, log=None):
+        self.procs[h] = self.hosts.start(h, [
+            bin_path("tesserad"), "--listen", "%s:7070" % self.hosts.addr(h),
+            "--data-dir", "/tmp/tesserad", "--checkpoint-root", self.root,
+            "--heartbeat-ms", str(HEARTBEAT_MS), "--lease-ms", str(LEASE_MS),
+            "--ha", self.etcd.url, "--ha-lease-s", str(HA_LEASE_S)] + self.store.server_args,
+            log or "tesserad-%d.log" % h, env=self.secret_env())
+        return self.procs[h]
+
+    def start_worker(self, i, env=None, log=None):
+        url, self.url = self.url, ",".join(self.urls.values())  # every worker knows both
+        try:
+            return super().start_worker(i, env, log)
+        finally:
+            self.url = url
+
+    def role(self, h):
+        try:
+            with tessera.Client(self.urls[h], self.token, timeout=2) as c:
+                return c.health().get("role")
+        except tessera.TesseraError:
+            return None
+
+    def wait_leader(self, exclude, timeout=30):
+        """The host whose tesserad leads, once one other than `exclude` does."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for h in SERVER_HOSTS:
+                if h != exclude and self.role(h) == "leader":
+                    return h
+            time.sleep(0.05)
+        raise AssertionError("no tesserad leads after %d s" % timeout)
+
+    def leader(self):
+        return self.wait_leader(exclude=None)
+
+
+@pytest.fixture(scope="module", params=["bind", "s3"])
+def ha(request):
+    why = can_run(request.param)
+    if why:
+        pytest.skip("multi-host takeover tests with the root shared by %s: %s" % (request.param, why))
+    with Hosts(WORKERS + 2, share="bind") as hosts:
+        store = S3Store(hosts) if request.param == "s3" else PosixStore(hosts)
+        etcd = Etcd(addr=hosts.net + ".1")
+        try:
+            c = HaCluster(hosts, store, etcd)
+            yield c
+            c.client.close()
+        finally:
+            etcd.stop()
+            store.close()
+
+
+def slow_writer(c, mesh, host, delay_ms):
+    """Registers `mesh`, commits step 1, and restarts the worker of `host` so that it
+    sleeps `delay_ms` before writing a shard."""
+    c.register(mesh, {"data": WORKERS})
+    out = c.trainers(mesh, "save", 1, "--wait")
+    assert all(r.get("committed") for r in out.values()), out
+    c.workers[host].stop()
+    c.start_worker(host, env=dict(os.environ, TESSERA_FAULT_TASK_DELAY="write:%d" % delay_ms),
+                   log="worker-%d-%s.log" % (host, mesh))
+    c.wait_alive(host)
+
+
+def wait_writing(c, mesh):
+    deadline = time.monotonic() + 30
+    while not any(j.get("phase") == "write" and j.get("state") == "running"
+                  for j in c.client.jobs(mesh=mesh)):
+        assert time.monotonic() < deadline, c.client.jobs(mesh=mesh)
+        time.sleep(0.05)
+
+
+def save_two_mid_write(c, mesh):
+    """Starts every trainer's save of step 2; returns them once the save is writing."""
+    savers = [c.hosts.popen(i, c.trainer_argv(mesh, i, "save", 2, "--wait"), env=c.env())
+              for i in range(1, WORKERS + 1)]
+    wait_writing(c, mesh)
+    return savers
+
+
+def expect_taken_over(c, mesh, savers, new_leader):
+    # The trainers' save of step 2 ended: failed (retryable), never half-committed.
+    for s in savers:
+        out, err = s.communicate(timeout=180)
+        assert '"committed": true' not in out, (out, err[-2000:])
+    assert c.leader() == new_leader
+    states = {ck["step"]: ck["state"] for ck in c.client.checkpoints(mesh)}
+    assert states == {1: "committed"}, states  # a new leader lists only what the root holds
+    for i in range(1, WORKERS + 1):
+        c.wait_alive(i, timeout=60)
+    c.client.collect_garbage()
+    assert c.store.steps(mesh) == [1]
+    assert c.store.leftovers(mesh) == []
+    checked = c.trainers(mesh, "check", 1)
+    assert all(r.get("equal") for r in checked.values()), checked
+    out = c.trainers(mesh, "save", 3, "--wait")
+    assert all(r.get("committed") for r in out.values()), out
+    assert c.store.steps(mesh) == [1, 3]
+
+
+def restart_as_standby(c, h):
+    c.start_tesserad(h, log="tesserad-%d-again.log" % h)
+    deadline = time.monotonic() + 30
+    while c.role(h) != "standby":
+        assert time.monotonic() < deadline, c.procs[h].text()[-2000:]
+        time.sleep(0.05)
+
+
+def test_a_standby_names_the_leader_and_refuses_writes(ha):
+    c = ha
+    leader = c.leader()
+    standby = [h for h in SERVER_HOSTS if h != leader][0]
+    with tessera.Client(c.urls[standby], c.token, timeout=5, failover_timeout=0.5) as direct:
+        health = direct.health()
+        assert health["role"] == "standby" and health["leader"] == c.urls[leader], health
+    # A client that knows only the standby is sent to the leader.
+    with tessera.Client(c.urls[standby], c.token, timeout=10) as follows:
+        follows.meshes()
+        assert follows.server == c.urls[leader]
+
+
+def test_a_second_tesserad_without_ha_is_refused_naming_the_holder(ha):
+    c = ha
+    leader = c.leader()
+    standby = [h for h in SERVER_HOSTS if h != leader][0]
+    r = subprocess.run(c.hosts.command(standby, [
+        bin_path("tesserad"), "--listen", "%s:7075" % c.hosts.addr(standby),
+        "--data-dir", "/tmp/intruder", "--checkpoint-root", c.root] + c.store.server_args),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60,
+        env=c.secret_env())
+    assert r.returncode == 1, r.stderr
+    assert "is held by the tesserad at %s" % c.urls[leader] in r.stderr, r.stderr
+
+
+def test_leader_killed_mid_save(ha):
+    c = ha
+    slow_writer(c, "hk", 2, 3000)
+    old = c.leader()
+    savers = save_two_mid_write(c, "hk")
+    c.procs[old].kill()
+    new = c.wait_leader(exclude=old)
+    expect_taken_over(c, "hk", savers, new)
+    restart_as_standby(c, old)
+
+
+def test_leader_paused_mid_save_then_resumed(ha):
+    c = ha
+    slow_writer(c, "hp", 3, 3000)
+    old = c.leader()
+    savers = save_two_mid_write(c, "hp")
+    c.procs[old].kill(signal.SIGSTOP)
+    new = c.wait_leader(exclude=old)
+    # Resumed after the takeover, it commits, deletes and collects nothing: it stops.
+    c.procs[old].kill(signal.SIGCONT)
+    assert c.procs[old].popen.wait(60) == 3, c.procs[old].text()[-3000:]
+    assert "garbage collected" not in c.procs[old].text()
+    expect_taken_over(c, "hp", savers, new)
+    restart_as_standby(c, old)
+
+
+def test_leader_cut_off_mid_save(ha):
+    c = ha
+    slow_writer(c, "hc", 4, 3000)
+    old = c.leader()
+    savers = save_two_mid_write(c, "hc")
+    c.hosts.link_down(old)
+    try:
+        new = c.wait_leader(exclude=old)
+        # Cut off from etcd for a whole lease, it stops on its own.
+        assert c.procs[old].popen.wait(60) == 3, c.procs[old].text()[-3000:]
+    finally:
+        c.hosts.link_up(old)
+    assert re.search(r"etcd|deposed", c.procs[old].text()), c.procs[old].text()[-2000:]
+    expect_taken_over(c, "hc", savers, new)
+    restart_as_standby(c, old)
