@@ -68,6 +68,12 @@ void AddStandbyRoutes(http::Router* router, const Leadership* l, const std::stri
   router->Add({"GET", "/assets/{file+}",
                [l, self](const Request& req) { return ToLeader(l, self, req.path); },
                "the leader's dashboard", /*auth=*/false});
+  // The event stream takes its token in the query (browsers' EventSource): a standby's
+  // answers it too, rather than a 401.
+  http::Route events{"GET", "/api/v1/events", [l, self](const Request&) { return NotLeader(l, self); },
+                     "a standby: the leader's event stream"};
+  events.query_token = true;
+  router->Add(std::move(events));
   for (const char* method : {"GET", "POST", "PUT", "DELETE", "PATCH"}) {
     router->Add({method, "/api/{path+}", [l, self](const Request&) { return NotLeader(l, self); },
                  "a standby: every request goes to the leader"});

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "api/thread_annotations.h"
 #include "http/bearer_token.h"
 #include "http/local_credential.h"
 #include "http/server.h"
@@ -197,8 +198,24 @@ struct Lifetime {
   void Depose(const tessera::Status& why) {
     std::fprintf(stderr, "error: %s; stopping\n", why.ToString().c_str());
     exit_code = 3;
-    pthread_kill(stopper, SIGTERM);
+    Signal();
   }
+  // Wakes the signal thread, unless it is gone already.
+  void Signal() {
+    tessera::MutexLock lock(mu);
+    if (stopper_running) pthread_kill(stopper, SIGTERM);
+  }
+  // Ends the signal thread (waking it if nothing did) and waits for it.
+  void JoinStopper(std::thread& t) {
+    {
+      tessera::MutexLock lock(mu);
+      pthread_kill(stopper, SIGTERM);
+      stopper_running = false;
+    }
+    t.join();
+  }
+  tessera::Mutex mu;
+  bool stopper_running GUARDED_BY(mu) = true;
   // The signal thread's work: wake the campaign, fail running jobs, stop serving.
   void StopAll() {
     stop = true;
@@ -277,8 +294,7 @@ int main(int argc, char** argv) {
   });
   life.stopper = stopper.native_handle();
   auto finish = [&](int code) {
-    pthread_kill(stopper.native_handle(), SIGTERM);  // when nothing signalled it yet
-    stopper.join();
+    life.JoinStopper(stopper);
     return life.exit_code != 0 ? life.exit_code.load() : code;
   };
 
@@ -294,6 +310,8 @@ int main(int argc, char** argv) {
     if (life.stop) return finish(0);
     if (!bound.ok()) return finish(Fail(bound.status()));
     listen_port = *bound;
+    // Kept alive from now on: rebuilding the catalog from the root may take longer than a lease.
+    leadership->Start([&life](const tessera::Status& why) { life.Depose(why); });
   }
   // Bound before the root is taken, so that its epoch names the address it serves on.
   auto router = std::make_shared<tessera::http::Router>();
@@ -307,6 +325,7 @@ int main(int argc, char** argv) {
       [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
   if (!fence.ok()) return finish(Fail(fence.status()));
   if (leadership) (*fence)->SetLeaderCheck([l = leadership.get()] { return l->Check(); });
+  (*fence)->Start([&life](const tessera::Status& why) { life.Depose(why); });
   const int64_t since_ms = tessera::WallMs();
   tessera::service::ServiceOptions options = ServiceOptionsOf(f);
   options.epoch = (*fence)->epoch();
@@ -331,8 +350,6 @@ int main(int argc, char** argv) {
   life.service = service->get();
   life.server = &server;
   (*service)->Start();
-  (*fence)->Start([&life](const tessera::Status& why) { life.Depose(why); });
-  if (leadership) leadership->Start([&life](const tessera::Status& why) { life.Depose(why); });
   if (!life.stop) server.Run();
   const int code = finish(0);
   (*service)->Stop();

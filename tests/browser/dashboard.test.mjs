@@ -2,7 +2,9 @@
 // playwright-core) against a real tesserad and 4 workers: the token prompt,
 // workers, registering a mesh, a save watched to the end, the checkpoint, its
 // verification, restore, retention, API errors, a killed worker turning dead,
-// a save that fails naming it, a narrow screen and the keyboard.
+// a save that fails naming it, a narrow screen and the keyboard. Then an HA group
+// (etcd, a leader and a standby): the page names the leader, the standby's address
+// leads to it, and after a takeover the page follows the new leader.
 // Screenshots go to $TESSERA_ARTIFACTS (default build/web-artifacts).
 //
 //   TESSERA_BIN=build/bin node --test tests/browser/dashboard.test.mjs
@@ -13,7 +15,7 @@ import {dirname, join, resolve} from 'node:path';
 import {after, before, describe, test} from 'node:test';
 import {fileURLToPath} from 'node:url';
 
-import {Cluster} from './cluster.mjs';
+import {Cluster, until} from './cluster.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = resolve(here, '../..');
@@ -50,7 +52,8 @@ describe('dashboard', () => {
 
   before(async () => {
     mkdirSync(artifacts, {recursive: true});
-    cluster = await new Cluster(bin, 4).start();
+    cluster = new Cluster(bin, 4); // assigned first: after() stops what a failed start left
+    await cluster.start();
     browser = await chromium.launch({executablePath: chromiumPath, headless: true,
       args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage']});
     page = await browser.newPage({viewport: {width: 1280, height: 800}});
@@ -87,6 +90,9 @@ describe('dashboard', () => {
     assert.deepEqual(ids.sort(), ['w-host0', 'w-host1', 'w-host2', 'w-host3']);
     await page.locator('#live', {hasText: 'live'}).waitFor();
     assert.equal(await page.locator('#dead-banner').isHidden(), true);
+    // Without --ha, the one tesserad leads the root's first epoch.
+    const line = page.locator(`#leadership[data-leader="${cluster.url}"]`);
+    assert.match(await line.textContent(), /^Single tesserad http:\/\/127\.0\.0\.1:\d+ since .+ · epoch 1 · no HA$/);
     await shot('02-overview');
   });
 
@@ -284,6 +290,127 @@ describe('dashboard', () => {
   });
 
   test('the page raised no script error', () => {
+    assert.deepEqual(pageErrors, []);
+  });
+});
+
+// An HA group (docs/ha.md): a throwaway etcd, a leader and one standby tesserad on one
+// checkpoint root, and 2 workers given both URLs.
+describe('dashboard of an HA group', () => {
+  let cluster;
+  let browser;
+  let page;
+  const pageErrors = [];
+
+  const shot = (name, p = page) => p.screenshot({path: join(artifacts, `${name}.png`), fullPage: true});
+  const newPage = async () => {
+    const p = await browser.newPage({viewport: {width: 1280, height: 800}}); // a context of its own
+    p.setDefaultTimeout(WAIT);
+    p.on('pageerror', (e) => pageErrors.push(e.message));
+    return p;
+  };
+  // The Overview's leadership line, once it names `leader` at `epoch`.
+  const leadership = async (p, leader, epoch) => {
+    const line = p.locator(`#leadership[data-leader="${leader}"][data-epoch="${epoch}"]`);
+    await line.waitFor();
+    return line.textContent();
+  };
+  // What the page shows for leader_since_ms (format.js's clock).
+  const clock = (p, ms) => p.evaluate(async (t) => (await import('/assets/js/format.js')).clock(t), ms);
+  const aliveRows = (p, n) => p.waitForFunction((k) => document.querySelectorAll('#workers tbody tr.row-alive').length === k, n);
+
+  before(async () => {
+    mkdirSync(artifacts, {recursive: true});
+    cluster = new Cluster(bin, 2, {standbys: 1});
+    await cluster.start();
+    browser = await chromium.launch({executablePath: chromiumPath, headless: true,
+      args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage']});
+    page = await newPage();
+  });
+
+  after(async () => {
+    if (browser) await browser.close();
+    if (cluster) await cluster.stop();
+  });
+
+  test("the leader's page says that it leads, since when, at which epoch and through which etcd", async () => {
+    await page.goto(`${cluster.url}/#token=${cluster.token}`);
+    await aliveRows(page, 2);
+    const health = await cluster.health(cluster.url);
+    assert.equal(health.role, 'leader');
+    assert.equal(health.epoch, 1);
+    assert.equal(await leadership(page, cluster.url, 1),
+      `Leader ${cluster.url} since ${await clock(page, health.leader_since_ms)} · epoch 1 · HA ${cluster.etcd}`);
+    await shot('20-ha-leader');
+  });
+
+  test("the standby's address opens the leader's page", async () => {
+    const standby = cluster.standbyUrls[0];
+    assert.equal((await cluster.health(standby)).role, 'standby');
+    const tab = await newPage();
+    try {
+      const res = await tab.goto(`${standby}/#token=${cluster.token}`);
+      // The standby answered 307 to the leader; the fragment, with the token, went along.
+      assert.equal(res.request().redirectedFrom()?.url(), `${standby}/`);
+      assert.equal(new URL(tab.url()).origin, cluster.url);
+      assert.match(await leadership(tab, cluster.url, 1), /^Leader /);
+      await aliveRows(tab, 2);
+      await shot('21-ha-standby-redirects', tab);
+    } finally {
+      await tab.close();
+    }
+  });
+
+  test('a standby that knows no leader yet: a banner, and the page keeps asking', async () => {
+    // The page's tesserad answers as a standby in the middle of a takeover would.
+    const asStandby = (url) => url.pathname.startsWith('/api/v1/') && url.pathname !== '/api/v1/events';
+    const refuse = (route) => route.fulfill({status: 503, contentType: 'application/json',
+      body: JSON.stringify({error: {code: 'unavailable', message: 'this tesserad is a standby',
+        details: {reason: 'not_leader', leader: null, standby: cluster.url}}})});
+    await page.route(asStandby, refuse);
+    const banner = page.locator('#takeover-banner');
+    try {
+      await banner.getByText('Takeover under way: waiting for a leader').waitFor();
+      const text = await banner.textContent();
+      assert.ok(text.includes(`This tesserad (${cluster.url}) stands by`), text);
+      // Two more polls: it keeps asking, and stays where it is.
+      for (let i = 0; i < 2; i++) await page.waitForRequest((r) => r.url().endsWith('/api/v1/cluster'));
+      assert.equal(new URL(page.url()).origin, cluster.url);
+      await shot('22-ha-waiting-for-a-leader');
+    } finally {
+      await page.unroute(asStandby, refuse);
+    }
+    // It leads again (it won the takeover): the banner goes.
+    await banner.waitFor({state: 'hidden'});
+    await leadership(page, cluster.url, 1);
+  });
+
+  test('the leader killed: the standby takes over at epoch 2, and the page follows it', async () => {
+    const [old, next] = [cluster.url, cluster.standbyUrls[0]];
+    await page.locator('#tabs').getByRole('link', {name: 'Meshes', exact: true}).click();
+    await cluster.kill('tesserad');
+    await page.locator('#live', {hasText: 'unreachable'}).waitFor();
+    assert.equal((await cluster.waitForRole(next, 'leader')).epoch, 2);
+    // The old leader comes back on its address, as a standby that names the new one.
+    await cluster.restart('tesserad');
+    await until('the old leader to name the new one', async () => (await cluster.health(old)).leader === next, WAIT);
+    // The page's next poll meets it and opens the same page on the new leader, whose
+    // origin asks for the token again (it is kept per origin).
+    await page.waitForURL((url) => url.origin === next);
+    assert.equal(new URL(page.url()).hash, '#meshes');
+    await page.getByLabel('Access token').fill(cluster.token);
+    await page.getByRole('button', {name: 'Open the dashboard'}).click();
+    await page.locator('#tabs').getByRole('link', {name: 'Overview', exact: true}).click();
+    const health = await cluster.health(next);
+    assert.equal(await leadership(page, next, 2),
+      `Leader ${next} since ${await clock(page, health.leader_since_ms)} · epoch 2 · HA ${cluster.etcd}`);
+    // The workers follow the leader too.
+    await aliveRows(page, 2);
+    assert.equal(await page.locator('#takeover-banner').isHidden(), true);
+    await shot('23-ha-new-leader');
+  });
+
+  test('the pages raised no script error', () => {
     assert.deepEqual(pageErrors, []);
   });
 });

@@ -39,10 +39,16 @@ export const tokenStore = {
   },
 };
 
+// A standby's answer to every /api call: 503 with details.reason "not_leader", naming
+// the leader (details.leader, header X-Tessera-Leader) once it knows one.
+export const isNotLeader = (e) => e instanceof ApiError && e.status === 503 && e.details.reason === 'not_leader';
+
 export class Api {
-  // onUnauthorized(error) runs on every 401, after the stored token is dropped.
-  constructor({onUnauthorized}) {
+  // onUnauthorized(error) runs on every 401, after the stored token is dropped;
+  // onNotLeader(error) on every answer of a standby (isNotLeader).
+  constructor({onUnauthorized, onNotLeader}) {
     this.onUnauthorized = onUnauthorized;
+    this.onNotLeader = onNotLeader;
   }
 
   async request(method, path, body) {
@@ -79,6 +85,10 @@ export class Api {
     if (res.status === 401) {
       tokenStore.clear();
       this.onUnauthorized(error);
+    }
+    if (isNotLeader(error)) {
+      error.details.leader = error.details.leader || res.headers.get('X-Tessera-Leader') || null;
+      this.onNotLeader(error);
     }
     throw error;
   }

@@ -1,13 +1,13 @@
 // The dashboard's entry point: the token prompt, the sections (hash routes),
-// the header (counts, live state, dead workers), polling and live events.
+// the header (counts, live state, dead workers, takeovers), polling and live events.
 
-import {Api, tokenStore} from './api.js';
+import {Api, isNotLeader, tokenStore} from './api.js';
 import {h, render, renderIf} from './dom.js';
 import * as fmt from './format.js';
 import {connectEvents} from './live.js';
 import {
-  Loader, changed, finished, forgetCheckpointDetail, onChange, recordBarrierEvent, setLive, setUnreachable, state,
-  upsertCheckpoint, upsertJob, upsertWorker, workerCounts,
+  Loader, changed, finished, forgetCheckpointDetail, onChange, recordBarrierEvent, setLive, setTakeover, setUnreachable,
+  state, upsertCheckpoint, upsertJob, upsertWorker, workerCounts,
 } from './store.js';
 import {createChartsView} from './views/charts.js';
 import {createCheckpointsView} from './views/checkpoints.js';
@@ -29,7 +29,10 @@ const REFRESH_MS = 10000;   // the open section, in case an event was missed
 
 const $ = (id) => document.getElementById(id);
 
-const api = new Api({onUnauthorized: () => showLogin('The token was refused (401 unauthenticated). Enter it again.')});
+const api = new Api({
+  onUnauthorized: () => showLogin('The token was refused (401 unauthenticated). Enter it again.'),
+  onNotLeader,
+});
 const loader = new Loader(api);
 const ctx = {
   api,
@@ -43,6 +46,7 @@ const views = new Map(SECTIONS.map((s) => [s.id, s.create(ctx)]));
 let current = null;
 let events = null;
 let timers = [];
+let leaving = false; // on the way to the leader's page
 
 // ---------------------------------------------------------------- routing
 
@@ -102,6 +106,46 @@ function header() {
     suspect.length ? h('p', null, h('strong', null, `▲ ${suspect.length === 1 ? '1 worker is' : `${suspect.length} workers are`} suspect`),
       ` (missed heartbeats): ${suspect.map((x) => x.id).join(', ')}.`) : null,
   ]);
+  takeoverBanner();
+}
+
+// ---------------------------------------------------------------- leadership
+
+// The origin of the leader a standby names, if it is an http(s) URL other than
+// this page's own (which would only reload this page).
+function leaderOrigin(url) {
+  try {
+    const u = new URL(url);
+    return ['http:', 'https:'].includes(u.protocol) && u.origin !== location.origin ? u.origin : null;
+  } catch {
+    return null;
+  }
+}
+
+// The tesserad this page came from stands by since a takeover: open the same page
+// on the leader it names. While it names none, the banner says so and polling goes on.
+// The token is not passed on: the leader's origin asks for it (sessionStorage is per origin).
+function onNotLeader(error) {
+  const leader = leaderOrigin(error.details.leader);
+  setUnreachable(null);
+  setTakeover({standby: error.details.standby || location.origin, leader});
+  changed();
+  if (!leader || leaving) return;
+  leaving = true;
+  stop();
+  location.assign(`${leader}${location.pathname}${location.search}${location.hash}`);
+}
+
+function takeoverBanner() {
+  const t = state.takeover;
+  const banner = $('takeover-banner');
+  banner.hidden = !t;
+  renderIf(banner, t, () => t && h('p', null, t.leader ? [
+    h('strong', null, 'The leader is now '), h('code', null, t.leader), '. Opening its dashboard…',
+  ] : [
+    h('strong', null, 'Takeover under way: waiting for a leader.'),
+    ' This tesserad (', h('code', null, t.standby), ') stands by; the page moves to the leader once one is named.',
+  ]));
 }
 
 // ---------------------------------------------------------------- live events
@@ -172,8 +216,9 @@ async function start() {
     await loader.cluster();
   } catch (e) {
     if (e.status === 401) return; // showLogin ran
-    setUnreachable(e.message);
+    if (!isNotLeader(e)) setUnreachable(e.message); // else onNotLeader ran
   }
+  if (leaving) return;
   $('login').hidden = true;
   $('app').hidden = false;
   stop();

@@ -10,6 +10,7 @@ const KEEP_BARRIER_EVENTS_MS = 15 * 60 * 1000;
 export const state = {
   live: 'connecting',       // connecting | live | reconnecting
   unreachable: null,        // message while tesserad does not answer
+  takeover: null,           // {standby, leader} while the page's tesserad stands by (leader: URL or null)
   cluster: null,
   workers: [],
   meshes: [],
@@ -51,6 +52,11 @@ export function setLive(status) {
 // null once tesserad answers again.
 export function setUnreachable(message) {
   state.unreachable = message;
+}
+
+// {standby, leader} while the page's tesserad stands by; null once it answers as the leader.
+export function setTakeover(takeover) {
+  state.takeover = takeover;
 }
 
 // A worker from an event: added, replaced, or gone once deregistered.
@@ -158,8 +164,9 @@ export class Loader {
   async quietly(fn) {
     try {
       await fn();
-      if (state.unreachable) {
+      if (state.unreachable || state.takeover) {
         setUnreachable(null);
+        setTakeover(null);
         changed();
       }
     } catch (e) {
@@ -168,7 +175,7 @@ export class Loader {
         changed();
       }
       if (e.status === 401 || e.status === 0) throw e;
-      // Anything else (a mesh deleted meanwhile) is cleared by the next load.
+      // Anything else (a mesh deleted meanwhile, a standby's 503) is cleared by the next load.
     }
   }
 

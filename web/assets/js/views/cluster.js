@@ -1,5 +1,5 @@
-// Overview: the cluster at a glance, every worker with its state and heartbeat
-// age, the jobs in progress and the latest failures.
+// Overview: the cluster at a glance (with the tesserad that leads), every worker
+// with its state and heartbeat age, the jobs in progress and the latest failures.
 
 import {jobCard} from '../components.js';
 import {h, render, table} from '../dom.js';
@@ -12,11 +12,21 @@ function card(label, value, extra, cls) {
     h('span', {class: 'stat-value'}, value), extra ? h('span', {class: 'stat-extra'}, extra) : null);
 }
 
+// Which tesserad leads, since when, the checkpoint root's epoch it holds, and the
+// etcd that elects it ("ha" is empty for a single tesserad).
+function leadership(l) {
+  if (!l) return null;
+  return h('p', {id: 'leadership', class: 'leadership', dataset: {leader: l.leader, epoch: l.epoch}},
+    h('span', {class: 'leadership-label'}, l.ha ? 'Leader' : 'Single tesserad'), ' ',
+    h('code', null, l.leader), ` since ${fmt.clock(l.leader_since_ms)} · epoch `, h('strong', null, l.epoch),
+    l.ha ? [' · HA ', h('code', null, l.ha)] : ' · no HA');
+}
+
 function summary() {
   const c = state.cluster;
   if (!c) return h('p', {class: 'empty'}, 'Loading…');
   const w = workerCounts();
-  return h('div', {class: 'stats', role: 'list'},
+  return [leadership(c.leadership), h('div', {class: 'stats', role: 'list'},
     [card('Workers alive', w.alive ?? 0, `${w.suspect ?? 0} suspect`, w.suspect ? 'stat-warn' : null),
       card('Workers dead', w.dead ?? 0, w.dead ? 'jobs that need them fail' : 'none', w.dead ? 'stat-dead' : null),
       card('Meshes', c.meshes),
@@ -27,7 +37,7 @@ function summary() {
     ].map((x) => {
       x.setAttribute('role', 'listitem');
       return x;
-    }));
+    }))];
 }
 
 export function workersTable() {
