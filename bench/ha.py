@@ -103,6 +103,7 @@ class Trainers:
 
     def __init__(self, pair):
         self.saves, self.lock, self.stopping = [], threading.Lock(), False
+        self.errors = []
         self.step_done = threading.Barrier(2)
         self.threads = [threading.Thread(target=self.run, args=(pair, r)) for r in range(2)]
         for t in self.threads:
@@ -118,8 +119,9 @@ class Trainers:
                 try:
                     m.save(step).wait(timeout=120)
                     ok = True
-                except tessera.TesseraError:
+                except tessera.TesseraError as e:
                     ok = False
+                    self.errors.append(str(e))
                 with self.lock:
                     self.saves.append((rank, step, t0, time.monotonic(), ok))
                 try:

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "api/clock.h"
 #include "api/names.h"
 #include "api/requests.h"
 #include "worker/agent.h"
@@ -22,6 +23,9 @@ constexpr int64_t kStartRetryFirstMs = 200;
 constexpr int64_t kStartRetryMaxMs = 5000;
 // How often a running in-loop save's job is looked up, in case its pushed end was lost.
 constexpr int64_t kEndCheckMs = 30 * 1000;
+// ... and within this of the worker's calls moving to another tesserad (a takeover,
+// docs/ha.md): the new leader knows nothing of the old one's jobs.
+constexpr int64_t kMovedCheckMs = 1000;
 // How long an in-loop save may take, from the trainer's call to the commit, unless
 // the body's deadline_ms says otherwise; then it is cancelled and reported failed.
 constexpr int64_t kDefaultSaveDeadlineMs = 30 * 60 * 1000;
@@ -192,17 +196,22 @@ void Agent::FollowTrainerSave(const std::string& mesh, int64_t step, Json body,
   trainer_saves_.Started(mesh, step, *job);
   // The end comes as a save_ended task on the task long-poll. Should that push be
   // lost (tesserad restarted and failed the job), the job is looked up once every
-  // kEndCheckMs.
+  // kEndCheckMs, or soon after the worker's calls moved to another tesserad.
+  int64_t next_check = MonoMs() + kEndCheckMs;
+  uint64_t moves = control_.moves();
   while (true) {
     const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(
                              deadline - std::chrono::steady_clock::now())
                              .count();
+    if (left <= 0) break;
     (void)trainer_saves_.Wait(mesh, step, TrainerSaves::Until::kCommitted,
-                              std::clamp<int64_t>(left, 1, kEndCheckMs));
+                              std::clamp<int64_t>(left, 1, kMovedCheckMs));
     // Ended (committed or failed), forgotten, or the worker stops: nothing left to do.
     auto now = trainer_saves_.Wait(mesh, step, TrainerSaves::Until::kNow, 0);
     if (!now.ok() || now->value("state", "") == "committed") return;
-    if (left <= kEndCheckMs) break;
+    if (control_.moves() == moves && MonoMs() < next_check) continue;
+    moves = control_.moves();
+    next_check = MonoMs() + kEndCheckMs;
     auto j = control_.Call("GET", "/api/v1/jobs/" + http::PercentEncodeSegment(*job));
     if (j.ok()) {
       const std::string state = j->value("state", "");

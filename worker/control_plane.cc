@@ -24,6 +24,7 @@ Result<Json> ControlPlane::Call(const std::string& method, const std::string& pa
     client->SetTimeout(timeout_s);
     auto r = client->Call(method, path, body);
     if (r.ok() || !servers_.FailOver(url, r.status())) return r;
+    moves_++;
     // A standby named the leader: there at once (it changed nothing). Any other
     // failure goes back to the caller, whose next call goes to the next server.
     if (http::LeaderNamed(r.status()).empty() || attempt >= servers_.size()) return r;
@@ -39,7 +40,7 @@ Result<Json> ControlPlane::Heartbeat(const std::string& worker) {
   const std::string url = servers_.Current();
   http::Client client(url, token_, 5, /*keep_alive=*/false);
   auto r = client.Call("POST", WorkerPath(worker) + "/heartbeat");
-  if (!r.ok()) (void)servers_.FailOver(url, r.status());
+  if (!r.ok() && servers_.FailOver(url, r.status())) moves_++;
   return r;
 }
 

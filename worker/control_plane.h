@@ -3,6 +3,7 @@
 // agent's threads (heartbeats excepted: see Heartbeat).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -44,11 +45,15 @@ class ControlPlane {
   static std::string WorkerPath(const std::string& worker);
   // The server calls go to now.
   std::string server() const { return servers_.Current(); }
+  // How often calls moved to another server so far: a change means that a takeover
+  // may have happened (docs/ha.md).
+  uint64_t moves() const { return moves_.load(); }
 
  private:
   http::ClientPool* PoolOf(const std::string& url);
 
   http::ServerList servers_;
+  std::atomic<uint64_t> moves_{0};
   const std::string token_;
   Mutex pools_mu_;
   std::map<std::string, std::unique_ptr<http::ClientPool>> pools_ GUARDED_BY(pools_mu_);
