@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from hosts import Hosts, can_run  # noqa: E402
-from test_multihost import (HEARTBEAT_MS, LEASE_MS, LOCAL, WORKERS, PosixStore, S3Store,  # noqa: E402
+from test_multihost import (HEARTBEAT_MS, LEASE_MS, WORKERS, PosixStore, S3Store,  # noqa: E402
                             Cluster, bin_path)
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "etcd"))
 from etcd import Etcd  # noqa: E402
@@ -122,12 +122,15 @@ def wait_writing(c, mesh):
         time.sleep(0.05)
 
 
-def save_two_mid_write(c, mesh):
-    """Starts every trainer's save of step 2; returns them once the save is writing."""
+def mid_save(c, mesh, host):
+    """Step 1 of `mesh` committed, then every trainer's save of step 2 started, with
+    `host`'s worker holding its write for 3 s: (the leader's host, the trainers), once
+    the save is writing."""
+    slow_writer(c, mesh, host, 3000)
     savers = [c.hosts.popen(i, c.trainer_argv(mesh, i, "save", 2, "--wait"), env=c.env())
               for i in range(1, WORKERS + 1)]
     wait_writing(c, mesh)
-    return savers
+    return c.leader(), savers
 
 
 def expect_taken_over(c, mesh, savers, new_leader):
@@ -186,9 +189,7 @@ def test_a_second_tesserad_without_ha_is_refused_naming_the_holder(ha):
 
 def test_leader_killed_mid_save(ha):
     c = ha
-    slow_writer(c, "hk", 2, 3000)
-    old = c.leader()
-    savers = save_two_mid_write(c, "hk")
+    old, savers = mid_save(c, "hk", 2)
     c.procs[old].kill()
     new = c.wait_leader(exclude=old)
     expect_taken_over(c, "hk", savers, new)
@@ -197,9 +198,7 @@ def test_leader_killed_mid_save(ha):
 
 def test_leader_paused_mid_save_then_resumed(ha):
     c = ha
-    slow_writer(c, "hp", 3, 3000)
-    old = c.leader()
-    savers = save_two_mid_write(c, "hp")
+    old, savers = mid_save(c, "hp", 3)
     c.procs[old].kill(signal.SIGSTOP)
     new = c.wait_leader(exclude=old)
     # Resumed after the takeover, it commits, deletes and collects nothing: it stops.
@@ -214,9 +213,7 @@ def test_leader_paused_mid_save_then_resumed(ha):
 
 def test_leader_cut_off_mid_save(ha):
     c = ha
-    slow_writer(c, "hc", 4, 3000)
-    old = c.leader()
-    savers = save_two_mid_write(c, "hc")
+    old, savers = mid_save(c, "hc", 4)
     c.hosts.link_down(old)
     try:
         new = c.wait_leader(exclude=old)
