@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
@@ -34,7 +33,6 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "tools", "etcd"))
-import numpy as np  # noqa: E402
 import tessera  # noqa: E402
 from tessera.local import Process, _REGISTERED, find_bin_dir  # noqa: E402
 from etcd import Etcd  # noqa: E402

@@ -221,7 +221,13 @@ void Agent::FollowTrainerSave(const std::string& mesh, int64_t step, Json body,
         trainer_saves_.JobEnded(*job, JobError("save", *job, *j));
       }
     } else if (j.status().code() == Code::kNotFound) {
-      trainer_saves_.JobEnded(*job, j.status().WithContext("tesserad no longer knows the job"));
+      // Its tesserad restarted with another catalog, or another one took over: the job
+      // ended with it and nothing of it committed. Unavailable: saving again is right.
+      trainer_saves_.JobEnded(
+          *job, Unavailable("the save of step " + std::to_string(step) + " of mesh " + mesh + " (job " + *job +
+                                ") did not commit: tesserad no longer knows the job (it restarted, or "
+                                "another tesserad took over); save again",
+                            {{"job", *job}, {"mesh", mesh}, {"step", step}, {"reason", "job_lost"}}));
     }
   }
   // Out of time: the job must not commit behind the trainer's back.
