@@ -284,14 +284,26 @@ Result<std::vector<std::string>> CollectGarbage(Env* env, const std::string& roo
     if (!env->IsDirectory(dir)) continue;
     ASSIGN_OR_RETURN(auto names, env->ListDir(dir));
     for (const auto& n : names) {
-      const std::string path = JoinPath(dir, n);
+      std::string path = JoinPath(dir, n);
       if (n.starts_with(kStagingPrefix)) {
         if (keep(StagingId(n))) continue;
+        // Renamed away first: a deposed control plane's commit (a rename of this very
+        // dir) then fails, rather than publishing a dir half removed.
+        static std::atomic<uint64_t> counter{0};
+        const std::string doomed = JoinPath(
+            dir, std::string(kDeletingPrefix) + "gc-" + std::to_string(counter++) + "-" +
+                     n.substr(kStagingPrefix.size()));
+        Status moved = env->Rename(path, doomed);
+        if (moved.code() == Code::kNotFound) continue;  // committed or removed meanwhile
+        RETURN_IF_ERROR(moved);
+        removed.push_back(path);
+        path = doomed;
       } else if (!n.starts_with(kDeletingPrefix)) {
         continue;
+      } else {
+        removed.push_back(path);
       }
       RETURN_IF_ERROR(env->DeleteTree(path));
-      removed.push_back(path);
     }
   }
   return removed;

@@ -1,4 +1,5 @@
 // Shard files, the index, read planning, save planning and the commit protocol.
+#include <functional>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -366,6 +367,35 @@ TEST(CheckpointDir, CommitListDeleteAndGc) {
   EXPECT_TRUE(env.IsDirectory(StagingDir("root", m.name, 50, "live")));
   EXPECT_FALSE(env.Exists(StagingDir("root", m.name, 40, "dead")));
   EXPECT_EQ(*ListSteps(&env, "root", m.name), (std::vector<int64_t>{10, 30}));
+}
+
+// A deposed control plane commits (renames its staging dir into step-N) while the
+// new leader's garbage collection removes that dir: the commit must fail, never
+// publish a dir half removed. Collection renames a staging dir away before it removes
+// anything, so the commit finds no staging dir.
+class CommitDuringRemoval : public EnvWrapper {
+ public:
+  using EnvWrapper::EnvWrapper;
+  std::function<void()> on_first_delete;
+  Status DeleteTree(const std::string& dir) override {
+    if (auto f = std::exchange(on_first_delete, nullptr)) f();
+    return EnvWrapper::DeleteTree(dir);
+  }
+};
+
+TEST(CheckpointDir, ACommitRacingGarbageCollectionFailsAndPublishesNothing) {
+  MemEnv mem;
+  CommitDuringRemoval env(&mem);
+  Mesh m = Mesh22("m");
+  ASSERT_TRUE(CreateStaging(&env, "root", m.name, 7, "j1-old").ok());
+  ASSERT_TRUE(env.CreateDirs(StagingDir("root", m.name, 7, "j1-old") + "/sub").ok());
+  Status late;
+  env.on_first_delete = [&] { late = Commit(&env, "root", m.name, 7, "j1-old"); };
+  auto removed = CollectGarbage(&env, "root", std::set<std::string>{});
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_FALSE(late.ok());
+  EXPECT_EQ(*ListSteps(&env, "root", m.name), std::vector<int64_t>{});
+  EXPECT_FALSE(env.Exists(StagingDir("root", m.name, 7, "j1-old")));
 }
 
 TEST(Verify, EveryFlippedChunkIsReportedWithTensorFileAndOffset) {
