@@ -187,12 +187,16 @@ std::string AdvertisedUrl(const Flags& f, const std::string& host, int port) {
 
 // The process's lifetime: what the signal thread stops, and why the process ends.
 struct Lifetime {
+  tessera::Mutex mu;
   std::atomic<bool> stop{false};
   std::atomic<int> exit_code{0};
-  pthread_t stopper{};
-  std::atomic<tessera::http::Server*> server{nullptr};
+  pthread_t stopper GUARDED_BY(mu){};
+  // The server that serves now: a standby's, then the leader's. Swapped and stopped
+  // under server_mu, so that one is never stopped while it goes away.
+  tessera::Mutex server_mu;
+  tessera::http::Server* server GUARDED_BY(server_mu) = nullptr;
   std::atomic<tessera::service::Service*> service{nullptr};
-  tessera::service::Leadership* leadership = nullptr;
+  std::atomic<tessera::service::Leadership*> leadership{nullptr};
 
   // Ends the process from any thread (a lost lease, a newer epoch): as a signal would.
   void Depose(const tessera::Status& why) {
@@ -214,14 +218,18 @@ struct Lifetime {
     }
     t.join();
   }
-  tessera::Mutex mu;
   bool stopper_running GUARDED_BY(mu) = true;
+  void SetServer(tessera::http::Server* s) {
+    tessera::MutexLock lock(server_mu);
+    server = s;
+  }
   // The signal thread's work: wake the campaign, fail running jobs, stop serving.
   void StopAll() {
     stop = true;
-    if (leadership) leadership->Interrupt();
+    if (auto* l = leadership.load()) l->Interrupt();
     if (auto* s = service.load()) s->Stop();
-    if (auto* s = server.load()) s->Stop();
+    tessera::MutexLock lock(server_mu);
+    if (server) server->Stop();
   }
 };
 
@@ -238,10 +246,10 @@ tessera::Result<int> StandBy(const Flags& f, const std::string& host, int port, 
   tessera::service::AddStandbyRoutes(router.get(), leadership, *url);
   std::printf("standby: listening on %s, campaigning in %s\n", url->c_str(), f.ha.c_str());
   std::fflush(stdout);
-  life->server = &standby;
+  life->SetServer(&standby);
   standby.Start();
   tessera::Status st = leadership->Campaign(*url, life->stop);
-  life->server = nullptr;
+  life->SetServer(nullptr);
   standby.Stop();
   if (!st.ok()) return st;
   std::printf("leading: %s holds %s\n", url->c_str(), leadership->key().c_str());
@@ -292,7 +300,10 @@ int main(int argc, char** argv) {
     sigwait(&stop_signals, &sig);
     life.StopAll();
   });
-  life.stopper = stopper.native_handle();
+  {
+    tessera::MutexLock lock(life.mu);
+    life.stopper = stopper.native_handle();
+  }
   auto finish = [&](int code) {
     life.JoinStopper(stopper);
     return life.exit_code != 0 ? life.exit_code.load() : code;
@@ -348,7 +359,7 @@ int main(int argc, char** argv) {
               static_cast<long long>((*fence)->epoch()));
   std::fflush(stdout);
   life.service = service->get();
-  life.server = &server;
+  life.SetServer(&server);
   (*service)->Start();
   if (!life.stop) server.Run();
   const int code = finish(0);
