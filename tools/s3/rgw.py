@@ -33,11 +33,16 @@ class Rgw:
         os.environ.update(variables)  # credentials, for every process started from here
         # A session of its own: boto3's default one keeps the first credentials it found,
         # which a second gateway in the same process does not know.
-        self.s3 = boto3.session.Session().client(
-            "s3", endpoint_url=self.endpoint, region_name=variables.get("AWS_REGION", "us-east-1"),
-            aws_access_key_id=variables.get("AWS_ACCESS_KEY_ID"),
-            aws_secret_access_key=variables.get("AWS_SECRET_ACCESS_KEY"))
-        self.s3.create_bucket(Bucket=bucket)
+        try:
+            self.s3 = boto3.session.Session().client(
+                "s3", endpoint_url=self.endpoint,
+                region_name=variables.get("AWS_REGION", "us-east-1"),
+                aws_access_key_id=variables.get("AWS_ACCESS_KEY_ID"),
+                aws_secret_access_key=variables.get("AWS_SECRET_ACCESS_KEY"))
+            self.s3.create_bucket(Bucket=bucket)
+        except BaseException:
+            self.stop()  # no gateway outlives a failed start
+            raise
 
     def stop(self):
         for k, v in self._saved.items():
