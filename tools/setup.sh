@@ -20,7 +20,7 @@ esac
 packages=(
   build-essential cmake ninja-build pkg-config git curl jq
   libcpp-httplib-dev nlohmann-json3-dev libsqlite3-dev libzstd-dev libxxhash-dev
-  libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
+  libcli11-dev libgtest-dev libgmock-dev libssl-dev
   # The S3 checkpoint store: HTTP with libcurl (signing with OpenSSL, above).
   libcurl4-openssl-dev
   # The Python client (python/) and its tests: Debian's python3 with numpy, and
