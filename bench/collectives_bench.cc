@@ -1,9 +1,9 @@
-// Collectives benchmark, comparable with shared/peers/allreduce_torch_gloo.py and
+// Collectives benchmark, comparable with bench/peers/allreduce_torch_gloo.py and
 // allreduce_mpi.c: the same sweep, the same method and the same JSON fields.
 //
 // N ranks are processes (fork) with their own TcpTransport on 127.0.0.1, like the
 // peers' ranks; --transport inproc runs them as threads over InProcessTransport to
-// show the engine without the network. Method (shared/peers/README.md): 2 warmup
+// show the engine without the network. Method (bench/peers/README.md): 2 warmup
 // ops, a barrier, then clamp(64 MiB / bytes, 5, 200) ops back to back; each
 // iteration's time is the max over ranks and the median is reported;
 // algbw = bytes / time, busbw per NCCL-tests. Every iteration's result is
@@ -399,7 +399,7 @@ int main(int argc, char** argv) {
   using tessera::collectives::Algorithm;
   tessera::collectives::Config config;
   CLI::App app{
-      "Tessera collectives benchmark (JSON lines, as shared/peers/allreduce_torch_gloo.py)"};
+      "Tessera collectives benchmark (JSON lines, as bench/peers/allreduce_torch_gloo.py)"};
   app.add_option("--ranks", config.ranks, "ranks (processes for tcp, threads for inproc)")
       ->check(CLI::Range(1, 64));
   app.add_option("--transport", config.transport)->check(CLI::IsMember({"tcp", "inproc"}));

@@ -1,15 +1,15 @@
 #!/usr/bin/python3
 """Writes bench/RESULTS.md from the JSON lines of one bench/run.sh session.
 
-Reads, in --out: fio_pass1.jsonl and fio_pass2.jsonl (shared/peers/disk_fio.sh),
-torch.jsonl (shared/peers/save_torch.py), tessera.jsonl (tessera_bench_storage),
+Reads, in --out: fio_pass1.jsonl and fio_pass2.jsonl (bench/peers/disk_fio.sh),
+torch.jsonl (bench/peers/save_torch.py), tessera.jsonl (tessera_bench_storage),
 cluster.jsonl (tessera_bench_cluster), s3_cluster.jsonl and s3_boto3_<i>.jsonl (the
 cluster on a Ceph RGW, and boto3's transfers to it), the collectives' gloo<i>.jsonl
-(shared/peers/allreduce_torch_gloo.py), mpi<i>.jsonl (shared/peers/allreduce_mpi.sh),
+(bench/peers/allreduce_torch_gloo.py), mpi<i>.jsonl (bench/peers/allreduce_mpi.sh),
 ours<i>.jsonl and ours_inproc.jsonl (tessera_bench_collectives), rest_barrier.jsonl
 (tessera_bench_rest_barrier), and steps.jsonl (wall time of every step). Our figures
 and the peers' come from the same session on the same machine, because this VM's disk
-moves by up to 3x between runs (shared/peers/BASELINE.md) and only a same-session
+moves by up to 3x between runs (bench/peers/README.md) and only a same-session
 ratio means anything. Medians are used wherever there are several runs; every run is
 shown. With --only storage or --only collectives, only that part is reported.
 
@@ -39,8 +39,8 @@ BCAST_VS_GLOO = 1.2      # broadcast 16 MiB busbw ≥ 1.2x torch Gloo
 BARRIER_US = 100.0       # engine barrier p50 < 100 µs
 REST_BARRIER_US = 2000.0  # tesserad REST barrier p50 < 2 ms
 
-# zstd -b1 ratios on the same kinds of data, from shared/peers/BASELINE.md section 6
-# (zstd_speed.sh; not re-run by run.sh, ratios are deterministic).
+# zstd -b1 ratios on the same kinds of data, from bench/peers/results/zstd_run*.jsonl
+# (bench/peers/zstd_speed.sh; not re-run by run.sh, ratios are deterministic).
 ZSTD_CLI_RATIO = {"float32": 1.083, "bfloat16": 1.282}
 
 
@@ -133,9 +133,9 @@ def main():
     ap.add_argument("--only", default="all",
                     choices=("all", "storage", "collectives", "s3", "history"))
     ap.add_argument("--rounds", default="2")
-    ap.add_argument("--peers", default=os.path.normpath(os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "peers")),
-        help="shared/peers, for BASELINE.md's raw results")
+    ap.add_argument("--peers", default=os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "peers"),
+        help="bench/peers, for the peers' reference runs in its results/")
     a = ap.parse_args()
     do_storage = a.only in ("all", "storage")
     do_coll = a.only in ("all", "collectives")
@@ -231,13 +231,13 @@ def main():
     step_cmd = {
         "build": "cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release && "
                  f"cmake --build build-bench -j2 --target {' '.join(targets)}",
-        "fio_pass1": "DIR=$tmp ../shared/peers/disk_fio.sh",
-        "torch": "/usr/bin/python3 ../shared/peers/save_torch.py --dir $tmp",
+        "fio_pass1": "DIR=$tmp bench/peers/disk_fio.sh",
+        "torch": "/usr/bin/python3 bench/peers/save_torch.py --dir $tmp",
         "tessera": f"build-bench/bin/tessera_bench_storage --dir $tmp --json --scale {a.scale} "
                    f"--repeat {a.repeat}",
         "cluster": f"build-bench/bin/tessera_bench_cluster --dir $tmp --scale {a.scale} "
                    "--repeat 3",
-        "fio_pass2": "DIR=$tmp ../shared/peers/disk_fio.sh",
+        "fio_pass2": "DIR=$tmp bench/peers/disk_fio.sh",
         "ours_inproc": "build-bench/bin/tessera_bench_collectives --ranks 4 --transport inproc",
         "rest_barrier": "build-bench/bin/tessera_bench_rest_barrier --ranks 4",
     }
@@ -245,13 +245,13 @@ def main():
         name = s["step"]
         cmd = step_cmd.get(name)
         if cmd is None and re.fullmatch(r"gloo\d+", name):
-            cmd = (f"/usr/bin/python3 ../shared/peers/allreduce_torch_gloo.py --ranks 4 "
+            cmd = (f"/usr/bin/python3 bench/peers/allreduce_torch_gloo.py --ranks 4 "
                    f"--port {29510 + int(name[4:])}")
         elif cmd is None and re.fullmatch(r"sparse_gloo\d+", name):
             cmd = (f"/usr/bin/python3 bench/sparse_torch_gloo.py --ranks 4 "
                    f"--port {29520 + int(name[11:])}")
         elif cmd is None and re.fullmatch(r"mpi\d+", name):
-            cmd = "NP=4 ../shared/peers/allreduce_mpi.sh"
+            cmd = "NP=4 bench/peers/allreduce_mpi.sh"
         elif cmd is None and re.fullmatch(r"ours\d+", name):
             cmd = "build-bench/bin/tessera_bench_collectives --ranks 4 --transport tcp"
         if "skipped" in s:
@@ -271,7 +271,8 @@ def main():
             "command -v iperf3"):
         w("disk_fio.sh exited non-zero because iperf3 is not installed on this machine: it "
           "stops after its fio and memcpy lines (all used here), before its loopback TCP part. "
-          "run.sh installs nothing; `apt-get install -y iperf3` restores those figures.")
+          "run.sh installs it where it can (root or sudo); `apt-get install -y iperf3` restores "
+          "those figures.")
         w("")
     if do_storage:
         w(f"- **State:** {config.get('tensors', 64)} tensors of (912·k·scale, 1024), "
@@ -339,7 +340,7 @@ def main():
               "this session. Each torch.load allocates fresh tensors, so it likely paid the page "
               "faults of fresh memory again (slow on this VM, see Noise). The "
               "\"read warm vs torch.load warm\" ratios rest on that figure; compare with "
-              "BASELINE.md's 1.5–9 GB/s before leaning on them.")
+              "the reference runs' 1.5–9 GB/s (bench/peers/README.md) before leaning on them.")
             w("")
         w("Reading the verdicts: \"cold\" drops the guest's page cache only (fdatasync + "
           "posix_fadvise DONTNEED on every file, as save_torch.py does); the host very likely "
@@ -406,7 +407,7 @@ def main():
           "included; index.sqlite not). Chunks that zstd cannot shrink by 1/64 are stored raw.")
         w("")
         w("| data | logical bytes | zstd-1 stored bytes | ratio | chunks stored zstd / raw | "
-          "`zstd -b1` on 64 MiB of the same kind (BASELINE.md, not this run) |")
+          "`zstd -b1` on 64 MiB of the same kind (bench/peers/results, not this run) |")
         w("|---|---:|---:|---:|---:|---:|")
         raw_notes = []
         for dtype in ("float32", "bfloat16"):
@@ -517,7 +518,8 @@ def main():
             if len(v) == 2 and min(v) > 0:
                 spreads.append(f"{op} {max(v) / min(v):.2f}×")
         w("- **fio between its two passes** (max / min, 1 job): " + (", ".join(spreads) or "—") +
-          ". BASELINE.md saw the buffered + fsync write move 0.48–1.57 GB/s in one afternoon.")
+          ". The reference runs (bench/peers/README.md) saw the buffered + fsync write move "
+          "0.48–1.57 GB/s in one afternoon.")
         worst = []
         for op in ("save", "read_cold", "read_warm"):
             best = None
@@ -542,8 +544,9 @@ def main():
               "4 DCP ranks, ours 2–3 threads), so this is only a hint; a load that is already high "
               "before a step means other processes shared the 2 vCPUs.")
         w("- This is a 2-vCPU KVM guest whose disk, CPU and memory bandwidth move between runs "
-          "(BASELINE.md: disk up to 3×, zstd about 1.4×). Only ratios within one session mean "
-          "something; run `bash bench/run.sh` again before trusting a verdict near its threshold.")
+          "(bench/peers/README.md: disk up to 3×, zstd about 1.4×). Only ratios within one "
+          "session mean something; run `bash bench/run.sh` again before trusting a verdict "
+          "near its threshold.")
         w("- The first large allocation in a process is slow here (1–4 GB/s of page faults). "
           "Our benchmark allocates and touches every buffer before timing; the first save of a "
           "process still pays for creating threads and zstd contexts, which is why the runs are "
@@ -825,7 +828,7 @@ def bw_text(x):
 
 
 def bus_factor(op, n):
-    """NCCL-tests' busbw / algbw (shared/peers/README.md)."""
+    """NCCL-tests' busbw / algbw (bench/peers/README.md)."""
     return {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n}.get(op, 1.0)
 
 
@@ -866,7 +869,7 @@ class Collectives:
         self.n = next((r["ranks"] for _, rows in self.ours for r in rows if "ranks" in r), 4)
         self.torch_version = next((r["torch"] for _, rows in self.gloo for r in rows
                                    if r.get("torch")), None)
-        # The peers' own runs on a quiet machine (shared/peers/results, BASELINE.md).
+        # The peers' own runs on a quiet machine (bench/peers/results, bench/peers/README.md).
         res = os.path.join(peers_dir or "", "results")
         self.base_gloo = [(f"r{i}", load(os.path.join(res, f"torch_gloo_run{i}.jsonl")))
                           for i in (1, 2)]
@@ -955,7 +958,7 @@ class Collectives:
                         f"{REST_BARRIER_US / 1000:.0f} ms | not measured yet |")
         return rows
 
-    # --- this session's peers next to their BASELINE.md runs ---
+    # --- this session's peers next to their reference runs ---
     BASE_ROWS = (("all_reduce", 4, "time"), ("all_reduce", 4096, "time"),
                  ("all_reduce", 1 << 20, "busbw"), ("all_reduce", 16 << 20, "busbw"),
                  ("all_reduce", 64 << 20, "busbw"), ("barrier", None, "time"))
@@ -964,7 +967,7 @@ class Collectives:
         return self.time(runs, op, nbytes) if kind == "time" else self.busbw(runs, op, nbytes)
 
     def peer_cautions(self):
-        """A target's peer figure far off its BASELINE.md runs flatters or hurts our ratio."""
+        """A target's peer figure far off its reference runs flatters or hurts our ratio."""
         notes = []
         peers = [("torch Gloo", self.gloo, self.base_gloo)]
         if not self.mpi_note:
@@ -994,7 +997,7 @@ class Collectives:
                     unit = lambda x: f"{bw_text(x)} GB/s"
                 notes.append(
                     f"**Caution:** {label}'s all_reduce at {size_text(nbytes)} measured "
-                    f"{unit(now)} in this session, {worse:.1f}× worse than its BASELINE.md runs "
+                    f"{unit(now)} in this session, {worse:.1f}× worse than its reference runs "
                     f"({' / '.join(unit(x) for x in then)}), so the ratio above flatters ours. "
                     f"Against those runs ours would be {vs}.")
         return notes
@@ -1002,10 +1005,10 @@ class Collectives:
     def write_baseline(self, w):
         if not (self.base_gloo or self.base_mpi):
             return
-        w("The peers in this session next to their own runs in shared/peers/BASELINE.md "
+        w("The peers in this session next to their own reference runs in bench/peers/results "
           "(2026-11-22, nothing else running; each figure a run's median, as here):")
         w("")
-        w("| measure | Gloo, BASELINE r1 / r2 | Gloo, this session | MPI TCP, BASELINE r1 / r2 | "
+        w("| measure | Gloo, reference r1 / r2 | Gloo, this session | MPI TCP, reference r1 / r2 | "
           "MPI TCP, this session | ours, this session |")
         w("|---|---:|---:|---:|---:|---:|")
         for op, nbytes, kind in self.BASE_ROWS:
@@ -1068,7 +1071,7 @@ class Collectives:
         w(f"## Collectives ({n} ranks, loopback TCP)")
         w("")
         order = ", ".join(s["step"] for s in self.steps)
-        w(f"{n} ranks on 127.0.0.1, float32, the peers' sweep and method (shared/peers/README.md): "
+        w(f"{n} ranks on 127.0.0.1, float32, the peers' sweep and method (bench/peers/README.md): "
           "2 warmup ops, a barrier, then clamp(64 MiB / bytes, 5, 200) ops back to back; each "
           "iteration's time is the slowest rank's, and a run reports the median. "
           f"**Ours:** `tessera_bench_collectives --ranks {n} --transport tcp`, {n} forked "
@@ -1250,11 +1253,11 @@ class Collectives:
           "wake-up; in calls whose data rides the opening exchange (up to 16 KiB) it stops "
           "polling at the first yield that ran another thread, since then the ranks it waits "
           "for need its CPU. "
-          "Below ~16 KiB the times are mostly scheduler wake-ups (BASELINE.md, Noise); compare "
+          "Below ~16 KiB the times are mostly scheduler wake-ups (bench/peers/README.md); compare "
           "ours with the in-process column, which has the same engine without sockets.")
         w("- At 16–64 MiB every transport here is bound by 2 cores copying, reducing and moving "
-          "bytes through the kernel (BASELINE.md: 0.5–1.3 GB/s busbw, while iperf3 on this "
-          "loopback gave 2.4–3.9 GB/s).")
+          "bytes through the kernel (bench/peers/README.md: 0.5–1.3 GB/s busbw, while iperf3 on "
+          "this loopback gave 2.4–3.9 GB/s).")
         w("- Only same-session ratios mean something on this VM; a verdict near its threshold "
           "needs another `TESSERA_BENCH_ONLY=collectives bash bench/run.sh` before it is "
           "trusted.")

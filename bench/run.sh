@@ -3,35 +3,41 @@
 #
 #   bash bench/run.sh
 #
+# 0. installs the Debian 12 packages that it, the build and the peers need when any is
+#    missing (apt-get, with sudo when not root, as tools/setup.sh does): the C++ build
+#    dependencies of tools/setup.sh, fio, iperf3, Open MPI (openmpi-bin, libopenmpi-dev),
+#    python3-torch, python3-numpy, python3-boto3 and Ceph (ceph-mon, ceph-osd, radosgw,
+#    ceph-common) for the S3 comparison;
 # 1. builds tessera_bench_storage, tessera_bench_cluster, tessera_bench_collectives,
 #    tessera_bench_rest_barrier, tesserad and tessera-worker (Release) in build-bench/;
 # 2. storage: on one disk (a temp dir under bench/out/), alternates peer / ours / peer:
-#      shared/peers/disk_fio.sh      fio write/read, memcpy, loopback (pass 1)
-#      shared/peers/save_torch.py    torch.save/torch.load and DCP of the same 1 GiB state
-#      tessera_bench_storage         our save/read/index merge
-#      tessera_bench_cluster         tesserad + 4 workers: stall, save, restore, reshard,
-#                                    500-worker heartbeats, a save across 64 ranks
-#      shared/peers/disk_fio.sh      again (pass 2), so the disk's drift is visible
+#      bench/peers/disk_fio.sh      fio write/read, memcpy, loopback (pass 1)
+#      bench/peers/save_torch.py    torch.save/torch.load and DCP of the same 1 GiB state
+#      tessera_bench_storage        our save/read/index merge
+#      tessera_bench_cluster        tesserad + 4 workers: stall, save, restore, reshard,
+#                                   500-worker heartbeats, a save across 64 ranks
+#      bench/peers/disk_fio.sh      again (pass 2), so the disk's drift is visible
 #      S3: a Ceph RGW from tools/s3/rgw.sh; bench/s3_boto3.py (boto3 upload_file and
 #      download_file of 1 GiB), tessera_bench_cluster with an s3:// root, boto3 again
 # 3. collectives: 4 ranks on loopback TCP, TESSERA_BENCH_ROUNDS rounds of
-#      shared/peers/allreduce_torch_gloo.py   torch.distributed Gloo
-#      tessera_bench_collectives              ours (4 processes, TcpTransport)
-#      shared/peers/allreduce_mpi.sh          Open MPI, TCP BTL (and vader, as context)
-#      tessera_bench_collectives              ours again
+#      bench/peers/allreduce_torch_gloo.py   torch.distributed Gloo
+#      tessera_bench_collectives             ours (4 processes, TcpTransport)
+#      bench/peers/allreduce_mpi.sh          Open MPI, TCP BTL (and vader, as context)
+#      tessera_bench_collectives             ours again
 #    so drift shows in the runs; then ours with ranks as threads (InProcessTransport,
 #    the engine without the network) and tesserad's REST barrier with 4 clients
-#    (tessera_bench_rest_barrier; "not measured" when tesserad lacks the route).
-#    Without Open MPI (mpicc, mpirun) the MPI steps are skipped and the report marks
-#    them "not measured (openmpi missing)";
+#    (tessera_bench_rest_barrier; "not measured" when tesserad lacks the route);
 #    every JSON line goes to bench/out/*.jsonl;
 # 4. history: tesserad and one worker through 100,000 tiny saves while two clients
 #    list jobs (bench/job_history.py): save latency of the first and last 1,000,
 #    tesserad's RSS and catalog size, workers ever suspected;
 # 5. bench/report.py turns them into bench/RESULTS.md.
 #
-# It installs nothing (tools/s3/rgw.sh installs Ceph if root and it is missing). About
-# 9 minutes on the 2-vCPU VM (most of it the peers).
+# The peers and what they measure: bench/peers/README.md. Where nothing can be
+# installed (not root and no sudo, or no apt-get), it names what is missing and stops;
+# only Open MPI is then optional: its steps are skipped and the report marks them
+# "not measured (openmpi missing)". About 9 minutes on the 2-vCPU VM (most of it the
+# peers), plus the first install.
 # On a machine shared with other builds, hold the build lock for the whole run so
 # that no compiler shares the cores with a measurement:
 #   flock /tmp/tessera-build.lock bash bench/run.sh
@@ -39,6 +45,8 @@
 #   TESSERA_BENCH_ONLY (all): "collectives" runs only part 3, "storage" only part 2,
 #     "s3" only the S3 comparison of part 2;
 #     either writes bench/out/RESULTS.<part>.md and leaves bench/RESULTS.md alone;
+#     "setup" only installs what a full run needs (part 0), then exits: no build, no
+#     measurement;
 #   TESSERA_BENCH_SCALE (1.0), TESSERA_BENCH_REPEAT (2): the storage state and its runs;
 #   TESSERA_BENCH_ROUNDS (2): collectives rounds (gloo, ours, mpi, ours each);
 #   TESSERA_BENCH_HISTORY_SAVES (100000): saves of part 5 ("history": tesserad over a
@@ -47,7 +55,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
-peers=$(cd "$repo/.." && pwd)/shared/peers
+peers=$here/peers
 py=/usr/bin/python3
 scale=${TESSERA_BENCH_SCALE:-1.0}
 repeat=${TESSERA_BENCH_REPEAT:-2}
@@ -58,19 +66,68 @@ history_saves=${TESSERA_BENCH_HISTORY_SAVES:-100000}
 die() { echo "bench/run.sh: $*" >&2; exit 1; }
 
 case "$only" in
-  all | storage | collectives | s3 | history) ;;
-  *) die "TESSERA_BENCH_ONLY must be all, storage, collectives, s3 or history (got '$only')" ;;
+  all | storage | collectives | s3 | history | setup) ;;
+  *) die "TESSERA_BENCH_ONLY must be all, storage, collectives, s3, history or setup (got '$only')" ;;
 esac
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "TESSERA_BENCH_ROUNDS must be a positive integer"
-want() { [ "$only" = all ] || [ "$only" = "$1" ]; }
+# setup installs for every part.
+want() { [ "$only" = all ] || [ "$only" = setup ] || [ "$only" = "$1" ]; }
 
-# --- prerequisites: say what is missing and how to get it, install nothing ---
+# --- prerequisites: Debian packages, installed when missing (as tools/setup.sh does) ---
+packages=(
+  # The build: the C++ dependencies of tools/setup.sh (which also builds build/, so it
+  # is not called here); keep in step with its list.
+  build-essential cmake ninja-build pkg-config libcpp-httplib-dev nlohmann-json3-dev
+  libsqlite3-dev libzstd-dev libxxhash-dev libcli11-dev libgtest-dev libgmock-dev
+  libssl-dev libcurl4-openssl-dev
+  # bench/report.py, bench/job_history.py and the Python peers use Debian's python3.
+  python3
+)
+# disk_fio.sh (fio, numpy's memcpy, iperf3 on loopback) and save_torch.py.
+want storage && packages+=(fio iperf3 python3-numpy python3-torch)
+# The S3 comparison: a Ceph RGW (tools/s3/rgw.sh) and bench/s3_boto3.py.
+{ want storage || [ "$only" = s3 ]; } &&
+  packages+=(ceph-mon ceph-osd radosgw ceph-common python3-boto3 python3-numpy)
+# allreduce_torch_gloo.py, bench/sparse_torch_gloo.py; allreduce_mpi.sh (mpicc, mpirun).
+want collectives && packages+=(python3-torch python3-numpy openmpi-bin libopenmpi-dev)
+
+# Missing packages, by dpkg-query; installing them needs apt-get, and root or sudo.
+mapfile -t packages < <(printf '%s\n' "${packages[@]}" | awk '!seen[$0]++')
+missing=()
+if command -v dpkg-query >/dev/null 2>&1; then
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+      missing+=("$p")
+  done
+else
+  missing=("${packages[@]}")
+fi
+sudo="" why=""
+if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-query >/dev/null 2>&1; then
+  why="no apt-get"
+elif [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null 2>&1; then
+  why="not root, no sudo"
+elif [ "$(id -u)" -ne 0 ]; then
+  sudo=sudo
+fi
+# The hint of the messages below, where installing is impossible.
+install_hint=""
+if [ ${#missing[@]} -gt 0 ] && [ -z "$why" ]; then
+  echo "bench/run.sh: installing ${missing[*]}" >&2
+  $sudo apt-get update -qq || die "apt-get update failed"
+  # Through env: sudo drops DEBIAN_FRONTEND from the environment.
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null || die "apt-get install ${missing[*]} failed"
+elif [ ${#missing[@]} -gt 0 ]; then
+  install_hint=" Cannot install ($why); as root: apt-get install -y ${missing[*]}"
+fi
+
+# What the steps call, checked whether just installed or not.
 peer_files=()
 want storage && peer_files+=(disk_fio.sh save_torch.py)
 want collectives && peer_files+=(allreduce_torch_gloo.py allreduce_mpi.sh allreduce_mpi.c)
 for f in "${peer_files[@]}"; do
-  [ -f "$peers/$f" ] ||
-    die "peer script $peers/$f is missing (the peers live in ../shared/peers next to $repo)"
+  [ -f "$peers/$f" ] || die "peer script bench/peers/$f is missing"
 done
 missing=()
 tools=(cmake ninja g++)
@@ -79,27 +136,31 @@ for tool in "${tools[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 [ -x "$py" ] || missing+=(python3)
-if [ ${#missing[@]} -gt 0 ]; then
-  die "missing: ${missing[*]}. On Debian 12: apt-get install -y cmake ninja-build" \
-      "build-essential fio iperf3 python3-torch python3-numpy"
+[ ${#missing[@]} -eq 0 ] || die "missing: ${missing[*]}.$install_hint"
+if want storage || want collectives; then
+  "$py" -c 'import torch, numpy' 2>/dev/null ||
+    die "$py cannot import torch and numpy.$install_hint"
 fi
-"$py" -c 'import torch, numpy' 2>/dev/null ||
-  die "$py cannot import torch and numpy." \
-      "On Debian 12: apt-get install -y python3-torch python3-numpy"
-# The MPI peer is optional: without it the collectives part still runs, and the
-# report marks the MPI columns "not measured (openmpi missing)".
+# Open MPI is installed above; only where nothing can be installed does the
+# collectives part run without it, the report marking its columns "not measured".
 have_mpi=1
 if want collectives && ! { command -v mpicc && command -v mpirun; } >/dev/null 2>&1; then
+  [ -n "$why" ] || die "Open MPI was installed, yet mpicc or mpirun is not on PATH"
   have_mpi=0
-  echo "bench/run.sh: Open MPI is missing (no mpicc/mpirun), so allreduce_mpi.sh is skipped" \
-       "and RESULTS.md marks its columns \"not measured (openmpi missing)\". On Debian 12:" \
-       "apt-get install -y openmpi-bin libopenmpi-dev" >&2
+  echo "bench/run.sh: Open MPI is missing (no mpicc/mpirun) and cannot be installed ($why)," \
+       "so allreduce_mpi.sh is skipped and RESULTS.md marks its columns" \
+       "\"not measured (openmpi missing)\". As root: apt-get install -y openmpi-bin libopenmpi-dev" >&2
 fi
 # disk_fio.sh ends with loopback TCP figures (iperf3) that this comparison does not
 # use; without iperf3 that part fails after the fio and memcpy lines are out.
 if want storage && ! command -v iperf3 >/dev/null 2>&1; then
-  echo "bench/run.sh: iperf3 is missing, so disk_fio.sh will stop after its fio and memcpy" \
-       "lines (the ones used here); apt-get install -y iperf3 for its loopback figures" >&2
+  echo "bench/run.sh: iperf3 is missing${why:+ and cannot be installed ($why)}, so disk_fio.sh" \
+       "will stop after its fio and memcpy lines (the ones used here); apt-get install -y iperf3" \
+       "for its loopback figures" >&2
+fi
+if [ "$only" = setup ]; then
+  echo "bench/run.sh: setup done; nothing built or measured" >&2
+  exit 0
 fi
 
 cd "$repo"
@@ -134,7 +195,7 @@ step() {
   load1=$(cut -d' ' -f1 /proc/loadavg)
   awk -v n="$name" -v s="$(date -u -d "@$t0" +%Y-%m-%dT%H:%M:%SZ)" -v t0="$t0" -v t1="$t1" \
     -v f="$(basename "$file")" -v rc="$rc" -v l0="$load0" -v l1="$load1" \
-    -v own="$(((c1 - c0)))" -v other="$(((m1 - m0) - (c1 - c0)))" -v hz="$hz" \
+    -v own="$((c1 - c0))" -v other="$(((m1 - m0) - (c1 - c0)))" -v hz="$hz" \
     'BEGIN { printf "{\"step\": \"%s\", \"start_utc\": \"%s\", \"wall_s\": %.2f, " \
       "\"output\": \"%s\", \"status\": %d, \"loadavg_before\": %s, " \
       "\"loadavg_after\": %s, \"cpu_s\": %.2f, \"other_cpu_s\": %.2f}\n", \

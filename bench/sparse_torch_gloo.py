@@ -6,7 +6,7 @@ The workload is theirs: an embedding gradient, rows of a [65536, 64] float32
 tensor at uniform random indices (ones, so that the sum is exact), every rank
 4096 rows ("equal") or rank r 2048*(r+1) rows ("unequal"), as a torch sparse COO
 tensor given to dist.all_reduce (Gloo all-gathers the ranks' indices and
-values and sums them). Method of shared/peers/allreduce_torch_gloo.py: N ranks
+values and sums them). Method of bench/peers/allreduce_torch_gloo.py: N ranks
 are processes on one host, Gloo pinned to loopback, 2 warmup ops, a barrier,
 then 20 ops back to back, each iteration's time the max over ranks, the median
 reported. The input is rebuilt before each op, outside the timed region; the

@@ -1,5 +1,5 @@
 // tessera_bench_storage: throughput of the local storage engine on this machine,
-// measured the way the peer scripts in shared/peers measure fio and
+// measured the way the peer scripts in bench/peers measure fio and
 // torch.save/torch.load, so that bench/report.py can put the figures side by side.
 //
 //   save   SaveCheckpoint of the state of save_torch.py (64 tensors, 1.00 GiB of
@@ -62,7 +62,7 @@ using storage::ThreadPool;
 // Keys in insertion order, so that every line starts with "bench" and "op" like the peers'.
 using Line = nlohmann::ordered_json;
 
-// The state dict of shared/peers/save_torch.py: tensor i is (912·k, 1024), k = i % 8 + 1.
+// The state dict of bench/peers/save_torch.py: tensor i is (912·k, 1024), k = i % 8 + 1.
 constexpr int kTensors = 64;
 constexpr int64_t kRowUnit = 912;
 constexpr int64_t kCols = 1024;
@@ -75,7 +75,7 @@ double SecondsSince(Clock::time_point t0) {
 }
 
 // Bytes that are written once at allocation, so the first-touch page faults
-// (1–4 GB/s on this VM, see BASELINE.md) are paid here and never inside a
+// (1–4 GB/s on this VM, see bench/peers/README.md) are paid here and never inside a
 // timed region: they are the allocator's cost, not the storage engine's.
 class Buffer {
  public:
@@ -150,7 +150,7 @@ State MakeBfloat16State(const State& f32, double scale) {
 
 // Drops every file under `root` from the page cache, as save_torch.py does for
 // its cold loads. fdatasync first: DONTNEED skips dirty pages. The host may
-// still cache the virtual disk (BASELINE.md), so "cold" is cold for the guest only.
+// still cache the virtual disk (bench/peers/README.md), so "cold" is cold for the guest only.
 Status DropPageCache(const std::string& root) {
   std::error_code ec;
   for (fs::recursive_directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {

@@ -200,6 +200,30 @@ Result<std::string> CommittedDir(Env* env, const std::string& root, const std::s
   return dir;
 }
 
+Result<std::string> ResolveCheckpointPath(Env* env, const std::string& path) {
+  std::string trimmed = path;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  const std::string parent = ParentDir(trimmed);
+  const std::string name = trimmed.substr(parent.empty() ? 0 : parent.size() + 1);
+  int64_t step = 0;
+  if (!env->IsObjectStore(trimmed) || !ParseStep(name, &step)) return trimmed;
+  auto body = ReadWholeFile(env, trimmed + std::string(kManifestSuffix));
+  if (!body.ok()) {
+    if (body.status().code() == Code::kNotFound) {
+      return NotFound("no committed checkpoint at " + trimmed + " (no manifest " + trimmed +
+                          std::string(kManifestSuffix) + ")",
+                      {{"file", trimmed + std::string(kManifestSuffix)}});
+    }
+    return body.status();
+  }
+  const std::string dir = ManifestDir(*body);
+  if (dir.empty() || dir.find('/') != std::string::npos) {
+    return DataLoss("commit manifest " + trimmed + std::string(kManifestSuffix) + " names no staging prefix",
+                    {{"file", trimmed + std::string(kManifestSuffix)}});
+  }
+  return JoinPath(parent, dir);
+}
+
 Status CreateStaging(Env* env, const std::string& root, const std::string& mesh, int64_t step,
                      const std::string& id) {
   if (env->IsObjectStore(root)) {

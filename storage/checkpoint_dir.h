@@ -38,6 +38,10 @@ Result<std::string> CommittedDir(Env* env, const std::string& root, const std::s
                                  int64_t step);
 std::string StagingDir(const std::string& root, const std::string& mesh, int64_t step,
                        const std::string& id);
+// The directory of the checkpoint a user names by `path`: on an object store,
+// ".../<mesh>/step-<N>" is the prefix its manifest names (not_found naming the
+// manifest when the step is not committed); any other path is itself.
+Result<std::string> ResolveCheckpointPath(Env* env, const std::string& path);
 
 // Creates a fresh, empty staging dir (and its parents). A committed step is conflict.
 Status CreateStaging(Env* env, const std::string& root, const std::string& mesh, int64_t step,

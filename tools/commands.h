@@ -9,6 +9,9 @@ namespace tessera::tools {
 int RunInspect(const std::string& dir, bool json);
 // 0 if every chunk verifies, 2 if some are bad, 1 if the checkpoint cannot be read.
 int RunVerify(const std::string& dir, bool json, int threads);
+// A root's meshes and committed steps with their sizes: 0, 2 if a checkpoint's summary
+// cannot be read (listed as unreadable), 1 if the root cannot be listed.
+int RunLs(const std::string& root, bool json);
 // Writes a checkpoint of synthetic tensors, inspects, verifies and reads it back.
 int RunDemo(const std::string& dir, bool keep);
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "storage/checkpoint_dir.h"
 #include "storage/index.h"
 #include "storage/verify.h"
 #include "tools/commands.h"
@@ -69,7 +70,10 @@ int Fail(const Status& st, bool json) {
 
 }  // namespace
 
-int RunInspect(const std::string& dir, bool json) {
+int RunInspect(const std::string& path, bool json) {
+  auto resolved = storage::ResolveCheckpointPath(storage::DefaultEnv(), path);
+  if (!resolved.ok()) return Fail(resolved.status(), json);
+  const std::string& dir = *resolved;
   auto index = CheckpointIndex::Open(storage::DefaultEnv(), dir);
   if (!index.ok()) return Fail(index.status(), json);
   if (json) {
@@ -101,7 +105,10 @@ int RunInspect(const std::string& dir, bool json) {
   return 0;
 }
 
-int RunVerify(const std::string& dir, bool json, int threads) {
+int RunVerify(const std::string& path, bool json, int threads) {
+  auto resolved = storage::ResolveCheckpointPath(storage::DefaultEnv(), path);
+  if (!resolved.ok()) return Fail(resolved.status(), json);
+  const std::string& dir = *resolved;
   storage::ThreadPool pool(threads);
   // Progress on a terminal only, so scripts and --json output stay clean.
   const bool show = !json && isatty(STDERR_FILENO);

@@ -1,4 +1,4 @@
-// tessera: command-line entry point (inspect, verify, demo).
+// tessera: command-line entry point (inspect, verify, ls, demo).
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
@@ -17,13 +17,21 @@ int main(int argc, char** argv) {
   bool json = false;
   int threads = 2;
   auto* inspect = app.add_subcommand("inspect", "Show the tensors, slices and sizes of a checkpoint");
-  inspect->add_option("checkpoint", dir, "Checkpoint directory (…/step-N)")->required();
+  const char* where = "Checkpoint: a directory …/step-N, or s3://BUCKET/PREFIX/MESH/step-N "
+                      "(S3 endpoint from TESSERA_S3_ENDPOINT, credentials from AWS_ACCESS_KEY_ID and "
+                      "AWS_SECRET_ACCESS_KEY)";
+  inspect->add_option("checkpoint", dir, where)->required();
   inspect->add_flag("--json", json, "Print JSON instead of a table");
 
   auto* verify = app.add_subcommand("verify", "Check every chunk's checksum");
-  verify->add_option("checkpoint", dir, "Checkpoint directory (…/step-N)")->required();
+  verify->add_option("checkpoint", dir, where)->required();
   verify->add_flag("--json", json, "Print JSON instead of text");
   verify->add_option("--threads", threads, "Decode threads")->check(CLI::Range(1, 64));
+
+  std::string root;
+  auto* ls = app.add_subcommand("ls", "List a checkpoint root's meshes and committed steps, without tesserad");
+  ls->add_option("root", root, "The root: a directory, or s3://BUCKET/PREFIX")->required();
+  ls->add_flag("--json", json, "Print JSON instead of a table");
 
   bool keep = false;
   std::string demo_dir;
@@ -50,6 +58,7 @@ int main(int argc, char** argv) {
   }
   if (*inspect) return tessera::tools::RunInspect(dir, json);
   if (*verify) return tessera::tools::RunVerify(dir, json, threads);
+  if (*ls) return tessera::tools::RunLs(root, json);
   if (*demo) return tessera::tools::RunDemo(demo_dir, keep);
   return 1;
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The tessera CLI as a user runs it: demo (a real local cluster), inspect (table and JSON), verify,
+# The tessera CLI as a user runs it: demo (a real local cluster), inspect (table and JSON), verify, ls,
 # then verify and inspect of damaged checkpoints (exit codes and named culprits).
 set -euo pipefail
 bin=$1
@@ -19,6 +19,15 @@ pgrep -f "data-dir $root/data" && fail "demo left processes running"
 "$bin" inspect "$ckpt" | grep -q "dense/kernel .*bfloat16" || fail "inspect table lacks dense/kernel"
 "$bin" inspect --json "$ckpt" | grep -q '"name": "optimizer/step"' || fail "inspect --json"
 "$bin" verify "$ckpt" | grep -q "^OK" || fail "verify of a good checkpoint"
+
+# ls: the root's meshes and committed steps with their sizes, from the root alone.
+out=$("$bin" ls "$root/data/checkpoints")
+echo "$out" | grep -Eq "^demo +100 +10 " || fail "ls lacks demo step 100 with 10 tensors: $out"
+"$bin" ls --json "$root/data/checkpoints" | grep -q '"step": 100' || fail "ls --json"
+set +e
+err=$("$bin" ls "$root/nowhere" 2>&1); rc=$?
+set -e
+[ "$rc" -eq 1 ] && echo "$err" | grep -q "not_found.*$root/nowhere" || fail "ls of a missing root: $rc $err"
 
 # Flip one byte in the middle of shard-0: verify exits 2 naming file and tensor.
 size=$(stat -c %s "$ckpt/shard-0.tsr")

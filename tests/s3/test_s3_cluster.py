@@ -4,6 +4,7 @@ garbage collection over REST and from trainers, and the store's failures: a fail
 part, a failed commit, an unreachable store, bad credentials and a missing bucket,
 each named, each leaving earlier checkpoints intact."""
 
+import json
 import os
 import subprocess
 import sys
@@ -252,6 +253,37 @@ def test_a_tesserad_with_an_empty_catalog_rebuilds_from_the_bucket(rgw):
     finally:
         t.close()
         second.stop()
+
+
+def test_the_cli_lists_inspects_and_verifies_a_bucket_without_tesserad(rgw):
+    endpoint, s3 = rgw
+    cluster = start_cluster(endpoint, "cli")
+    t = Trainers(cluster, "m8")
+    try:
+        t.commit(1)
+        t.commit(2)
+    finally:
+        t.close()
+        cluster.stop()  # nothing of Tessera runs from here on
+    cli = os.path.join(cluster.bin_dir, "tessera")
+    env = dict(os.environ, TESSERA_S3_ENDPOINT=endpoint)
+    root = "s3://%s/cli" % BUCKET
+
+    def run(*args):
+        return subprocess.run([cli] + list(args), env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    listed = json.loads(run("ls", "--json", root).stdout)
+    steps = [c["step"] for m in listed["meshes"] if m["mesh"] == "m8" for c in m["checkpoints"]]
+    assert steps == [1, 2], listed
+    assert all(c["logical_bytes"] > 0 for m in listed["meshes"] for c in m["checkpoints"]), listed
+    shown = run("inspect", "--json", root + "/m8/step-2")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["step"] == 2
+    checked = run("verify", root + "/m8/step-2")
+    assert checked.returncode == 0 and checked.stdout.startswith("OK"), (checked.stdout, checked.stderr)
+    missing = run("inspect", root + "/m8/step-9")
+    assert missing.returncode == 1 and "no committed checkpoint at %s/m8/step-9" % root in missing.stderr, \
+        missing.stderr
 
 
 def test_a_failed_commit_leaves_no_step(rgw):
