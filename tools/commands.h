@@ -1,6 +1,7 @@
 // Subcommands of the `tessera` CLI. Each returns the process exit code.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace tessera::tools {
@@ -12,6 +13,10 @@ int RunVerify(const std::string& dir, bool json, int threads);
 // A root's meshes and committed steps with their sizes: 0, 2 if a checkpoint's summary
 // cannot be read (listed as unreadable), 1 if the root cannot be listed.
 int RunLs(const std::string& root, bool json);
+// A committed checkpoint as safetensors files in `out_dir` (storage/safetensors_export.h):
+// 0, or 1 with the error on stderr.
+int RunExport(const std::string& checkpoint, const std::string& out_dir, uint64_t max_file_bytes,
+              int threads);
 // Writes a checkpoint of synthetic tensors, inspects, verifies and reads it back.
 int RunDemo(const std::string& dir, bool keep);
 

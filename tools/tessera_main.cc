@@ -1,4 +1,4 @@
-// tessera: command-line entry point (inspect, verify, ls, demo).
+// tessera: command-line entry point (inspect, verify, ls, export, demo).
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
@@ -33,6 +33,16 @@ int main(int argc, char** argv) {
   ls->add_option("root", root, "The root: a directory, or s3://BUCKET/PREFIX")->required();
   ls->add_flag("--json", json, "Print JSON instead of a table");
 
+  std::string out_dir;
+  uint64_t max_file_bytes = 5'000'000'000;
+  auto* exp = app.add_subcommand("export", "Write a committed checkpoint as Hugging Face safetensors files, without tesserad");
+  exp->add_option("checkpoint", dir, where)->required();
+  exp->add_option("dir", out_dir, "Where the .safetensors files and model.safetensors.index.json go")->required();
+  exp->add_option("--max-file-size", max_file_bytes, "Bytes per file at most (a larger tensor gets a file of its own)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 50))
+      ->capture_default_str();
+  exp->add_option("--threads", threads, "Decode threads")->check(CLI::Range(1, 64));
+
   bool keep = false;
   std::string demo_dir;
   auto* demo = app.add_subcommand("demo", "Save, inspect, verify and restore a sample checkpoint");
@@ -58,6 +68,7 @@ int main(int argc, char** argv) {
   }
   if (*inspect) return tessera::tools::RunInspect(dir, json);
   if (*verify) return tessera::tools::RunVerify(dir, json, threads);
+  if (*exp) return tessera::tools::RunExport(dir, out_dir, max_file_bytes, threads);
   if (*ls) return tessera::tools::RunLs(root, json);
   if (*demo) return tessera::tools::RunDemo(demo_dir, keep);
   return 1;

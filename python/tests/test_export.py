@@ -1,0 +1,124 @@
+"""`tessera export`: a committed checkpoint as Hugging Face safetensors files, read
+back here by a reader of this test's own (numpy on the bytes, following the format:
+an 8-byte little-endian header size, a JSON header, the tensors' bytes)."""
+
+import json
+import os
+import struct
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from tessera.local import find_bin_dir
+
+NUMPY = {"F32": "<f4", "F64": "<f8", "F16": "<f2", "BF16": "<u2", "I8": "i1", "I16": "<i2",
+         "I32": "<i4", "I64": "<i8", "U8": "u1", "BOOL": "?"}
+
+
+def read_safetensors(path):
+    """{name: (dtype, array)} and the metadata of one file, checking its layout."""
+    data = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", data[:8])
+    assert 8 + n <= len(data) and n % 8 == 0, (path, n)
+    header = json.loads(data[8:8 + n])
+    body = data[8 + n:]
+    meta = header.pop("__metadata__", {})
+    assert all(isinstance(v, str) for v in meta.values()), meta
+    out, end = {}, 0
+    for name, h in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+        b, e = h["data_offsets"]
+        assert b == end and e <= len(body), (name, h)  # contiguous, inside the file
+        end = e
+        arr = np.frombuffer(body[b:e], dtype=NUMPY[h["dtype"]]).reshape(h["shape"])
+        out[name] = (h["dtype"], arr)
+    assert end == len(body), "bytes after the last tensor"
+    return out, meta
+
+
+def export(cluster, mesh, step, out, *extra):
+    cli = os.path.join(find_bin_dir(None), "tessera")
+    ckpt = os.path.join(cluster.dir, "data", "checkpoints", mesh, "step-%d" % step)
+    return subprocess.run([cli, "export", ckpt, str(out)] + list(extra), text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+@pytest.fixture
+def saved(mesh4):
+    """Step 7 of a {data: 4} mesh with tensors of several dtypes and layouts; the
+    global arrays it holds."""
+    import torch
+    mesh, ms = mesh4
+    want = {
+        "layer/w": np.arange(32 * 3, dtype=np.float32).reshape(32, 3) / 7,   # sharded over data
+        "layer/b": np.array([1.5, -2.0, 3.25], dtype=np.float32),           # replicated
+        "ids": np.array([1, 2, 3, 2 ** 40], dtype=np.int64),
+        "half": (np.arange(8, dtype=np.float16) - 3).reshape(8, 1),        # sharded
+        "mask": np.array([True, False, True]),
+        "bytes": np.arange(5, dtype=np.uint8),
+    }
+    bf = torch.tensor([1.0, -0.5, 3.0], dtype=torch.bfloat16)
+
+    def fill(rank, m):
+        w = m.attach("layer/w", (32, 3), "float32", ["data", None])
+        w[:] = want["layer/w"][rank * 8:(rank + 1) * 8]
+        m.attach("layer/b", (3,), "float32")[:] = want["layer/b"]
+        m.attach("ids", (4,), "int64")[:] = want["ids"]
+        m.attach("half", (8, 1), "float16", ["data", None])[:] = want["half"][rank * 2:(rank + 1) * 2]
+        m.attach("mask", (3,), "bool")[:] = want["mask"]
+        m.attach("bytes", (5,), "uint8")[:] = want["bytes"]
+        m.attach("bf", (3,), "bfloat16", like="torch").copy_(bf)
+        return m.save(7, metadata={"epoch": 2})
+
+    with ThreadPoolExecutor(4) as pool:
+        handles = list(pool.map(lambda rm: fill(*rm), enumerate(ms)))
+    for h in handles:
+        assert h.wait(timeout=60)["state"] == "committed"
+    want["bf"] = bf.view(torch.int16).numpy().view(np.uint16)
+    return mesh, want
+
+
+def test_one_file_holds_every_tensor_with_its_values(cluster, saved, tmp_path):
+    mesh, want = saved
+    r = export(cluster, mesh, 7, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["model.safetensors", "model.safetensors.index.json"]
+    got, meta = read_safetensors(tmp_path / "model.safetensors")
+    assert set(got) == set(want)
+    types = {"layer/w": "F32", "layer/b": "F32", "ids": "I64", "half": "F16", "mask": "BOOL",
+             "bytes": "U8", "bf": "BF16"}
+    for name, arr in want.items():
+        dtype, value = got[name]
+        assert dtype == types[name], name
+        assert value.shape == arr.shape and np.array_equal(value, arr), name
+    assert json.loads(meta["tessera.step"]) == 7 and json.loads(meta["tessera.metadata"]) == {"epoch": 2}
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    assert index["weight_map"] == {n: "model.safetensors" for n in want}
+    assert index["metadata"]["total_size"] == sum(a.nbytes for a in want.values())
+
+
+def test_small_files_hold_each_tensor_whole_in_exactly_one(cluster, saved, tmp_path):
+    mesh, want = saved
+    r = export(cluster, mesh, 7, tmp_path, "--max-file-size", "64")
+    assert r.returncode == 0, r.stderr
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    files = sorted(f for f in os.listdir(tmp_path) if f.endswith(".safetensors"))
+    assert len(files) > 1 and all(f.startswith("model-") for f in files), files
+    seen = {}
+    for f in files:
+        got, _ = read_safetensors(tmp_path / f)
+        size = sum(v.nbytes for _, v in got.values())
+        assert size <= 64 or len(got) == 1, (f, size)  # over the limit only alone
+        for name, (_, value) in got.items():
+            assert name not in seen, name
+            seen[name] = f
+            assert np.array_equal(value, want[name]), name
+    assert seen == index["weight_map"]
+
+
+def test_a_step_that_is_not_committed_is_named(cluster, saved, tmp_path):
+    mesh, _ = saved
+    r = export(cluster, mesh, 8, tmp_path)
+    assert r.returncode == 1
+    assert "step-8" in r.stderr and "index.sqlite" in r.stderr, r.stderr
