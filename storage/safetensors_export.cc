@@ -1,6 +1,8 @@
 #include "storage/safetensors_export.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <future>
 
 #include "storage/index.h"
 #include "storage/read_planner.h"
@@ -31,6 +33,23 @@ std::string Header(const std::vector<const TensorEntry*>& tensors, const Json& m
   std::string text = h.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
   return text;
+}
+
+// `meta`'s global tensor as slices of whole rows (dimension 0) of at most `bytes`
+// each (at least one row); one slice for a scalar or an empty tensor.
+std::vector<SliceSpec> RowBlocks(const TensorMeta& meta, uint64_t bytes) {
+  const SliceSpec whole = FullSlice(meta.shape);
+  if (meta.shape.empty() || meta.shape[0] <= 1 || meta.logical_bytes() <= bytes) return {whole};
+  const uint64_t row_bytes = meta.logical_bytes() / static_cast<uint64_t>(meta.shape[0]);
+  const int64_t rows = std::max<int64_t>(1, row_bytes ? static_cast<int64_t>(bytes / row_bytes) : meta.shape[0]);
+  std::vector<SliceSpec> out;
+  for (int64_t r = 0; r < meta.shape[0]; r += rows) {
+    SliceSpec s = whole;
+    s.offsets[0] = r;
+    s.lengths[0] = std::min(rows, meta.shape[0] - r);
+    out.push_back(std::move(s));
+  }
+  return out;
 }
 
 }  // namespace
@@ -76,6 +95,7 @@ Result<ExportSummary> ExportSafetensors(Env* env, const std::string& checkpoint_
   ExportSummary summary;
   Json weight_map = Json::object();
   ShardCache shards(env, checkpoint_dir);
+  std::vector<char> buffers[2];
   ThreadPool pool(std::max(1, options.threads));
   const size_t total = index.tensors().size();
   for (size_t f = 0; f < files.size(); ++f) {
@@ -88,13 +108,31 @@ Result<ExportSummary> ExportSafetensors(Env* env, const std::string& checkpoint_
     RETURN_IF_ERROR(out->Append(size_le, 8));
     RETURN_IF_ERROR(out->Append(header.data(), header.size()));
     for (const TensorEntry* t : files[f]) {
-      ASSIGN_OR_RETURN(ReadPlan plan, PlanRead(*t, FullSlice(t->meta.shape)));
-      std::string bytes(t->meta.logical_bytes(), '\0');
-      Status read = ExecuteRead(plan, &shards, bytes.data(), bytes.size(), &pool);
-      if (!read.ok()) return read.WithContext("tensor " + t->meta.name).WithDetail("tensor", t->meta.name);
-      RETURN_IF_ERROR(out->Append(bytes.data(), bytes.size()).WithContext(path));
+      // Block by block of rows (dimension 0), so that memory stays bounded whatever
+      // the tensor's size; the next block is read while this one is written.
+      const std::vector<SliceSpec> blocks = RowBlocks(t->meta, std::max<uint64_t>(1, options.block_bytes));
+      auto read_block = [&](size_t b, std::vector<char>* buf) -> Status {
+        ASSIGN_OR_RETURN(ReadPlan plan, PlanRead(*t, blocks[b]));
+        const size_t n = static_cast<size_t>(blocks[b].NumElements()) * DTypeSize(t->meta.dtype);
+        if (buf->size() < n) buf->resize(n);
+        Status st = ExecuteRead(plan, &shards, buf->data(), n, &pool);
+        return st.ok() ? st : st.WithContext("tensor " + t->meta.name).WithDetail("tensor", t->meta.name);
+      };
+      RETURN_IF_ERROR(read_block(0, &buffers[0]));
+      for (size_t b = 0; b < blocks.size(); ++b) {
+        std::vector<char>& now = buffers[b % 2];
+        std::future<Status> next;
+        if (b + 1 < blocks.size()) {
+          next = std::async(std::launch::async, read_block, b + 1, &buffers[(b + 1) % 2]);
+        }
+        const size_t n = static_cast<size_t>(blocks[b].NumElements()) * DTypeSize(t->meta.dtype);
+        Status wrote = out->Append(now.data(), n).WithContext(path);
+        Status read = next.valid() ? next.get() : Status::Ok();
+        RETURN_IF_ERROR(wrote);
+        RETURN_IF_ERROR(read);
+      }
       weight_map[t->meta.name] = name;
-      summary.tensor_bytes += bytes.size();
+      summary.tensor_bytes += t->meta.logical_bytes();
       ++summary.tensors;
       if (options.progress) options.progress(summary.tensors, total, t->meta.name);
     }

@@ -1,8 +1,8 @@
 // A committed checkpoint as Hugging Face safetensors files (docs/format.md,
 // "Safetensors export"): each tensor whole in exactly one file, files of at most
 // `max_file_bytes` (a tensor larger than that gets a file of its own), and
-// model.safetensors.index.json mapping each tensor to its file. One tensor is in
-// memory at a time.
+// model.safetensors.index.json mapping each tensor to its file. Tensors are read and
+// written in blocks of rows: memory stays at two blocks whatever the state's size.
 //
 // A file: 8-byte little-endian header size, a JSON header {name: {"dtype", "shape",
 // "data_offsets": [begin, end]}, "__metadata__": {...}} padded with spaces to a multiple
@@ -27,6 +27,7 @@ std::string SafetensorsDType(DType dtype);
 struct ExportOptions {
   uint64_t max_file_bytes = 5'000'000'000;  // Hugging Face's default shard size
   int threads = 2;                          // decode threads
+  uint64_t block_bytes = 64 << 20;          // a tensor is read and written this much at a time
   // Called after each tensor: (tensors done, tensors in all, its name).
   std::function<void(size_t, size_t, const std::string&)> progress;
 };

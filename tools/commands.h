@@ -16,7 +16,7 @@ int RunLs(const std::string& root, bool json);
 // A committed checkpoint as safetensors files in `out_dir` (storage/safetensors_export.h):
 // 0, or 1 with the error on stderr.
 int RunExport(const std::string& checkpoint, const std::string& out_dir, uint64_t max_file_bytes,
-              int threads);
+              uint64_t block_bytes, int threads);
 // Writes a checkpoint of synthetic tensors, inspects, verifies and reads it back.
 int RunDemo(const std::string& dir, bool keep);
 

@@ -12,7 +12,7 @@
 namespace tessera::tools {
 
 int RunExport(const std::string& checkpoint, const std::string& out_dir, uint64_t max_file_bytes,
-              int threads) {
+              uint64_t block_bytes, int threads) {
   storage::Env* env = storage::DefaultEnv();
   auto dir = storage::ResolveCheckpointPath(env, checkpoint);
   if (!dir.ok()) {
@@ -22,6 +22,7 @@ int RunExport(const std::string& checkpoint, const std::string& out_dir, uint64_
   storage::ExportOptions options;
   options.max_file_bytes = max_file_bytes;
   options.threads = threads;
+  options.block_bytes = block_bytes;
   if (isatty(STDERR_FILENO)) {
     options.progress = [](size_t done, size_t total, const std::string& name) {
       std::fprintf(stderr, "\rexporting: %zu of %zu tensors (%s)\033[K", done, total, name.c_str());

@@ -17,7 +17,8 @@ case "${1:-}" in
 esac
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-export TSAN_OPTIONS=${TSAN_OPTIONS:-suppressions=$PWD/tools/tsan.supp}
+# Quoted for the sanitizer's parser, which splits at spaces and colons.
+export TSAN_OPTIONS=${TSAN_OPTIONS:-"suppressions='$PWD/tools/tsan.supp'"}
 label=${LABEL:-quick}
 if [[ -z "${LABEL:-}" ]]; then
   # Hosts in network and mount namespaces, and the Ceph daemons behind the S3 tests,

@@ -100,7 +100,9 @@ def test_one_file_holds_every_tensor_with_its_values(cluster, saved, tmp_path):
 
 def test_small_files_hold_each_tensor_whole_in_exactly_one(cluster, saved, tmp_path):
     mesh, want = saved
-    r = export(cluster, mesh, 7, tmp_path, "--max-file-size", "64")
+    # 24-byte blocks: the 384-byte layer/w goes in many reads, each while the one
+    # before is written.
+    r = export(cluster, mesh, 7, tmp_path, "--max-file-size", "64", "--block-size", "24")
     assert r.returncode == 0, r.stderr
     index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
     files = sorted(f for f in os.listdir(tmp_path) if f.endswith(".safetensors"))
