@@ -228,17 +228,25 @@ def test_unreachable_store_and_bad_credentials_are_named(rgw, cluster):
         t.close()
 
 
-def test_a_tesserad_with_an_empty_catalog_rebuilds_from_the_bucket(rgw):
-    endpoint, s3 = rgw
-    first = start_cluster(endpoint, "rebuild")
-    t = Trainers(first, "m6")
+def commit_two_and_stop(endpoint, prefix, mesh, then=None):
+    """Steps 1 and 2 of `mesh` committed under `prefix` (and `then(trainers)`), then
+    every process stopped; the cluster's bin dir."""
+    cluster = start_cluster(endpoint, prefix)
+    t = Trainers(cluster, mesh)
     try:
         t.commit(1)
         t.commit(2)
-        t.client.set_retention("m6", keep_last=5)
+        if then:
+            then(t)
     finally:
         t.close()
-        first.stop()
+        cluster.stop()
+    return cluster.bin_dir
+
+
+def test_a_tesserad_with_an_empty_catalog_rebuilds_from_the_bucket(rgw):
+    endpoint, s3 = rgw
+    commit_two_and_stop(endpoint, "rebuild", "m6", lambda t: t.client.set_retention("m6", keep_last=5))
     # Another tesserad, a fresh data dir, the same prefix; workers under the same names.
     second = start_cluster(endpoint, "rebuild")
     t = Trainers(second, "m6")  # registering the same mesh again is a no-op (200)
@@ -257,15 +265,8 @@ def test_a_tesserad_with_an_empty_catalog_rebuilds_from_the_bucket(rgw):
 
 def test_the_cli_lists_inspects_and_verifies_a_bucket_without_tesserad(rgw):
     endpoint, s3 = rgw
-    cluster = start_cluster(endpoint, "cli")
-    t = Trainers(cluster, "m8")
-    try:
-        t.commit(1)
-        t.commit(2)
-    finally:
-        t.close()
-        cluster.stop()  # nothing of Tessera runs from here on
-    cli = os.path.join(cluster.bin_dir, "tessera")
+    bin_dir = commit_two_and_stop(endpoint, "cli", "m8")  # nothing of Tessera runs from here on
+    cli = os.path.join(bin_dir, "tessera")
     env = dict(os.environ, TESSERA_S3_ENDPOINT=endpoint)
     root = "s3://%s/cli" % BUCKET
 
