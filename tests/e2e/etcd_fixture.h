@@ -17,8 +17,7 @@ class Etcd {
   Etcd() {
     static int n = 0;
     dir_ = "/tmp/tessera-etcd-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
-    const std::string cmd = "bash " + std::string(TESSERA_SOURCE_DIR) + "/tools/etcd/etcd.sh start " +
-                            dir_ + " 0 >" + dir_ + ".out 2>" + dir_ + ".err";
+    const std::string cmd = "bash " + Script() + " start " + dir_ + " 0 >" + dir_ + ".out 2>" + dir_ + ".err";
     if (std::system(cmd.c_str()) != 0) {
       error_ = "tools/etcd/etcd.sh could not start etcd: " + Read(dir_ + ".err");
       return;
@@ -31,8 +30,7 @@ class Etcd {
     if (url_.empty()) error_ = "tools/etcd/etcd.sh printed no TESSERA_ETCD: " + Read(dir_ + ".out");
   }
   ~Etcd() {
-    (void)std::system(("bash " + std::string(TESSERA_SOURCE_DIR) + "/tools/etcd/etcd.sh stop " + dir_ +
-                       " >/dev/null 2>&1").c_str());
+    (void)std::system(("bash " + Script() + " stop " + dir_ + " >/dev/null 2>&1").c_str());
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
     std::filesystem::remove(dir_ + ".out", ec);
@@ -42,6 +40,8 @@ class Etcd {
   const std::string& error() const { return error_; }
 
  private:
+  // The script's path, quoted for the shell (a checkout's path may hold spaces).
+  static std::string Script() { return "'" + std::string(TESSERA_SOURCE_DIR) + "/tools/etcd/etcd.sh'"; }
   static std::string Read(const std::string& path) {
     std::ifstream in(path);
     return std::string(std::istreambuf_iterator<char>(in), {});

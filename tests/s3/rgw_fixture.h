@@ -25,7 +25,8 @@ class Rgw : public ::testing::Environment {
  public:
   void SetUp() override {
     dir_ = "/var/tmp/tessera-rgw-test-" + std::to_string(getpid());
-    const std::string cmd = "bash " + SourceDir() + "/tools/s3/rgw.sh start " + dir_ + " 0 >" +
+    // Quoted: a checkout's path may hold spaces.
+    const std::string cmd = "bash '" + SourceDir() + "/tools/s3/rgw.sh' start " + dir_ + " 0 >" +
                             dir_ + ".out 2>" + dir_ + ".err";
     if (std::system(cmd.c_str()) != 0) {
       std::ifstream err(dir_ + ".err");
@@ -42,7 +43,7 @@ class Rgw : public ::testing::Environment {
     }
   }
   void TearDown() override {
-    (void)std::system(("bash " + SourceDir() + "/tools/s3/rgw.sh stop " + dir_ + " >/dev/null 2>&1")
+    (void)std::system(("bash '" + SourceDir() + "/tools/s3/rgw.sh' stop " + dir_ + " >/dev/null 2>&1")
                           .c_str());
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
