@@ -1,7 +1,9 @@
 """Hosts for multi-host tests, on one machine: each host is a network namespace with
 its own address on a bridge, and its own mount namespace with private /tmp and
-/dev/shm. Nothing passes between hosts except over the network and through the
-checkpoint root `shared`, which every host sees at the same path:
+/dev/shm. The checkout (build/bin, python/, tests/), TESSERA_BIN and the hosts' own
+directory stay visible on every host at their paths, even under /tmp or /dev/shm.
+Nothing passes between hosts except over the network and through the checkpoint
+root `shared`, which every host sees at the same path:
   share="bind":  one directory of this machine, as a NAS would be;
   share="sshfs": host 0 exports a directory over SSH (its own sshd, on its own
                  address) and every other host mounts it with sshfs, so the files
@@ -17,6 +19,7 @@ sshfs, openssh-server and /dev/fuse.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,12 +29,48 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 from tessera.local import Process  # noqa: E402
 
+REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+PRIVATE = ("/tmp", "/dev/shm")  # a fresh tmpfs on each host
+
 
 def sh(*argv, check=True):
     r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if check and r.returncode != 0:
         raise RuntimeError("%s failed (%d): %s" % (" ".join(argv), r.returncode, r.stderr.strip()))
     return r.stdout
+
+
+def _under(path, d):
+    return path == d or path.startswith(d.rstrip("/") + "/")
+
+
+def _kept_binds(paths):
+    """(path, source) pairs: each path under a private directory that hosts must still
+    see there, and where its files are once the tmpfs covers it. Fd 3 is the old /tmp
+    and fd 4 the old /dev/shm, opened before the tmpfs covers them. A path is kept both
+    as given and resolved, so that symlinks into or out of /tmp work too."""
+    wanted = set()
+    for p in paths:
+        if p and os.path.exists(p):
+            wanted.update({os.path.abspath(p), os.path.realpath(p)})
+    binds = []
+    for p in sorted(wanted):
+        d = next((d for d in PRIVATE if _under(p, d)), None)
+        if d is None or any(_under(p, kept) for kept, _ in binds):
+            continue  # nothing hides it, or a kept directory holds it already
+        if p == d:
+            raise RuntimeError("hosts cannot keep %s itself: it is private to each host" % d)
+        real = os.path.realpath(p)
+        below = next((d for d in PRIVATE if _under(real, d)), None)
+        source = real if below is None else os.path.join(
+            "/proc/self/fd/%d" % (3 + PRIVATE.index(below)), os.path.relpath(real, below))
+        binds.append((p, source))
+    return binds
+
+
+def _unescape(field):
+    """A path as /proc/mounts writes it (space as \\040, and so on)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
 def can_run(share="bind"):
@@ -52,7 +91,9 @@ def can_run(share="bind"):
 class Hosts:
     _made = 0  # Hosts made by this process: each gets names of its own
 
-    def __init__(self, n, dir=None, share="bind"):  # noqa: A002
+    def __init__(self, n, dir=None, share="bind", keep=()):  # noqa: A002
+        """keep: more directories that every host sees as this process does (the
+        checkout, TESSERA_BIN and dir always are)."""
         self.n = n
         self.share = share
         # Names of its own per instance: a namespace that outlives close() (the
@@ -70,6 +111,7 @@ class Hosts:
         os.makedirs(self.shared, exist_ok=True)
         # Where this process (outside the hosts) sees the shared files.
         self.shared_here = self.shared if share == "bind" else os.path.join(self.dir, "export")
+        self.keep = [REPO, os.environ.get("TESSERA_BIN"), self.dir] + list(keep)
         self.anchors = []
         self.procs = []
         self.daemons = []  # sshd and the sshfs mounts: killed before the hosts go
@@ -97,15 +139,28 @@ class Hosts:
             sh("ip", "-n", ns, "link", "set", "eth0", "up")
             sh("ip", "-n", ns, "link", "set", "lo", "up")
             # The host's own /tmp and /dev/shm, held by a process that lives as long as
-            # the host; every program of the host enters its namespaces.
+            # the host; every program of the host enters its namespaces. What must stay
+            # visible there (the checkout may be under /tmp) is bound back at its path
+            # from the old directories, reached through descriptors opened before the
+            # tmpfs covers them (hence --no-canonicalize: resolving the source would
+            # find the new /tmp).
+            script = ('set -e; exec 3</tmp 4</dev/shm\n'
+                      'mount -t tmpfs tmpfs /tmp; mount -t tmpfs tmpfs /dev/shm\n'
+                      'while [ $# -gt 0 ]; do\n'
+                      '  mkdir -p "$1"; mount --no-canonicalize --rbind "$2" "$1"; shift 2\n'
+                      'done\n'
+                      'exec 3<&- 4<&-; echo ready; exec sleep infinity')
+            binds = [arg for bind in _kept_binds(self.keep) for arg in bind]
             anchor = subprocess.Popen(
                 ["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation", "private",
-                 "sh", "-c", "mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /dev/shm && "
-                 "echo ready && exec sleep infinity"],
-                stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
-            if anchor.stdout.readline().strip() != b"ready":
-                raise RuntimeError("host %d: could not make its mount namespace" % i)
+                 "sh", "-c", script, "sh"] + binds,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
             self.anchors.append(anchor)
+            if anchor.stdout.readline().strip() != b"ready":
+                anchor.kill()
+                _, err = anchor.communicate()
+                raise RuntimeError("host %d: could not make its mount namespace: %s"
+                                   % (i, err.decode(errors="replace").strip()))
 
     def _share_over_ssh(self):
         """Host 0 serves <dir>/export with sshd on its address; every host mounts it at
@@ -119,7 +174,7 @@ class Hosts:
         shutil.copy(os.path.join(ssh, "client.pub"), os.path.join(ssh, "authorized_keys"))
         config = os.path.join(ssh, "sshd_config")
         with open(config, "w") as f:
-            f.write("ListenAddress %s:2222\nHostKey %s\nAuthorizedKeysFile %s\n"
+            f.write("ListenAddress %s:2222\nHostKey \"%s\"\nAuthorizedKeysFile \"%s\"\n"
                     "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
                     "UsePAM no\nStrictModes no\nPidFile none\n"
                     "Subsystem sftp internal-sftp\n"
@@ -147,14 +202,14 @@ class Hosts:
                 # -f: stays in the foreground, so that it is killed with the hosts.
                 mount = subprocess.Popen(self.command(i, [
                     "sshfs", "-f", "-p", "2222", "root@%s:%s" % (self.addr(0), export), self.shared,
-                    "-o", "IdentityFile=%s,StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null,"
+                    "-o", "IdentityFile=\"%s\",StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null,"
                           "LogLevel=ERROR,dir_cache=no,attr_timeout=0,entry_timeout=0"
                           % os.path.join(ssh, "client")]),
                     stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "sshfs-%d.log" % i), "ab"))
                 mounted = False
                 while mount.poll() is None and time.monotonic() < deadline and not mounted:
-                    mounted = self.run(i, ["sh", "-c", "grep -q ' %s fuse.sshfs ' /proc/mounts && cat %s || true"
-                                           % (self.shared, os.path.join(self.shared, marker))]).strip() == "ok"
+                    mounted = self.mount_type(i, self.shared) == "fuse.sshfs" and self.run(
+                        i, ["cat", os.path.join(self.shared, marker)], check=False).strip() == "ok"
                     time.sleep(0.05)
                 if mounted and mount.poll() is None:
                     self.daemons.append(mount)
@@ -189,6 +244,15 @@ class Hosts:
     def popen(self, i, argv, env=None):
         return subprocess.Popen(self.command(i, argv), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env=env, text=True)
+
+    def mount_type(self, i, path):
+        """The type of what is mounted at path on host i (the topmost mount), or None."""
+        kind = None
+        for line in self.run(i, ["cat", "/proc/self/mounts"]).splitlines():
+            fields = line.split(" ")
+            if _unescape(fields[1]) == path:
+                kind = fields[2]
+        return kind
 
     def link_down(self, i):
         sh("ip", "link", "set", self.veth[i], "down")
