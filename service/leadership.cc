@@ -58,46 +58,48 @@ Json Leadership::leader() const {
   return leader_;
 }
 
+Result<bool> Leadership::CampaignOnce(Json* me, bool* said_standby) {
+  ASSIGN_OR_RETURN(auto there, etcd_->Get(key()));
+  if (!there) {
+    auto left = lease_ == 0 ? Result<int64_t>(int64_t{0}) : etcd_->KeepAlive(lease_);
+    if (!left.ok() || *left <= 0) {
+      ASSIGN_OR_RETURN(lease_, etcd_->Grant(options_.lease_s));
+    }
+    const int64_t began = MonoMs();
+    (*me)["since_ms"] = WallMs();
+    ASSIGN_OR_RETURN(auto won, etcd_->CreateIfAbsent(key(), me->dump(), lease_));
+    if (won.first) {
+      renewed_mono_ms_ = began;
+      created_revision_ = won.second.create_revision;
+      leading_ = true;
+      SetLeader(*me);
+      return true;
+    }
+    there = won.second;
+  }
+  Json leader = Json::parse(there->value, nullptr, false);
+  if (leader.is_object()) {
+    RETURN_IF_ERROR(SameRoot(leader));
+    if (!*said_standby) {
+      std::fprintf(stderr, "standby: %s leads (%s in etcd %s)\n", leader.value("url", "?").c_str(),
+                   key().c_str(), etcd_->endpoints().c_str());
+      *said_standby = true;
+    }
+    SetLeader(std::move(leader));
+  }
+  return false;
+}
+
 Status Leadership::Campaign(const std::string& url, const std::atomic<bool>& stop) {
   const int64_t poll_ms = options_.lease_s * 1000 / 4;
   Json me = {{"url", url}, {"root", options_.root}, {"pid", static_cast<int64_t>(::getpid())}};
   bool said_standby = false;
   while (!stop && !stopping_) {
-    Status st = [&]() -> Status {
-      ASSIGN_OR_RETURN(auto there, etcd_->Get(key()));
-      if (!there) {
-        auto left = lease_ == 0 ? Result<int64_t>(int64_t{0}) : etcd_->KeepAlive(lease_);
-        if (!left.ok() || *left <= 0) {
-          ASSIGN_OR_RETURN(lease_, etcd_->Grant(options_.lease_s));
-        }
-        const int64_t began = MonoMs();
-        me["since_ms"] = WallMs();
-        ASSIGN_OR_RETURN(auto won, etcd_->CreateIfAbsent(key(), me.dump(), lease_));
-        if (won.first) {
-          renewed_mono_ms_ = began;
-          created_revision_ = won.second.create_revision;
-          leading_ = true;
-          SetLeader(me);
-          return Status::Ok();
-        }
-        there = won.second;
-      }
-      Json leader = Json::parse(there->value, nullptr, false);
-      if (leader.is_object()) {
-        RETURN_IF_ERROR(SameRoot(leader));
-        if (!said_standby) {
-          std::fprintf(stderr, "standby: %s leads (%s in etcd %s)\n", leader.value("url", "?").c_str(),
-                       key().c_str(), etcd_->endpoints().c_str());
-          said_standby = true;
-        }
-        SetLeader(std::move(leader));
-      }
-      return Unavailable("not leading yet");
-    }();
-    if (leading_) return Status::Ok();
-    if (st.code() == Code::kInvalidArgument) return st;
-    if (!st.ok() && st.message() != "not leading yet") {
-      std::fprintf(stderr, "campaign: %s\n", st.ToString().c_str());
+    auto led = CampaignOnce(&me, &said_standby);
+    if (led.ok() && *led) return Status::Ok();
+    if (!led.ok()) {
+      if (led.status().code() == Code::kInvalidArgument) return led.status();  // a misconfigured group
+      std::fprintf(stderr, "campaign: %s\n", led.status().ToString().c_str());
       SetLeader(nullptr);
     }
     MutexLock lock(mu_);

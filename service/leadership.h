@@ -53,6 +53,8 @@ class Leadership {
  private:
   explicit Leadership(LeadershipOptions options, std::unique_ptr<EtcdClient> etcd);
   void KeepAliveLoop();
+  // One round of Campaign: true once this tesserad leads, false while another one does.
+  Result<bool> CampaignOnce(Json* me, bool* said_standby);
   void SetLeader(Json leader);
   // invalid_argument when `leader` serves another root than this tesserad.
   Status SameRoot(const Json& leader) const;

@@ -191,7 +191,7 @@ void RootFence::RenewLoop() {
 void RootFence::Stop(bool release) {
   {
     MutexLock lock(mu_);
-    if (stopping_.exchange(true) && !renewer_.joinable()) return;
+    stopping_ = true;
     cv_.NotifyAll();
   }
   if (renewer_.joinable()) renewer_.join();

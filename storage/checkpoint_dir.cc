@@ -57,21 +57,23 @@ std::string ManifestDir(std::string_view body) {
 }
 
 // The name (in the mesh dir) of the prefix that the manifest of `step` commits.
-Result<std::string> ReadManifest(Env* env, const std::string& root, const std::string& mesh,
-                                 int64_t step) {
-  const std::string path = ManifestPath(root, mesh, step);
-  auto body = ReadWholeFile(env, path);
-  if (!body.ok()) {
-    if (body.status().code() == Code::kNotFound) return NotCommitted(mesh, step);
-    return body.status();
-  }
-  const std::string dir = ManifestDir(*body);
+// The same, of the manifest at `path`; its body's errors as they come (not_found included).
+Result<std::string> ReadManifestAt(Env* env, const std::string& path, int64_t step) {
+  ASSIGN_OR_RETURN(std::string body, ReadWholeFile(env, path));
+  const std::string dir = ManifestDir(body);
   const std::string expect = std::string(kStagingPrefix) + std::to_string(step) + "-";
   if (dir.rfind(expect, 0) != 0 || dir.find('/') != std::string::npos) {
     return DataLoss("commit manifest " + path + " does not name a staging prefix of step " +
                         std::to_string(step),
                     {{"file", path}});
   }
+  return dir;
+}
+
+Result<std::string> ReadManifest(Env* env, const std::string& root, const std::string& mesh,
+                                 int64_t step) {
+  auto dir = ReadManifestAt(env, ManifestPath(root, mesh, step), step);
+  if (!dir.ok() && dir.status().code() == Code::kNotFound) return NotCommitted(mesh, step);
   return dir;
 }
 
@@ -207,21 +209,14 @@ Result<std::string> ResolveCheckpointPath(Env* env, const std::string& path) {
   const std::string name = trimmed.substr(parent.empty() ? 0 : parent.size() + 1);
   int64_t step = 0;
   if (!env->IsObjectStore(trimmed) || !ParseStep(name, &step)) return trimmed;
-  auto body = ReadWholeFile(env, trimmed + std::string(kManifestSuffix));
-  if (!body.ok()) {
-    if (body.status().code() == Code::kNotFound) {
-      return NotFound("no committed checkpoint at " + trimmed + " (no manifest " + trimmed +
-                          std::string(kManifestSuffix) + ")",
-                      {{"file", trimmed + std::string(kManifestSuffix)}});
-    }
-    return body.status();
+  const std::string manifest = trimmed + std::string(kManifestSuffix);
+  auto dir = ReadManifestAt(env, manifest, step);
+  if (!dir.ok() && dir.status().code() == Code::kNotFound) {
+    return NotFound("no committed checkpoint at " + trimmed + " (no manifest " + manifest + ")",
+                    {{"file", manifest}});
   }
-  const std::string dir = ManifestDir(*body);
-  if (dir.empty() || dir.find('/') != std::string::npos) {
-    return DataLoss("commit manifest " + trimmed + std::string(kManifestSuffix) + " names no staging prefix",
-                    {{"file", trimmed + std::string(kManifestSuffix)}});
-  }
-  return JoinPath(parent, dir);
+  if (!dir.ok()) return dir.status();
+  return JoinPath(parent, *dir);
 }
 
 Status CreateStaging(Env* env, const std::string& root, const std::string& mesh, int64_t step,

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "api/status.h"
+
 namespace tessera::tools {
 
 // 0 on success, 1 on error (message on stderr).
@@ -20,6 +22,8 @@ int RunExport(const std::string& checkpoint, const std::string& out_dir, uint64_
 // Writes a checkpoint of synthetic tensors, inspects, verifies and reads it back.
 int RunDemo(const std::string& dir, bool keep);
 
+// Prints `st` (as the JSON error body with `json`, else a line on stderr); 1.
+int Fail(const Status& st, bool json);
 // "12.3 MiB"
 std::string HumanBytes(double bytes);
 

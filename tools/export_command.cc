@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <iostream>
 
 #include "storage/checkpoint_dir.h"
 #include "storage/safetensors_export.h"
@@ -15,10 +14,7 @@ int RunExport(const std::string& checkpoint, const std::string& out_dir, uint64_
               uint64_t block_bytes, int threads) {
   storage::Env* env = storage::DefaultEnv();
   auto dir = storage::ResolveCheckpointPath(env, checkpoint);
-  if (!dir.ok()) {
-    std::cerr << "error: " << dir.status().ToString() << "\n";
-    return 1;
-  }
+  if (!dir.ok()) return Fail(dir.status(), /*json=*/false);
   storage::ExportOptions options;
   options.max_file_bytes = max_file_bytes;
   options.threads = threads;
@@ -30,10 +26,7 @@ int RunExport(const std::string& checkpoint, const std::string& out_dir, uint64_
     };
   }
   auto summary = storage::ExportSafetensors(env, *dir, out_dir, options);
-  if (!summary.ok()) {
-    std::cerr << "error: " << summary.status().ToString() << "\n";
-    return 1;
-  }
+  if (!summary.ok()) return Fail(summary.status(), /*json=*/false);
   std::printf("exported %zu tensors (%s) into %zu file%s in %s, with model.safetensors.index.json\n",
               summary->tensors, HumanBytes(static_cast<double>(summary->tensor_bytes)).c_str(),
               summary->files.size(), summary->files.size() == 1 ? "" : "s", out_dir.c_str());

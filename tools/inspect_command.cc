@@ -59,6 +59,8 @@ Json IndexJson(const std::string& dir, const CheckpointIndex& index) {
           {"tensors", tensors}};
 }
 
+}  // namespace
+
 int Fail(const Status& st, bool json) {
   if (json) {
     std::cout << ErrorBody(st).dump(2) << "\n";
@@ -67,8 +69,6 @@ int Fail(const Status& st, bool json) {
   }
   return 1;
 }
-
-}  // namespace
 
 int RunInspect(const std::string& path, bool json) {
   auto resolved = storage::ResolveCheckpointPath(storage::DefaultEnv(), path);

@@ -11,24 +11,16 @@ namespace tessera::tools {
 
 int RunLs(const std::string& root, bool json) {
   storage::Env* env = storage::DefaultEnv();
-  auto fail = [json](const Status& st) {
-    if (json) {
-      std::cout << ErrorBody(st).dump(2) << "\n";
-    } else {
-      std::cerr << "error: " << st.ToString() << "\n";
-    }
-    return 1;
-  };
   if (!env->IsObjectStore(root) && !env->IsDirectory(root)) {
-    return fail(NotFound("no checkpoint root at " + root, {{"file", root}}));
+    return Fail(NotFound("no checkpoint root at " + root, {{"file", root}}), json);
   }
   auto meshes = storage::ListMeshDirs(env, root);
-  if (!meshes.ok()) return fail(meshes.status().WithContext("listing " + root));
+  if (!meshes.ok()) return Fail(meshes.status().WithContext("listing " + root), json);
   Json out = {{"root", root}, {"meshes", Json::array()}};
   int errors = 0;
   for (const std::string& mesh : *meshes) {
     auto steps = storage::ListSteps(env, root, mesh);
-    if (!steps.ok()) return fail(steps.status().WithContext("listing mesh " + mesh));
+    if (!steps.ok()) return Fail(steps.status().WithContext("listing mesh " + mesh), json);
     Json m = {{"mesh", mesh}, {"checkpoints", Json::array()}};
     for (int64_t step : *steps) {
       Json c = {{"step", step}};
