@@ -14,6 +14,7 @@
 #include "api/base64.h"
 #include "api/json_codec.h"
 #include "fuzz/checkpoint_inputs.h"
+#include "storage/safetensors_format.h"
 
 namespace {
 
@@ -161,6 +162,24 @@ int main(int argc, char** argv) {
   }
   Put(root / "index_reader", "index", ck.Read(storage::kIndexFile));
   for (const auto& [name, sql] : kIndexEdits) Put(root / "index_reader", name, sql);
+  // Safetensors files as the exporter writes them (bytes zero: the header is the input).
+  using storage::SafetensorsEntry;
+  const std::vector<std::pair<std::string, std::vector<SafetensorsEntry>>> kSafetensors = {
+      {"model", {{"model.embed.weight", DType::kBFloat16, {16, 8}, 256},
+                 {"model.layers.0.bias", DType::kFloat32, {8}, 32},
+                 {"step", DType::kInt64, {}, 8},
+                 {"mask", DType::kBool, {3}, 3},
+                 {"empty", DType::kFloat16, {0, 4}, 0}}},
+      {"one", {{"w", DType::kFloat32, {2, 2}, 16}}},
+      {"none", {}},
+  };
+  for (const auto& [name, entries] : kSafetensors) {
+    uint64_t bytes = 0;
+    for (const auto& e : entries) bytes += e.bytes;
+    const Json meta = name == "model" ? Json{{"format", "pt"}, {"tessera.step", "7"}} : Json::object();
+    Put(root / "safetensors_header", name,
+        storage::EncodeSafetensorsHeader(entries, meta) + std::string(bytes, '\x01'));
+  }
   std::printf("seed corpora written under %s\n", root.c_str());
   return 0;
 }

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <future>
+#include <map>
+#include <numeric>
 
-#include "storage/index.h"
-#include "storage/read_planner.h"
-#include "storage/thread_pool.h"
+#include "storage/safetensors_format.h"
 
 namespace tessera::storage {
 namespace {
@@ -16,23 +16,6 @@ std::string FileName(size_t i, size_t n) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "model-%05zu-of-%05zu.safetensors", i + 1, n);
   return buf;
-}
-
-// The header of one file: its tensors with their byte ranges, padded to 8 bytes.
-std::string Header(const std::vector<const TensorEntry*>& tensors, const Json& metadata) {
-  Json h = Json::object();
-  uint64_t offset = 0;
-  for (const TensorEntry* t : tensors) {
-    const uint64_t bytes = t->meta.logical_bytes();
-    h[t->meta.name] = {{"dtype", SafetensorsDType(t->meta.dtype)},
-                       {"shape", t->meta.shape},
-                       {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-  }
-  h["__metadata__"] = metadata;
-  std::string text = h.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  return text;
 }
 
 // `meta`'s global tensor as slices of whole rows (dimension 0) of at most `bytes`
@@ -52,96 +35,164 @@ std::vector<SliceSpec> RowBlocks(const TensorMeta& meta, uint64_t bytes) {
   return out;
 }
 
+// Files filled in order, a new one when the next tensor would pass the limit.
+std::vector<std::vector<size_t>> InOrder(const std::vector<TensorMeta>& tensors, uint64_t max_bytes) {
+  std::vector<std::vector<size_t>> files(1);
+  uint64_t in_file = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const uint64_t bytes = tensors[i].logical_bytes();
+    if (!files.back().empty() && in_file + bytes > max_bytes) {
+      files.emplace_back();
+      in_file = 0;
+    }
+    files.back().push_back(i);
+    in_file += bytes;
+  }
+  return files;
+}
+
+// At least `spread` files of balanced size: largest tensor first, each into the
+// emptiest file it fits in (a new file when none has room).
+std::vector<std::vector<size_t>> Balanced(const std::vector<TensorMeta>& tensors, uint64_t max_bytes,
+                                          size_t spread) {
+  uint64_t total = 0;
+  for (const auto& t : tensors) total += t.logical_bytes();
+  const size_t by_size = static_cast<size_t>((total + max_bytes - 1) / std::max<uint64_t>(1, max_bytes));
+  std::vector<std::vector<size_t>> files(std::min(tensors.size(), std::max(spread, by_size)));
+  std::vector<uint64_t> fill(files.size(), 0);
+  std::vector<size_t> order(tensors.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return tensors[a].logical_bytes() > tensors[b].logical_bytes();
+  });
+  for (size_t i : order) {
+    const uint64_t bytes = tensors[i].logical_bytes();
+    size_t best = files.size();
+    for (size_t f = 0; f < files.size(); ++f) {
+      const bool fits = files[f].empty() || fill[f] + bytes <= max_bytes;
+      if (fits && (best == files.size() || fill[f] < fill[best])) best = f;
+    }
+    if (best == files.size()) {
+      files.emplace_back();
+      fill.push_back(0);
+    }
+    files[best].push_back(i);
+    fill[best] += bytes;
+  }
+  for (auto& f : files) std::sort(f.begin(), f.end());
+  // Files in the order of their first tensor, so that names follow the checkpoint's order.
+  std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) { return a.front() < b.front(); });
+  return files;
+}
+
 }  // namespace
 
-std::string SafetensorsDType(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: return "F32";
-    case DType::kFloat64: return "F64";
-    case DType::kFloat16: return "F16";
-    case DType::kBFloat16: return "BF16";
-    case DType::kInt8: return "I8";
-    case DType::kInt16: return "I16";
-    case DType::kInt32: return "I32";
-    case DType::kInt64: return "I64";
-    case DType::kUInt8: return "U8";
-    case DType::kBool: return "BOOL";
+std::vector<ExportFile> PlanExportFiles(const std::vector<TensorMeta>& tensors, uint64_t max_file_bytes,
+                                        size_t spread) {
+  if (tensors.empty()) return {};
+  const auto groups = spread <= 1 ? InOrder(tensors, max_file_bytes) : Balanced(tensors, max_file_bytes, spread);
+  std::vector<ExportFile> out;
+  for (size_t f = 0; f < groups.size(); ++f) {
+    ExportFile file;
+    file.name = FileName(f, groups.size());
+    for (size_t i : groups[f]) {
+      file.tensors.push_back(tensors[i].name);
+      file.bytes += tensors[i].logical_bytes();
+    }
+    out.push_back(std::move(file));
   }
-  return "";
+  return out;
+}
+
+Json ExportMetadata(const CheckpointMeta& m) {
+  return {{"format", "pt"},
+          {"tessera.mesh", MeshToJson(m.mesh).dump()},
+          {"tessera.step", std::to_string(m.step)},
+          {"tessera.metadata", m.metadata.dump()}};
+}
+
+Status WriteExportFile(Env* env, const CheckpointIndex& index, ShardCache* shards, ThreadPool* pool,
+                       const ExportFile& file, const std::string& out_dir, const Json& metadata,
+                       uint64_t block_bytes,
+                       const std::function<void(const std::string&, uint64_t)>& on_tensor) {
+  std::vector<const TensorEntry*> tensors;
+  std::vector<SafetensorsEntry> entries;
+  for (const std::string& name : file.tensors) {
+    const TensorEntry* t = index.Find(name);
+    if (t == nullptr) {
+      return NotFound("the checkpoint has no tensor '" + name + "' to export into " + file.name,
+                      {{"tensor", name}, {"file", file.name}});
+    }
+    tensors.push_back(t);
+    entries.push_back({name, t->meta.dtype, t->meta.shape, t->meta.logical_bytes()});
+  }
+  const std::string path = JoinPath(out_dir, file.name);
+  const std::string header = EncodeSafetensorsHeader(entries, metadata);
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> out, env->NewWritableFile(path));
+  RETURN_IF_ERROR(out->Append(header.data(), header.size()).WithContext(path));
+  std::vector<char> buffers[2];
+  for (const TensorEntry* t : tensors) {
+    // Block by block of rows (dimension 0), so that memory stays bounded whatever
+    // the tensor's size; the next block is read while this one is written.
+    const std::vector<SliceSpec> blocks = RowBlocks(t->meta, std::max<uint64_t>(1, block_bytes));
+    auto read_block = [&](size_t b, std::vector<char>* buf) -> Status {
+      ASSIGN_OR_RETURN(ReadPlan plan, PlanRead(*t, blocks[b]));
+      const size_t n = static_cast<size_t>(blocks[b].NumElements()) * DTypeSize(t->meta.dtype);
+      if (buf->size() < n) buf->resize(n);
+      Status st = ExecuteRead(plan, shards, buf->data(), n, pool);
+      return st.ok() ? st : st.WithContext("tensor " + t->meta.name).WithDetail("tensor", t->meta.name);
+    };
+    RETURN_IF_ERROR(read_block(0, &buffers[0]));
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      std::vector<char>& now = buffers[b % 2];
+      std::future<Status> next;
+      if (b + 1 < blocks.size()) {
+        next = std::async(std::launch::async, read_block, b + 1, &buffers[(b + 1) % 2]);
+      }
+      const size_t n = static_cast<size_t>(blocks[b].NumElements()) * DTypeSize(t->meta.dtype);
+      Status wrote = out->Append(now.data(), n).WithContext(path);
+      Status read = next.valid() ? next.get() : Status::Ok();
+      RETURN_IF_ERROR(wrote);
+      RETURN_IF_ERROR(read);
+    }
+    if (on_tensor) on_tensor(t->meta.name, t->meta.logical_bytes());
+  }
+  RETURN_IF_ERROR(out->Sync().WithContext(path));
+  return out->Close().WithContext(path);
+}
+
+Status WriteExportIndex(Env* env, const std::string& out_dir, const std::vector<ExportFile>& files) {
+  Json weight_map = Json::object();
+  uint64_t total = 0;
+  for (const ExportFile& f : files) {
+    for (const std::string& t : f.tensors) weight_map[t] = f.name;
+    total += f.bytes;
+  }
+  const Json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  return WriteFileDurably(env, JoinPath(out_dir, kSafetensorsIndexFile), index.dump(2));
 }
 
 Result<ExportSummary> ExportSafetensors(Env* env, const std::string& checkpoint_dir,
                                         const std::string& out_dir, const ExportOptions& options) {
   ASSIGN_OR_RETURN(CheckpointIndex index, CheckpointIndex::Open(env, checkpoint_dir));
-  // Files: tensors in index order, a new file when the next would pass the limit.
-  std::vector<std::vector<const TensorEntry*>> files(1);
-  uint64_t in_file = 0;
-  for (const auto& t : index.tensors()) {
-    const uint64_t bytes = t.meta.logical_bytes();
-    if (!files.back().empty() && in_file + bytes > options.max_file_bytes) {
-      files.emplace_back();
-      in_file = 0;
-    }
-    files.back().push_back(&t);
-    in_file += bytes;
-  }
-  if (index.tensors().empty()) files.clear();
-  const auto& m = index.meta();
-  const Json metadata = {{"format", "pt"},
-                         {"tessera.mesh", MeshToJson(m.mesh).dump()},
-                         {"tessera.step", std::to_string(m.step)},
-                         {"tessera.metadata", m.metadata.dump()}};
+  std::vector<TensorMeta> metas;
+  for (const auto& t : index.tensors()) metas.push_back(t.meta);
+  const std::vector<ExportFile> files = PlanExportFiles(metas, options.max_file_bytes);
+  const Json metadata = ExportMetadata(index.meta());
   RETURN_IF_ERROR(env->CreateDirs(out_dir));
   ExportSummary summary;
-  Json weight_map = Json::object();
   ShardCache shards(env, checkpoint_dir);
-  std::vector<char> buffers[2];
   ThreadPool pool(std::max(1, options.threads));
-  const size_t total = index.tensors().size();
-  for (size_t f = 0; f < files.size(); ++f) {
-    const std::string name = FileName(f, files.size());
-    const std::string path = JoinPath(out_dir, name);
-    const std::string header = Header(files[f], metadata);
-    ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> out, env->NewWritableFile(path));
-    uint8_t size_le[8];
-    for (int i = 0; i < 8; ++i) size_le[i] = static_cast<uint8_t>(header.size() >> (8 * i));
-    RETURN_IF_ERROR(out->Append(size_le, 8));
-    RETURN_IF_ERROR(out->Append(header.data(), header.size()));
-    for (const TensorEntry* t : files[f]) {
-      // Block by block of rows (dimension 0), so that memory stays bounded whatever
-      // the tensor's size; the next block is read while this one is written.
-      const std::vector<SliceSpec> blocks = RowBlocks(t->meta, std::max<uint64_t>(1, options.block_bytes));
-      auto read_block = [&](size_t b, std::vector<char>* buf) -> Status {
-        ASSIGN_OR_RETURN(ReadPlan plan, PlanRead(*t, blocks[b]));
-        const size_t n = static_cast<size_t>(blocks[b].NumElements()) * DTypeSize(t->meta.dtype);
-        if (buf->size() < n) buf->resize(n);
-        Status st = ExecuteRead(plan, &shards, buf->data(), n, &pool);
-        return st.ok() ? st : st.WithContext("tensor " + t->meta.name).WithDetail("tensor", t->meta.name);
-      };
-      RETURN_IF_ERROR(read_block(0, &buffers[0]));
-      for (size_t b = 0; b < blocks.size(); ++b) {
-        std::vector<char>& now = buffers[b % 2];
-        std::future<Status> next;
-        if (b + 1 < blocks.size()) {
-          next = std::async(std::launch::async, read_block, b + 1, &buffers[(b + 1) % 2]);
-        }
-        const size_t n = static_cast<size_t>(blocks[b].NumElements()) * DTypeSize(t->meta.dtype);
-        Status wrote = out->Append(now.data(), n).WithContext(path);
-        Status read = next.valid() ? next.get() : Status::Ok();
-        RETURN_IF_ERROR(wrote);
-        RETURN_IF_ERROR(read);
-      }
-      weight_map[t->meta.name] = name;
-      summary.tensor_bytes += t->meta.logical_bytes();
-      ++summary.tensors;
-      if (options.progress) options.progress(summary.tensors, total, t->meta.name);
-    }
-    RETURN_IF_ERROR(out->Sync().WithContext(path));
-    RETURN_IF_ERROR(out->Close().WithContext(path));
-    summary.files.push_back(name);
+  for (const ExportFile& file : files) {
+    RETURN_IF_ERROR(WriteExportFile(env, index, &shards, &pool, file, out_dir, metadata, options.block_bytes,
+                                    [&](const std::string& name, uint64_t bytes) {
+                                      summary.tensor_bytes += bytes;
+                                      ++summary.tensors;
+                                      if (options.progress) options.progress(summary.tensors, metas.size(), name);
+                                    }));
+    summary.files.push_back(file.name);
   }
-  const Json index_json = {{"metadata", {{"total_size", summary.tensor_bytes}}}, {"weight_map", weight_map}};
-  RETURN_IF_ERROR(WriteFileDurably(env, JoinPath(out_dir, "model.safetensors.index.json"), index_json.dump(2)));
+  RETURN_IF_ERROR(WriteExportIndex(env, out_dir, files));
   return summary;
 }
 

@@ -19,6 +19,10 @@ int RunLs(const std::string& root, bool json);
 // 0, or 1 with the error on stderr.
 int RunExport(const std::string& checkpoint, const std::string& out_dir, uint64_t max_file_bytes,
               uint64_t block_bytes, int threads);
+// Safetensors files (a file or a model folder) as committed step `step` of `mesh` under
+// `root` (storage/safetensors_import.h): 0, or 1 with the error on stderr.
+int RunImport(const std::string& source, const std::string& root, const std::string& mesh, int64_t step,
+              const std::string& compression, int level);
 // Writes a checkpoint of synthetic tensors, inspects, verifies and reads it back.
 int RunDemo(const std::string& dir, bool keep);
 

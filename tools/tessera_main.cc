@@ -1,4 +1,4 @@
-// tessera: command-line entry point (inspect, verify, ls, export, demo).
+// tessera: command-line entry point (inspect, verify, ls, export, import, demo).
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
@@ -47,6 +47,18 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))
       ->capture_default_str();
 
+  std::string source, mesh, compression = "zstd";
+  int64_t step = 0;
+  int level = 1;
+  auto* imp = app.add_subcommand("import", "Make a committed checkpoint from safetensors files, without tesserad");
+  imp->add_option("source", source, "A .safetensors file, or a folder of them (a Hugging Face model folder, "
+                                    "with its model.safetensors.index.json when sharded)")->required();
+  imp->add_option("root", root, "Checkpoint root: a directory, or s3://BUCKET/PREFIX")->required();
+  imp->add_option("--mesh", mesh, "The checkpoint's mesh: it lands in ROOT/MESH/step-N")->required();
+  imp->add_option("--step", step, "The checkpoint's step")->required()->check(CLI::NonNegativeNumber);
+  imp->add_option("--compression", compression, "zstd or none")->capture_default_str();
+  imp->add_option("--level", level, "zstd level")->check(CLI::Range(1, 19))->capture_default_str();
+
   bool keep = false;
   std::string demo_dir;
   auto* demo = app.add_subcommand("demo", "Save, inspect, verify and restore a sample checkpoint");
@@ -73,6 +85,7 @@ int main(int argc, char** argv) {
   if (*inspect) return tessera::tools::RunInspect(dir, json);
   if (*verify) return tessera::tools::RunVerify(dir, json, threads);
   if (*exp) return tessera::tools::RunExport(dir, out_dir, max_file_bytes, block_bytes, threads);
+  if (*imp) return tessera::tools::RunImport(source, root, mesh, step, compression, level);
   if (*ls) return tessera::tools::RunLs(root, json);
   if (*demo) return tessera::tools::RunDemo(demo_dir, keep);
   return 1;
