@@ -181,4 +181,50 @@ Json RestoreRequest::ToJson() const {
   return j;
 }
 
+namespace {
+
+// A path every process reads the same: absolute, or an object store's.
+Result<std::string> SharedPath(const Json& body, const std::string& field) {
+  ASSIGN_OR_RETURN(std::string path, RequiredString(body, field));
+  if (path.empty() || (path[0] != '/' && path.rfind("s3://", 0) != 0)) {
+    return InvalidArgument(field + " must be an absolute path (or s3://BUCKET/PREFIX) that tesserad and "
+                               "the workers see alike, not '" + path.substr(0, 200) + "'",
+                           {{"field", field}});
+  }
+  return path;
+}
+
+}  // namespace
+
+Result<ExportRequest> ExportRequest::FromJson(const Json& body) {
+  RETURN_IF_ERROR(RequireObject(body));
+  ExportRequest r;
+  ASSIGN_OR_RETURN(r.dir, SharedPath(body, "dir"));
+  ASSIGN_OR_RETURN(std::optional<int64_t> max, OptionalInt(body, "max_file_size"));
+  if (max && *max < 1) return InvalidArgument("max_file_size must be ≥ 1", {{"field", "max_file_size"}});
+  if (max) r.max_file_bytes = static_cast<uint64_t>(*max);
+  return r;
+}
+
+Json ExportRequest::ToJson() const { return {{"dir", dir}, {"max_file_size", max_file_bytes}}; }
+
+Result<ImportRequest> ImportRequest::FromJson(const Json& body) {
+  ImportRequest r;
+  Json rest = body;
+  if (rest.is_object()) rest.erase("source");
+  ASSIGN_OR_RETURN(r.save, SaveRequest::FromJson(rest));
+  if (r.save.tensors || r.save.wait_for_trainer) {
+    return InvalidArgument("an import takes every tensor of its files: no tensors or wait_for_trainer",
+                           {{"field", r.save.tensors ? "tensors" : "wait_for_trainer"}});
+  }
+  ASSIGN_OR_RETURN(r.source, SharedPath(body, "source"));
+  return r;
+}
+
+Json ImportRequest::ToJson() const {
+  Json j = save.ToJson();
+  j["source"] = source;
+  return j;
+}
+
 }  // namespace tessera

@@ -64,4 +64,24 @@ struct RestoreRequest {
   Json ToJson() const;
 };
 
+// POST /api/v1/meshes/{mesh}/checkpoints/{step}/export: the checkpoint as safetensors
+// files in `dir`, written by the mesh's workers.
+struct ExportRequest {
+  std::string dir;                          // an absolute path, or s3://BUCKET/PREFIX
+  uint64_t max_file_bytes = 5'000'000'000;  // "max_file_size"
+
+  static Result<ExportRequest> FromJson(const Json& body);
+  Json ToJson() const;
+};
+
+// POST /api/v1/meshes/{mesh}/imports: safetensors files (a file or a Hugging Face model
+// folder at an absolute path every worker and tesserad see) as step `save.step`.
+struct ImportRequest {
+  std::string source;
+  SaveRequest save;  // step, compression, level, metadata
+
+  static Result<ImportRequest> FromJson(const Json& body);
+  Json ToJson() const;
+};
+
 }  // namespace tessera

@@ -11,8 +11,37 @@ constexpr KindName kKinds[] = {
     {TaskKind::kSnapshot, "snapshot"},     {TaskKind::kWrite, "write"},
     {TaskKind::kRestore, "restore"},       {TaskKind::kCollective, "collective"},
     {TaskKind::kMeshInit, "mesh_init"},    {TaskKind::kAbort, "abort"},
-    {TaskKind::kSaveEnded, "save_ended"},
+    {TaskKind::kSaveEnded, "save_ended"}, {TaskKind::kExport, "export"},
+    {TaskKind::kImport, "import"},
 };
+
+Result<std::vector<std::string>> StringList(const Json& j, const std::string& field) {
+  const Json list = j.value(field, Json::array());
+  if (!list.is_array()) return InvalidArgument(field + " must be a list", {{"field", field}});
+  std::vector<std::string> out;
+  for (const Json& s : list) {
+    if (!s.is_string()) return InvalidArgument(field + " must be strings", {{"field", field}});
+    out.push_back(s.get<std::string>());
+  }
+  return out;
+}
+
+Json MetasToJson(const std::vector<TensorMeta>& metas) {
+  Json tensors = Json::array();
+  for (const TensorMeta& m : metas) tensors.push_back(TensorMetaToJson(m));
+  return tensors;
+}
+
+Result<std::vector<TensorMeta>> MetasFromJson(const Json& j) {
+  const Json tensors = j.value("tensors", Json::array());
+  if (!tensors.is_array()) return InvalidArgument("tensors must be a list", {{"field", "tensors"}});
+  std::vector<TensorMeta> out;
+  for (const Json& m : tensors) {
+    ASSIGN_OR_RETURN(TensorMeta meta, TensorMetaFromJson(m));
+    out.push_back(std::move(meta));
+  }
+  return out;
+}
 
 Result<uint64_t> OptionalBytes(const Json& j, const std::string& field) {
   ASSIGN_OR_RETURN(std::optional<int64_t> v, OptionalInt(j, field));
@@ -80,13 +109,27 @@ Json TaskToJson(const Task& t) {
       j["level"] = t.level;
       break;
     }
-    case TaskKind::kRestore: {
+    case TaskKind::kRestore:
       j["dir"] = t.dir;
-      Json tensors = Json::array();
-      for (const TensorMeta& m : t.tensors) tensors.push_back(TensorMetaToJson(m));
-      j["tensors"] = std::move(tensors);
+      j["tensors"] = MetasToJson(t.tensors);
+      break;
+    case TaskKind::kExport: {
+      j["dir"] = t.dir;
+      j["out_dir"] = t.out_dir;
+      Json files = Json::array();
+      for (const ExportFileTask& f : t.files) files.push_back({{"name", f.name}, {"tensors", f.tensors}});
+      j["files"] = std::move(files);
+      j["block_bytes"] = t.block_bytes;
       break;
     }
+    case TaskKind::kImport:
+      j["step"] = t.step;
+      j["staging"] = t.staging;
+      j["sources"] = t.sources;
+      j["tensors"] = MetasToJson(t.tensors);
+      j["compression"] = t.compress ? "zstd" : "none";
+      j["level"] = t.level;
+      break;
     case TaskKind::kCollective:
     case TaskKind::kMeshInit:
       j["workers"] = t.workers;
@@ -159,12 +202,35 @@ Result<Task> TaskFromJson(const Json& j) {
     }
     case TaskKind::kRestore: {
       ASSIGN_OR_RETURN(t.dir, RequiredString(j, "dir"));
-      const Json tensors = j.value("tensors", Json::array());
-      if (!tensors.is_array()) return InvalidArgument("tensors must be a list", {{"field", "tensors"}});
-      for (const Json& m : tensors) {
-        ASSIGN_OR_RETURN(TensorMeta meta, TensorMetaFromJson(m));
-        t.tensors.push_back(std::move(meta));
+      ASSIGN_OR_RETURN(t.tensors, MetasFromJson(j));
+      break;
+    }
+    case TaskKind::kExport: {
+      ASSIGN_OR_RETURN(t.dir, RequiredString(j, "dir"));
+      ASSIGN_OR_RETURN(t.out_dir, RequiredString(j, "out_dir"));
+      const Json files = j.value("files", Json::array());
+      if (!files.is_array()) return InvalidArgument("files must be a list", {{"field", "files"}});
+      for (const Json& f : files) {
+        RETURN_IF_ERROR(RequireObject(f, "files[]"));
+        ExportFileTask file;
+        ASSIGN_OR_RETURN(file.name, RequiredString(f, "name"));
+        ASSIGN_OR_RETURN(file.tensors, StringList(f, "tensors"));
+        t.files.push_back(std::move(file));
       }
+      ASSIGN_OR_RETURN(std::optional<int64_t> block, OptionalInt(j, "block_bytes"));
+      if (block && *block < 1) return InvalidArgument("block_bytes must be ≥ 1", {{"field", "block_bytes"}});
+      t.block_bytes = block ? static_cast<uint64_t>(*block) : t.block_bytes;
+      break;
+    }
+    case TaskKind::kImport: {
+      ASSIGN_OR_RETURN(t.step, RequiredInt(j, "step"));
+      ASSIGN_OR_RETURN(t.staging, RequiredString(j, "staging"));
+      ASSIGN_OR_RETURN(t.sources, StringList(j, "sources"));
+      ASSIGN_OR_RETURN(t.tensors, MetasFromJson(j));
+      ASSIGN_OR_RETURN(std::optional<std::string> compression, OptionalString(j, "compression"));
+      t.compress = compression.value_or("zstd") == "zstd";
+      ASSIGN_OR_RETURN(std::optional<int64_t> level, OptionalInt(j, "level"));
+      t.level = level.value_or(1);
       break;
     }
     case TaskKind::kCollective:
@@ -216,6 +282,16 @@ Result<SnapshotResult> SnapshotResultFromJson(const Json& j) {
     r.tensors.push_back(std::move(t));
   }
   ASSIGN_OR_RETURN(r.snapshot_bytes, OptionalBytes(j, "snapshot_bytes"));
+  return r;
+}
+
+Json ExportResultToJson(const ExportResult& r) { return {{"files", r.files}, {"bytes", r.bytes}}; }
+
+Result<ExportResult> ExportResultFromJson(const Json& j) {
+  RETURN_IF_ERROR(RequireObject(j, "export result"));
+  ExportResult r;
+  ASSIGN_OR_RETURN(r.files, StringList(j, "files"));
+  ASSIGN_OR_RETURN(r.bytes, OptionalBytes(j, "bytes"));
   return r;
 }
 

@@ -8,6 +8,8 @@
 //   mesh_init   the self-test of a new mesh (the device table merged over it)
 //   abort       the job failed: drop its snapshot, leave its collective
 //   save_ended  an in-loop save ended (committed, or failed with `error`): tell the trainer
+//   export      write its share of a checkpoint's safetensors files into a folder
+//   import      write the tensors of its safetensors files as its shard + fragment in staging
 // Decoders take what the other side sent: a malformed message is invalid_argument naming
 // the field, never an exception.
 #pragma once
@@ -25,7 +27,9 @@
 
 namespace tessera {
 
-enum class TaskKind { kSnapshot, kWrite, kRestore, kCollective, kMeshInit, kAbort, kSaveEnded };
+enum class TaskKind {
+  kSnapshot, kWrite, kRestore, kCollective, kMeshInit, kAbort, kSaveEnded, kExport, kImport
+};
 
 std::string_view TaskKindName(TaskKind kind);
 Result<TaskKind> ParseTaskKind(std::string_view name);
@@ -35,6 +39,12 @@ struct WriteSlice {
   std::string tensor;
   int64_t device = -1;
   SliceSpec slice;
+};
+
+// One safetensors file of an export: its name and its tensors, in order.
+struct ExportFileTask {
+  std::string name;
+  std::vector<std::string> tensors;
 };
 
 // A task. Besides the envelope (id, job, kind), each field belongs to the kinds named.
@@ -48,12 +58,17 @@ struct Task {
   int64_t step = 0;                 // snapshot, write, save_ended
   std::optional<std::vector<std::string>> tensor_names;  // snapshot: only these
   bool wait_for_trainer = false;    // snapshot: take the copy of the trainer's /v1/save
-  std::string staging;              // write: the staging dir
+  std::string staging;              // write, import: the staging dir
   std::vector<WriteSlice> slices;   // write
-  bool compress = true;             // write: zstd, else raw chunks
-  int64_t level = 1;                // write: zstd level
-  std::string dir;                  // restore: the committed checkpoint's dir
-  std::vector<TensorMeta> tensors;  // restore: what to read, in the target layout
+  bool compress = true;             // write, import: zstd, else raw chunks
+  int64_t level = 1;                // write, import: zstd level
+  std::string dir;                  // restore, export: the committed checkpoint's dir
+  std::vector<TensorMeta> tensors;  // restore: what to read, in the target layout;
+                                    // import: the tensors planned from `sources`
+  std::string out_dir;              // export: where the files go
+  std::vector<ExportFileTask> files;  // export: the files this worker writes
+  uint64_t block_bytes = 64 << 20;  // export: bytes of a tensor in memory at a time
+  std::vector<std::string> sources;  // import: the safetensors files this worker writes
   Json request;                     // collective: the job's request
   int64_t timeout_ms = 10000;       // collective, mesh_init
   std::string mesh_name;            // abort of a collective: the mesh whose group stops;
@@ -95,6 +110,14 @@ struct RestoreResult {
 };
 Json RestoreResultToJson(const RestoreResult& r);
 Result<RestoreResult> RestoreResultFromJson(const Json& j);
+
+// export: what the worker wrote.
+struct ExportResult {
+  std::vector<std::string> files;
+  uint64_t bytes = 0;
+};
+Json ExportResultToJson(const ExportResult& r);
+Result<ExportResult> ExportResultFromJson(const Json& j);
 
 // A worker's report on a task: progress while it runs, then its outcome.
 enum class ReportState { kRunning, kSucceeded, kFailed };

@@ -116,6 +116,10 @@ Result<Json> Service::RunJobIo(const JobSpec& spec, const JobAction& a) {
     }
     case IoKind::kVerify:
       return VerifyIo(spec);
+    case IoKind::kReadSafetensors:
+      return ReadSafetensorsIo(a.io_input);
+    case IoKind::kWriteExportIndex:
+      return WriteExportIndexIo(a.io_input);
   }
   return Internal("unknown I/O step");
 }

@@ -59,6 +59,8 @@ std::string_view IoKindName(IoKind kind) {
     case IoKind::kRetention: return "retention";
     case IoKind::kFindCommitted: return "find_committed";
     case IoKind::kVerify: return "verify";
+    case IoKind::kReadSafetensors: return "read_safetensors";
+    case IoKind::kWriteExportIndex: return "write_export_index";
   }
   return "?";
 }

@@ -1,6 +1,6 @@
-// Jobs as state machines. A job (save, restore, verify, collective, mesh_init) is
-// a JobMachine: Step(event) moves it from state to state and returns the actions its
-// loop must carry out. Step is pure: no locks, no I/O, no clock but the event's, so
+// Jobs as state machines. A job (save, restore, verify, collective, mesh_init, export,
+// import) is a JobMachine: Step(event) moves it from state to state and returns the
+// actions its loop must carry out. Step is pure: no locks, no I/O, no clock but the event's, so
 // tests drive a machine by feeding events (tests/unit/job_machine_test.cc).
 //
 // Events: the job starts; a task of the current round ended (succeeded or failed);
@@ -73,6 +73,8 @@ enum class IoKind {
   kRetention,      // save: the mesh's retention policy → {} or {retention_error}
   kFindCommitted,  // restore: the committed dir → {dir}
   kVerify,         // verify: every chunk → the report (error: the corruption found)
+  kReadSafetensors,   // import: io_input {source} → {files: [{path, bytes, tensors}]}
+  kWriteExportIndex,  // export: io_input {dir, files} → model.safetensors.index.json
 };
 std::string_view IoKindName(IoKind kind);
 
@@ -95,6 +97,7 @@ struct JobAction {
   IoKind io = IoKind::kCreateStaging;
   std::vector<std::string> fragments;
   std::vector<storage::PlannedSlice> plan;
+  Json io_input;  // what an I/O step reads besides the job's spec
   Status status;
   Json result;
 };

@@ -175,6 +175,20 @@ void Service::AddRoutes(http::Router* router) {
   add("POST", "/api/v1/meshes/{m+}/checkpoints/{step}/verify", [this](const Request& req) {
     return Reply(StartVerify(req.Param("m"), req.Param("step")), 202);
   }, "verify every chunk");
+  add("POST", "/api/v1/meshes/{m+}/checkpoints/{step}/export", [this](const Request& req) {
+    return WithBody(req, [&](const Json& b) {
+      auto request = ExportRequest::FromJson(b);
+      if (!request.ok()) return Response::Error(request.status());
+      return Reply(StartExport(req.Param("m"), req.Param("step"), *request), 202);
+    });
+  }, "export as safetensors files {dir, max_file_size?}");
+  add("POST", "/api/v1/meshes/{m+}/imports", [this](const Request& req) {
+    return WithBody(req, [&](const Json& b) {
+      auto request = ImportRequest::FromJson(b);
+      if (!request.ok()) return Response::Error(request.status());
+      return Reply(StartImport(req.Param("m"), *request), 202);
+    });
+  }, "import safetensors files as a checkpoint {source, step, compression?, level?, metadata?}");
   add("PUT", "/api/v1/meshes/{m+}/retention", [this](const Request& req) {
     return WithBody(req, [&](const Json& b) { return Reply(PutRetention(req.Param("m"), b)); });
   }, "retention {keep_last?, keep_every_n_steps?}");

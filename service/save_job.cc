@@ -7,6 +7,7 @@
 #include <set>
 
 #include "api/names.h"
+#include "service/safetensors_machines.h"
 #include "service/save_machine.h"
 #include "service/service.h"
 #include "storage/checkpoint_dir.h"
@@ -24,7 +25,8 @@ Result<Json> Service::StartSave(const std::string& mesh, const SaveRequest& requ
 }
 
 Result<CheckpointRecord> Service::CreateSaveJob(const std::string& job_id, const MeshRecord& m,
-                                                const SaveRequest& request, bool joined) {
+                                                const SaveRequest& request, bool joined,
+                                                const ImportRequest* import) {
   const std::string& mesh = m.mesh.name;
   const int64_t step = request.step;
   JobSpec spec = JobSpec::Of(job_id, m, step, options_.job_timeout_ms);
@@ -40,9 +42,9 @@ Result<CheckpointRecord> Service::CreateSaveJob(const std::string& job_id, const
     }
   }
   // The job exists before its step is reserved: a join that finds the step finds the job.
-  Json recorded = request.ToJson();
+  Json recorded = import ? import->ToJson() : request.ToJson();
   if (joined) recorded["joined"] = true;
-  const JobRecord job = jobs_.Create(job_id, "save", mesh, step, recorded,
+  const JobRecord job = jobs_.Create(job_id, import ? "import" : "save", mesh, step, recorded,
                                      joined ? std::optional<SaveRequest>(request) : std::nullopt);
   CheckpointRecord c;
   c.mesh = mesh;
@@ -66,7 +68,11 @@ Result<CheckpointRecord> Service::CreateSaveJob(const std::string& job_id, const
   (void)PersistJob(job);
   jobs_.Announce(job_id);
   spec.staging = storage::StagingDir(options_.checkpoint_root, mesh, step, job_id);
-  Launch(std::make_unique<SaveMachine>(std::move(spec), request, joined, options_.join_wait_ms));
+  if (import) {
+    Launch(std::make_unique<ImportMachine>(std::move(spec), request, import->source));
+  } else {
+    Launch(std::make_unique<SaveMachine>(std::move(spec), request, joined, options_.join_wait_ms));
+  }
   return c;
 }
 

@@ -128,6 +128,11 @@ class Service {
   Result<Json> StartRestore(const std::string& mesh, const std::string& step,
                             const RestoreRequest& request);
   Result<Json> StartVerify(const std::string& mesh, const std::string& step);
+  // The checkpoint as safetensors files, written by its mesh's workers (a 400 when the
+  // checkpoint or its mesh is not there).
+  Result<Json> StartExport(const std::string& mesh, const std::string& step, const ExportRequest& request);
+  // Safetensors files as a new checkpoint of `mesh`, written by its workers.
+  Result<Json> StartImport(const std::string& mesh, const ImportRequest& request);
   Result<Json> PutRetention(const std::string& mesh, const Json& body);
   // POST /api/v1/meshes/{m}/collectives: a job running `op` on every worker.
   Result<Json> StartCollective(const std::string& mesh, const Json& body);
@@ -216,8 +221,14 @@ class Service {
   // A new save job on mesh `mesh` (held by the job `job_id`) and its checkpoint
   // record (pending); `joined`: its workers' snapshots come with their create-or-join
   // calls, not from snapshot tasks. Releases the mesh when it fails.
+  // With `import`, the job is that import (ImportMachine) instead of a save.
   Result<CheckpointRecord> CreateSaveJob(const std::string& job_id, const MeshRecord& mesh,
-                                         const SaveRequest& request, bool joined);
+                                         const SaveRequest& request, bool joined,
+                                         const ImportRequest* import = nullptr);
+  // import: the files of `source` with their checked headers → {files: [...]}.
+  Result<Json> ReadSafetensorsIo(const Json& input);
+  // export: model.safetensors.index.json of the files written.
+  Result<Json> WriteExportIndexIo(const Json& input);
   Json RecordCommitted(const JobSpec& spec, const Json& summary,
                        const std::vector<storage::PlannedSlice>& plan);
   // A failed save: the checkpoint failed, workers drop snapshots, staging removed.

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "api/names.h"
+#include "api/shape.h"
 
 namespace tessera::storage {
 namespace {
@@ -40,7 +41,11 @@ Result<SafetensorsTensor> Entry(const std::string& name, const Json& e, uint64_t
   SafetensorsTensor t;
   t.name = name;
   ASSIGN_OR_RETURN(t.dtype, DTypeOfSafetensors(dtype->get<std::string>(), file, name));
-  if (shape->size() > 64) return Corrupt(file, name, "a shape of " + std::to_string(shape->size()) + " dimensions");
+  if (shape->size() > kMaxRank) {
+    return InvalidArgument("safetensors file " + file + ", tensor '" + name + "': " + std::to_string(shape->size()) +
+                               " dimensions, more than Tessera's " + std::to_string(kMaxRank),
+                           Where(file, name));
+  }
   // The element count, refusing what overflows: no file holds 2^63 bytes.
   uint64_t elements = 1;
   bool overflow = false;

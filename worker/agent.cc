@@ -237,6 +237,12 @@ void Agent::Execute(const Task& task) {
     case TaskKind::kMeshInit:
       r = DoMeshInit(task);
       break;
+    case TaskKind::kExport:
+      r = DoExport(task);
+      break;
+    case TaskKind::kImport:
+      r = DoImport(task);
+      break;
     case TaskKind::kAbort:
     case TaskKind::kSaveEnded:
       break;

@@ -115,6 +115,9 @@ class Agent {
   Status CheckCollectives() const;  // unavailable when SetCollectives was not called
   Result<Json> DoCollective(const Task& task);
   Result<Json> DoMeshInit(const Task& task);
+  // agent_safetensors.cc
+  Result<Json> DoExport(const Task& task);
+  Result<Json> DoImport(const Task& task);
   void Report(const std::string& task, ReportState state, uint64_t done, uint64_t total,
               const Json& result, const Status& error);
   static MeshPlacement PlacementFromTask(const Task& task);

@@ -8,26 +8,9 @@
 #include "storage/rank_writer.h"
 #include "storage/read_planner.h"
 #include "worker/agent.h"
+#include "worker/throttle.h"
 
 namespace tessera::worker {
-namespace {
-
-// Reports progress at most every 100 ms.
-class Throttle {
- public:
-  bool Due() {
-    int64_t now = MonoMs();
-    if (now - last_ < 100) return false;
-    last_ = now;
-    return true;
-  }
-
- private:
-  int64_t last_ = 0;
-};
-
-}  // namespace
-
 SnapshotResult DescribeSnapshot(const Snapshot& snap,
                                 const std::optional<std::vector<std::string>>& names) {
   SnapshotResult result;

@@ -224,6 +224,28 @@ class Client:
                             % (quote(mesh), _step_text(step)), {})
         return Job(self, answer["job"], answer)
 
+    def export(self, mesh, step, dir, max_file_size=None):
+        """Starts an export of `step` as Hugging Face safetensors files into `dir` (an
+        absolute path the workers see, or s3://...), written by the mesh's workers;
+        returns its Job. The Job's result names the files."""
+        body = {"dir": os.fspath(dir)}
+        if max_file_size is not None:
+            body["max_file_size"] = max_file_size
+        answer = self._call("POST", "/meshes/%s/checkpoints/%s/export"
+                            % (quote(mesh), _step_text(step)), body)
+        return Job(self, answer["job"], answer)
+
+    def import_safetensors(self, mesh, source, step, metadata=None, compression=None, level=None):
+        """Starts an import of safetensors files (a file, or a Hugging Face model folder,
+        at an absolute path tesserad and the workers see) as checkpoint `step` of `mesh`;
+        returns its Job. Restore it onto any mesh and layout."""
+        body = {"source": os.fspath(source), "step": step}
+        for key, value in (("metadata", metadata), ("compression", compression), ("level", level)):
+            if value is not None:
+                body[key] = value
+        answer = self._call("POST", "/meshes/%s/imports" % quote(mesh), body)
+        return Job(self, answer["job"], answer)
+
     def delete_checkpoint(self, mesh, step):
         self._call("DELETE", "/meshes/%s/checkpoints/%s" % (quote(mesh), _step_text(step)))
 

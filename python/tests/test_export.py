@@ -1,10 +1,9 @@
-"""`tessera export`: a committed checkpoint as Hugging Face safetensors files, read
-back here by a reader of this test's own (numpy on the bytes, following the format:
-an 8-byte little-endian header size, a JSON header, the tensors' bytes)."""
+"""Export: a committed checkpoint as Hugging Face safetensors files, by `tessera export`
+and by a REST export job on the mesh's workers, read back here by a reader of the
+tests' own (safetensors_files.py)."""
 
 import json
 import os
-import struct
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
@@ -12,30 +11,7 @@ import numpy as np
 import pytest
 
 from tessera.local import find_bin_dir
-
-NUMPY = {"F32": "<f4", "F64": "<f8", "F16": "<f2", "BF16": "<u2", "I8": "i1", "I16": "<i2",
-         "I32": "<i4", "I64": "<i8", "U8": "u1", "BOOL": "?"}
-
-
-def read_safetensors(path):
-    """{name: (dtype, array)} and the metadata of one file, checking its layout."""
-    data = open(path, "rb").read()
-    (n,) = struct.unpack("<Q", data[:8])
-    assert 8 + n <= len(data) and n % 8 == 0, (path, n)
-    header = json.loads(data[8:8 + n])
-    body = data[8 + n:]
-    meta = header.pop("__metadata__", {})
-    assert all(isinstance(v, str) for v in meta.values()), meta
-    out, end = {}, 0
-    for name, h in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
-        b, e = h["data_offsets"]
-        assert b == end and e <= len(body), (name, h)  # contiguous, inside the file
-        end = e
-        arr = np.frombuffer(body[b:e], dtype=NUMPY[h["dtype"]]).reshape(h["shape"])
-        out[name] = (h["dtype"], arr)
-    assert end == len(body), "bytes after the last tensor"
-    return out, meta
-
+from safetensors_files import read_safetensors
 
 def export(cluster, mesh, step, out, *extra):
     cli = os.path.join(find_bin_dir(None), "tessera")
@@ -124,3 +100,41 @@ def test_a_step_that_is_not_committed_is_named(cluster, saved, tmp_path):
     r = export(cluster, mesh, 8, tmp_path)
     assert r.returncode == 1
     assert "step-8" in r.stderr and "index.sqlite" in r.stderr, r.stderr
+
+
+def test_a_rest_export_job_spreads_the_files_over_the_workers(cluster, client, saved, tmp_path):
+    mesh, want = saved
+    out = tmp_path / "hf"
+    job = client.export(mesh, 7, out).wait(timeout=60)
+    assert job["state"] == "succeeded", job
+    result = job["result"]
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    files = sorted(f for f in os.listdir(out) if f.endswith(".safetensors"))
+    # 7 tensors over 4 workers: at least a file per worker, each tensor in one file.
+    assert len(files) == 4 and sorted(result["files"]) == files, (files, result)
+    assert sorted(index["weight_map"]) == sorted(want)
+    assert index["metadata"]["total_size"] == sum(a.nbytes for a in want.values()) == result["bytes"]
+    for f in files:
+        got, meta = read_safetensors(out / f)
+        assert json.loads(meta["tessera.step"]) == 7
+        for name, (_, value) in got.items():
+            assert index["weight_map"][name] == f
+            assert np.array_equal(value, want[name]), name
+
+
+def test_a_rest_export_names_what_is_wrong(client, saved, tmp_path):
+    mesh, _ = saved
+    from tessera.errors import TesseraError
+    with pytest.raises(TesseraError) as e:
+        client.export(mesh, 7, "relative/dir")
+    assert e.value.code == "invalid_argument" and e.value.details["field"] == "dir"
+    with pytest.raises(TesseraError) as e:
+        client.export(mesh, 8, tmp_path)
+    assert e.value.code == "not_found"
+    # A folder nobody may write: the job fails naming the file it could not write.
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the folder should be")
+    with pytest.raises(TesseraError) as e:
+        client.export(mesh, 7, blocked).wait(timeout=60)
+    assert str(blocked) in str(e.value) and "worker w-host" in str(e.value), e.value
+    assert not os.path.exists(blocked / "model.safetensors.index.json")
