@@ -606,6 +606,11 @@ def main():
     if coll is not None:
         coll.write(w)
 
+    exports = os.path.join(a.out, "export.jsonl")
+    if a.only in ("all", "storage") and os.path.exists(exports):
+        import export  # noqa: PLC0415 - bench/, beside this script
+        L.extend(export.markdown(load(exports)))
+
     history = os.path.join(a.out, "job_history.json")
     if a.only in ("all", "history") and os.path.exists(history):
         import job_history  # noqa: PLC0415 - bench/, beside this script

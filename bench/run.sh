@@ -285,6 +285,10 @@ if want storage; then
   # The cluster: tesserad + 4 workers checkpointing ~1 GiB held in shared-memory mappings.
   step cluster "$out/cluster.jsonl" build-bench/bin/tessera_bench_cluster --dir "$tmp" \
     --scale "$scale" --repeat 3
+  # Safetensors export (REST job and `tessera export`) against the save of the same state.
+  rm -f "$out/export.jsonl"
+  step export "$out/export.log" env TESSERA_BIN=build-bench/bin "$py" bench/export.py --runs 3 \
+    --out "$out/export.jsonl" || true
   fio_step fio_pass2
   s3_part
 fi

@@ -130,32 +130,42 @@ Status WriteExportFile(Env* env, const CheckpointIndex& index, ShardCache* shard
   const std::string header = EncodeSafetensorsHeader(entries, metadata);
   ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> out, env->NewWritableFile(path));
   RETURN_IF_ERROR(out->Append(header.data(), header.size()).WithContext(path));
-  std::vector<char> buffers[2];
+  // Every tensor block by block of rows (dimension 0), so that memory stays bounded
+  // whatever a tensor's size; the next block (of this tensor or the next) is read
+  // while this one is written.
+  struct Block {
+    const TensorEntry* tensor;
+    SliceSpec slice;
+    bool last;  // of its tensor
+  };
+  std::vector<Block> blocks;
   for (const TensorEntry* t : tensors) {
-    // Block by block of rows (dimension 0), so that memory stays bounded whatever
-    // the tensor's size; the next block is read while this one is written.
-    const std::vector<SliceSpec> blocks = RowBlocks(t->meta, std::max<uint64_t>(1, block_bytes));
-    auto read_block = [&](size_t b, std::vector<char>* buf) -> Status {
-      ASSIGN_OR_RETURN(ReadPlan plan, PlanRead(*t, blocks[b]));
-      const size_t n = static_cast<size_t>(blocks[b].NumElements()) * DTypeSize(t->meta.dtype);
-      if (buf->size() < n) buf->resize(n);
-      Status st = ExecuteRead(plan, shards, buf->data(), n, pool);
-      return st.ok() ? st : st.WithContext("tensor " + t->meta.name).WithDetail("tensor", t->meta.name);
-    };
-    RETURN_IF_ERROR(read_block(0, &buffers[0]));
-    for (size_t b = 0; b < blocks.size(); ++b) {
-      std::vector<char>& now = buffers[b % 2];
-      std::future<Status> next;
-      if (b + 1 < blocks.size()) {
-        next = std::async(std::launch::async, read_block, b + 1, &buffers[(b + 1) % 2]);
-      }
-      const size_t n = static_cast<size_t>(blocks[b].NumElements()) * DTypeSize(t->meta.dtype);
-      Status wrote = out->Append(now.data(), n).WithContext(path);
-      Status read = next.valid() ? next.get() : Status::Ok();
-      RETURN_IF_ERROR(wrote);
-      RETURN_IF_ERROR(read);
+    std::vector<SliceSpec> rows = RowBlocks(t->meta, std::max<uint64_t>(1, block_bytes));
+    for (size_t b = 0; b < rows.size(); ++b) blocks.push_back({t, std::move(rows[b]), b + 1 == rows.size()});
+  }
+  auto bytes_of = [](const Block& b) {
+    return static_cast<size_t>(b.slice.NumElements()) * DTypeSize(b.tensor->meta.dtype);
+  };
+  auto read_block = [&](const Block& b, std::vector<char>* buf) -> Status {
+    const TensorEntry& t = *b.tensor;
+    ASSIGN_OR_RETURN(ReadPlan plan, PlanRead(t, b.slice));
+    const size_t n = bytes_of(b);
+    if (buf->size() < n) buf->resize(n);
+    Status st = ExecuteRead(plan, shards, buf->data(), n, pool);
+    return st.ok() ? st : st.WithContext("tensor " + t.meta.name).WithDetail("tensor", t.meta.name);
+  };
+  std::vector<char> buffers[2];
+  if (!blocks.empty()) RETURN_IF_ERROR(read_block(blocks[0], &buffers[0]));
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    std::future<Status> next;
+    if (i + 1 < blocks.size()) {
+      next = std::async(std::launch::async, read_block, std::cref(blocks[i + 1]), &buffers[(i + 1) % 2]);
     }
-    if (on_tensor) on_tensor(t->meta.name, t->meta.logical_bytes());
+    Status wrote = out->Append(buffers[i % 2].data(), bytes_of(blocks[i])).WithContext(path);
+    Status read = next.valid() ? next.get() : Status::Ok();
+    RETURN_IF_ERROR(wrote);
+    RETURN_IF_ERROR(read);
+    if (blocks[i].last && on_tensor) on_tensor(blocks[i].tensor->meta.name, blocks[i].tensor->meta.logical_bytes());
   }
   RETURN_IF_ERROR(out->Sync().WithContext(path));
   return out->Close().WithContext(path);
