@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "service/job_machines.h"
+#include "service/safetensors_machines.h"
 #include "service/save_machine.h"
 
 namespace tessera::service {
@@ -221,6 +222,67 @@ TEST(RestoreMachine, FindsTheCheckpointThenEveryRankReads) {
   EXPECT_TRUE(f.status.ok());
   EXPECT_EQ(f.result["stored_bytes_read"], 11);
   EXPECT_EQ(f.result["tensors"], Json({"x"}));
+}
+
+TEST(ExportMachine, EveryWorkerWritesItsFilesThenTheIndexIsWritten) {
+  const std::vector<TensorMeta> tensors{{"a", DType::kFloat32, {40}, Layout{{"d"}}},
+                                        {"b", DType::kFloat32, {10}, Layout{{"unsharded"}}},
+                                        {"c", DType::kFloat32, {30}, Layout{{"unsharded"}}}};
+  auto files = storage::PlanExportFiles(tensors, 1 << 20, 2);
+  ASSERT_EQ(files.size(), 2u);  // {a} and {b, c}: 160 and 160 bytes
+  ExportMachine m(Spec(), files, "/hf");
+  JobActions a = m.Step(JobEvent::Start(0));
+  EXPECT_EQ(Find(a, Kind::kRunIo)->io, IoKind::kFindCommitted);
+  a = m.Step(JobEvent::IoDone(1, Json{{"dir", "/root/m/step-7"}}));
+  const JobAction write = *Find(a, Kind::kQueueTasks);
+  ASSERT_EQ(write.tasks.size(), 2u);  // a file each
+  EXPECT_EQ(write.tasks.at(0).kind, TaskKind::kExport);
+  EXPECT_EQ(write.tasks.at(0).files.size() + write.tasks.at(1).files.size(), 2u);
+  EXPECT_EQ(write.total_bytes, 320u);
+  m.Step(Done(2, write.round, 0, {{"files", {files[0].name}}, {"bytes", 160}}));
+  a = m.Step(Done(3, write.round, 1, {{"files", {files[1].name}}, {"bytes", 160}}));
+  const JobAction* index = Find(a, Kind::kRunIo);
+  ASSERT_NE(index, nullptr);
+  EXPECT_EQ(index->io, IoKind::kWriteExportIndex);
+  EXPECT_EQ(index->io_input["dir"], "/hf");
+  const JobAction f = Finished(m.Step(JobEvent::IoDone(4, Json::object())));
+  EXPECT_TRUE(f.status.ok());
+  EXPECT_EQ(f.result["bytes"], 320);
+  EXPECT_EQ(f.result["files"].size(), 2u);
+}
+
+TEST(ImportMachine, ReadsHeadersWritesSharesMergesAndCommitsOrAbandons) {
+  const Json planned = {{"files", {{{"path", "/hf/1.safetensors"}, {"bytes", 100}, {"tensors", {TensorMetaToJson({"a", DType::kFloat32, {4}, Layout{{"unsharded"}}})}}},
+                                   {{"path", "/hf/2.safetensors"}, {"bytes", 50}, {"tensors", {TensorMetaToJson({"b", DType::kInt8, {2, 2}, Layout{{"unsharded", "unsharded"}}})}}}}}};
+  ImportMachine m(Spec(), SaveRequest{}, "/hf");
+  JobActions a = m.Step(JobEvent::Start(0));
+  EXPECT_EQ(Find(a, Kind::kRunIo)->io, IoKind::kReadSafetensors);
+  EXPECT_EQ(Find(a, Kind::kRunIo)->io_input["source"], "/hf");
+  a = m.Step(JobEvent::IoDone(1, planned));
+  EXPECT_EQ(Find(a, Kind::kRunIo)->io, IoKind::kCreateStaging);
+  a = m.Step(JobEvent::IoDone(2, Json::object()));
+  const JobAction write = *Find(a, Kind::kQueueTasks);
+  ASSERT_EQ(write.tasks.size(), 2u);
+  EXPECT_EQ(write.tasks.at(0).sources, (std::vector<std::string>{"/hf/1.safetensors"}));
+  EXPECT_EQ(write.tasks.at(1).tensors.at(0).name, "b");
+  EXPECT_EQ(write.tasks.at(0).staging, "/root/m/.staging-7-j-1");
+  m.Step(Done(3, write.round, 0, {{"fragment", "fragment-0.sqlite"}, {"bytes", 16}, {"stored_bytes", 20}}));
+  a = m.Step(Done(4, write.round, 1, {{"fragment", "fragment-1.sqlite"}, {"bytes", 4}, {"stored_bytes", 8}}));
+  const JobAction* merge = Find(a, Kind::kRunIo);
+  ASSERT_NE(merge, nullptr);
+  EXPECT_EQ(merge->io, IoKind::kMerge);
+  EXPECT_EQ(merge->fragments.size(), 2u);
+  EXPECT_EQ(Find(m.Step(JobEvent::IoDone(5, Json::object())), Kind::kRunIo)->io, IoKind::kCommit);
+  EXPECT_TRUE(Finished(m.Step(JobEvent::IoDone(6, Json{{"checkpoint", Json::object()}}))).status.ok());
+
+  // A bad file found by a worker: the job fails naming it, and the step is abandoned.
+  ImportMachine bad(Spec(), SaveRequest{}, "/hf");
+  bad.Step(JobEvent::Start(0));
+  bad.Step(JobEvent::IoDone(1, planned));
+  const JobAction w = *Find(bad.Step(JobEvent::IoDone(2, Json::object())), Kind::kQueueTasks);
+  a = bad.Step(JobEvent::TaskFailed(3, w.round, 1, DataLoss("changed", {{"file", "/hf/2.safetensors"}})));
+  EXPECT_EQ(Finished(a).status.code(), Code::kDataLoss);
+  EXPECT_NE(Find(a, Kind::kAbandonSave), nullptr);
 }
 
 TEST(VerifyMachine, ACorruptCheckpointFailsWithTheReport) {

@@ -37,7 +37,18 @@ TEST(TaskProtocol, EveryKindRoundTrips) {
   collective.workers = {"w-a", "w-b"};
   collective.request = {{"op", "all_reduce"}, {"tensor", "g"}};
   collective.timeout_ms = 1234;
-  for (const Task& t : {snapshot, write, restore, collective}) {
+  Task exp = Envelope(TaskKind::kExport);
+  exp.dir = "/ck/m/step-7";
+  exp.out_dir = "s3://bucket/hf";
+  exp.files = {{"model-00001-of-00002.safetensors", {"a", "b/c"}}};
+  exp.block_bytes = 1 << 20;
+  Task imp = Envelope(TaskKind::kImport);
+  imp.step = 7;
+  imp.staging = "/ck/m/.staging-7-j-1";
+  imp.sources = {"/models/hf/model-00001-of-00002.safetensors"};
+  imp.tensors = {TensorMeta("a", DType::kFloat16, {3}, Layout{{"unsharded"}})};
+  imp.compress = false;
+  for (const Task& t : {snapshot, write, restore, collective, exp, imp}) {
     auto back = TaskFromJson(TaskToJson(t));
     ASSERT_TRUE(back.ok()) << back.status().ToString();
     EXPECT_EQ(TaskToJson(*back), TaskToJson(t));
@@ -51,6 +62,16 @@ TEST(TaskProtocol, EveryKindRoundTrips) {
   auto r = TaskFromJson(TaskToJson(restore));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->tensors, restore.tensors);
+  auto ex = TaskFromJson(TaskToJson(exp));
+  ASSERT_TRUE(ex.ok());
+  ASSERT_EQ(ex->files.size(), 1u);
+  EXPECT_EQ(ex->files[0].tensors, (std::vector<std::string>{"a", "b/c"}));
+  EXPECT_EQ(ex->block_bytes, uint64_t{1} << 20);
+  auto im = TaskFromJson(TaskToJson(imp));
+  ASSERT_TRUE(im.ok());
+  EXPECT_EQ(im->sources, imp.sources);
+  EXPECT_EQ(im->tensors, imp.tensors);
+  EXPECT_FALSE(im->compress);
 
   Task abort;
   abort.id = "t-2";

@@ -11,7 +11,7 @@ export function createJobsView(ctx) {
   const stateSel = h('select', {dataset: {key: 'jobs-state'}},
     ['', 'running', 'queued', 'succeeded', 'failed', 'cancelled'].map((s) => h('option', {value: s}, s || 'any')));
   const kindSel = h('select', null,
-    ['', 'save', 'restore', 'verify', 'collective', 'mesh_init'].map((s) => h('option', {value: s}, s || 'any')));
+    ['', 'save', 'restore', 'verify', 'export', 'import', 'collective', 'mesh_init'].map((s) => h('option', {value: s}, s || 'any')));
   const meshSel = h('select', null);
   const list = h('div', {class: 'job-list'});
   for (const s of [stateSel, kindSel, meshSel]) s.addEventListener('change', () => update());
