@@ -178,8 +178,14 @@ Status WriteExportIndex(Env* env, const std::string& out_dir, const std::vector<
     for (const std::string& t : f.tensors) weight_map[t] = f.name;
     total += f.bytes;
   }
-  const Json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-  return WriteFileDurably(env, JoinPath(out_dir, kSafetensorsIndexFile), index.dump(2));
+  const std::string text = Json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2);
+  const std::string path = JoinPath(out_dir, kSafetensorsIndexFile);
+  if (!env->IsObjectStore(path)) return WriteFileDurably(env, path, text);
+  // An object appears whole when its upload completes: no rename needed (or possible).
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> out, env->NewWritableFile(path));
+  RETURN_IF_ERROR(out->Append(text.data(), text.size()).WithContext(path));
+  RETURN_IF_ERROR(out->Sync().WithContext(path));
+  return out->Close().WithContext(path);
 }
 
 Result<ExportSummary> ExportSafetensors(Env* env, const std::string& checkpoint_dir,

@@ -20,6 +20,8 @@ import tessera  # noqa: E402
 from tessera.local import LocalCluster  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "s3"))
 from rgw import Rgw  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python", "tests"))
+from safetensors_files import read_safetensors, write_model_folder  # noqa: E402
 
 BUCKET = "tessera-cluster-test"
 ROWS = 4 * 1024 * 1024  # 16 MiB of float32 per worker: shards span parts (8 MiB)
@@ -164,6 +166,46 @@ def test_save_restore_verify_delete_and_gc_in_a_bucket(rgw, cluster):
         assert [n for n in keys(s3, "main/m1/") if n.endswith(".commit")] == ["step-3.commit"]
     finally:
         t.close()
+
+
+def test_safetensors_export_into_a_bucket_and_import_into_its_root(rgw, cluster, tmp_path):
+    """A REST export job writes into an s3:// prefix, each worker its files; a REST
+    import job and `tessera import` make checkpoints in the bucket from a local folder."""
+    endpoint, s3 = rgw
+    t = Trainers(cluster, "st")
+    try:
+        t.commit(1)
+        job = t.client.export("st", 1, "s3://%s/hf/st-1" % BUCKET).wait(timeout=120)
+        names = keys(s3, "hf/st-1/")
+        files = sorted(n for n in names if n.endswith(".safetensors"))
+        assert len(files) == 2 and "model.safetensors.index.json" in names, names  # w and b
+        assert sorted(job["result"]["files"]) == files
+        for f in files:
+            s3.download_file(BUCKET, "hf/st-1/" + f, str(tmp_path / f))
+            got, _ = read_safetensors(tmp_path / f)
+            if "w" in got:
+                assert np.array_equal(got["w"][1], np.concatenate([t.values(1, r) for r in range(4)]))
+            if "b" in got:
+                assert (got["b"][1] == 1).all()
+        # Import from a local folder into the bucket's root, then restore into the trainers.
+        w = np.concatenate([t.values(7, r) for r in range(4)])
+        write_model_folder(tmp_path / "in", [{"w": w}, {"b": np.full(16, 7, dtype=np.float32)}])
+        assert t.client.import_safetensors("st", tmp_path / "in", 7).wait(timeout=120)["state"] == "succeeded"
+        assert "step-7.commit" in keys(s3, "main/st/")
+        t.fill(0)
+        assert each(t.ms, lambda r, m: m.restore(7)) == [7] * 4
+        assert t.holds(7)
+    finally:
+        t.close()
+    # Offline, into another prefix of the bucket.
+    cli = os.path.join(cluster.bin_dir, "tessera")
+    env = dict(os.environ, TESSERA_S3_ENDPOINT=endpoint)
+    r = subprocess.run([cli, "import", str(tmp_path / "in"), "s3://%s/offline" % BUCKET, "--mesh", "llm",
+                        "--step", "3"], env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([cli, "verify", "s3://%s/offline/llm/step-3" % BUCKET], env=env, text=True,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert r.returncode == 0 and r.stdout.startswith("OK"), (r.stdout, r.stderr)
 
 
 def failed(answers):
