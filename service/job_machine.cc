@@ -235,4 +235,27 @@ JobActions JobMachine::Apply(Result<JobActions> next) {
   return std::move(*next);
 }
 
+JobActions JobMachine::WriteRound(std::map<int64_t, Task> tasks, uint64_t total_bytes, int64_t now) {
+  return JobActions{SetCheckpointState(CheckpointState::kWriting), SetPhase("write"),
+                    QueueTasks(std::move(tasks), total_bytes, now, spec_.task_timeout_ms)};
+}
+
+Result<JobActions> JobMachine::MergeWritten(const std::map<int64_t, Json>& results, const std::string& what) {
+  // The writes are done; every report is the barrier.
+  JobAction merge = RunIo(IoKind::kMerge);
+  for (const auto& [rank, res] : results) {
+    auto w = WriteResultFromJson(res);
+    if (!w.ok()) return w.status().WithContext("the " + what + " of worker " + spec_.mesh.workers.at(rank));
+    if (w->fragment) merge.fragments.push_back(*w->fragment);
+  }
+  return JobActions{SetPhase("merge"), SetCheckpointState(CheckpointState::kMerging), std::move(merge)};
+}
+
+JobActions JobMachine::CommitStep(std::vector<storage::PlannedSlice> plan) {
+  NoMoreCancel();
+  JobAction commit = RunIo(IoKind::kCommit);
+  commit.plan = std::move(plan);
+  return JobActions{SetPhase("commit"), std::move(commit)};
+}
+
 }  // namespace tessera::service

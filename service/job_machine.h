@@ -167,6 +167,12 @@ class JobMachine {
   JobAction Finish(Json result);
   // Ends the job failed with `st` (and a result, e.g. a verify's report).
   JobActions Fail(const Status& st, Json result = Json());
+  // The steps a save shares with an import: the round of write tasks; the merge of the
+  // fragments their results name (`what`: "write" or "import", for errors); the commit,
+  // after which no cancel counts.
+  JobActions WriteRound(std::map<int64_t, Task> tasks, uint64_t total_bytes, int64_t now);
+  Result<JobActions> MergeWritten(const std::map<int64_t, Json>& results, const std::string& what);
+  JobActions CommitStep(std::vector<storage::PlannedSlice> plan);
   // A wait outside a task round (joins) with its own deadline.
   void WaitUntil(int64_t deadline_ms) {
     waiting_ = Waiting::kOther;

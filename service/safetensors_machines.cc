@@ -21,6 +21,17 @@ std::map<int64_t, std::vector<size_t>> SpreadOverRanks(const std::vector<uint64_
   return out;
 }
 
+namespace {
+
+template <typename T>
+std::vector<uint64_t> SizesOf(const std::vector<T>& files) {
+  std::vector<uint64_t> out;
+  for (const auto& f : files) out.push_back(f.bytes);
+  return out;
+}
+
+}  // namespace
+
 // --- export ---
 
 ExportMachine::ExportMachine(JobSpec spec, std::vector<storage::ExportFile> files, std::string out_dir)
@@ -43,11 +54,9 @@ Result<JobActions> ExportMachine::OnIoDone(int64_t now, Json result) {
                               {"index", storage::kSafetensorsIndexFile},
                               {"bytes", bytes}})};
   }
-  std::vector<uint64_t> sizes;
-  for (const auto& f : files_) sizes.push_back(f.bytes);
   std::map<int64_t, Task> tasks;
   uint64_t total = 0;
-  for (const auto& [rank, items] : SpreadOverRanks(sizes, spec_.mesh.mesh.num_workers())) {
+  for (const auto& [rank, items] : SpreadOverRanks(SizesOf(files_), spec_.mesh.mesh.num_workers())) {
     Task& t = tasks[rank] = MeshTask(TaskKind::kExport, spec_.mesh.mesh, rank);
     t.dir = result.value("dir", "");
     t.out_dir = out_dir_;
@@ -103,11 +112,9 @@ Result<JobActions> ImportMachine::OnIoDone(int64_t now, Json result) {
       return JobActions{RunIo(IoKind::kCreateStaging)};
     }
     case Stage::kStaging: {
-      std::vector<uint64_t> sizes;
-      for (const auto& f : files_) sizes.push_back(f.bytes);
       std::map<int64_t, Task> writes;
       uint64_t total = 0;
-      for (const auto& [rank, items] : SpreadOverRanks(sizes, spec_.mesh.mesh.num_workers())) {
+      for (const auto& [rank, items] : SpreadOverRanks(SizesOf(files_), spec_.mesh.mesh.num_workers())) {
         Task& t = writes[rank] = MeshTask(TaskKind::kImport, spec_.mesh.mesh, rank);
         t.step = spec_.step;
         t.staging = spec_.staging;
@@ -120,14 +127,11 @@ Result<JobActions> ImportMachine::OnIoDone(int64_t now, Json result) {
         }
       }
       stage_ = Stage::kWrite;
-      return JobActions{SetCheckpointState(CheckpointState::kWriting), SetPhase("write"),
-                        QueueTasks(std::move(writes), total, now, spec_.task_timeout_ms)};
+      return WriteRound(std::move(writes), total, now);
     }
-    case Stage::kMerge: {
+    case Stage::kMerge:
       stage_ = Stage::kCommit;
-      NoMoreCancel();
-      return JobActions{SetPhase("commit"), RunIo(IoKind::kCommit)};
-    }
+      return CommitStep({});
     case Stage::kCommit:
       return JobActions{Finish(std::move(result))};
     case Stage::kWrite:
@@ -137,14 +141,8 @@ Result<JobActions> ImportMachine::OnIoDone(int64_t now, Json result) {
 }
 
 Result<JobActions> ImportMachine::OnTasksDone(int64_t, std::map<int64_t, Json> results) {
-  JobAction merge = RunIo(IoKind::kMerge);
-  for (const auto& [rank, res] : results) {
-    auto w = WriteResultFromJson(res);
-    if (!w.ok()) return w.status().WithContext("the import of worker " + spec_.mesh.workers.at(rank));
-    if (w->fragment) merge.fragments.push_back(*w->fragment);
-  }
   stage_ = Stage::kMerge;
-  return JobActions{SetPhase("merge"), SetCheckpointState(CheckpointState::kMerging), std::move(merge)};
+  return MergeWritten(results, "import");
 }
 
 JobActions ImportMachine::OnFailure(const Status& st) {

@@ -66,16 +66,8 @@ Result<JobActions> SaveMachine::OnTasksDone(int64_t, std::map<int64_t, Json> res
     }
     return Plan(snapshots);
   }
-  // The writes are done; every report is the barrier.
-  JobAction merge = RunIo(IoKind::kMerge);
-  for (const auto& [rank, res] : results) {
-    auto w = WriteResultFromJson(res);
-    if (!w.ok()) return w.status().WithContext("the write of worker " + spec_.mesh.workers.at(rank));
-    if (w->fragment) merge.fragments.push_back(*w->fragment);
-  }
   stage_ = Stage::kMerge;
-  return JobActions{SetPhase("merge"), SetCheckpointState(CheckpointState::kMerging),
-                    std::move(merge)};
+  return MergeWritten(results, "write");
 }
 
 Result<JobActions> SaveMachine::OnIoDone(int64_t now, Json result) {
@@ -95,15 +87,11 @@ Result<JobActions> SaveMachine::OnIoDone(int64_t now, Json result) {
         total += p.bytes;
       }
       stage_ = Stage::kWrite;
-      return JobActions{SetCheckpointState(CheckpointState::kWriting), SetPhase("write"),
-                        QueueTasks(std::move(writes), total, now, spec_.task_timeout_ms)};
+      return WriteRound(std::move(writes), total, now);
     }
     case Stage::kMerge: {
       stage_ = Stage::kCommit;
-      NoMoreCancel();
-      JobAction commit = RunIo(IoKind::kCommit);
-      commit.plan = plan_;
-      return JobActions{SetPhase("commit"), std::move(commit)};
+      return CommitStep(plan_);
     }
     case Stage::kCommit:
       stage_ = Stage::kRetention;
