@@ -19,6 +19,8 @@ from hosts import Hosts, can_run  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "s3"))
 from rgw import Rgw  # noqa: E402
 import tessera  # noqa: E402  (hosts.py puts python/ on the path)
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python", "tests"))
+from safetensors_files import read_safetensors  # noqa: E402
 
 WHY_NOT = can_run()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason="multi-host tests: %s" % WHY_NOT)
@@ -256,6 +258,32 @@ def test_save_restore_verify_reshard_and_retention(cluster):
     assert sorted(ck["step"] for ck in c.client.checkpoints("train")) == [2, 3]
     assert c.store.steps("train") == [2, 3]
     assert c.store.leftovers("train") == []
+
+
+def test_safetensors_export_and_import_across_hosts(cluster):
+    """An export job's files are written by the workers on their hosts into a folder all
+    hosts share; an import job of that folder makes a checkpoint of another mesh (in the
+    root: the shared dir or the bucket) that the trainers restore on their hosts."""
+    c = cluster
+    c.register("hf", {"data": WORKERS})
+    saved = c.trainers("hf", "save", 5, "--wait")
+    assert all(r.get("committed") for r in saved.values()), saved
+    out, here = (os.path.join(d, "hf-export") for d in (c.hosts.shared, c.hosts.shared_here))
+    job = c.client.export("hf", 5, out).wait(120)
+    files = sorted(job["result"]["files"])
+    assert len(files) == 2, job  # "w" and "b", one file each, on two workers
+    assert sorted(os.listdir(here)) == sorted(files + ["model.safetensors.index.json"])
+    got = {}
+    for f in files:
+        got.update(read_safetensors(os.path.join(here, f))[0])
+    want = np.concatenate([np.arange(256 * 64, dtype=np.float32).reshape(256, 64) + 5 * 1000 + r * 1e6
+                           for r in range(WORKERS)])
+    assert np.array_equal(got["w"][1], want) and (got["b"][1] == 5).all()
+    c.register("hf2", {"data": WORKERS})
+    assert c.client.import_safetensors("hf2", out, 5).wait(120)["state"] == "succeeded"
+    assert c.store.steps("hf2") == [5]
+    checked = c.trainers("hf2", "check", 5)
+    assert all(r.get("equal") and r["restored"] == 5 for r in checked.values()), checked
 
 
 def test_all_reduce_across_hosts(cluster):
