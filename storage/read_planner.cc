@@ -66,6 +66,47 @@ Result<const ShardReader*> ShardCache::Get(const std::string& file) {
   return r;
 }
 
+const MappedFile* ShardCache::Map(const std::string& file) {
+  {
+    MutexLock lock(mu_);
+    auto it = maps_.find(file);
+    if (it != maps_.end()) return it->second.get();
+  }
+  const std::string path = JoinPath(dir_, file);
+  if (env_->IsObjectStore(path)) return nullptr;
+  auto mapped = MappedFile::Open(path);  // outside the lock: it opens the file
+  MutexLock lock(mu_);
+  auto& slot = maps_[file];
+  if (slot == nullptr && mapped.ok()) slot = std::move(*mapped);
+  return slot.get();
+}
+
+std::vector<DirectChunk> DirectChunks(const ReadPlan& plan) {
+  const size_t esize = DTypeSize(plan.tensor->meta.dtype);
+  std::vector<DirectChunk> out;
+  for (const ChunkRead& r : plan.reads) {
+    if (r.chunk.loc.codec != Codec::kRaw || r.chunk.loc.length != r.chunk.loc.raw_length) return {};
+    const uint64_t c0 = r.chunk.raw_offset, c1 = c0 + r.chunk.loc.raw_length;
+    int64_t direct = -1;
+    int runs = 0;
+    ForEachRun(r.source->slice, plan.target, esize, [&](uint64_t src, uint64_t d, uint64_t len) {
+      if (src + len <= c0 || src >= c1) return;
+      ++runs;
+      if (src <= c0 && src + len >= c1) direct = static_cast<int64_t>(d + (c0 - src));
+    });
+    if (runs != 1 || direct < 0) return {};
+    out.push_back({&r.source->file, r.chunk.loc, static_cast<uint64_t>(direct)});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.target_offset < b.target_offset; });
+  uint64_t end = 0;
+  for (const DirectChunk& c : out) {
+    if (c.target_offset != end) return {};
+    end += c.loc.raw_length;
+  }
+  if (end != static_cast<uint64_t>(plan.target.NumElements()) * esize) return {};
+  return out;
+}
+
 Status ExecuteRead(const ReadPlan& plan, ShardCache* shards, void* out, size_t out_bytes,
                    ThreadPool* pool) {
   const auto& meta = plan.tensor->meta;

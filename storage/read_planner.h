@@ -14,6 +14,7 @@
 #include "api/status.h"
 #include "api/thread_annotations.h"
 #include "storage/index.h"
+#include "storage/mapped_file.h"
 #include "storage/shard_reader.h"
 #include "storage/slice_copy.h"
 #include "storage/thread_pool.h"
@@ -38,17 +39,33 @@ struct ReadPlan {
 // do not cover is data_loss.
 Result<ReadPlan> PlanRead(const TensorEntry& tensor, const SliceSpec& target);
 
+// A raw chunk that lands whole in one contiguous run of a plan's target: its bytes
+// in the shard file are the target's bytes [target_offset, + loc.raw_length).
+struct DirectChunk {
+  const std::string* file = nullptr;  // the shard file's name
+  ChunkLocation loc;
+  uint64_t target_offset = 0;
+};
+// The plan's chunks in target order when every one is raw and they tile the target
+// exactly (a slice read as saved, or whole rows of a row-sharded tensor); empty
+// otherwise (then ExecuteRead assembles the target).
+std::vector<DirectChunk> DirectChunks(const ReadPlan& plan);
+
 // Opens shard files of one checkpoint directory once and shares them.
 class ShardCache {
  public:
   ShardCache(Env* env, std::string dir) : env_(env), dir_(std::move(dir)) {}
   Result<const ShardReader*> Get(const std::string& file);
+  // The shard file mapped into memory (mapped_file.h), or null where it cannot be:
+  // an object store, or a file this process cannot map (the caller reads instead).
+  const MappedFile* Map(const std::string& file);
 
  private:
   Env* env_;
   std::string dir_;
   Mutex mu_;
   std::map<std::string, std::unique_ptr<ShardReader>> readers_ GUARDED_BY(mu_);
+  std::map<std::string, std::unique_ptr<MappedFile>> maps_ GUARDED_BY(mu_);
 };
 
 // Executes `plan` into `out` (target.NumElements() * dtype size bytes), verifying

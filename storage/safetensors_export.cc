@@ -6,6 +6,7 @@
 #include <map>
 #include <numeric>
 
+#include "storage/chunk_codec.h"
 #include "storage/safetensors_format.h"
 
 namespace tessera::storage {
@@ -146,6 +147,37 @@ Status WriteExportFile(Env* env, const CheckpointIndex& index, ShardCache* shard
   auto bytes_of = [](const Block& b) {
     return static_cast<size_t>(b.slice.NumElements()) * DTypeSize(b.tensor->meta.dtype);
   };
+  // A block whose chunks are raw and tile it (rows of a row-sharded or whole tensor,
+  // uncompressed) is written straight from the mapped shards, each chunk's checksum
+  // verified there: one copy, as a save makes. Any other is read into a buffer.
+  auto direct_write = [&](const Block& b, bool* done) -> Status {
+    *done = false;
+    ASSIGN_OR_RETURN(ReadPlan plan, PlanRead(*b.tensor, b.slice));
+    const std::vector<DirectChunk> chunks = DirectChunks(plan);
+    if (chunks.empty() && plan.target.NumElements() > 0) return Status::Ok();
+    std::vector<const char*> bytes;
+    for (const DirectChunk& c : chunks) {
+      const MappedFile* m = shards->Map(*c.file);
+      if (m == nullptr) return Status::Ok();
+      if (c.loc.offset + c.loc.length > m->size() || c.loc.offset + c.loc.length < c.loc.offset) {
+        return DataLoss("chunk at offset " + std::to_string(c.loc.offset) + " of " + *c.file +
+                            " lies outside the file; the shard is truncated or the index is wrong",
+                        {{"file", *c.file}, {"tensor", b.tensor->meta.name}, {"offset", c.loc.offset}});
+      }
+      bytes.push_back(m->data() + c.loc.offset);
+    }
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const DirectChunk& c = chunks[i];
+      if (Checksum(bytes[i], c.loc.raw_length) != c.loc.checksum) {
+        return DataLoss("tensor '" + b.tensor->meta.name + "': chunk at offset " + std::to_string(c.loc.offset) +
+                            " of " + *c.file + ": checksum mismatch (xxh64 of the raw bytes differs from the index)",
+                        {{"file", *c.file}, {"tensor", b.tensor->meta.name}, {"offset", c.loc.offset}});
+      }
+      RETURN_IF_ERROR(out->Append(bytes[i], c.loc.raw_length).WithContext(path));
+    }
+    *done = true;
+    return Status::Ok();
+  };
   auto read_block = [&](const Block& b, std::vector<char>* buf) -> Status {
     const TensorEntry& t = *b.tensor;
     ASSIGN_OR_RETURN(ReadPlan plan, PlanRead(t, b.slice));
@@ -155,16 +187,23 @@ Status WriteExportFile(Env* env, const CheckpointIndex& index, ShardCache* shard
     return st.ok() ? st : st.WithContext("tensor " + t.meta.name).WithDetail("tensor", t.meta.name);
   };
   std::vector<char> buffers[2];
-  if (!blocks.empty()) RETURN_IF_ERROR(read_block(blocks[0], &buffers[0]));
+  std::future<Status> next;  // the read of block i into buffers[i % 2], when one runs
   for (size_t i = 0; i < blocks.size(); ++i) {
-    std::future<Status> next;
-    if (i + 1 < blocks.size()) {
-      next = std::async(std::launch::async, read_block, std::cref(blocks[i + 1]), &buffers[(i + 1) % 2]);
+    bool done = false;
+    if (!next.valid()) RETURN_IF_ERROR(direct_write(blocks[i], &done));
+    if (!done) {
+      Status read = next.valid() ? next.get() : read_block(blocks[i], &buffers[i % 2]);
+      RETURN_IF_ERROR(read);
+      // The next block is read while this one is written.
+      if (i + 1 < blocks.size()) {
+        next = std::async(std::launch::async, read_block, std::cref(blocks[i + 1]), &buffers[(i + 1) % 2]);
+      }
+      Status wrote = out->Append(buffers[i % 2].data(), bytes_of(blocks[i])).WithContext(path);
+      if (!wrote.ok()) {
+        if (next.valid()) next.wait();
+        return wrote;
+      }
     }
-    Status wrote = out->Append(buffers[i % 2].data(), bytes_of(blocks[i])).WithContext(path);
-    Status read = next.valid() ? next.get() : Status::Ok();
-    RETURN_IF_ERROR(wrote);
-    RETURN_IF_ERROR(read);
     if (blocks[i].last && on_tensor) on_tensor(blocks[i].tensor->meta.name, blocks[i].tensor->meta.logical_bytes());
   }
   RETURN_IF_ERROR(out->Sync().WithContext(path));

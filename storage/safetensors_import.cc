@@ -1,15 +1,10 @@
 #include "storage/safetensors_import.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <map>
 #include <set>
 
+#include "storage/mapped_file.h"
 #include "storage/root_meta.h"
 #include "storage/save_transaction.h"
 
@@ -19,45 +14,6 @@ namespace {
 bool EndsWith(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
-
-// A file mapped read-only, unmapped when it goes.
-class MappedFile {
- public:
-  static Result<std::unique_ptr<MappedFile>> Open(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ErrnoStatus(errno, "open", path);
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      const int err = errno;
-      ::close(fd);
-      return ErrnoStatus(err, "stat", path);
-    }
-    auto m = std::unique_ptr<MappedFile>(new MappedFile());
-    m->size_ = static_cast<uint64_t>(st.st_size);
-    if (m->size_ > 0) {
-      void* p = ::mmap(nullptr, m->size_, PROT_READ, MAP_SHARED, fd, 0);
-      if (p == MAP_FAILED) {
-        const int err = errno;
-        ::close(fd);
-        return ErrnoStatus(err, "mmap", path);
-      }
-      m->data_ = static_cast<const char*>(p);
-      ::madvise(p, m->size_, MADV_SEQUENTIAL);
-    }
-    ::close(fd);
-    return m;
-  }
-  ~MappedFile() {
-    if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
-  }
-  const char* data() const { return data_; }
-  uint64_t size() const { return size_; }
-
- private:
-  MappedFile() = default;
-  const char* data_ = nullptr;
-  uint64_t size_ = 0;
-};
 
 // The files a folder's *.safetensors.index.json names, with the tensors it maps to
 // each; an empty map when the folder has none.

@@ -138,3 +138,32 @@ def test_a_rest_export_names_what_is_wrong(client, saved, tmp_path):
         client.export(mesh, 7, blocked).wait(timeout=60)
     assert str(blocked) in str(e.value) and "worker w-host" in str(e.value), e.value
     assert not os.path.exists(blocked / "model.safetensors.index.json")
+
+
+def test_uncompressed_shards_export_from_their_mapping_and_a_bad_chunk_is_named(cluster, client, mesh4,
+                                                                                tmp_path):
+    """Raw chunks go straight from the mapped shards (one copy), still checksummed."""
+    mesh, ms = mesh4
+    for rank, m in enumerate(ms):
+        m.attach("rows", (4 * 1024,), "float32", ["data"])[:] = np.arange(1024, dtype=np.float32) + rank * 1024
+    assert client.save(mesh, 3, compression="none").wait(timeout=60)["state"] == "succeeded"
+    r = export(cluster, mesh, 3, tmp_path / "ok")
+    assert r.returncode == 0, r.stderr
+    got, _ = read_safetensors(tmp_path / "ok" / "model.safetensors")
+    assert np.array_equal(got["rows"][1], np.arange(4 * 1024, dtype=np.float32))
+    # One flipped byte inside rank 2's rows: both exports name the shard and tensor.
+    ckpt = os.path.join(cluster.dir, "data", "checkpoints", mesh, "step-3")
+    shard = os.path.join(ckpt, "shard-2.tsr")
+    data = bytearray(open(shard, "rb").read())
+    at = data.find(np.array([2048 + 5], dtype=np.float32).tobytes())
+    assert at > 0
+    data[at] ^= 0x40
+    open(shard, "wb").write(bytes(data))
+    r = export(cluster, mesh, 3, tmp_path / "bad")
+    assert r.returncode == 1 and "data_loss" in r.stderr and "checksum mismatch" in r.stderr, r.stderr
+    assert "shard-2.tsr" in r.stderr and "'rows'" in r.stderr, r.stderr
+    assert "chunk at offset" in r.stderr, r.stderr  # found by the mapped path
+    from tessera.errors import TesseraError
+    with pytest.raises(TesseraError) as e:
+        client.export(mesh, 3, tmp_path / "bad-job").wait(timeout=60)
+    assert e.value.code == "data_loss" and "shard-2.tsr" in str(e.value), e.value
