@@ -59,6 +59,7 @@ class ShardCache {
   // The shard file mapped into memory (mapped_file.h), or null where it cannot be:
   // an object store, or a file this process cannot map (the caller reads instead).
   const MappedFile* Map(const std::string& file);
+  const std::string& dir() const { return dir_; }
 
  private:
   Env* env_;

@@ -160,18 +160,20 @@ Status WriteExportFile(Env* env, const CheckpointIndex& index, ShardCache* shard
       const MappedFile* m = shards->Map(*c.file);
       if (m == nullptr) return Status::Ok();
       if (c.loc.offset + c.loc.length > m->size() || c.loc.offset + c.loc.length < c.loc.offset) {
-        return DataLoss("chunk at offset " + std::to_string(c.loc.offset) + " of " + *c.file +
-                            " lies outside the file; the shard is truncated or the index is wrong",
-                        {{"file", *c.file}, {"tensor", b.tensor->meta.name}, {"offset", c.loc.offset}});
+        const std::string file = JoinPath(shards->dir(), *c.file);
+        return DataLoss("tensor '" + b.tensor->meta.name + "': chunk at offset " + std::to_string(c.loc.offset) +
+                            " of " + file + " lies outside the file; the shard is truncated or the index is wrong",
+                        {{"file", file}, {"tensor", b.tensor->meta.name}, {"offset", c.loc.offset}});
       }
       bytes.push_back(m->data() + c.loc.offset);
     }
     for (size_t i = 0; i < chunks.size(); ++i) {
       const DirectChunk& c = chunks[i];
       if (Checksum(bytes[i], c.loc.raw_length) != c.loc.checksum) {
+        const std::string file = JoinPath(shards->dir(), *c.file);
         return DataLoss("tensor '" + b.tensor->meta.name + "': chunk at offset " + std::to_string(c.loc.offset) +
-                            " of " + *c.file + ": checksum mismatch (xxh64 of the raw bytes differs from the index)",
-                        {{"file", *c.file}, {"tensor", b.tensor->meta.name}, {"offset", c.loc.offset}});
+                            " of " + file + ": checksum mismatch (xxh64 of the raw bytes differs from the index)",
+                        {{"file", file}, {"tensor", b.tensor->meta.name}, {"offset", c.loc.offset}});
       }
       RETURN_IF_ERROR(out->Append(bytes[i], c.loc.raw_length).WithContext(path));
     }

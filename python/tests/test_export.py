@@ -162,7 +162,6 @@ def test_uncompressed_shards_export_from_their_mapping_and_a_bad_chunk_is_named(
     r = export(cluster, mesh, 3, tmp_path / "bad")
     assert r.returncode == 1 and "data_loss" in r.stderr and "checksum mismatch" in r.stderr, r.stderr
     assert "shard-2.tsr" in r.stderr and "'rows'" in r.stderr, r.stderr
-    assert "chunk at offset" in r.stderr, r.stderr  # found by the mapped path
     from tessera.errors import TesseraError
     with pytest.raises(TesseraError) as e:
         client.export(mesh, 3, tmp_path / "bad-job").wait(timeout=60)
