@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "api/status.h"
+#include "storage/mapped_file.h"
 
 namespace tessera::storage {
 
@@ -74,6 +75,10 @@ class Env {
     (void)path;
     return false;
   }
+  // The file mapped read-only into memory, to read it without a copy (an import's
+  // tensors, an export's raw chunks). Default: invalid_argument (an object store, or an
+  // Env in memory, cannot map): callers then read through NewRandomAccessFile.
+  virtual Result<std::unique_ptr<MappedFile>> MapFile(const std::string& path);
   // Creates `path` holding `data`, durably and atomically, and only if nothing has
   // that name yet: conflict otherwise. Default: a synced temporary file renamed
   // into place (Rename never replaces).
@@ -115,6 +120,9 @@ class EnvWrapper : public Env {
   Status SyncDir(const std::string& dir) override { return target_->SyncDir(dir); }
   Result<uint64_t> FileSize(const std::string& path) override { return target_->FileSize(path); }
   bool IsObjectStore(const std::string& path) override { return target_->IsObjectStore(path); }
+  Result<std::unique_ptr<MappedFile>> MapFile(const std::string& path) override {
+    return target_->MapFile(path);
+  }
   Status PublishFile(const std::string& path, std::string_view data) override {
     return target_->PublishFile(path, data);
   }

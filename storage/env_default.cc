@@ -34,6 +34,9 @@ class RoutingEnv final : public Env {
   Status SyncDir(const std::string& dir) override { return For(dir)->SyncDir(dir); }
   Result<uint64_t> FileSize(const std::string& path) override { return For(path)->FileSize(path); }
   bool IsObjectStore(const std::string& path) override { return For(path)->IsObjectStore(path); }
+  Result<std::unique_ptr<MappedFile>> MapFile(const std::string& path) override {
+    return For(path)->MapFile(path);
+  }
   Status PublishFile(const std::string& path, std::string_view data) override {
     return For(path)->PublishFile(path, data);
   }

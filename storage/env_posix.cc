@@ -227,6 +227,10 @@ class PosixEnv final : public Env {
     return std::unique_ptr<WritableFile>(std::make_unique<PosixWritableFile>(fd, path));
   }
 
+  Result<std::unique_ptr<MappedFile>> MapFile(const std::string& path) override {
+    return MappedFile::Open(path);
+  }
+
   Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ErrnoStatus(errno, "open", path);

@@ -23,6 +23,10 @@ Status WriteFileDurably(Env* env, const std::string& path, std::string_view data
   return env->SyncDir(ParentDir(path));
 }
 
+Result<std::unique_ptr<MappedFile>> Env::MapFile(const std::string& path) {
+  return InvalidArgument("cannot map " + path + " into memory here; read it instead", {{"file", path}});
+}
+
 Status Env::PublishFile(const std::string& path, std::string_view data) {
   static std::atomic<uint64_t> counter{0};
   const std::string tmp = path + ".publish-" + std::to_string(counter++);

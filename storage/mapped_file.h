@@ -1,6 +1,7 @@
 // A file of a file system mapped read-only into memory, unmapped when it goes: its
 // bytes read without copying them (a safetensors import's tensors, an export's raw
-// chunks). The file must not shrink while it is mapped.
+// chunks). The file must not shrink while it is mapped. Made by Env::MapFile (the
+// POSIX Env calls Open).
 #pragma once
 
 #include <cstdint>

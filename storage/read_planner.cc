@@ -72,9 +72,7 @@ const MappedFile* ShardCache::Map(const std::string& file) {
     auto it = maps_.find(file);
     if (it != maps_.end()) return it->second.get();
   }
-  const std::string path = JoinPath(dir_, file);
-  if (env_->IsObjectStore(path)) return nullptr;
-  auto mapped = MappedFile::Open(path);  // outside the lock: it opens the file
+  auto mapped = env_->MapFile(JoinPath(dir_, file));  // outside the lock: it opens the file
   MutexLock lock(mu_);
   auto& slot = maps_[file];
   if (slot == nullptr && mapped.ok()) slot = std::move(*mapped);

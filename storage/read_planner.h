@@ -56,8 +56,8 @@ class ShardCache {
  public:
   ShardCache(Env* env, std::string dir) : env_(env), dir_(std::move(dir)) {}
   Result<const ShardReader*> Get(const std::string& file);
-  // The shard file mapped into memory (mapped_file.h), or null where it cannot be:
-  // an object store, or a file this process cannot map (the caller reads instead).
+  // The shard file mapped into memory (Env::MapFile), or null where it cannot be (an
+  // object store, an Env in memory, a failed map): the caller reads instead.
   const MappedFile* Map(const std::string& file);
   const std::string& dir() const { return dir_; }
 

@@ -135,7 +135,7 @@ Result<RankWriteResult> WriteImportRank(Env* env, const std::vector<std::string>
   for (const TensorMeta& m : expected) planned[m.name] = &m;
   size_t found = 0;
   for (const std::string& path : files) {
-    ASSIGN_OR_RETURN(auto map, MappedFile::Open(path));
+    ASSIGN_OR_RETURN(auto map, env->MapFile(path));
     const std::string_view bytes(map->data(), map->size());
     ASSIGN_OR_RETURN(uint64_t n, ParseSafetensorsPrefix(bytes.substr(0, 8), map->size(), path));
     ASSIGN_OR_RETURN(SafetensorsHeader h, ParseSafetensorsHeader(bytes.substr(8, n), map->size(), path));
