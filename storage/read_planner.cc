@@ -79,20 +79,31 @@ const MappedFile* ShardCache::Map(const std::string& file) {
   return slot.get();
 }
 
+namespace {
+
+// Where chunk `r` lands in `target` when it lands whole in one contiguous run of it
+// (its decoded bytes then go straight there); -1 otherwise.
+int64_t DirectOffset(const ChunkRead& r, const SliceSpec& target, size_t esize) {
+  const uint64_t c0 = r.chunk.raw_offset, c1 = c0 + r.chunk.loc.raw_length;
+  int64_t direct = -1;
+  int runs = 0;
+  ForEachRun(r.source->slice, target, esize, [&](uint64_t src, uint64_t d, uint64_t len) {
+    if (src + len <= c0 || src >= c1) return;
+    ++runs;
+    if (src <= c0 && src + len >= c1) direct = static_cast<int64_t>(d + (c0 - src));
+  });
+  return runs == 1 ? direct : -1;
+}
+
+}  // namespace
+
 std::vector<DirectChunk> DirectChunks(const ReadPlan& plan) {
   const size_t esize = DTypeSize(plan.tensor->meta.dtype);
   std::vector<DirectChunk> out;
   for (const ChunkRead& r : plan.reads) {
     if (r.chunk.loc.codec != Codec::kRaw || r.chunk.loc.length != r.chunk.loc.raw_length) return {};
-    const uint64_t c0 = r.chunk.raw_offset, c1 = c0 + r.chunk.loc.raw_length;
-    int64_t direct = -1;
-    int runs = 0;
-    ForEachRun(r.source->slice, plan.target, esize, [&](uint64_t src, uint64_t d, uint64_t len) {
-      if (src + len <= c0 || src >= c1) return;
-      ++runs;
-      if (src <= c0 && src + len >= c1) direct = static_cast<int64_t>(d + (c0 - src));
-    });
-    if (runs != 1 || direct < 0) return {};
+    const int64_t direct = DirectOffset(r, plan.target, esize);
+    if (direct < 0) return {};
     out.push_back({&r.source->file, r.chunk.loc, static_cast<uint64_t>(direct)});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.target_offset < b.target_offset; });
@@ -120,17 +131,11 @@ Status ExecuteRead(const ReadPlan& plan, ShardCache* shards, void* out, size_t o
     const uint64_t c0 = r.chunk.raw_offset, c1 = c0 + r.chunk.loc.raw_length;
     // When the whole chunk lands in one contiguous run of the target (reading
     // a slice as saved), decode it straight there: no second copy.
-    int64_t direct = -1;
-    int runs = 0;
-    ForEachRun(r.source->slice, plan.target, esize, [&](uint64_t src, uint64_t d, uint64_t len) {
-      if (src + len <= c0 || src >= c1) return;
-      ++runs;
-      if (src <= c0 && src + len >= c1) direct = static_cast<int64_t>(d + (c0 - src));
-    });
+    const int64_t direct = DirectOffset(r, plan.target, esize);
     auto failed = [&](const Status& st) {
       return st.WithContext("tensor '" + meta.name + "'").WithDetail("tensor", meta.name);
     };
-    if (runs == 1 && direct >= 0) {
+    if (direct >= 0) {
       Status st = shard->ReadChunk(r.chunk.loc, dst + direct);
       return st.ok() ? st : failed(st);
     }
