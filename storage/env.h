@@ -30,6 +30,14 @@ class WritableFile {
   virtual Status Close() = 0;
   // Bytes appended so far.
   virtual uint64_t Size() const = 0;
+  // Whether WriteAt works: writes at known offsets, safe from several threads at once,
+  // so that one file is filled in parallel. A file written so is never appended to.
+  // Default: no (an object store's upload only appends).
+  virtual bool CanWriteAt() const { return false; }
+  virtual Status WriteAt(uint64_t offset, const void* data, size_t n) {
+    (void)offset, (void)data, (void)n;
+    return InvalidArgument("this file can only be appended to");
+  }
 };
 
 // A file opened for positional reads (pread). Safe for concurrent Read calls.

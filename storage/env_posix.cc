@@ -64,6 +64,23 @@ class PosixWritableFile final : public WritableFile {
     return Status::Ok();
   }
 
+  bool CanWriteAt() const override { return true; }
+  Status WriteAt(uint64_t offset, const void* data, size_t n) override {
+    if (fd_ < 0) return Internal("write to closed file " + path_, {{"file", path_}});
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(offset));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoStatus(errno, "write", path_);
+      }
+      p += w;
+      n -= static_cast<size_t>(w);
+      offset += static_cast<uint64_t>(w);
+    }
+    return Status::Ok();
+  }
+
   Status Sync() override {
     if (fd_ < 0) return Internal("sync of closed file " + path_, {{"file", path_}});
     RETURN_IF_ERROR(Flush());

@@ -1,10 +1,12 @@
 #include "storage/safetensors_export.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <future>
 #include <map>
 #include <numeric>
+#include <thread>
 
 #include "storage/chunk_codec.h"
 #include "storage/safetensors_format.h"
@@ -114,7 +116,7 @@ Json ExportMetadata(const CheckpointMeta& m) {
 
 Status WriteExportFile(Env* env, const CheckpointIndex& index, ShardCache* shards, ThreadPool* pool,
                        const ExportFile& file, const std::string& out_dir, const Json& metadata,
-                       uint64_t block_bytes,
+                       uint64_t block_bytes, int writers,
                        const std::function<void(const std::string&, uint64_t)>& on_tensor) {
   std::vector<const TensorEntry*> tensors;
   std::vector<SafetensorsEntry> entries;
@@ -130,10 +132,8 @@ Status WriteExportFile(Env* env, const CheckpointIndex& index, ShardCache* shard
   const std::string path = JoinPath(out_dir, file.name);
   const std::string header = EncodeSafetensorsHeader(entries, metadata);
   ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> out, env->NewWritableFile(path));
-  RETURN_IF_ERROR(out->Append(header.data(), header.size()).WithContext(path));
   // Every tensor block by block of rows (dimension 0), so that memory stays bounded
-  // whatever a tensor's size; the next block (of this tensor or the next) is read
-  // while this one is written.
+  // whatever a tensor's size.
   struct Block {
     const TensorEntry* tensor;
     SliceSpec slice;
@@ -150,7 +150,8 @@ Status WriteExportFile(Env* env, const CheckpointIndex& index, ShardCache* shard
   // A block whose chunks are raw and tile it (rows of a row-sharded or whole tensor,
   // uncompressed) is written straight from the mapped shards, each chunk's checksum
   // verified there: one copy, as a save makes. Any other is read into a buffer.
-  auto direct_write = [&](const Block& b, bool* done) -> Status {
+  using Sink = std::function<Status(uint64_t, const char*, size_t)>;  // (offset in block, bytes)
+  auto direct_write = [&](const Block& b, const Sink& sink, bool* done) -> Status {
     *done = false;
     ASSIGN_OR_RETURN(ReadPlan plan, PlanRead(*b.tensor, b.slice));
     const std::vector<DirectChunk> chunks = DirectChunks(plan);
@@ -175,7 +176,7 @@ Status WriteExportFile(Env* env, const CheckpointIndex& index, ShardCache* shard
                             " of " + file + ": checksum mismatch (xxh64 of the raw bytes differs from the index)",
                         {{"file", file}, {"tensor", b.tensor->meta.name}, {"offset", c.loc.offset}});
       }
-      RETURN_IF_ERROR(out->Append(bytes[i], c.loc.raw_length).WithContext(path));
+      RETURN_IF_ERROR(sink(c.target_offset, bytes[i], c.loc.raw_length));
     }
     *done = true;
     return Status::Ok();
@@ -188,25 +189,70 @@ Status WriteExportFile(Env* env, const CheckpointIndex& index, ShardCache* shard
     Status st = ExecuteRead(plan, shards, buf->data(), n, pool);
     return st.ok() ? st : st.WithContext("tensor " + t.meta.name).WithDetail("tensor", t.meta.name);
   };
-  std::vector<char> buffers[2];
-  std::future<Status> next;  // the read of block i into buffers[i % 2], when one runs
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    bool done = false;
-    if (!next.valid()) RETURN_IF_ERROR(direct_write(blocks[i], &done));
-    if (!done) {
-      Status read = next.valid() ? next.get() : read_block(blocks[i], &buffers[i % 2]);
-      RETURN_IF_ERROR(read);
-      // The next block is read while this one is written.
-      if (i + 1 < blocks.size()) {
-        next = std::async(std::launch::async, read_block, std::cref(blocks[i + 1]), &buffers[(i + 1) % 2]);
-      }
-      Status wrote = out->Append(buffers[i % 2].data(), bytes_of(blocks[i])).WithContext(path);
-      if (!wrote.ok()) {
-        if (next.valid()) next.wait();
-        return wrote;
-      }
+  if (writers > 1 && blocks.size() > 1 && out->CanWriteAt()) {
+    // `writers` threads fill the file at the blocks' offsets, each taking the next
+    // block not yet taken; a tensor is reported once all its blocks are written.
+    RETURN_IF_ERROR(out->WriteAt(0, header.data(), header.size()).WithContext(path));
+    std::vector<uint64_t> offset(blocks.size());
+    std::map<const TensorEntry*, size_t> left;  // blocks not yet written, by tensor
+    for (size_t i = 0, at = header.size(); i < blocks.size(); at += bytes_of(blocks[i]), ++i) {
+      offset[i] = at;
+      ++left[blocks[i].tensor];
     }
-    if (blocks[i].last && on_tensor) on_tensor(blocks[i].tensor->meta.name, blocks[i].tensor->meta.logical_bytes());
+    std::atomic<size_t> taken{0};
+    std::atomic<bool> failed{false};
+    Mutex mu;
+    std::vector<Status> errors(static_cast<size_t>(writers));
+    auto write_blocks = [&](size_t w) {
+      std::vector<char> buf;
+      for (size_t i = taken++; i < blocks.size() && !failed; i = taken++) {
+        const Sink at = [&](uint64_t rel, const char* data, size_t n) {
+          return out->WriteAt(offset[i] + rel, data, n).WithContext(path);
+        };
+        bool done = false;
+        Status st = direct_write(blocks[i], at, &done);
+        if (st.ok() && !done) st = read_block(blocks[i], &buf);
+        if (st.ok() && !done) st = at(0, buf.data(), bytes_of(blocks[i]));
+        if (!st.ok()) {
+          errors[w] = st;
+          failed = true;
+          return;
+        }
+        MutexLock lock(mu);
+        if (--left[blocks[i].tensor] == 0 && on_tensor) {
+          on_tensor(blocks[i].tensor->meta.name, blocks[i].tensor->meta.logical_bytes());
+        }
+      }
+    };
+    std::vector<std::thread> threads;
+    for (int w = 1; w < writers; ++w) threads.emplace_back(write_blocks, static_cast<size_t>(w));
+    write_blocks(0);
+    for (auto& t : threads) t.join();
+    for (const Status& st : errors) RETURN_IF_ERROR(st);
+  } else {
+    // One writer: the next block (of this tensor or the next) is read while this one
+    // is written.
+    RETURN_IF_ERROR(out->Append(header.data(), header.size()).WithContext(path));
+    const Sink append = [&](uint64_t, const char* data, size_t n) { return out->Append(data, n).WithContext(path); };
+    std::vector<char> buffers[2];
+    std::future<Status> next;  // the read of block i into buffers[i % 2], when one runs
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      bool done = false;
+      if (!next.valid()) RETURN_IF_ERROR(direct_write(blocks[i], append, &done));
+      if (!done) {
+        Status read = next.valid() ? next.get() : read_block(blocks[i], &buffers[i % 2]);
+        RETURN_IF_ERROR(read);
+        if (i + 1 < blocks.size()) {
+          next = std::async(std::launch::async, read_block, std::cref(blocks[i + 1]), &buffers[(i + 1) % 2]);
+        }
+        Status wrote = append(0, buffers[i % 2].data(), bytes_of(blocks[i]));
+        if (!wrote.ok()) {
+          if (next.valid()) next.wait();
+          return wrote;
+        }
+      }
+      if (blocks[i].last && on_tensor) on_tensor(blocks[i].tensor->meta.name, blocks[i].tensor->meta.logical_bytes());
+    }
   }
   RETURN_IF_ERROR(out->Sync().WithContext(path));
   return out->Close().WithContext(path);
@@ -242,6 +288,7 @@ Result<ExportSummary> ExportSafetensors(Env* env, const std::string& checkpoint_
   ThreadPool pool(std::max(1, options.threads));
   for (const ExportFile& file : files) {
     RETURN_IF_ERROR(WriteExportFile(env, index, &shards, &pool, file, out_dir, metadata, options.block_bytes,
+                                    options.writers,
                                     [&](const std::string& name, uint64_t bytes) {
                                       summary.tensor_bytes += bytes;
                                       ++summary.tensors;

@@ -48,16 +48,18 @@ struct ExportOptions {
   uint64_t max_file_bytes = 5'000'000'000;  // Hugging Face's default shard size
   int threads = 2;                          // decode threads
   uint64_t block_bytes = 64 << 20;          // a tensor is read and written this much at a time
+  int writers = 2;                          // threads filling one file at once
   // Called after each tensor: (tensors done, tensors in all, its name).
   std::function<void(size_t, size_t, const std::string&)> progress;
 };
 
 // Writes `file` into `out_dir` (which exists) from the checkpoint whose index is open,
-// its shards read through `shards`, fsynced. `on_tensor` is called after each tensor
-// with its bytes.
+// its shards read through `shards`, fsynced. With `writers` > 1 (and a file that takes
+// writes at offsets), that many threads fill it block by block at once. `on_tensor` is
+// called after each tensor with its bytes, one call at a time.
 Status WriteExportFile(Env* env, const CheckpointIndex& index, ShardCache* shards,
                        ThreadPool* pool, const ExportFile& file, const std::string& out_dir,
-                       const Json& metadata, uint64_t block_bytes,
+                       const Json& metadata, uint64_t block_bytes, int writers,
                        const std::function<void(const std::string&, uint64_t)>& on_tensor);
 
 // model.safetensors.index.json for `files`, written durably into `out_dir`.

@@ -18,7 +18,7 @@ int RunLs(const std::string& root, bool json);
 // A committed checkpoint as safetensors files in `out_dir` (storage/safetensors_export.h):
 // 0, or 1 with the error on stderr.
 int RunExport(const std::string& checkpoint, const std::string& out_dir, uint64_t max_file_bytes,
-              uint64_t block_bytes, int threads);
+              uint64_t block_bytes, int threads, int writers);
 // Safetensors files (a file or a model folder) as committed step `step` of `mesh` under
 // `root` (storage/safetensors_import.h): 0, or 1 with the error on stderr.
 int RunImport(const std::string& source, const std::string& root, const std::string& mesh, int64_t step,

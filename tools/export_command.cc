@@ -11,13 +11,14 @@
 namespace tessera::tools {
 
 int RunExport(const std::string& checkpoint, const std::string& out_dir, uint64_t max_file_bytes,
-              uint64_t block_bytes, int threads) {
+              uint64_t block_bytes, int threads, int writers) {
   storage::Env* env = storage::DefaultEnv();
   auto dir = storage::ResolveCheckpointPath(env, checkpoint);
   if (!dir.ok()) return Fail(dir.status(), /*json=*/false);
   storage::ExportOptions options;
   options.max_file_bytes = max_file_bytes;
   options.threads = threads;
+  options.writers = writers;
   options.block_bytes = block_bytes;
   if (isatty(STDERR_FILENO)) {
     options.progress = [](size_t done, size_t total, const std::string& name) {

@@ -42,6 +42,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 50))
       ->capture_default_str();
   exp->add_option("--threads", threads, "Decode threads")->check(CLI::Range(1, 64));
+  int writers = 2;
+  exp->add_option("--writers", writers, "Threads writing one file at once")->check(CLI::Range(1, 64))->capture_default_str();
   uint64_t block_bytes = 64 << 20;
   exp->add_option("--block-size", block_bytes, "Bytes of a tensor in memory at a time (twice: one read while one is written)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))
@@ -84,7 +86,7 @@ int main(int argc, char** argv) {
   }
   if (*inspect) return tessera::tools::RunInspect(dir, json);
   if (*verify) return tessera::tools::RunVerify(dir, json, threads);
-  if (*exp) return tessera::tools::RunExport(dir, out_dir, max_file_bytes, block_bytes, threads);
+  if (*exp) return tessera::tools::RunExport(dir, out_dir, max_file_bytes, block_bytes, threads, writers);
   if (*imp) return tessera::tools::RunImport(source, root, mesh, step, compression, level);
   if (*ls) return tessera::tools::RunLs(root, json);
   if (*demo) return tessera::tools::RunDemo(demo_dir, keep);

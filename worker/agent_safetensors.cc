@@ -26,7 +26,9 @@ Result<Json> Agent::DoExport(const Task& task) {
   for (const ExportFileTask& f : task.files) {
     const storage::ExportFile file{f.name, f.tensors, 0};
     Status st = storage::WriteExportFile(env_, index, &shards, &io_pool_, file, task.out_dir, metadata,
-                                         task.block_bytes, [&](const std::string&, uint64_t bytes) {
+                                         // One writer a file: the mesh's workers already write at once.
+                                         task.block_bytes, /*writers=*/1,
+                                         [&](const std::string&, uint64_t bytes) {
                                            done += bytes;
                                            if (throttle.Due()) {
                                              Report(task.id, ReportState::kRunning, done, total, nullptr, Status::Ok());
