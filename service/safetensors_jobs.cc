@@ -57,8 +57,8 @@ Result<Json> Service::ReadSafetensorsIo(const Json& input) {
   Json out = Json::array();
   for (const auto& f : files) {
     Json tensors = Json::array();
-    for (const TensorMeta& t : storage::ImportedTensors({f})) tensors.push_back(TensorMetaToJson(t));
-    out.push_back({{"path", f.path}, {"bytes", f.size}, {"tensors", std::move(tensors)}});
+    for (const auto& t : f.header.tensors) tensors.push_back(TensorMetaToJson(storage::ImportedTensor(t)));
+    out.push_back({{"path", f.path}, {"bytes", f.bytes}, {"tensors", std::move(tensors)}});
   }
   return Json{{"files", std::move(out)}};
 }

@@ -156,25 +156,25 @@ Status WriteExportFile(Env* env, const CheckpointIndex& index, ShardCache* shard
     ASSIGN_OR_RETURN(ReadPlan plan, PlanRead(*b.tensor, b.slice));
     const std::vector<DirectChunk> chunks = DirectChunks(plan);
     if (chunks.empty() && plan.target.NumElements() > 0) return Status::Ok();
+    auto bad_chunk = [&](const DirectChunk& c, const std::string& what) {
+      const std::string file = JoinPath(shards->dir(), *c.file);
+      return DataLoss("tensor '" + b.tensor->meta.name + "': chunk at offset " + std::to_string(c.loc.offset) +
+                          " of " + file + ": " + what,
+                      {{"file", file}, {"tensor", b.tensor->meta.name}, {"offset", c.loc.offset}});
+    };
     std::vector<const char*> bytes;
     for (const DirectChunk& c : chunks) {
       const MappedFile* m = shards->Map(*c.file);
       if (m == nullptr) return Status::Ok();
       if (c.loc.offset + c.loc.length > m->size() || c.loc.offset + c.loc.length < c.loc.offset) {
-        const std::string file = JoinPath(shards->dir(), *c.file);
-        return DataLoss("tensor '" + b.tensor->meta.name + "': chunk at offset " + std::to_string(c.loc.offset) +
-                            " of " + file + " lies outside the file; the shard is truncated or the index is wrong",
-                        {{"file", file}, {"tensor", b.tensor->meta.name}, {"offset", c.loc.offset}});
+        return bad_chunk(c, "lies outside the file; the shard is truncated or the index is wrong");
       }
       bytes.push_back(m->data() + c.loc.offset);
     }
     for (size_t i = 0; i < chunks.size(); ++i) {
       const DirectChunk& c = chunks[i];
       if (Checksum(bytes[i], c.loc.raw_length) != c.loc.checksum) {
-        const std::string file = JoinPath(shards->dir(), *c.file);
-        return DataLoss("tensor '" + b.tensor->meta.name + "': chunk at offset " + std::to_string(c.loc.offset) +
-                            " of " + file + ": checksum mismatch (xxh64 of the raw bytes differs from the index)",
-                        {{"file", file}, {"tensor", b.tensor->meta.name}, {"offset", c.loc.offset}});
+        return bad_chunk(c, "checksum mismatch (xxh64 of the raw bytes differs from the index)");
       }
       RETURN_IF_ERROR(sink(c.target_offset, bytes[i], c.loc.raw_length));
     }

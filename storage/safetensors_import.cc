@@ -90,9 +90,9 @@ Result<std::vector<SafetensorsSource>> ReadSafetensorsSource(Env* env, const std
   for (const std::string& path : paths) {
     SafetensorsSource s;
     s.path = path;
-    ASSIGN_OR_RETURN(s.size, env->FileSize(path));
     ASSIGN_OR_RETURN(s.header, ReadSafetensorsHeader(env, path));
     for (const SafetensorsTensor& t : s.header.tensors) {
+      s.bytes += t.bytes;
       auto [it, inserted] = file_of.emplace(t.name, path);
       if (!inserted) {
         return InvalidArgument("tensor '" + t.name + "' is in two files: " + it->second + " and " + path,
@@ -116,12 +116,14 @@ Result<std::vector<SafetensorsSource>> ReadSafetensorsSource(Env* env, const std
   return out;
 }
 
+TensorMeta ImportedTensor(const SafetensorsTensor& t) {
+  return TensorMeta{t.name, t.dtype, t.shape, Layout::Replicated(t.shape.size())};
+}
+
 std::vector<TensorMeta> ImportedTensors(const std::vector<SafetensorsSource>& files) {
   std::vector<TensorMeta> out;
   for (const auto& f : files) {
-    for (const auto& t : f.header.tensors) {
-      out.push_back(TensorMeta{t.name, t.dtype, t.shape, Layout::Replicated(t.shape.size())});
-    }
+    for (const auto& t : f.header.tensors) out.push_back(ImportedTensor(t));
   }
   return out;
 }
@@ -140,7 +142,7 @@ Result<RankWriteResult> WriteImportRank(Env* env, const std::vector<std::string>
     ASSIGN_OR_RETURN(uint64_t n, ParseSafetensorsPrefix(bytes.substr(0, 8), map->size(), path));
     ASSIGN_OR_RETURN(SafetensorsHeader h, ParseSafetensorsHeader(bytes.substr(8, n), map->size(), path));
     for (const SafetensorsTensor& t : h.tensors) {
-      TensorMeta meta{t.name, t.dtype, t.shape, Layout::Replicated(t.shape.size())};
+      const TensorMeta meta = ImportedTensor(t);
       if (!expected.empty()) {
         auto it = planned.find(t.name);
         if (it == planned.end() || !(*it->second == meta)) {
@@ -176,9 +178,10 @@ Result<ImportSummary> ImportSafetensors(Env* env, const std::string& source, con
   }
   std::vector<std::string> paths;
   for (const auto& f : files) paths.push_back(f.path);
+  const std::vector<TensorMeta> tensors = ImportedTensors(files);
   SaveTransaction txn(env, root, mesh, options.step, "import");
   RETURN_IF_ERROR(txn.Stage());
-  auto written = WriteImportRank(env, paths, ImportedTensors(files), txn.staging(), 0, options.shard);
+  auto written = WriteImportRank(env, paths, tensors, txn.staging(), 0, options.shard);
   Status st = written.status();
   if (st.ok()) st = txn.Merge({FragmentFileName(0)}, options.metadata);
   auto dir = st.ok() ? txn.Commit() : Result<std::string>(st);
@@ -189,7 +192,7 @@ Result<ImportSummary> ImportSafetensors(Env* env, const std::string& source, con
   ImportSummary s;
   s.dir = *dir;
   s.files = files.size();
-  s.tensors = ImportedTensors(files).size();
+  s.tensors = tensors.size();
   s.bytes = written->raw_bytes;
   s.stored_bytes = written->stored_bytes;
   return s;

@@ -27,7 +27,7 @@ namespace tessera::storage {
 
 struct SafetensorsSource {
   std::string path;
-  uint64_t size = 0;
+  uint64_t bytes = 0;  // its tensors' bytes
   SafetensorsHeader header;
 };
 
@@ -36,7 +36,9 @@ struct SafetensorsSource {
 // naming both. An object store path is invalid_argument (imports read local files).
 Result<std::vector<SafetensorsSource>> ReadSafetensorsSource(Env* env, const std::string& source);
 
-// The checkpoint's tensors of `files`: name, dtype, shape and a replicated layout.
+// A file's tensor as the checkpoint's: name, dtype, shape and a replicated layout.
+TensorMeta ImportedTensor(const SafetensorsTensor& t);
+// The checkpoint's tensors of `files`, in order.
 std::vector<TensorMeta> ImportedTensors(const std::vector<SafetensorsSource>& files);
 
 // Writes every tensor of `files` into `staging` as the shard and fragment of `rank`.
