@@ -73,14 +73,10 @@ Status Catalog::Put(const std::string& table, const std::string& key, const Json
 
 Status Catalog::PutMany(const std::string& table,
                         const std::vector<std::pair<std::string, Json>>& rows) {
-  if (!KnownTable(table)) return Internal("unknown catalog table " + table);
-  if (rows.empty()) return Status::Ok();
-  MutexLock lock(mu_);
-  RETURN_IF_ERROR(db_.Exec("BEGIN"));
-  Status st = PutRows(table, rows);
-  if (st.ok()) st = db_.Exec("COMMIT");
-  if (!st.ok()) (void)db_.Exec("ROLLBACK");
-  return st;
+  std::vector<CatalogChange> changes;
+  changes.reserve(rows.size());
+  for (const auto& [key, doc] : rows) changes.push_back({table, key, doc});
+  return Apply(changes);
 }
 
 // An update keeps its row's seq; the number it did not use is simply skipped.
@@ -103,20 +99,45 @@ Status Catalog::Delete(const std::string& table, const std::string& key) {
 }
 
 Status Catalog::DeleteMany(const std::string& table, const std::vector<std::string>& keys) {
-  if (!KnownTable(table)) return Internal("unknown catalog table " + table);
-  if (keys.empty()) return Status::Ok();
-  MutexLock lock(mu_);
-  RETURN_IF_ERROR(db_.Exec("BEGIN"));
-  Status st = DeleteRows(table, keys);
-  if (st.ok()) st = db_.Exec("COMMIT");
-  if (!st.ok()) (void)db_.Exec("ROLLBACK");
-  return st;
+  std::vector<CatalogChange> changes;
+  changes.reserve(keys.size());
+  for (const std::string& key : keys) changes.push_back({table, key, std::nullopt});
+  return Apply(changes);
 }
 
 Status Catalog::DeleteRows(const std::string& table, const std::vector<std::string>& keys) {
   ASSIGN_OR_RETURN(auto stmt, db_.Prepare("DELETE FROM " + table + " WHERE key = ?1"));
   for (const std::string& key : keys) RETURN_IF_ERROR(stmt.Bind(1, key).Run());
   return Status::Ok();
+}
+
+Status Catalog::Apply(const std::vector<CatalogChange>& changes) {
+  for (const CatalogChange& c : changes) {
+    if (!KnownTable(c.table)) return Internal("unknown catalog table " + c.table);
+  }
+  if (changes.empty()) return Status::Ok();
+  MutexLock lock(mu_);
+  RETURN_IF_ERROR(db_.Exec("BEGIN"));
+  Status st;
+  // Runs of one table and kind share a prepared statement.
+  for (size_t i = 0; i < changes.size() && st.ok();) {
+    const CatalogChange& first = changes[i];
+    std::vector<std::pair<std::string, Json>> puts;
+    std::vector<std::string> deletes;
+    for (; i < changes.size() && changes[i].table == first.table &&
+           changes[i].doc.has_value() == first.doc.has_value();
+         ++i) {
+      if (first.doc) {
+        puts.emplace_back(changes[i].key, *changes[i].doc);
+      } else {
+        deletes.push_back(changes[i].key);
+      }
+    }
+    st = first.doc ? PutRows(first.table, puts) : DeleteRows(first.table, deletes);
+  }
+  if (st.ok()) st = db_.Exec("COMMIT");
+  if (!st.ok()) (void)db_.Exec("ROLLBACK");
+  return st;
 }
 
 Result<int64_t> Catalog::Count(const std::string& table) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,13 @@
 namespace tessera::service {
 
 inline constexpr int kCatalogSchemaVersion = 2;
+
+// One row's change: the document to upsert, or none to delete the row.
+struct CatalogChange {
+  std::string table;
+  std::string key;
+  std::optional<Json> doc;
+};
 
 class Catalog {
  public:
@@ -32,6 +40,8 @@ class Catalog {
   Status Delete(const std::string& table, const std::string& key);
   // Deletes many documents of one table in one transaction.
   Status DeleteMany(const std::string& table, const std::vector<std::string>& keys);
+  // Changes over any tables in one transaction: all or none.
+  Status Apply(const std::vector<CatalogChange>& changes);
   // Every document of a table, in insertion order.
   Result<std::vector<Json>> All(const std::string& table);
   // The number of documents in a table.

@@ -32,13 +32,19 @@ Status Service::DeleteCheckpoint(const std::string& mesh, const std::string& ste
   RETURN_IF_ERROR(Fence("delete step " + std::to_string(step) + " of mesh " + mesh));
   // From here no job can hold it, and no save can take its step, until EndDelete.
   RETURN_IF_ERROR(checkpoints_.BeginDelete(mesh, step).status());
-  Status st = storage::DeleteCheckpoint(env_, options_.checkpoint_root, mesh, step);
-  if (!st.ok() && st.code() != Code::kNotFound) {
-    checkpoints_.EndDelete(key, /*deleted=*/false);
-    return st;
-  }
-  checkpoints_.EndDelete(key, /*deleted=*/true);
-  RETURN_IF_ERROR(catalog_->Delete("checkpoints", key));
+  StateWrite w;
+  w.what = "delete step " + std::to_string(step) + " of mesh " + mesh;
+  w.root = [&]() -> Status {
+    Status st = storage::DeleteCheckpoint(env_, options_.checkpoint_root, mesh, step);
+    return st.code() == Code::kNotFound ? Status::Ok() : st;  // gone already: deleted
+  };
+  // No undo: deleted files do not come back, so memory follows the root.
+  w.catalog = {{"checkpoints", key, std::nullopt}};
+  bool deleted = false;
+  w.memory = [&] { deleted = true; };
+  Status st = WriteState(w);
+  checkpoints_.EndDelete(key, deleted);
+  RETURN_IF_ERROR(st);
   events_.Publish("checkpoint", {{"mesh", mesh}, {"step", step}, {"state", "deleted"}});
   return Status::Ok();
 }

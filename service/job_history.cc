@@ -22,7 +22,7 @@ Result<Json> Service::CancelJob(const std::string& id) { return jobs_.Cancel(id)
 
 void Service::PruneJobHistory() {
   const std::vector<std::string> gone = jobs_.Prune(
-      options_.job_history_per_mesh, WallMs() - options_.job_history_min_age_ms);
+      options_.job_history_per_mesh, clock_->WallMs() - options_.job_history_min_age_ms);
   if (gone.empty()) return;
   Status st = catalog_->DeleteMany("jobs", gone);
   if (!st.ok()) {

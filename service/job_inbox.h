@@ -14,19 +14,19 @@ namespace tessera::service {
 
 class JobInbox {
  public:
+  explicit JobInbox(Clock* clock) : clock_(clock) {}
   void Post(JobEvent e) {
     MutexLock lock(mu_);
     events_.push_back(std::move(e));
     cv_.NotifyAll();
   }
-  // The next event; a tick (of MonoMs) once `deadline_ms` (MonoMs, 0: none) has passed.
+  // The next event; a tick of the clock once `deadline_ms` (its MonoMs, 0: none) has passed.
   JobEvent Next(int64_t deadline_ms) {
     MutexLock lock(mu_);
     while (events_.empty()) {
-      const int64_t now = MonoMs();
+      const int64_t now = clock_->MonoMs();
       if (deadline_ms > 0 && now > deadline_ms) return JobEvent::Tick(now);
-      const int64_t wait = deadline_ms > 0 ? deadline_ms - now + 1 : 60 * 1000;
-      cv_.WaitFor(mu_, std::chrono::milliseconds(wait));
+      clock_->WaitUntil(cv_, mu_, deadline_ms > 0 ? deadline_ms + 1 : 0);
     }
     JobEvent e = std::move(events_.front());
     events_.pop_front();
@@ -34,6 +34,7 @@ class JobInbox {
   }
 
  private:
+  Clock* const clock_;
   Mutex mu_;
   CondVar cv_;
   std::deque<JobEvent> events_ GUARDED_BY(mu_);

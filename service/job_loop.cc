@@ -25,7 +25,7 @@ Status Service::DriveJob(JobMachine& m) {
   // Events the loop itself produces (an I/O step's result), before the inbox's.
   std::deque<JobEvent> local;
   Status outcome = Status::Ok();
-  JobActions actions = m.Step(JobEvent::Start(MonoMs()));
+  JobActions actions = m.Step(JobEvent::Start(clock_->MonoMs()));
   while (true) {
     for (JobAction& a : actions) {
       if (a.kind == JobAction::Kind::kFinish) outcome = a.status;
@@ -56,7 +56,7 @@ void Service::ExecuteJobAction(JobMachine& m, JobAction& a, std::deque<JobEvent>
       if (auto dead = QueueRound(spec, a)) local->push_back(std::move(*dead));
       return;
     case JobAction::Kind::kRunIo:
-      local->push_back(JobEvent::IoDone(MonoMs(), RunJobIo(spec, a)));
+      local->push_back(JobEvent::IoDone(clock_->MonoMs(), RunJobIo(spec, a)));
       return;
     case JobAction::Kind::kAbandonSave:
       AbandonSave(spec, a.status);
@@ -73,7 +73,7 @@ void Service::ExecuteJobAction(JobMachine& m, JobAction& a, std::deque<JobEvent>
 std::optional<JobEvent> Service::QueueRound(const JobSpec& spec, const JobAction& a) {
   auto tasks = jobs_.NewRound(spec.id, spec.mesh.workers, a);
   // Every worker must be there before any task goes out.
-  const int64_t now = MonoMs();
+  const int64_t now = clock_->MonoMs();
   if (auto missing = workers_.QueueAll(tasks, now)) {
     return JobEvent::WorkerDead(now, missing->worker, missing->silent_ms);
   }

@@ -9,9 +9,8 @@ namespace tessera::service {
 
 namespace {
 
-// Closes the current phase's timing.
-void ClosePhase(JobRecord* job) {
-  const int64_t now = WallMs();
+// Closes the current phase's timing at `now`.
+void ClosePhase(JobRecord* job, int64_t now) {
   if (!job->phase.empty() && job->phase_started_ms) {
     job->timings[job->phase] = job->timings.value(job->phase, int64_t{0}) + now - job->phase_started_ms;
   }
@@ -21,7 +20,7 @@ void ClosePhase(JobRecord* job) {
 }  // namespace
 
 void JobRegistry::Publish(JobRecord& job) {
-  job.published_ms = WallMs();
+  job.published_ms = clock_->WallMs();
   events_->Publish("job", job.ToJson());
 }
 
@@ -49,9 +48,9 @@ JobRecord JobRegistry::Create(const std::string& id, const std::string& kind,
   j.mesh = mesh;
   j.step = step;
   j.request = request;
-  j.created_ms = WallMs();
+  j.created_ms = clock_->WallMs();
   order_.emplace(j.seq, id);
-  inboxes_[id] = std::make_shared<JobInbox>();
+  inboxes_[id] = std::make_shared<JobInbox>(clock_);
   if (join) joins_[id] = std::move(*join);
   return j;
 }
@@ -91,7 +90,7 @@ std::pair<JobRecord, std::shared_ptr<JobInbox>> JobRegistry::Begin(const std::st
   MutexLock lock(mu_);
   JobRecord& job = jobs_.at(id);
   job.state = JobState::kRunning;
-  job.started_ms = WallMs();
+  job.started_ms = clock_->WallMs();
   Publish(job);
   return {job, inboxes_.at(id)};
 }
@@ -99,7 +98,7 @@ std::pair<JobRecord, std::shared_ptr<JobInbox>> JobRegistry::Begin(const std::st
 JobRecord JobRegistry::SetPhase(const std::string& id, const std::string& phase) {
   MutexLock lock(mu_);
   JobRecord& job = jobs_.at(id);
-  ClosePhase(&job);
+  ClosePhase(&job, clock_->WallMs());
   job.phase = phase;
   Publish(job);
   return job;
@@ -138,8 +137,8 @@ JobRegistry::Ended JobRegistry::Finish(const std::string& id, const Status& stat
     RetireTask(tid);
     t.result = nullptr;  // consumed by the job; an ended job keeps only its states
   }
-  ClosePhase(&job);
-  job.ended_ms = WallMs();
+  ClosePhase(&job, clock_->WallMs());
+  job.ended_ms = clock_->WallMs();
   job.result = std::move(result);
   if (status.ok()) {
     job.state = JobState::kSucceeded;
@@ -189,7 +188,7 @@ Status JobRegistry::Report(const std::string& worker, const std::string& task,
   if (!report.result.is_null()) ts.result = report.result;
   if (!report.error.ok()) ts.error = ErrorBody(report.error)["error"];
   if (report.state != ReportState::kRunning) {
-    const int64_t now = MonoMs();
+    const int64_t now = clock_->MonoMs();
     auto inbox = inboxes_.find(job.id);
     if (inbox != inboxes_.end()) {
       inbox->second->Post(
@@ -202,7 +201,7 @@ Status JobRegistry::Report(const std::string& worker, const std::string& task,
   }
   // Events at most every 100 ms per job (a phase change publishes anyway): a report
   // of each of N workers must not cost N² of JSON.
-  if (report.state == ReportState::kFailed || WallMs() - job.published_ms >= 100) Publish(job);
+  if (report.state == ReportState::kFailed || clock_->WallMs() - job.published_ms >= 100) Publish(job);
   return Status::Ok();
 }
 
@@ -279,7 +278,7 @@ Result<Json> JobRegistry::Cancel(const std::string& id) {
     return Conflict("job " + id + " has already " + StateString(it->second.state), {{"job", id}});
   }
   auto inbox = inboxes_.find(id);
-  if (inbox != inboxes_.end()) inbox->second->Post(JobEvent::Cancel(MonoMs()));
+  if (inbox != inboxes_.end()) inbox->second->Post(JobEvent::Cancel(clock_->MonoMs()));
   return it->second.ToJson();
 }
 
@@ -347,7 +346,7 @@ std::map<std::string, std::map<std::string, int64_t>> JobRegistry::Count() const
 void JobRegistry::Stop() {
   MutexLock lock(mu_);
   stopping_ = true;
-  for (auto& [id, inbox] : inboxes_) inbox->Post(JobEvent::Stop(MonoMs()));
+  for (auto& [id, inbox] : inboxes_) inbox->Post(JobEvent::Stop(clock_->MonoMs()));
   ended_.NotifyAll();
 }
 

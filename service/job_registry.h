@@ -40,7 +40,8 @@ struct JobPage {
 
 class JobRegistry {
  public:
-  explicit JobRegistry(EventBus* events) : events_(events) {}
+  // Times (records' and events') come from `clock`.
+  JobRegistry(EventBus* events, Clock* clock) : events_(events), clock_(clock) {}
 
   // A job from the catalog, ended (one that was running is failed by the caller first).
   void Load(JobRecord r);
@@ -97,6 +98,7 @@ class JobRegistry {
   void Publish(JobRecord& job) REQUIRES(mu_);
 
   EventBus* const events_;
+  Clock* const clock_;
   mutable Mutex mu_;
   CondVar ended_;  // a job ended (GetJob waits on it)
   bool stopping_ GUARDED_BY(mu_) = false;

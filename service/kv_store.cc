@@ -35,12 +35,16 @@ Status KvStore::Put(const std::string& key, std::string value) {
     CountOp("put", st);
     return st;
   }
-  MutexLock lock(mu_);
+  WriteTurns::Turn turn = turns_.Take();  // the catalog and the map change in one order
   Status st = catalog_->Put(
       "kv", key, {{"key", key}, {"value_b64", Base64Encode(value)}, {"updated_at", WallMs()}});
-  if (st.ok()) values_[key] = std::move(value);
-  lock.unlock();
-  if (st.ok()) cv_.NotifyAll();
+  if (st.ok()) {
+    {
+      MutexLock lock(mu_);
+      values_[key] = std::move(value);
+    }
+    cv_.NotifyAll();
+  }
   CountOp("put", st);
   return st.ok() ? st : st.WithContext("storing KV key " + key).WithDetail("key", key);
 }
@@ -82,17 +86,19 @@ std::vector<std::string> KvStore::Keys(const std::string& prefix) {
 }
 
 Status KvStore::Delete(const std::string& key) {
-  MutexLock lock(mu_);
-  Status st;
-  if (!values_.count(key)) {
-    st = NotFound("no KV key " + key, {{"key", key}});
-  } else {
-    st = catalog_->Delete("kv", key);
-    if (st.ok()) values_.erase(key);
+  WriteTurns::Turn turn = turns_.Take();
+  bool present = false;
+  {
+    MutexLock lock(mu_);
+    present = values_.count(key) > 0;
   }
-  lock.unlock();
+  Status st = present ? catalog_->Delete("kv", key) : NotFound("no KV key " + key, {{"key", key}});
+  if (st.ok()) {
+    MutexLock lock(mu_);
+    values_.erase(key);
+  }
   CountOp("delete", st);
-  return st;
+  return st.ok() || !present ? st : st.WithContext("deleting KV key " + key).WithDetail("key", key);
 }
 
 int64_t KvStore::waiting() {

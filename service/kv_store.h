@@ -4,7 +4,9 @@
 // `kv` table (base64 inside the JSON document) and held in memory for reads;
 // a reader may wait for a key to appear.
 //
-// Thread-safe; a waiting Get holds only this object's mutex (released while blocked).
+// Thread-safe. The mutex guards memory alone and is never held across a catalog write:
+// writers go one at a time (WriteTurns), each storing before it changes the map, so a
+// reader never sees a value that was not stored and never waits for the disk.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include "api/thread_annotations.h"
 #include "service/catalog.h"
 #include "service/metrics.h"
+#include "service/write_turns.h"
 
 namespace tessera::service {
 
@@ -56,7 +59,8 @@ class KvStore {
 
   Catalog* catalog_;
   Metrics* metrics_;
-  Mutex mu_;  // also orders catalog writes, so the file and the map agree
+  WriteTurns turns_;  // Put and Delete, one at a time: the catalog and the map agree
+  Mutex mu_;
   CondVar cv_;
   bool stopping_ GUARDED_BY(mu_) = false;
   std::map<std::string, std::string> values_ GUARDED_BY(mu_);

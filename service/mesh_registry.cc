@@ -26,6 +26,7 @@ std::optional<MeshRecord> MeshRegistry::Add(const MeshRecord& m) {
 void MeshRegistry::Drop(const std::string& name) {
   MutexLock lock(mu_);
   meshes_.erase(name);
+  retention_.erase(name);
 }
 
 void MeshRegistry::MarkTested(const std::string& name) {
@@ -45,6 +46,7 @@ Result<MeshRecord> MeshRegistry::Hold(const std::string& name, const std::string
     return Unavailable("mesh " + name + " is running its self-test; no job can start on it yet",
                        details);
   }
+  if (it->second.removing) return Unavailable("mesh " + name + " is being deleted", details);
   it->second.holders.insert(job);
   return it->second.record;
 }
@@ -67,20 +69,34 @@ bool MeshRegistry::WorkerHeld(const std::string& worker) const {
   return false;
 }
 
-Status MeshRegistry::Remove(const std::string& name) {
+Status MeshRegistry::BeginRemove(const std::string& name) {
   MutexLock lock(mu_);
   auto it = meshes_.find(name);
   if (it == meshes_.end()) return NotFound("no mesh " + name, {{"mesh", name}});
-  if (it->second.record.self_testing) {
-    return Unavailable("mesh " + name + " is running its self-test; try again when it ends",
+  if (it->second.record.self_testing || it->second.removing) {
+    return Unavailable("mesh " + name + " is " +
+                           (it->second.removing ? "being deleted" : "running its self-test") +
+                           "; try again when it ends",
                        {{"mesh", name}});
   }
   if (!it->second.holders.empty()) {
     const std::string& job = *it->second.holders.begin();
     return Conflict("job " + job + " is running on mesh " + name, {{"job", job}});
   }
-  meshes_.erase(it);
+  it->second.removing = true;
   return Status::Ok();
+}
+
+void MeshRegistry::EndRemove(const std::string& name, bool removed) {
+  MutexLock lock(mu_);
+  auto it = meshes_.find(name);
+  if (it == meshes_.end()) return;
+  if (!removed) {
+    it->second.removing = false;
+    return;
+  }
+  meshes_.erase(it);
+  retention_.erase(name);
 }
 
 Result<MeshRecord> MeshRegistry::Get(const std::string& name) const {

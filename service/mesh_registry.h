@@ -1,6 +1,7 @@
 // Meshes and their retention policies. A job holds the mesh it runs on from its
 // start to its end, so a held mesh cannot be deleted under it. One lock, held for
-// memory alone: the caller writes the catalog with the copies these methods return.
+// memory alone: the caller writes the root and the catalog first (Service::WriteState)
+// and changes this registry last.
 #pragma once
 
 #include <map>
@@ -24,7 +25,7 @@ class MeshRegistry {
   // Adds a new mesh (self_testing as the record says): nullopt, or the mesh already
   // registered under the name (nothing changes).
   std::optional<MeshRecord> Add(const MeshRecord& m);
-  // Undoes an Add whose record could not be written or whose self-test failed.
+  // Forgets the mesh and its retention policy (a failed self-test's, once written).
   void Drop(const std::string& name);
   void MarkTested(const std::string& name);  // its self-test passed: jobs may start
 
@@ -35,8 +36,11 @@ class MeshRegistry {
   void Release(const std::string& name, const std::string& job);
   // Whether a held mesh has `worker` (it may not be removed then).
   bool WorkerHeld(const std::string& worker) const;
-  // Removes an unheld mesh: not_found, or conflict naming a job that holds it.
-  Status Remove(const std::string& name);
+  // The first half of a removal: not_found, unavailable during its self-test, or
+  // conflict naming a job that holds it; else no job can hold it until EndRemove, which
+  // forgets it (`removed`) or gives it back (the root or the catalog refused).
+  Status BeginRemove(const std::string& name);
+  void EndRemove(const std::string& name, bool removed);
 
   Result<MeshRecord> Get(const std::string& name) const;  // not_found
   bool Has(const std::string& name) const;
@@ -53,6 +57,7 @@ class MeshRegistry {
   struct Entry {
     MeshRecord record;
     std::multiset<std::string> holders;  // jobs running on it
+    bool removing = false;               // between BeginRemove and EndRemove
   };
   mutable Mutex mu_;
   std::map<std::string, Entry> meshes_ GUARDED_BY(mu_);

@@ -115,13 +115,15 @@ Result<Json> Service::SelfTestMesh(const MeshRecord& mesh, int64_t timeout_ms) {
   CollectiveMachine machine(std::move(spec), TaskKind::kMeshInit, Json::object(), timeout_ms);
   Status st = DriveJob(machine);  // the registration waits for it
   if (!st.ok()) {
+    st = st.WithContext("mesh " + name + " failed its self-test (job " + job_id +
+                        "), so it is not registered")
+             .WithDetail("job", job_id);
     // No job can have started on it (Hold refuses a mesh under test).
-    meshes_.Drop(name);
-    (void)catalog_->Delete("meshes", name);
-    (void)PublishMeshDoc(name);  // its tombstone
-    return st.WithContext("mesh " + name + " failed its self-test (job " + job_id +
-                          "), so it is not registered")
-        .WithDetail("job", job_id);
+    WriteTurns::Turn turn = mesh_writes_.Take();
+    Status withdrawn = WriteState(MeshWrite("withdraw mesh " + name, name, MeshStateOf(name),
+                                            MeshState{}, [&] { meshes_.Drop(name); }));
+    if (!withdrawn.ok()) st = st.WithDetail("withdraw_error", ErrorBody(withdrawn)["error"]);
+    return st;
   }
   meshes_.MarkTested(name);
   ASSIGN_OR_RETURN(Json job, jobs_.Get(job_id, 0));
@@ -153,20 +155,15 @@ Result<std::pair<int, Json>> Service::PutMesh(const std::string& name, const Jso
   ASSIGN_OR_RETURN(MeshRequest r, ParseMeshRequest(name, body));
   if (auto existing = meshes_.Get(name); existing.ok()) return AnswerExisting(*existing, r);
   ASSIGN_OR_RETURN(std::vector<std::string> chosen, ChooseMeshWorkers(r));
-  MeshRecord rec{r.mesh, chosen, WallMs()};
+  MeshRecord rec{r.mesh, chosen, clock_->WallMs()};
   rec.self_testing = r.self_test;
-  // Another PUT of the name may have come first.
-  if (std::optional<MeshRecord> existing = meshes_.Add(rec)) return AnswerExisting(*existing, r);
-  if (Status st = PersistMesh(rec); !st.ok()) {
-    meshes_.Drop(name);
-    return st.WithContext("mesh " + name + " is not registered");
-  }
-  // The root holds the mesh's definition too: a tesserad with an empty catalog finds it.
-  if (Status st = PublishMeshDoc(name); !st.ok()) {
-    meshes_.Drop(name);
-    (void)catalog_->Delete("meshes", name);
-    (void)PublishMeshDoc(name);  // a tombstone, in case the document did land
-    return st.WithContext("mesh " + name + " is not registered");
+  {
+    WriteTurns::Turn turn = mesh_writes_.Take();
+    // Another PUT of the name may have come first.
+    if (auto existing = meshes_.Get(name); existing.ok()) return AnswerExisting(*existing, r);
+    RETURN_IF_ERROR(WriteState(MeshWrite("register mesh " + name, name, MeshState{},
+                                         MeshState{rec, RetentionPolicy{}},
+                                         [&] { meshes_.Add(rec); })));
   }
   Json out = rec.ToJson();
   if (r.self_test) {
@@ -176,17 +173,44 @@ Result<std::pair<int, Json>> Service::PutMesh(const std::string& name, const Jso
   return std::make_pair(201, out);
 }
 
-Status Service::PublishMeshDoc(const std::string& name) {
-  RETURN_IF_ERROR(Fence("write the document of mesh " + name));
-  Json doc;
+MeshState Service::MeshStateOf(const std::string& name) const {
+  MeshState state;
   if (auto m = meshes_.Get(name); m.ok()) {
-    doc = m->ToJson();
-    doc["retention"] = meshes_.Retention(name).value_or(RetentionPolicy{}).ToJson();
-  } else {
-    doc = {{"name", name}, {"deleted", true}};
+    state.record = std::move(*m);
+    state.retention = meshes_.Retention(name).value_or(RetentionPolicy{});
+  }
+  return state;
+}
+
+// The mesh's document in the root (storage/root_meta.h): its record and retention policy,
+// or its tombstone once it is gone (a rebuild from the root does not bring it back).
+Status Service::WriteMeshDoc(const std::string& name, const MeshState& state) {
+  RETURN_IF_ERROR(Fence("write the document of mesh " + name));
+  Json doc = {{"name", name}, {"deleted", true}};
+  if (state.record) {
+    doc = state.record->ToJson();
+    doc["retention"] = state.retention.ToJson();
   }
   doc["format"] = 1;
   return storage::WriteMeshDoc(env_, options_.checkpoint_root, name, doc).status();
+}
+
+StateWrite Service::MeshWrite(const std::string& what, const std::string& name,
+                              const MeshState& before, const MeshState& after,
+                              std::function<void()> memory) {
+  StateWrite w;
+  w.what = what;
+  w.root = [this, name, after] { return WriteMeshDoc(name, after); };
+  w.undo_root = [this, name, before] { return WriteMeshDoc(name, before); };
+  if (after.record) {
+    Json retention = after.retention.ToJson();
+    retention["mesh"] = name;
+    w.catalog = {{"meshes", name, after.record->ToJson()}, {"retention", name, retention}};
+  } else {
+    w.catalog = {{"meshes", name, std::nullopt}, {"retention", name, std::nullopt}};
+  }
+  w.memory = std::move(memory);
+  return w;
 }
 
 Json Service::ListMeshes() {
@@ -201,15 +225,22 @@ Result<Json> Service::GetMesh(const std::string& name) {
 }
 
 Status Service::DeleteMesh(const std::string& name) {
-  RETURN_IF_ERROR(meshes_.Remove(name));
-  RETURN_IF_ERROR(catalog_->Delete("meshes", name));
-  RETURN_IF_ERROR(PublishMeshDoc(name));  // its tombstone: a rebuild does not bring it back
-  // A notice belongs to the job on this mesh; a mesh registered again under the name starts clean.
-  if (Status st = coordination_->ClearPreemption(name); !st.ok()) {
-    std::fprintf(stderr, "catalog: %s\n", st.ToString().c_str());
+  {
+    WriteTurns::Turn turn = mesh_writes_.Take();
+    RETURN_IF_ERROR(meshes_.BeginRemove(name));  // from here no job can hold it
+    Status st = WriteState(MeshWrite("delete mesh " + name, name, MeshStateOf(name), MeshState{},
+                                     [&] { meshes_.EndRemove(name, /*removed=*/true); }));
+    if (!st.ok()) {
+      meshes_.EndRemove(name, /*removed=*/false);
+      return st;
+    }
   }
   events_.Publish("mesh", {{"name", name}, {"deleted", true}});
-  return Status::Ok();
+  // A notice belongs to the job on this mesh; a mesh registered again under the name starts clean.
+  Status cleared = coordination_->ClearPreemption(name);
+  return cleared.ok() ? cleared
+                      : cleared.WithContext("mesh " + name + " is deleted, but its preemption "
+                                            "notice stays until a retry clears it");
 }
 
 // ---------------------------------------------------------------- preemption

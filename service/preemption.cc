@@ -14,6 +14,10 @@ const std::string kKeyPrefix = std::string(kInternalKvPrefix) + "preemption/";
 
 Json Undecided(bool noticed) { return {{"noticed", noticed}, {"sync_step", nullptr}}; }
 
+Json Decided(int64_t sync_step, int64_t step) {
+  return {{"noticed", true}, {"sync_step", sync_step}, {"reached", step == sync_step}};
+}
+
 }  // namespace
 
 std::string Preemption::CatalogKey(const std::string& mesh) { return kKeyPrefix + mesh; }
@@ -59,25 +63,40 @@ Json Preemption::ToJson(const std::string& mesh, const Record* r) const {
           {"reported_steps", reported}};
 }
 
-Status Preemption::Persist(const std::string& mesh, const Record& r) {
-  Json doc = ToJson(mesh, &r);
-  doc["key"] = CatalogKey(mesh);
-  Status st = catalog_->Put("kv", CatalogKey(mesh), doc);
-  return st.ok() ? st : st.WithContext("storing the preemption notice of mesh " + mesh);
+Status Preemption::Persist(const std::string& mesh, const Record* r) {
+  Status st;
+  if (r == nullptr) {
+    st = catalog_->Delete("kv", CatalogKey(mesh));
+  } else {
+    Json doc = ToJson(mesh, r);
+    doc["key"] = CatalogKey(mesh);
+    st = catalog_->Put("kv", CatalogKey(mesh), doc);
+  }
+  if (st.ok()) return st;
+  if (metrics_) metrics_->Count("tessera_catalog_write_failures_total", "table=\"kv\"");
+  return st.WithContext(std::string(r ? "storing" : "deleting") +
+                        " the preemption notice of mesh " + mesh)
+      .WithDetail("mesh", mesh);
 }
 
 Result<Json> Preemption::Notice(const std::string& mesh, const std::string& reason) {
-  MutexLock lock(mu_);
-  auto it = notices_.find(mesh);
-  if (it != notices_.end()) return ToJson(mesh, &it->second);
+  WriteTurns::Turn turn = turns_.Take();
   Record r;
+  {
+    MutexLock lock(mu_);
+    auto it = notices_.find(mesh);
+    if (it != notices_.end()) return ToJson(mesh, &it->second);
+    r.epoch = next_epoch_++;
+  }
   r.reason = reason;
   r.noticed_ms = WallMs();
-  r.epoch = next_epoch_++;
-  RETURN_IF_ERROR(Persist(mesh, r));
-  const Record& stored = notices_[mesh] = std::move(r);
+  RETURN_IF_ERROR(Persist(mesh, &r));
+  Json state = ToJson(mesh, &r);
+  {
+    MutexLock lock(mu_);
+    notices_[mesh] = std::move(r);
+  }
   std::fprintf(stderr, "mesh %s: preemption noticed (%s)\n", mesh.c_str(), reason.c_str());
-  Json state = ToJson(mesh, &stored);
   Publish({{"mesh", mesh}, {"action", "noticed"}, {"reason", reason}});
   return state;
 }
@@ -89,66 +108,70 @@ Json Preemption::State(const std::string& mesh) {
 }
 
 Status Preemption::Clear(const std::string& mesh) {
+  WriteTurns::Turn turn = turns_.Take();
   {
     MutexLock lock(mu_);
     if (!notices_.count(mesh)) return Status::Ok();
-    RETURN_IF_ERROR(catalog_->Delete("kv", CatalogKey(mesh)));
+  }
+  RETURN_IF_ERROR(Persist(mesh, nullptr));
+  {
+    MutexLock lock(mu_);
     notices_.erase(mesh);
-    Publish({{"mesh", mesh}, {"action", "cleared"}});
   }
   cv_.NotifyAll();
+  Publish({{"mesh", mesh}, {"action", "cleared"}});
   return Status::Ok();
+}
+
+Result<Json> Preemption::Report(const std::string& mesh, const std::vector<std::string>& workers,
+                                const std::string& worker, int64_t step, uint64_t* epoch) {
+  WriteTurns::Turn turn = turns_.Take();
+  Record r;
+  {
+    MutexLock lock(mu_);
+    if (stopping_) return Unavailable("tesserad is shutting down", {{"mesh", mesh}, {"worker", worker}});
+    auto it = notices_.find(mesh);
+    if (it == notices_.end()) return Undecided(false);
+    if (std::find(workers.begin(), workers.end(), worker) == workers.end()) {
+      return Conflict("worker " + worker + " is not a worker of mesh " + mesh,
+                      {{"mesh", mesh}, {"worker", worker}, {"field", "worker"}});
+    }
+    if (it->second.sync_step) return Decided(*it->second.sync_step, step);
+    r = it->second;
+  }
+  auto [slot, inserted] = r.reported.try_emplace(worker, step);
+  if (!inserted) slot->second = std::max(slot->second, step);
+  int64_t max_step = -1;
+  bool all = true;
+  for (const auto& w : workers) {
+    auto s = r.reported.find(w);
+    all = all && s != r.reported.end();
+    if (s != r.reported.end()) max_step = std::max(max_step, s->second);
+  }
+  if (all) r.sync_step = max_step + 1;
+  // The report is stored before it counts: a failed write fails this call (the worker
+  // reports again), and memory stays as the catalog has it.
+  RETURN_IF_ERROR(Persist(mesh, &r).WithDetail("worker", worker));
+  *epoch = r.epoch;
+  const std::optional<int64_t> sync_step = r.sync_step;
+  {
+    MutexLock lock(mu_);
+    notices_[mesh] = std::move(r);
+  }
+  if (!sync_step) return Json();  // wait for the others
+  std::fprintf(stderr, "mesh %s: preemption sync step %lld\n", mesh.c_str(),
+               static_cast<long long>(*sync_step));
+  Publish({{"mesh", mesh}, {"action", "sync_step"}, {"sync_step", *sync_step}});
+  cv_.NotifyAll();
+  return Decided(*sync_step, step);
 }
 
 Result<Json> Preemption::Sync(const std::string& mesh, const std::vector<std::string>& workers,
                               const std::string& worker, int64_t step, int64_t timeout_ms) {
+  uint64_t epoch = 0;
+  Result<Json> reported = Report(mesh, workers, worker, step, &epoch);
+  if (!reported.ok() || !reported->is_null()) return CountSync(std::move(reported));
   MutexLock lock(mu_);
-  if (stopping_) {
-    return CountSync(Unavailable("tesserad is shutting down", {{"mesh", mesh}, {"worker", worker}}));
-  }
-  auto it = notices_.find(mesh);
-  if (it == notices_.end()) return CountSync(Undecided(false));
-  if (std::find(workers.begin(), workers.end(), worker) == workers.end()) {
-    return CountSync(Conflict("worker " + worker + " is not a worker of mesh " + mesh,
-                              {{"mesh", mesh}, {"worker", worker}, {"field", "worker"}}));
-  }
-  auto decided = [step](int64_t sync_step) {
-    return Json{{"noticed", true}, {"sync_step", sync_step}, {"reached", step == sync_step}};
-  };
-  Record& r = it->second;
-  if (r.sync_step) return CountSync(decided(*r.sync_step));
-  auto [slot, inserted] = r.reported.try_emplace(worker, step);
-  if (!inserted) slot->second = std::max(slot->second, step);
-  int64_t max_step = -1;
-  std::vector<std::string> missing;
-  for (const auto& w : workers) {
-    auto s = r.reported.find(w);
-    if (s == r.reported.end()) {
-      missing.push_back(w);
-    } else {
-      max_step = std::max(max_step, s->second);
-    }
-  }
-  if (missing.empty()) {
-    r.sync_step = max_step + 1;
-    Status st = Persist(mesh, r);
-    if (!st.ok()) {
-      r.sync_step.reset();  // the next report tries again
-      return CountSync(st);
-    }
-    std::fprintf(stderr, "mesh %s: preemption sync step %lld\n", mesh.c_str(),
-                 static_cast<long long>(*r.sync_step));
-    Publish({{"mesh", mesh}, {"action", "sync_step"}, {"sync_step", *r.sync_step}});
-    const int64_t sync_step = *r.sync_step;
-    lock.unlock();
-    cv_.NotifyAll();
-    return CountSync(decided(sync_step));
-  }
-  // Losing a report to a failed write only costs a re-report after a restart.
-  if (Status st = Persist(mesh, r); !st.ok()) {
-    std::fprintf(stderr, "catalog: %s\n", st.ToString().c_str());
-  }
-  const uint64_t epoch = r.epoch;
   // Re-found after every wake: Clear() may erase the record meanwhile.
   auto current = [&]() REQUIRES(mu_) -> Record* {
     auto n = notices_.find(mesh);
@@ -161,7 +184,7 @@ Result<Json> Preemption::Sync(const std::string& mesh, const std::vector<std::st
     c = current();
     if (!woken) break;
   }
-  if (c && c->sync_step) return CountSync(decided(*c->sync_step));
+  if (c && c->sync_step) return CountSync(Decided(*c->sync_step, step));
   if (stopping_) {
     return CountSync(Unavailable("tesserad is shutting down", {{"mesh", mesh}, {"worker", worker}}));
   }

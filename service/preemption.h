@@ -14,7 +14,8 @@
 // larger step. Since workers report every step, max + 1 is never behind any
 // worker's current step.
 //
-// Thread-safe; waiting holds only this object's mutex (released while blocked).
+// Thread-safe. The mutex guards memory alone; writers store first, one at a time
+// (WriteTurns), then change memory, so waiters never queue behind the catalog.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,7 @@
 #include "service/catalog.h"
 #include "service/events.h"
 #include "service/metrics.h"
+#include "service/write_turns.h"
 
 namespace tessera::service {
 
@@ -71,14 +73,20 @@ class Preemption {
   };
   static std::string CatalogKey(const std::string& mesh);
   Json ToJson(const std::string& mesh, const Record* r) const;  // r null: no notice
-  Status Persist(const std::string& mesh, const Record& r) REQUIRES(mu_);
+  // Writes the record (null: deletes it) to the catalog; a failure is counted and named.
+  Status Persist(const std::string& mesh, const Record* r);
+  // Records `worker`'s step in a turn of its own: the answer when it is decided (or
+  // there is nothing to wait for), null to wait, with the notice's `*epoch`.
+  Result<Json> Report(const std::string& mesh, const std::vector<std::string>& workers,
+                      const std::string& worker, int64_t step, uint64_t* epoch);
   void Publish(Json event);
   Result<Json> CountSync(Result<Json> outcome);
 
   Catalog* catalog_;
   EventBus* events_;
   Metrics* metrics_;
-  Mutex mu_;  // also orders catalog writes
+  WriteTurns turns_;  // writers, one at a time: the catalog, then memory
+  Mutex mu_;  // memory alone, never held across a catalog write
   CondVar cv_;
   bool stopping_ GUARDED_BY(mu_) = false;
   uint64_t next_epoch_ GUARDED_BY(mu_) = 1;

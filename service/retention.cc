@@ -15,11 +15,16 @@ Result<Json> Service::PutRetention(const std::string& mesh, const Json& body) {
                            {{"field", keep_last && *keep_last < 0 ? "keep_last" : "keep_every_n_steps"}});
   }
   RetentionPolicy p{keep_last.value_or(0), every.value_or(0)};
-  RETURN_IF_ERROR(meshes_.SetRetention(mesh, p));
-  Json doc = p.ToJson();
-  doc["mesh"] = mesh;
-  RETURN_IF_ERROR(catalog_->Put("retention", mesh, doc));
-  RETURN_IF_ERROR(PublishMeshDoc(mesh));
+  {
+    WriteTurns::Turn turn = mesh_writes_.Take();
+    RETURN_IF_ERROR(meshes_.Get(mesh).status());
+    const MeshState before = MeshStateOf(mesh);
+    MeshState after = before;
+    after.retention = p;
+    // Every write of the mesh takes this turn, so it is still there to take the policy.
+    RETURN_IF_ERROR(WriteState(MeshWrite("set the retention policy of mesh " + mesh, mesh, before,
+                                         after, [&] { (void)meshes_.SetRetention(mesh, p); })));
+  }
   RETURN_IF_ERROR(ApplyRetention(mesh));
   Json out = p.ToJson();
   out["mesh"] = mesh;

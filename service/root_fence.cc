@@ -75,8 +75,8 @@ Holder HolderState(const Json& holder) {
 }
 
 RootFence::RootFence(storage::Env* env, RootFenceOptions options, int64_t epoch)
-    : env_(env), options_(std::move(options)), epoch_(epoch), since_ms_(WallMs()),
-      renewed_mono_ms_(MonoMs()) {}
+    : env_(env), options_(std::move(options)), clock_(options_.clock), epoch_(epoch),
+      since_ms_(clock_->WallMs()), renewed_mono_ms_(clock_->MonoMs()) {}
 
 RootFence::~RootFence() { Stop(false); }
 
@@ -107,12 +107,13 @@ Result<std::unique_ptr<RootFence>> RootFence::Acquire(
       const int64_t watch_ms = their_lease + their_lease / 3;
       log("checkpoint root " + root + " is held by " + Describe(*newest) +
           "; watching its lease for " + std::to_string(watch_ms) + " ms");
-      const int64_t deadline = MonoMs() + watch_ms;
-      while (MonoMs() < deadline) {
+      Clock* clock = options.clock;
+      const int64_t deadline = clock->MonoMs() + watch_ms;
+      while (clock->MonoMs() < deadline) {
         ASSIGN_OR_RETURN(std::string now, storage::ReadLease(env, root, newest->epoch));
         ASSIGN_OR_RETURN(bool newer, storage::EpochTaken(env, root, next));
         if (now != lease || newer) return held();
-        ::usleep(50 * 1000);  // a lease renews every third of its length: poll well within that
+        clock->SleepFor(50);  // a lease renews every third of its length: poll well within that
       }
       log("the lease of " + Describe(*newest) + " was not renewed: taking the root over");
     }
@@ -122,7 +123,7 @@ Result<std::unique_ptr<RootFence>> RootFence::Acquire(
               {"holder", ThisProcess(options.url)},
               {"ha", options.ha},
               {"root", root},
-              {"created_ms", WallMs()}};
+              {"created_ms", options.clock->WallMs()}};
   RETURN_IF_ERROR(storage::CreateEpoch(env, root, next, doc));
   std::unique_ptr<RootFence> fence(new RootFence(env, std::move(options), next));
   RETURN_IF_ERROR(storage::WriteLease(env, root, next,
@@ -144,7 +145,7 @@ Status RootFence::CheckNewer() {
 Status RootFence::Check(const std::string& what) {
   auto refuse = [&](const Status& why) { return why.WithContext("refusing to " + what); };
   if (deposed_) return refuse(CheckNewer());
-  const int64_t age = MonoMs() - renewed_mono_ms_.load();
+  const int64_t age = clock_->MonoMs() - renewed_mono_ms_.load();
   if (age > options_.lease_ms * 3 / 4) {
     return refuse(Unavailable("the lease on checkpoint root " + options_.root + " (epoch " +
                                   std::to_string(epoch_) + ") was last renewed " + std::to_string(age) +
@@ -166,10 +167,12 @@ void RootFence::Start(std::function<void(const Status&)> on_deposed) {
 void RootFence::RenewLoop() {
   MutexLock lock(mu_);
   while (!stopping_) {
-    cv_.WaitFor(mu_, std::chrono::milliseconds(options_.lease_ms / 3));
+    const int64_t due = clock_->MonoMs() + options_.lease_ms / 3;
+    while (!stopping_ && clock_->WaitUntil(cv_, mu_, due)) {
+    }
     if (stopping_) return;
     lock.unlock();
-    const int64_t began = MonoMs();
+    const int64_t began = clock_->MonoMs();
     Status st = CheckNewer();
     if (!st.ok() && deposed_) {
       if (on_deposed_) on_deposed_(st);

@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "api/clock.h"
 #include "api/json_codec.h"
 #include "api/status.h"
 #include "api/thread_annotations.h"
@@ -27,6 +28,7 @@ struct RootFenceOptions {
   std::string url;   // this control plane's advertised URL, named to whoever finds the root held
   std::string ha;    // "etcd://..." when leadership comes from etcd, else ""
   int64_t lease_ms = 10000;
+  Clock* clock = RealClock();  // the lease's ages and waits
 };
 
 // What is known of the process an epoch file names: on this machine (same boot, same
@@ -68,11 +70,12 @@ class RootFence {
 
   storage::Env* const env_;
   const RootFenceOptions options_;
+  Clock* const clock_;
   const int64_t epoch_;
   const int64_t since_ms_;
   std::function<Status()> leader_check_;
   std::function<void(const Status&)> on_deposed_;
-  std::atomic<int64_t> renewed_mono_ms_;  // when the last successful renewal began
+  std::atomic<int64_t> renewed_mono_ms_;  // when the last successful renewal began (clock_)
   std::atomic<bool> deposed_{false};
   std::atomic<bool> stopping_{false};
   int64_t renewals_ = 0;  // the renewing thread's

@@ -50,7 +50,7 @@ Result<CheckpointRecord> Service::CreateSaveJob(const std::string& job_id, const
   c.mesh = mesh;
   c.step = step;
   c.job = job_id;
-  c.created_ms = WallMs();
+  c.created_ms = clock_->WallMs();
   c.metadata = request.metadata;
   Status st = checkpoints_.Reserve(c);
   if (st.ok()) {
@@ -151,7 +151,7 @@ void Service::SetCheckpointState(const std::string& key, CheckpointState state) 
 // The committed checkpoint's record: its tensors and sizes, from its summary.
 Json Service::RecordCommitted(const JobSpec& spec, const Json& summary,
                               const std::vector<storage::PlannedSlice>& plan) {
-  const int64_t duration_ms = WallMs() - jobs_.StartedMs(spec.id);
+  const int64_t duration_ms = clock_->WallMs() - jobs_.StartedMs(spec.id);
   auto c = checkpoints_.Update(CheckpointRecord::Key(spec.mesh.mesh.name, spec.step),
                                [&](CheckpointRecord& r) {
                                  r.TakeSummary(summary);
@@ -185,7 +185,7 @@ void Service::AbandonSave(const JobSpec& spec, const Status& st) {
   SaveTransactionOf(spec).Abandon();
   // Workers still writing when the job failed may leave files behind it.
   MutexLock lock(loop_mu_);
-  gc_due_ms_ = MonoMs() + options_.lease_ms;
+  gc_due_ms_ = clock_->MonoMs() + options_.lease_ms;
   loop_cv_.NotifyAll();
 }
 

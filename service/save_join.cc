@@ -30,7 +30,7 @@ Result<std::pair<int, Json>> Service::JoinSave(const std::string& mesh,
       auto c = CreateSaveJob(job_id, held, join.save, /*joined=*/true);
       if (!c.ok() && c.status().code() == Code::kConflict && attempt == 0) continue;
       RETURN_IF_ERROR(c.status());
-      jobs_.Post(c->job, JobEvent::Joined(MonoMs(), rank, join.snapshot));
+      jobs_.Post(c->job, JobEvent::Joined(clock_->MonoMs(), rank, join.snapshot));
       return std::make_pair(201, Json{{"job", c->job}, {"checkpoint", c->Summary()}});
     }
     const CheckpointRecord& c = *existing;
@@ -49,7 +49,7 @@ Result<std::pair<int, Json>> Service::JoinSave(const std::string& mesh,
                       details);
     }
     // A repeated join (its answer was lost) changes nothing: the machine keeps the first.
-    jobs_.Post(c.job, JobEvent::Joined(MonoMs(), rank, join.snapshot));
+    jobs_.Post(c.job, JobEvent::Joined(clock_->MonoMs(), rank, join.snapshot));
     return std::make_pair(200, Json{{"job", c.job}, {"checkpoint", c.Summary()}});
   }
   return Internal("the save of " + key + " changed twice while joining it");

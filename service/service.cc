@@ -14,7 +14,10 @@
 namespace tessera::service {
 
 Service::Service(ServiceOptions options, storage::Env* env, std::unique_ptr<Catalog> catalog)
-    : options_(std::move(options)), env_(env), catalog_(std::move(catalog)) {}
+    : options_(std::move(options)),
+      clock_(options_.clock != nullptr ? options_.clock : RealClock()),
+      env_(env),
+      catalog_(std::move(catalog)) {}
 
 Service::~Service() { Stop(); }
 
@@ -33,7 +36,7 @@ Result<std::unique_ptr<Service>> Service::Create(ServiceOptions options, storage
 
 // Workers get one lease to heartbeat again after a restart.
 Status Service::RecoverWorkers() {
-  const int64_t now = MonoMs();
+  const int64_t now = clock_->MonoMs();
   ASSIGN_OR_RETURN(auto workers, catalog_->All("workers"));
   for (const auto& j : workers) workers_.Load(WorkerRecord::FromJson(j), now);
   return Status::Ok();
@@ -59,7 +62,7 @@ Status Service::RecoverJobsAndCheckpoints() {
     JobRecord r = JobRecord::FromJson(j);
     if (!r.finished()) {
       r.state = JobState::kFailed;
-      r.ended_ms = WallMs();
+      r.ended_ms = clock_->WallMs();
       r.error = ErrorBody(Unavailable("tesserad restarted while the job was running"))["error"];
       (void)PersistJob(r);
     }
@@ -79,31 +82,39 @@ Status Service::RecoverJobsAndCheckpoints() {
 }
 
 // The root is the truth (docs/format.md, "What the root holds"): a mesh the catalog
-// lacks comes from its document, a committed checkpoint it lacks from its summary
-// (a save that committed but died before the catalog saw it, or a catalog lost or
-// wiped), and a checkpoint it lists that the root no longer holds goes.
+// lacks comes from its document and one whose document is a tombstone goes, a committed
+// checkpoint it lacks comes from its summary (a save that committed but died before the
+// catalog saw it, or a catalog lost or wiped), and a checkpoint it lists that the root no
+// longer holds goes. The catalog takes all of it in one transaction before memory does.
 Status Service::RebuildFromRoot() {
   const std::string& root = options_.checkpoint_root;
   ASSIGN_OR_RETURN(std::vector<std::string> names, storage::ListMeshDirs(env_, root));
   std::vector<std::pair<std::string, int64_t>> missing;  // committed, not in the catalog
-  std::vector<std::pair<std::string, Json>> meshes, retention;
+  std::vector<CatalogChange> changes;
+  std::vector<MeshRecord> found;
+  std::vector<std::pair<std::string, RetentionPolicy>> policies;
+  std::vector<std::string> gone_meshes, gone_checkpoints;
   for (const std::string& name : names) {
     if (!ValidateName(name, "mesh").ok()) continue;  // not a directory this tesserad made
-    if (!meshes_.Has(name)) {
-      ASSIGN_OR_RETURN(auto doc, storage::ReadMeshDoc(env_, root, name));
-      if (doc && !doc->deleted()) {
-        auto m = MeshRecord::FromJson(doc->doc);
-        if (!m.ok()) return m.status().WithContext("the document of mesh " + name + " in " + root);
-        meshes.emplace_back(name, m->ToJson());
-        meshes_.Load(std::move(*m));
-        if (doc->doc.contains("retention") && doc->doc["retention"].is_object()) {
-          const RetentionPolicy p = RetentionPolicy::FromJson(doc->doc["retention"]);
-          meshes_.LoadRetention(name, p);
-          Json row = p.ToJson();
-          row["mesh"] = name;
-          retention.emplace_back(name, std::move(row));
-        }
+    ASSIGN_OR_RETURN(auto doc, storage::ReadMeshDoc(env_, root, name));
+    if (meshes_.Has(name) && doc && doc->deleted()) {
+      std::fprintf(stderr, "mesh %s is in the catalog but deleted in %s: forgotten\n",
+                   name.c_str(), root.c_str());
+      changes.push_back({"meshes", name, std::nullopt});
+      changes.push_back({"retention", name, std::nullopt});
+      gone_meshes.push_back(name);
+    } else if (!meshes_.Has(name) && doc && !doc->deleted()) {
+      auto m = MeshRecord::FromJson(doc->doc);
+      if (!m.ok()) return m.status().WithContext("the document of mesh " + name + " in " + root);
+      changes.push_back({"meshes", name, m->ToJson()});
+      if (doc->doc.contains("retention") && doc->doc["retention"].is_object()) {
+        const RetentionPolicy p = RetentionPolicy::FromJson(doc->doc["retention"]);
+        Json row = p.ToJson();
+        row["mesh"] = name;
+        changes.push_back({"retention", name, std::move(row)});
+        policies.emplace_back(name, p);
       }
+      found.push_back(std::move(*m));
     }
     ASSIGN_OR_RETURN(std::vector<int64_t> steps, storage::ListSteps(env_, root, name));
     const std::set<int64_t> present(steps.begin(), steps.end());
@@ -116,12 +127,19 @@ Status Service::RebuildFromRoot() {
       const std::string key = CheckpointRecord::Key(name, step);
       std::fprintf(stderr, "checkpoint %s is in the catalog but not in %s: forgotten\n", key.c_str(),
                    root.c_str());
-      checkpoints_.Erase(key);
-      (void)catalog_->Delete("checkpoints", key);
+      changes.push_back({"checkpoints", key, std::nullopt});
+      gone_checkpoints.push_back(key);
     }
   }
-  RETURN_IF_ERROR(catalog_->PutMany("meshes", meshes));
-  RETURN_IF_ERROR(catalog_->PutMany("retention", retention));
+  if (Status st = catalog_->Apply(changes); !st.ok()) {
+    st = st.WithContext("bringing the catalog in line with the checkpoint root " + root);
+    NoteCatalogFailure("meshes", st);
+    return st;
+  }
+  for (MeshRecord& m : found) meshes_.Load(std::move(m));
+  for (auto& [name, p] : policies) meshes_.LoadRetention(name, p);
+  for (const std::string& name : gone_meshes) meshes_.Drop(name);
+  for (const std::string& key : gone_checkpoints) checkpoints_.Erase(key);
   return AdoptCheckpoints(missing);
 }
 
@@ -205,18 +223,18 @@ void Service::Stop() {
 
 void Service::MonitorLoop() {
   constexpr int64_t kPruneIntervalMs = 1000;
-  int64_t next_prune = MonoMs() + kPruneIntervalMs;
+  int64_t next_prune = clock_->MonoMs() + kPruneIntervalMs;
   while (!stopping_) {
-    if (MonoMs() >= next_prune) {
+    if (clock_->MonoMs() >= next_prune) {
       PruneJobHistory();
-      next_prune = MonoMs() + kPruneIntervalMs;
+      next_prune = clock_->MonoMs() + kPruneIntervalMs;
     }
     {
       MutexLock lock(loop_mu_);
       if (stopping_) return;
-      loop_cv_.WaitFor(loop_mu_, std::chrono::milliseconds(100));
+      clock_->WaitUntil(loop_cv_, loop_mu_, clock_->MonoMs() + 100);
     }
-    const int64_t now = MonoMs();
+    const int64_t now = clock_->MonoMs();
     for (const WorkerChange& c : workers_.Scan(now, options_.suspect_ms, options_.lease_ms)) {
       const WorkerRecord& w = c.worker;
       // Every running job hears of a death; those that wait for this worker fail.
@@ -260,7 +278,7 @@ bool Service::KeepStaging(const std::string& id) const {
 void Service::GcLoop() {
   MutexLock lock(loop_mu_);
   const int64_t interval = options_.gc_interval_ms;
-  int64_t next = interval > 0 ? MonoMs() + interval : 0;
+  int64_t next = interval > 0 ? clock_->MonoMs() + interval : 0;
   while (!stopping_) {
     // Due at the next period, or sooner after a failed save (gc_due_ms_).
     int64_t due = next;
@@ -269,9 +287,9 @@ void Service::GcLoop() {
       loop_cv_.Wait(loop_mu_);
       continue;
     }
-    const int64_t now = MonoMs();
+    const int64_t now = clock_->MonoMs();
     if (now < due) {
-      loop_cv_.WaitFor(loop_mu_, std::chrono::milliseconds(due - now));
+      clock_->WaitUntil(loop_cv_, loop_mu_, due);
       continue;
     }
     gc_due_ms_ = 0;
@@ -303,10 +321,8 @@ void Service::NoteCatalogFailure(const std::string& table, const Status& st) {
 }
 
 Status Service::PersistWorker(const WorkerRecord& w) {
-  return Persist("workers", w.id, w.ToJson(MonoMs(), {}));
+  return Persist("workers", w.id, w.ToJson(clock_->MonoMs(), {}));
 }
-
-Status Service::PersistMesh(const MeshRecord& m) { return Persist("meshes", m.mesh.name, m.ToJson()); }
 
 Status Service::PersistCheckpoint(const CheckpointRecord& c) {
   return Persist("checkpoints", c.key(), c.ToJson());
@@ -326,7 +342,7 @@ Json Service::Health() const {
 }
 
 void Service::PublishWorker(const WorkerRecord& w) {
-  events_.Publish("worker", w.ToJson(MonoMs(), meshes_.MeshesOf(w.id)));
+  events_.Publish("worker", w.ToJson(clock_->MonoMs(), meshes_.MeshesOf(w.id)));
 }
 
 Json Service::Cluster() {

@@ -7,6 +7,9 @@
 // while another registry works or during I/O (catalog writes included), so a
 // request that spans registries takes them one after the other. What must not change
 // under a job (its mesh, its checkpoint) is held by the job until it ends.
+//
+// Writes: every change of state goes root → catalog → memory (state_write.h), so memory
+// never shows what is not stored; a failure is counted and returned, never swallowed.
 #pragma once
 
 #include <atomic>
@@ -37,7 +40,9 @@
 #include "service/mesh_registry.h"
 #include "service/metrics.h"
 #include "service/model.h"
+#include "service/state_write.h"
 #include "service/worker_registry.h"
+#include "service/write_turns.h"
 #include "storage/env.h"
 #include "storage/save_plan.h"
 #include "storage/save_transaction.h"
@@ -53,6 +58,8 @@ struct ServiceOptions {
   int64_t suspect_ms = 1500;    // no heartbeat for this long → suspect
   int64_t lease_ms = 3000;      // → dead; jobs needing the worker fail
   int64_t job_timeout_ms = 30 * 60 * 1000;
+  // What the leases, heartbeats, job timeouts and schedules here read (api/clock.h).
+  Clock* clock = RealClock();
   int64_t max_wait_ms = 60000;  // cap for long-polls
   // Every this often, leftovers of failed saves (staging dirs, late writes of
   // workers that were cut off, unfinished uploads) are removed; 0: only at
@@ -77,6 +84,12 @@ struct ServiceOptions {
 };
 
 struct MeshRequest;  // meshes.cc
+
+// A mesh's state in the stores: its record (none: not registered) and retention policy.
+struct MeshState {
+  std::optional<MeshRecord> record;
+  RetentionPolicy retention;
+};
 
 class Service {
  public:
@@ -185,15 +198,22 @@ class Service {
   // /healthz (which then answers 503 degraded), and returned, so that a request
   // whose record cannot be written fails and leaves memory as it was.
   Status PersistWorker(const WorkerRecord& w);
-  Status PersistMesh(const MeshRecord& m);
   Status PersistCheckpoint(const CheckpointRecord& c);
   Status PersistJob(const JobRecord& j);
   Status Persist(const std::string& table, const std::string& key, const Json& doc);
   void NoteCatalogFailure(const std::string& table, const Status& st);
   void PublishWorker(const WorkerRecord& w);
-  // Writes the mesh's document into the root (storage/root_meta.h): its record and
-  // retention policy, or its tombstone once it is gone.
-  Status PublishMeshDoc(const std::string& name);
+  // A change of state, root → catalog → memory (state_write.h), and its failures' count.
+  Status WriteState(const StateWrite& w);
+  void CountStateWriteFailure(const std::string& store, const Status& st);
+  // A mesh as memory holds it now (no record: not registered).
+  MeshState MeshStateOf(const std::string& name) const;
+  // Writes the mesh's document into the root (storage/root_meta.h), or its tombstone.
+  Status WriteMeshDoc(const std::string& name, const MeshState& state);
+  // The write that takes mesh `name` from `before` to `after` (no record: deleted), its
+  // root document put back to `before` if the catalog refuses. REQUIRES: mesh_writes_'s turn.
+  StateWrite MeshWrite(const std::string& what, const std::string& name, const MeshState& before,
+                       const MeshState& after, std::function<void()> memory);
   // Tells every live worker of `mesh` that job `job_id` failed with `error`: they drop its
   // snapshot and, for a `collective` job, leave its collective.
   void AbortOnWorkers(const MeshRecord& mesh, const std::string& job_id, bool collective,
@@ -239,6 +259,7 @@ class Service {
   Status ApplyRetention(const std::string& mesh);
 
   ServiceOptions options_;
+  Clock* const clock_;
   storage::Env* env_;
   std::unique_ptr<Catalog> catalog_;
   EventBus events_;
@@ -249,8 +270,9 @@ class Service {
   // The registries, each with its own lock (see the top of this file).
   WorkerRegistry workers_;
   MeshRegistry meshes_;
+  WriteTurns mesh_writes_;  // every change of a mesh, one at a time (root → catalog → memory)
   CheckpointRegistry checkpoints_;
-  JobRegistry jobs_{&events_};
+  JobRegistry jobs_{&events_, clock_};
 
   storage::ThreadSet job_threads_;
   std::thread monitor_;

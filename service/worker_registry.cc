@@ -48,7 +48,8 @@ Result<std::optional<WorkerRecord>> WorkerRegistry::Heartbeat(const std::string&
   return std::optional<WorkerRecord>(w);
 }
 
-Result<std::vector<Json>> WorkerRegistry::Poll(const std::string& id, int64_t wait_ms) {
+Result<std::vector<Json>> WorkerRegistry::Poll(const std::string& id, int64_t wait_ms,
+                                               int64_t now) {
   MutexLock lock(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return NotFound("unknown worker " + id, {{"worker", id}});
@@ -71,7 +72,7 @@ Result<std::vector<Json>> WorkerRegistry::Poll(const std::string& id, int64_t wa
   WorkerRecord& w = it->second.record;
   w.polls_waiting = std::max<int64_t>(0, w.polls_waiting - 1);
   if (it->second.poll != mine) return tasks;
-  Touch(&w, MonoMs() - wait_ms);  // a poll answered is a sign of life from when it began
+  Touch(&w, now);  // a poll answered is a sign of life from when it began
   tasks.assign(std::make_move_iterator(it->second.tasks.begin()),
                std::make_move_iterator(it->second.tasks.end()));
   it->second.tasks.clear();

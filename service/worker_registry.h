@@ -41,9 +41,10 @@ class WorkerRegistry {
   WorkerRecord Register(const WorkerRecord& fields, int64_t now);
   // not_found for a stranger; the record when this heartbeat revived the worker.
   Result<std::optional<WorkerRecord>> Heartbeat(const std::string& id, int64_t now);
-  // Waits up to `wait_ms` for tasks and takes them all. A newer poll of the same worker
-  // ends this one at once, with none: only the newest connection is handed tasks.
-  Result<std::vector<Json>> Poll(const std::string& id, int64_t wait_ms);
+  // Waits up to `wait_ms` for tasks and takes them all; a poll answered is a sign of life
+  // from `now`, when it began. A newer poll of the same worker ends this one at once, with
+  // none: only the newest connection is handed tasks.
+  Result<std::vector<Json>> Poll(const std::string& id, int64_t wait_ms, int64_t now);
   // Queues a task per worker, all or none: the first worker missing or dead is answered.
   std::optional<Unreachable> QueueAll(const std::vector<std::pair<std::string, Json>>& tasks,
                                       int64_t now);

@@ -43,8 +43,8 @@ Result<Json> Service::RegisterWorker(const Json& body) {
   fields.data_port = static_cast<int>(data_port.value_or(0));
   fields.local_port = static_cast<int>(local_port);
   fields.devices = static_cast<int>(devices.value_or(1));
-  fields.registered_ms = WallMs();
-  const WorkerRecord w = workers_.Register(fields, MonoMs());
+  fields.registered_ms = clock_->WallMs();
+  const WorkerRecord w = workers_.Register(fields, clock_->MonoMs());
   (void)PersistWorker(w);
   PublishWorker(w);
   std::fprintf(stderr, "worker %s registered (%s, local port %d, %d devices)\n", wid.c_str(),
@@ -56,7 +56,7 @@ Result<Json> Service::RegisterWorker(const Json& body) {
 }
 
 Result<Json> Service::Heartbeat(const std::string& id) {
-  ASSIGN_OR_RETURN(std::optional<WorkerRecord> revived, workers_.Heartbeat(id, MonoMs()));
+  ASSIGN_OR_RETURN(std::optional<WorkerRecord> revived, workers_.Heartbeat(id, clock_->MonoMs()));
   if (revived) {
     (void)PersistWorker(*revived);
     PublishWorker(*revived);
@@ -66,7 +66,7 @@ Result<Json> Service::Heartbeat(const std::string& id) {
 
 Result<Json> Service::PollTasks(const std::string& id, int64_t wait_ms) {
   wait_ms = std::clamp<int64_t>(wait_ms, 0, options_.max_wait_ms);
-  ASSIGN_OR_RETURN(std::vector<Json> tasks, workers_.Poll(id, wait_ms));
+  ASSIGN_OR_RETURN(std::vector<Json> tasks, workers_.Poll(id, wait_ms, clock_->MonoMs()));
   // Delivered is running: the worker reports only the outcome and progress.
   jobs_.MarkDelivered(tasks);
   return Json{{"tasks", std::move(tasks)}};
@@ -79,7 +79,7 @@ Status Service::ReportTask(const std::string& worker, const std::string& task, c
 
 Json Service::ListWorkers() {
   Json out = Json::array();
-  const int64_t now = MonoMs();
+  const int64_t now = clock_->MonoMs();
   for (const WorkerRecord& w : workers_.List()) out.push_back(w.ToJson(now, meshes_.MeshesOf(w.id)));
   return out;
 }
@@ -87,7 +87,7 @@ Json Service::ListWorkers() {
 Result<Json> Service::GetWorker(const std::string& id) {
   auto w = workers_.Get(id);
   if (!w) return NotFound("no worker " + id, {{"worker", id}});
-  return w->ToJson(MonoMs(), meshes_.MeshesOf(id));
+  return w->ToJson(clock_->MonoMs(), meshes_.MeshesOf(id));
 }
 
 Status Service::DeleteWorker(const std::string& id) {

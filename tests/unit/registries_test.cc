@@ -32,13 +32,23 @@ TEST(MeshRegistry, AHeldMeshCannotBeRemovedAndNamesItsJob) {
   ASSERT_TRUE(meshes.Hold("m", "j-1").ok());
   EXPECT_TRUE(meshes.WorkerHeld("w-b"));
   EXPECT_FALSE(meshes.WorkerHeld("w-c"));
-  Status st = meshes.Remove("m");
+  Status st = meshes.BeginRemove("m");
   EXPECT_EQ(st.code(), Code::kConflict);
   EXPECT_EQ(st.details().value("job", ""), "j-1");
   meshes.Release("m", "j-1");
   EXPECT_FALSE(meshes.WorkerHeld("w-b"));
-  EXPECT_TRUE(meshes.Remove("m").ok());
-  EXPECT_EQ(meshes.Hold("m", "j-2").status().code(), Code::kNotFound);
+  ASSERT_TRUE(meshes.BeginRemove("m").ok());
+  // While its removal is written, no job takes it, and a refused write gives it back.
+  EXPECT_EQ(meshes.Hold("m", "j-2").status().code(), Code::kUnavailable);
+  EXPECT_EQ(meshes.BeginRemove("m").code(), Code::kUnavailable);
+  meshes.EndRemove("m", /*removed=*/false);
+  EXPECT_TRUE(meshes.Hold("m", "j-2").ok());
+  meshes.Release("m", "j-2");
+  ASSERT_TRUE(meshes.SetRetention("m", {3, 0}).ok());
+  ASSERT_TRUE(meshes.BeginRemove("m").ok());
+  meshes.EndRemove("m", /*removed=*/true);
+  EXPECT_EQ(meshes.Hold("m", "j-3").status().code(), Code::kNotFound);
+  EXPECT_FALSE(meshes.Retention("m").has_value()) << "a removed mesh kept its retention policy";
 }
 
 TEST(MeshRegistry, NoJobStartsOnAMeshUnderItsSelfTest) {
@@ -49,7 +59,7 @@ TEST(MeshRegistry, NoJobStartsOnAMeshUnderItsSelfTest) {
   auto held = meshes.Hold("m", "j-1", "target_mesh");
   EXPECT_EQ(held.status().code(), Code::kUnavailable);
   EXPECT_EQ(held.status().details().value("field", ""), "target_mesh");
-  EXPECT_EQ(meshes.Remove("m").code(), Code::kUnavailable);
+  EXPECT_EQ(meshes.BeginRemove("m").code(), Code::kUnavailable);
   EXPECT_TRUE(meshes.WorkerHeld("w-a"));
   meshes.MarkTested("m");
   EXPECT_TRUE(meshes.Hold("m", "j-1").ok());
@@ -133,11 +143,11 @@ TEST(WorkerRegistry, ARoundReachesEveryWorkerOrNone) {
   ASSERT_TRUE(missing.has_value());
   EXPECT_EQ(missing->worker, "w-b");
   EXPECT_EQ(missing->silent_ms, 5000);
-  EXPECT_TRUE(workers.Poll("w-a", 0)->empty()) << "w-a got a task of a round that never went out";
+  EXPECT_TRUE(workers.Poll("w-a", 0, 5000)->empty()) << "w-a got a task of a round that never went out";
 
   EXPECT_FALSE(workers.QueueAll({{"w-a", Json{{"id", "t-3"}}}}, 5000).has_value());
   workers.QueueToLive({"w-a", "w-b", "w-nobody"}, [] { return Json{{"id", "t-4"}}; });
-  auto got = workers.Poll("w-a", 0);
+  auto got = workers.Poll("w-a", 0, 5000);
   ASSERT_TRUE(got.ok());
   ASSERT_EQ(got->size(), 2u);
   EXPECT_EQ((*got)[0]["id"], "t-3");
@@ -156,11 +166,11 @@ TEST(WorkerRegistry, ANewerPollSupersedesTheOlderOne) {
   workers.Register(Worker("w-a"), MonoMs());
   Result<std::vector<Json>> older = std::vector<Json>{};
   // Were the older poll not to give way, it would wait for ten minutes: the test's timeout.
-  std::thread t([&] { older = workers.Poll("w-a", 600000); });
+  std::thread t([&] { older = workers.Poll("w-a", 600000, MonoMs()); });
   while (workers.Count().polls_waiting != 1) std::this_thread::yield();
   std::thread newer_poll;
   Result<std::vector<Json>> newer = std::vector<Json>{};
-  newer_poll = std::thread([&] { newer = workers.Poll("w-a", 60000); });
+  newer_poll = std::thread([&] { newer = workers.Poll("w-a", 60000, MonoMs()); });
   t.join();  // the older poll gave way to the newer one
   ASSERT_TRUE(older.ok());
   EXPECT_TRUE(older->empty());
@@ -171,12 +181,12 @@ TEST(WorkerRegistry, ANewerPollSupersedesTheOlderOne) {
   EXPECT_EQ((*newer)[0]["id"], "t-1");
   // Stop ends every poll, now and later.
   workers.Stop();
-  EXPECT_TRUE(workers.Poll("w-a", 60000)->empty());
+  EXPECT_TRUE(workers.Poll("w-a", 60000, MonoMs())->empty());
 }
 
 TEST(JobRegistry, ReportsReachTheRoundsJobAndLateOnesAreHarmless) {
   EventBus events;
-  JobRegistry jobs(&events);
+  JobRegistry jobs(&events, RealClock());
   jobs.Create("j-1", "save", "m", 3, Json::object(), SaveRequest{});
   EXPECT_TRUE(jobs.Running("j-1"));
   EXPECT_TRUE(jobs.JoinOf("j-1").has_value());

@@ -1,6 +1,7 @@
 // The root's epochs and lease (storage/root_epoch.h, service/root_fence.h): one holder
 // at a time, a live holder refused by name, a released or dead one taken over, and a
-// holder that a newer epoch replaced, or whose lease went stale, refuses to act.
+// holder that a newer epoch replaced, or whose lease went stale, refuses to act. Leases
+// run on a fake clock (fake_clock.h): no test waits for one to pass in real time.
 #include "service/root_fence.h"
 
 #include <sys/wait.h>
@@ -12,7 +13,11 @@
 
 #include <gtest/gtest.h>
 
+#include <future>
+
 #include "api/clock.h"
+#include "eventually.h"
+#include "fake_clock.h"
 #include "storage/root_epoch.h"
 
 namespace tessera::service {
@@ -29,7 +34,22 @@ class RootFenceTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(root_); }
   Result<std::unique_ptr<RootFence>> Acquire(const std::string& url, int64_t lease_ms = 3000,
                                              const std::string& ha = "") {
-    return RootFence::Acquire(env_, {root_, url, ha, lease_ms}, [](const std::string&) {});
+    return RootFence::Acquire(env_, {root_, url, ha, lease_ms, &clock_}, [this](const std::string& m) {
+      if (m.find("watching its lease") != std::string::npos) watching_ = true;
+    });
+  }
+  // An Acquire in the background, once it watches the holder's lease.
+  std::future<Result<std::unique_ptr<RootFence>>> AcquireWatching(const std::string& url) {
+    watching_ = false;
+    auto f = std::async(std::launch::async, [this, url] { return Acquire(url); });
+    EXPECT_TRUE(testing::Eventually([&] { return watching_.load(); })) << "it never watched";
+    return f;
+  }
+  // Moves the clock on, a poll's length at a time, until `f` has its answer.
+  template <class T>
+  T AdvanceUntilDone(std::future<T>& f) {
+    while (f.wait_for(std::chrono::milliseconds(1)) != std::future_status::ready) clock_.Advance(50);
+    return f.get();
   }
   // An epoch file as a control plane on another machine would write it.
   void WriteForeignEpoch(int64_t epoch, int64_t ttl_ms, const std::string& ha = "") {
@@ -41,6 +61,8 @@ class RootFenceTest : public ::testing::Test {
   }
   storage::Env* env_ = storage::DefaultEnv();
   std::string root_;
+  testing::FakeClock clock_;
+  std::atomic<bool> watching_{false};
 };
 
 TEST_F(RootFenceTest, OneHolderAtATimeAndALiveOneIsNamed) {
@@ -82,22 +104,18 @@ TEST_F(RootFenceTest, ADeadHolderOfThisMachineIsTakenOverAtOnce) {
 TEST_F(RootFenceTest, AHolderElsewhereIsWatchedRenewedRefusedSilentTakenOver) {
   WriteForeignEpoch(1, 300);
   // Renewed while watched: refused, naming it.
-  std::atomic<bool> stop{false};
-  std::thread renewer([&] {
-    for (int64_t n = 1; !stop; ++n) {
-      (void)storage::WriteLease(env_, root_, 1, {{"renewals", n}, {"ttl_ms", 300}});
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  });
-  auto refused = Acquire("http://me:1");
-  stop = true;
-  renewer.join();
+  auto watched = AcquireWatching("http://me:1");
+  ASSERT_TRUE(storage::WriteLease(env_, root_, 1, {{"renewals", 1}, {"ttl_ms", 300}}).ok());
+  auto refused = AdvanceUntilDone(watched);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("http://elsewhere:7070"), std::string::npos);
-  // Silent for longer than its lease: taken over.
-  auto taken = Acquire("http://me:1");
+  // Silent for longer than its lease: taken over, once the clock has moved past it.
+  const int64_t began = clock_.MonoMs();
+  auto silent = AcquireWatching("http://me:1");
+  auto taken = AdvanceUntilDone(silent);
   ASSERT_TRUE(taken.ok()) << taken.status().ToString();
   EXPECT_EQ((*taken)->epoch(), 2);
+  EXPECT_GE(clock_.MonoMs() - began, 300) << "taken over before the holder's lease ran out";
   // A holder of the same --ha group: etcd chose this one, nothing to watch.
   WriteForeignEpoch(3, 600000, "etcd://e:1");
   auto grouped = Acquire("http://me:1", 3000, "etcd://e:1");
@@ -108,12 +126,11 @@ TEST_F(RootFenceTest, AHolderElsewhereIsWatchedRenewedRefusedSilentTakenOver) {
 TEST_F(RootFenceTest, ANewerEpochDeposesAndAStaleLeaseRefuses) {
   auto a = Acquire("http://a:1", 400);
   ASSERT_TRUE(a.ok());
-  // Not renewed (never started): within 3/4 of the lease it stops acting.
-  Status st;
-  const int64_t deadline = MonoMs() + 5000;
-  while ((st = (*a)->Check("delete step 3 of mesh m")).ok() && MonoMs() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  // Not renewed (never started): within 3/4 of the lease it still acts, past it it stops.
+  clock_.Advance(300);
+  EXPECT_TRUE((*a)->Check("delete step 3 of mesh m").ok());
+  clock_.Advance(1);
+  Status st = (*a)->Check("delete step 3 of mesh m");
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.details().value("reason", ""), "lease_expired") << st.ToString();
   EXPECT_NE(st.message().find("refusing to delete step 3 of mesh m"), std::string::npos);
@@ -128,7 +145,7 @@ TEST_F(RootFenceTest, ANewerEpochDeposesAndAStaleLeaseRefuses) {
   EXPECT_NE(st.message().find("http://elsewhere:7070"), std::string::npos) << st.ToString();
 }
 
-TEST_F(RootFenceTest, RenewingFindsTheNewerEpochAndStops) {
+TEST_F(RootFenceTest, RenewingKeepsTheLeaseFreshAndFindsTheNewerEpoch) {
   auto a = Acquire("http://a:1", 300);
   ASSERT_TRUE(a.ok());
   std::atomic<int> deposed{0};
@@ -136,9 +153,25 @@ TEST_F(RootFenceTest, RenewingFindsTheNewerEpochAndStops) {
     EXPECT_EQ(st.details().value("reason", ""), "deposed");
     deposed++;
   });
+  // Every third of the lease it renews: after ten leases of the clock it still acts.
+  const int64_t began = clock_.MonoMs();
+  auto renewals = [&] {
+    const Json lease = Json::parse(storage::ReadLease(env_, root_, 1).value(), nullptr, false);
+    return lease.is_object() ? lease.value("renewals", int64_t{0}) : int64_t{-1};  // mid-write
+  };
+  for (int64_t i = 1; i <= 30; ++i) {
+    ASSERT_TRUE(testing::Eventually([&] {
+      clock_.Advance(10);
+      return renewals() >= i;
+    })) << "no renewal " << clock_.MonoMs() - began << " ms into the clock";
+  }
+  EXPECT_GE(clock_.MonoMs() - began, 30 * 100) << "renewed more often than every third of the lease";
+  EXPECT_TRUE((*a)->Check("commit").ok());
   WriteForeignEpoch(2, 60000);
-  const int64_t deadline = MonoMs() + 5000;
-  while (deposed == 0 && MonoMs() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(testing::Eventually([&] {
+    clock_.Advance(100);
+    return deposed.load() > 0;
+  }));
   EXPECT_EQ(deposed, 1);
   (*a)->Stop(/*release=*/true);  // deposed: nothing released
   auto lease = storage::ReadLease(env_, root_, 1);

@@ -1,0 +1,118 @@
+// Heartbeats, worker leases and job timeouts on a fake clock (fake_clock.h): a Service
+// whose clock moves only when the test advances it. A worker silent for suspect_ms is
+// suspect and for lease_ms dead, and a job waiting on it fails naming it; a round of tasks
+// that nobody answers fails once its timeout has passed. Nothing waits in real time for a
+// lease or a timeout.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <memory>
+
+#include "eventually.h"
+#include "fake_clock.h"
+#include "service/service.h"
+#include "storage/env.h"
+
+namespace tessera::service {
+namespace {
+
+using tessera::testing::Eventually;
+
+constexpr int64_t kSuspectMs = 1500;
+constexpr int64_t kLeaseMs = 3000;
+
+class Liveness : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/tessera_liveness.XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    ServiceOptions opts;
+    opts.data_dir = dir_ + "/data";
+    opts.checkpoint_root = dir_ + "/checkpoints";
+    opts.suspect_ms = kSuspectMs;
+    opts.lease_ms = kLeaseMs;
+    opts.job_timeout_ms = 60 * kLeaseMs;
+    opts.clock = &clock_;
+    auto s = Service::Create(opts, storage::DefaultEnv());
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    service_ = std::move(*s);
+    service_->Start();
+    ASSERT_TRUE(service_->RegisterWorker({{"name", "a"}, {"local_port", 1}}).ok());
+  }
+  void TearDown() override {
+    service_->Stop();
+    service_.reset();
+    (void)storage::DefaultEnv()->DeleteTree(dir_);
+  }
+  std::string State(const std::string& worker) {
+    auto w = service_->GetWorker(worker);
+    return w.ok() ? w->value("state", "") : w.status().ToString();
+  }
+  Json Job(const std::string& id) {
+    auto j = service_->GetJob(id, 0);
+    return j.ok() ? *j : Json{{"error", j.status().ToString()}};
+  }
+  // A save of step 1 on a one-worker mesh: its snapshot task waits for worker a.
+  std::string StartSave() {
+    EXPECT_TRUE(service_->PutMesh("m", {{"axes", {{{"name", "d"}, {"size", 1}}}},
+                                        {"self_test", false}})
+                    .ok());
+    SaveRequest request;
+    request.step = 1;
+    auto started = service_->StartSave("m", request);
+    EXPECT_TRUE(started.ok()) << started.status().ToString();
+    return started.ok() ? started->value("job", "") : "";
+  }
+
+  std::string dir_;
+  testing::FakeClock clock_;
+  std::unique_ptr<Service> service_;
+};
+
+TEST_F(Liveness, ASilentWorkerIsSuspectThenDeadAndAHeartbeatRevivesIt) {
+  EXPECT_EQ(State("w-a"), "alive");
+  clock_.Advance(kSuspectMs + 1);
+  ASSERT_TRUE(Eventually([&] { return State("w-a") == "suspect"; })) << State("w-a");
+  ASSERT_TRUE(service_->Heartbeat("w-a").ok());
+  EXPECT_EQ(State("w-a"), "alive");
+  clock_.Advance(kLeaseMs + 1);
+  ASSERT_TRUE(Eventually([&] { return State("w-a") == "dead"; })) << State("w-a");
+  ASSERT_TRUE(service_->Heartbeat("w-a").ok());
+  EXPECT_EQ(State("w-a"), "alive");
+}
+
+TEST_F(Liveness, AJobWaitingOnAWorkerThatDiesFailsNamingIt) {
+  const std::string job = StartSave();
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "running"; })) << Job(job);
+  clock_.Advance(kLeaseMs + 1);
+  ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "failed"; })) << Job(job);
+  const Json error = Job(job)["error"];
+  EXPECT_EQ(error.value("details", Json::object()).value("worker", ""), "w-a") << error.dump();
+}
+
+TEST_F(Liveness, ARoundNobodyAnswersFailsOnceItsTimeoutHasPassed) {
+  const std::string job = StartSave();
+  ASSERT_FALSE(job.empty());
+  // The round is out once its task reaches the worker, which takes it and never answers;
+  // it stays alive (it heartbeats).
+  ASSERT_TRUE(Eventually([&] {
+    auto polled = service_->PollTasks("w-a", 0);
+    return polled.ok() && !(*polled)["tasks"].empty();
+  })) << Job(job);
+  const int64_t timeout = 60 * kLeaseMs;
+  for (int64_t moved = 0; moved + kSuspectMs / 2 < timeout; moved += kSuspectMs / 2) {
+    ASSERT_TRUE(service_->Heartbeat("w-a").ok());
+    clock_.Advance(kSuspectMs / 2);
+  }
+  EXPECT_EQ(Job(job).value("state", ""), "running") << "failed before its timeout: " << Job(job);
+  clock_.Advance(kSuspectMs);
+  ASSERT_TRUE(service_->Heartbeat("w-a").ok());
+  ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "failed"; })) << Job(job);
+  EXPECT_EQ(Job(job)["error"].value("code", ""), "deadline_exceeded") << Job(job).dump();
+  EXPECT_EQ(State("w-a"), "alive");
+}
+
+}  // namespace
+}  // namespace tessera::service
