@@ -29,7 +29,7 @@
 #include "http/client.h"
 #include "http/router.h"
 #include "storage/env.h"
-#include "storage/testing/synthetic.h"
+#include "storage/synthetic.h"
 #include "tools/local_cluster.h"
 #include "worker/agent.h"
 #include "worker/tensor_store.h"

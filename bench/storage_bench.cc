@@ -44,7 +44,7 @@
 #include "storage/local_checkpoint.h"
 #include "storage/read_planner.h"
 #include "storage/shard_writer.h"
-#include "storage/testing/synthetic.h"
+#include "storage/synthetic.h"
 #include "storage/thread_pool.h"
 #include "bench/stats.h"
 

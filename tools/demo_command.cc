@@ -14,7 +14,7 @@
 #include "api/mesh.h"
 #include "storage/checkpoint_dir.h"
 #include "storage/slice_copy.h"
-#include "storage/testing/synthetic.h"
+#include "storage/synthetic.h"
 #include "tools/commands.h"
 #include "tools/local_cluster.h"
 

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -187,7 +188,13 @@ Status LocalCluster::StartServer(int port) {
 }
 
 Status LocalCluster::StartWorker(int i) {
-  std::vector<std::string> argv = {options_.bin_dir + "/tessera-worker",
+  auto env = options_.worker_env.count(i) ? options_.worker_env.at(i) : std::vector<std::string>{};
+  // A fault hook is for the test program that has them; the shipped worker knows none.
+  const bool faults = std::any_of(env.begin(), env.end(), [](const std::string& e) {
+    return e.rfind("TESSERA_FAULT_", 0) == 0;
+  });
+  std::vector<std::string> argv = {options_.bin_dir + (faults ? "/tessera-worker-faults"
+                                                              : "/tessera-worker"),
                                    "--server", servers(),
                                    "--name", options_.worker_name_prefix + std::to_string(i),
                                    "--devices", std::to_string(options_.devices_per_worker),
@@ -195,15 +202,7 @@ Status LocalCluster::StartWorker(int i) {
   if (auto extra = options_.worker_args.find(i); extra != options_.worker_args.end()) {
     argv.insert(argv.end(), extra->second.begin(), extra->second.end());
   }
-  auto env = options_.worker_env.count(i) ? options_.worker_env.at(i) : std::vector<std::string>{};
   env.push_back("TESSERA_TOKEN=" + token_);
-  // A test that sets a fault hook means it: the worker honours hooks only when told.
-  for (const std::string& e : env) {
-    if (e.rfind("TESSERA_FAULT_", 0) == 0) {
-      argv.push_back("--unsafe-fault-injection");
-      break;
-    }
-  }
   ASSIGN_OR_RETURN(workers_[i],
                    Spawn(argv, env, dir_ + "/worker-" + std::to_string(i) + ".log", 15000));
   return Status::Ok();

@@ -18,7 +18,7 @@
 namespace tessera::tools {
 
 struct ClusterOptions {
-  std::string bin_dir;         // holds tesserad and tessera-worker
+  std::string bin_dir;         // holds tesserad and tessera-worker (and their -faults twins)
   std::string dir;             // data dir, checkpoint root and logs; empty: a new temp dir
   int workers = 4;
   int devices_per_worker = 1;
@@ -26,7 +26,8 @@ struct ClusterOptions {
   int64_t lease_ms = 1500;
   int server_threads = 256;  // above the number of workers: each holds a long-poll
   int copy_threads = 1;      // per worker; several workers share this machine's cores
-  // Extra environment for workers, by worker index (fault-injection hooks in tests).
+  // Extra environment for workers, by worker index. A TESSERA_FAULT_* hook among it
+  // starts that worker as tessera-worker-faults (tests/faults/fault_hooks.h).
   std::map<int, std::vector<std::string>> worker_env;
   // Extra flags for workers, by worker index.
   std::map<int, std::vector<std::string>> worker_args;

@@ -216,52 +216,40 @@ void Agent::Execute(const Task& task) {
     return;
   }
   // tesserad marked the task running when it handed it over: only the outcome is reported.
-  const auto delay = options_.task_delay_ms.find(kind);
-  if (delay != options_.task_delay_ms.end()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(delay->second));
-  }
-  Result<Json> r = Internal("task kind " + kind + " has no executor");
-  switch (task.kind) {
-    case TaskKind::kSnapshot:
-      r = DoSnapshot(task);
-      break;
-    case TaskKind::kWrite:
-      r = DoWrite(task);
-      break;
-    case TaskKind::kRestore:
-      r = DoRestore(task);
-      break;
-    case TaskKind::kCollective:
-      r = DoCollective(task);
-      break;
-    case TaskKind::kMeshInit:
-      r = DoMeshInit(task);
-      break;
-    case TaskKind::kExport:
-      r = DoExport(task);
-      break;
-    case TaskKind::kImport:
-      r = DoImport(task);
-      break;
-    case TaskKind::kAbort:
-    case TaskKind::kSaveEnded:
-      break;
-  }
+  const auto run = [this, &task] { return Run(task); };
+  Result<Json> r = options_.around_task ? options_.around_task(task, run) : run();
   if (!r.ok()) {
     std::fprintf(stderr, "worker %s: %s task of job %s failed: %s\n", id_.c_str(), kind.c_str(),
                  job.c_str(), r.status().ToString().c_str());
     MutexLock lock(mu_);
     snapshots_.erase(job);
   }
-  if (delay != options_.task_delay_ms.end()) {
-    // Tests that delay a task wait for this line: the late task has run.
-    std::fprintf(stderr, "fault injection: the %s task of job %s, delayed %lld ms, ended: %s\n",
-                 kind.c_str(), job.c_str(), static_cast<long long>(delay->second),
-                 r.ok() ? "ok" : r.status().ToString().c_str());
-  }
   uint64_t bytes = r.ok() ? r->value("bytes", uint64_t{0}) : 0;
   Report(task.id, r.ok() ? ReportState::kSucceeded : ReportState::kFailed, bytes, bytes,
          r.ok() ? *r : Json(), r.status());
+}
+
+Result<Json> Agent::Run(const Task& task) {
+  switch (task.kind) {
+    case TaskKind::kSnapshot:
+      return DoSnapshot(task);
+    case TaskKind::kWrite:
+      return DoWrite(task);
+    case TaskKind::kRestore:
+      return DoRestore(task);
+    case TaskKind::kCollective:
+      return DoCollective(task);
+    case TaskKind::kMeshInit:
+      return DoMeshInit(task);
+    case TaskKind::kExport:
+      return DoExport(task);
+    case TaskKind::kImport:
+      return DoImport(task);
+    case TaskKind::kAbort:
+    case TaskKind::kSaveEnded:
+      break;
+  }
+  return Internal("task kind " + std::string(TaskKindName(task.kind)) + " has no executor");
 }
 
 void Agent::AddRoutes(http::Router* router) {

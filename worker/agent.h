@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -39,6 +40,11 @@ namespace tessera::worker {
 SnapshotResult DescribeSnapshot(const Snapshot& snap,
                                 const std::optional<std::vector<std::string>>& names);
 
+// Runs a task's handler (`run`) with whatever the caller puts around it: the seam
+// for programs that test failures (tests/faults delays tasks through it).
+using TaskRunner =
+    std::function<Result<Json>(const Task& task, const std::function<Result<Json>()>& run)>;
+
 struct AgentOptions {
   std::string server = "http://127.0.0.1:7070";
   std::string token;
@@ -54,8 +60,7 @@ struct AgentOptions {
   // they hold max_pending_save_bytes or more (0: no byte limit).
   int64_t max_pending_saves = 4;
   uint64_t max_pending_save_bytes = 0;
-  // Fault injection for tests: sleep this long before running a task of a kind.
-  std::map<std::string, int64_t> task_delay_ms;
+  TaskRunner around_task;  // null: tasks just run
 };
 
 class Agent {
@@ -108,6 +113,7 @@ class Agent {
   void HeartbeatLoop();
   void TaskLoop();
   void Execute(const Task& task);
+  Result<Json> Run(const Task& task);  // the task's handler (Do*)
   // agent_tasks.cc
   Result<Json> DoSnapshot(const Task& task);
   Result<Json> DoWrite(const Task& task);

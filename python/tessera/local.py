@@ -44,6 +44,14 @@ def find_bin_dir(bin_dir=None):
                        {"field": "bin_dir"})
 
 
+def program(name, env=None):
+    """`name`, or its test twin `name`-faults when `env` sets a TESSERA_FAULT_* hook: the
+    shipped tesserad and tessera-worker know no fault hooks (tests/faults/fault_hooks.h)."""
+    if env and any(k.startswith("TESSERA_FAULT_") for k in env):
+        return name + "-faults"
+    return name
+
+
 def make_self_signed_cert(directory, host="127.0.0.1"):
     """Writes tls-cert.pem and tls-key.pem (a self-signed certificate for `host`,
     made by the openssl command) into `directory`; returns the certificate's path."""
@@ -131,7 +139,8 @@ class LocalCluster:
     temporary directory, removed by stop()).
     checkpoint_root: elsewhere for the checkpoints (a directory, or s3://BUCKET/PREFIX
     with server_args=["--s3-endpoint", URL]); server_args / server_env: more flags
-    and environment for tesserad.
+    and environment for tesserad (a TESSERA_FAULT_* hook in server_env, or in a
+    worker's env, starts the test program tesserad-faults or tessera-worker-faults).
     """
 
     def __init__(self, workers=4, bin_dir=None, dir=None, devices_per_worker=1,  # noqa: A002
@@ -157,13 +166,11 @@ class LocalCluster:
         self.worker_urls = []
         try:
             self.server_process = Process(
-                [os.path.join(self.bin_dir, "tesserad"), "--listen", "127.0.0.1:0",
+                [os.path.join(self.bin_dir, program("tesserad", server_env)), "--listen",
+                 "127.0.0.1:0",
                  "--data-dir", os.path.join(self.dir, "data"),
                  "--heartbeat-ms", str(heartbeat_ms), "--lease-ms", str(lease_ms)] +
                 (["--checkpoint-root", checkpoint_root] if checkpoint_root else []) +
-                (["--unsafe-fault-injection"]  # the caller set a test hook: honour it
-                 if server_env and any(k.startswith("TESSERA_FAULT_") for k in server_env)
-                 else []) +
                 list(server_args),
                 os.path.join(self.dir, "tesserad.log"),
                 env=dict(os.environ, TESSERA_TOKEN=self.token, **(server_env or {})))
@@ -179,14 +186,12 @@ class LocalCluster:
 
     def start_worker(self, i, env=None):
         """(Re)starts worker i under its stable name host<i>; `env`: variables to add."""
-        argv = [os.path.join(self.bin_dir, "tessera-worker"), "--server", self.server,
+        argv = [os.path.join(self.bin_dir, program("tessera-worker", env)), "--server", self.server,
                 "--name", "host%d" % i,
                 "--devices", str(self.devices_per_worker), "--shm-dir", self.shm_dir,
                 "--copy-threads", str(self.copy_threads)]
         if self.tls_ca:
             argv += ["--tls-ca", self.tls_ca]
-        if env and any(k.startswith("TESSERA_FAULT_") for k in env):
-            argv.append("--unsafe-fault-injection")  # the caller set a test hook: honour it
         # The token goes in the environment, which only this user can read in /proc.
         p = Process(argv, os.path.join(self.dir, "worker-%d.log" % i),
                     env=dict(os.environ, TESSERA_TOKEN=self.token, **(env or {})))

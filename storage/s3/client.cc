@@ -1,14 +1,8 @@
 #include "storage/s3/client.h"
 
-#include <curl/curl.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cctype>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <random>
 #include <thread>
 
@@ -63,52 +57,11 @@ std::string XmlEscape(std::string_view s) {
   return out;
 }
 
-size_t OnBody(char* data, size_t size, size_t n, void* user) {
-  static_cast<std::string*>(user)->append(data, size * n);
-  return size * n;
-}
-
-size_t OnHeader(char* data, size_t size, size_t n, void* user) {
-  std::string_view line(data, size * n);
-  const size_t colon = line.find(':');
-  if (colon != std::string_view::npos) {
-    std::string name(line.substr(0, colon));
-    std::transform(name.begin(), name.end(), name.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    std::string_view value = line.substr(colon + 1);
-    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
-    while (!value.empty() && (value.back() == '\r' || value.back() == '\n' || value.back() == ' ')) {
-      value.remove_suffix(1);
-    }
-    (*static_cast<std::map<std::string, std::string>*>(user))[name] = std::string(value);
-  }
-  return size * n;
-}
-
-// One easy handle per thread: libcurl keeps its connection to the endpoint alive.
-CURL* ThreadHandle() {
-  static std::once_flag global;
-  std::call_once(global, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  struct Handle {
-    CURL* curl = curl_easy_init();
-    ~Handle() { curl_easy_cleanup(curl); }
-  };
-  thread_local Handle handle;
-  return handle.curl;
-}
-
 bool Retriable(long status, std::string_view body) {
   return status >= 500 || status == 429 || Tag(body, "Code") == "SlowDown";
 }
 
 }  // namespace
-
-namespace {
-std::atomic<bool> g_fault_injection{false};
-}  // namespace
-
-void AllowFaultInjection(bool on) { g_fault_injection = on; }
-bool FaultInjectionAllowed() { return g_fault_injection.load(); }
 
 Result<Config> Config::FromEnvironment(std::string bucket, std::string endpoint) {
   auto env = [](const char* name) {
@@ -121,18 +74,6 @@ Result<Config> Config::FromEnvironment(std::string bucket, std::string endpoint)
   while (!c.endpoint.empty() && c.endpoint.back() == '/') c.endpoint.pop_back();
   c.credentials = {env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY"), env("AWS_SESSION_TOKEN")};
   if (std::string region = env("AWS_REGION"); !region.empty()) c.region = region;
-  if (const std::string fault = env("TESSERA_FAULT_S3"); !fault.empty()) {
-    if (FaultInjectionAllowed()) {
-      c.fail_matching = fault;
-    } else {
-      static std::once_flag warned;
-      std::call_once(warned, [] {
-        std::fprintf(stderr,
-                     "warning: TESSERA_FAULT_S3 is ignored: fault injection needs "
-                     "--unsafe-fault-injection\n");
-      });
-    }
-  }
   if (c.endpoint.empty()) {
     return InvalidArgument("no S3 endpoint: pass --s3-endpoint or set TESSERA_S3_ENDPOINT",
                            {{"field", "s3_endpoint"}});
@@ -152,26 +93,24 @@ Result<Config> Config::FromEnvironment(std::string bucket, std::string endpoint)
   return c;
 }
 
-Client::Client(Config config) : config_(std::move(config)) {
+Client::Client(Config config, std::shared_ptr<Transport> transport)
+    : config_(std::move(config)),
+      transport_(transport ? std::move(transport) : DefaultTransport()) {
   const size_t scheme = config_.endpoint.find("://");
   host_ = config_.endpoint.substr(scheme == std::string::npos ? 0 : scheme + 3);
   host_ = host_.substr(0, host_.find('/'));
 }
 
-Result<Client::Response> Client::SendOnce(const Request& r, std::string* transport_error) {
-  if (!config_.fail_matching.empty()) {
-    std::string what = r.method + " " + r.key + (r.query.empty() ? "" : "?" + CanonicalQuery(r.query));
-    if (what.find(config_.fail_matching) != std::string::npos) {
-      Response injected;
-      injected.status = 503;
-      injected.body = "<Error><Code>SlowDown</Code><Message>injected fault (TESSERA_FAULT_S3=" +
-                      config_.fail_matching + ")</Message></Error>";
-      return injected;
-    }
-  }
+Result<Client::Response> Client::SendOnce(const Request& r) {
   const std::string path = "/" + config_.bucket + (r.key.empty() ? "" : "/" + r.key);
-  std::string url = config_.endpoint + EncodePath(path);
-  if (!r.query.empty()) url += "?" + CanonicalQuery(r.query);
+  HttpRequest out;
+  out.method = r.method;
+  out.url = config_.endpoint + EncodePath(path);
+  if (!r.query.empty()) out.url += "?" + CanonicalQuery(r.query);
+  out.body = r.body;
+  out.connect_timeout_ms = config_.connect_timeout_ms;
+  out.timeout_ms = config_.request_timeout_ms;
+  out.stall_timeout_ms = config_.stall_timeout_ms;
 
   SignRequest sign;
   sign.method = r.method;
@@ -189,51 +128,19 @@ Result<Client::Response> Client::SendOnce(const Request& r, std::string* transpo
     sign.headers.push_back({"x-amz-security-token", config_.credentials.session_token});
   }
   const Signature signature = Sign(sign, config_.credentials);
-
-  curl_slist* headers = nullptr;
-  for (const auto& [name, value] : sign.headers) {
-    if (name != "host") headers = curl_slist_append(headers, (name + ": " + value).c_str());
+  for (auto& header : sign.headers) {
+    if (header.first != "host") out.headers.push_back(std::move(header));
   }
-  headers = curl_slist_append(headers, ("Authorization: " + signature.authorization).c_str());
-  headers = curl_slist_append(headers, "Expect:");  // no 100-continue round trip
-  headers = curl_slist_append(headers, "Content-Type: application/octet-stream");
+  out.headers.push_back({"Authorization", signature.authorization});
+  out.headers.push_back({"Content-Type", "application/octet-stream"});
 
-  CURL* curl = ThreadHandle();
-  curl_easy_reset(curl);
-  Response response;
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(config_.connect_timeout_ms));
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(config_.request_timeout_ms));
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
-                   std::max(1L, static_cast<long>(config_.stall_timeout_ms / 1000)));
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnBody);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &response.body);
-  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, OnHeader);
-  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &response.headers);
-  if (r.method == "GET") {
-    curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
-  } else if (r.method == "HEAD") {
-    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
-  } else {
-    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, r.method.c_str());
-    if (r.method != "DELETE" || !r.body.empty()) {
-      curl_easy_setopt(curl, CURLOPT_POSTFIELDS, r.body.data());
-      curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r.body.size()));
-    }
-  }
-  const CURLcode rc = curl_easy_perform(curl);
-  curl_slist_free_all(headers);
-  if (rc != CURLE_OK) {
-    *transport_error = curl_easy_strerror(rc);
-    return Unavailable("S3 endpoint " + config_.endpoint + " (bucket " + config_.bucket +
-                           "): " + r.method + " " + (r.key.empty() ? "/" : r.key) + ": " +
-                           *transport_error,
+  Result<Response> response = transport_->Send(out);
+  if (!response.ok()) {
+    return Unavailable("S3 endpoint " + config_.endpoint + " (bucket " + config_.bucket + "): " +
+                           r.method + " " + (r.key.empty() ? "/" : r.key) + ": " +
+                           response.status().message(),
                        {{"endpoint", config_.endpoint}, {"bucket", config_.bucket}});
   }
-  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
   return response;
 }
 
@@ -242,8 +149,7 @@ Result<Client::Response> Client::Send(const Request& r) {
   int64_t backoff = config_.first_backoff_ms;
   thread_local std::mt19937 jitter{std::random_device{}()};
   while (true) {
-    std::string transport_error;
-    Result<Response> got = SendOnce(r, &transport_error);
+    Result<Response> got = SendOnce(r);
     const bool retry = !got.ok() || Retriable(got->status, got->body);
     const int64_t spent = std::chrono::duration_cast<std::chrono::milliseconds>(
                               std::chrono::steady_clock::now() - start).count();

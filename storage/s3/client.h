@@ -10,11 +10,12 @@
 //   403                → unauthenticated (bad credentials or clock)
 //   412 / 409          → conflict (a conditional put found the key)
 //   unreachable / 5xx  → unavailable (details: endpoint), after the retries
+// Requests go out through a Transport (transport.h), libcurl unless one is given.
 // Thread-safe: each thread keeps its own connection to the endpoint.
 #pragma once
 
 #include <cstdint>
-#include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -22,13 +23,9 @@
 
 #include "api/status.h"
 #include "storage/s3/sigv4.h"
+#include "storage/s3/transport.h"
 
 namespace tessera::storage::s3 {
-
-// Whether this process honours the TESSERA_FAULT_* test hooks (off unless a
-// program is started with --unsafe-fault-injection, or a test turns it on).
-void AllowFaultInjection(bool on);
-bool FaultInjectionAllowed();
 
 struct Config {
   std::string endpoint;  // http(s)://host[:port], no trailing slash
@@ -42,12 +39,6 @@ struct Config {
   int stall_timeout_ms = 30000;
   int64_t retry_budget_ms = 30000;  // total time one request may spend on retries
   int64_t first_backoff_ms = 50;
-  // Fault injection (tests): a request whose description "METHOD key?query"
-  // contains this text is answered 503 SlowDown without being sent. From
-  // TESSERA_FAULT_S3 by FromEnvironment, once AllowFaultInjection(true) was called
-  // (the worker's --unsafe-fault-injection); otherwise that variable is ignored,
-  // with a warning.
-  std::string fail_matching;
 
   // endpoint from TESSERA_S3_ENDPOINT; credentials and region from
   // AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION.
@@ -62,7 +53,8 @@ struct ObjectInfo {
 
 class Client {
  public:
-  explicit Client(Config config);
+  // transport null: DefaultTransport().
+  explicit Client(Config config, std::shared_ptr<Transport> transport = nullptr);
 
   const Config& config() const { return config_; }
 
@@ -95,11 +87,7 @@ class Client {
   Result<std::vector<std::pair<std::string, std::string>>> ListUploads(const std::string& prefix);
 
  private:
-  struct Response {
-    long status = 0;
-    std::string body;
-    std::map<std::string, std::string> headers;  // lower-case names
-  };
+  using Response = HttpResponse;
   struct Request {
     std::string method;
     std::string key;  // "" for the bucket itself
@@ -114,12 +102,13 @@ class Client {
   static constexpr size_t kUnsignedPayloadBytes = 1 << 20;
   // Signs, sends and retries; any HTTP answer that is not retried is returned.
   Result<Response> Send(const Request& request);
-  Result<Response> SendOnce(const Request& request, std::string* transport_error);
+  Result<Response> SendOnce(const Request& request);
   // The error of a non-2xx answer, naming what the request was about.
   Status ErrorOf(const Request& request, const Response& response) const;
   Result<Response> Call(const Request& request);  // Send, then ErrorOf unless 2xx
 
   Config config_;
+  std::shared_ptr<Transport> transport_;
   std::string host_;  // the Host header: host[:port] of the endpoint
 };
 

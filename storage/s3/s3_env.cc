@@ -333,7 +333,8 @@ class S3Env final : public Env {
       auto config = s3::Config::FromEnvironment(loc.bucket, endpoint);
       if (!config.ok()) return config.status().WithContext("checkpoint store " + path);
       config->retry_budget_ms = options_.retry_budget_ms;
-      it = clients_.emplace(loc.bucket, std::make_shared<s3::Client>(*config)).first;
+      it = clients_.emplace(loc.bucket, std::make_shared<s3::Client>(*config, options_.transport))
+               .first;
     }
     return std::make_pair(it->second, std::move(loc));
   }

@@ -20,6 +20,9 @@
 #include "storage/env.h"
 
 namespace tessera::storage {
+namespace s3 {
+class Transport;
+}  // namespace s3
 
 struct S3EnvOptions {
   // Where the store is; empty: TESSERA_S3_ENDPOINT. Credentials and region come
@@ -29,6 +32,7 @@ struct S3EnvOptions {
   int parts_in_flight = 4;      // per file
   int upload_threads = 8;       // per process, shared by every file
   int64_t retry_budget_ms = 30000;
+  std::shared_ptr<s3::Transport> transport;  // null: s3::DefaultTransport(), libcurl
 };
 
 std::unique_ptr<Env> NewS3Env(S3EnvOptions options);

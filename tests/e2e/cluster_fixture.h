@@ -11,7 +11,7 @@
 #include "http/router.h"
 #include "api/mesh.h"
 #include "storage/slice_copy.h"
-#include "storage/testing/synthetic.h"
+#include "storage/synthetic.h"
 #include "tools/local_cluster.h"
 
 namespace tessera::e2e {

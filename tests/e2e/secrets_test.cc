@@ -168,26 +168,40 @@ TEST(Secrets, TokenSourcesAreCheckedAndNeverEchoed) {
   EXPECT_TRUE(storage::DefaultEnv()->DeleteTree(dir).ok());
 }
 
-// The shipped worker honours its fault-injection hooks only when started with
-// --unsafe-fault-injection; without it, a hook in the environment is ignored,
-// and it says so.
-TEST(FaultHooks, NeedTheUnsafeFlagAndAreNeverSilent) {
+// Fault hooks are known only to the test programs (tests/faults): the shipped worker
+// with a hook in its environment runs its tasks undelayed and says nothing of faults,
+// while tessera-worker-faults announces each hook it honours and refuses a malformed one.
+TEST(FaultHooks, OnlyTheTestProgramsKnowThem) {
   const std::string dir = ::testing::TempDir();
-  const std::vector<std::string> hook = {"TESSERA_FAULT_TASK_DELAY=write:60000"};
+  const std::string hook = "TESSERA_FAULT_TASK_DELAY=write:60000";
   const std::vector<std::string> args = {"--server", "http://127.0.0.1:9", "--name", "hooked"};
-  std::string log = RunProgram("tessera-worker", args, hook, dir + "/hook-ignored.log",
-                               "is ignored");
-  EXPECT_NE(log.find("warning: TESSERA_FAULT_TASK_DELAY is ignored: fault injection needs "
-                     "--unsafe-fault-injection"),
+  std::string log = RunProgram("tessera-worker-faults", args, {hook}, dir + "/hook-on.log",
+                               "fault injection is on");
+  EXPECT_NE(log.find("warning: fault injection is on (tessera-worker-faults): " + hook),
             std::string::npos)
       << log;
-  std::vector<std::string> unsafe = args;
-  unsafe.push_back("--unsafe-fault-injection");
-  log = RunProgram("tessera-worker", unsafe, hook, dir + "/hook-on.log", "fault injection is on");
-  EXPECT_NE(log.find("warning: fault injection is on (--unsafe-fault-injection)"),
-            std::string::npos)
-      << log;
-  EXPECT_EQ(log.find("is ignored"), std::string::npos) << log;
+  log = RunProgram("tessera-worker-faults", args, {"TESSERA_FAULT_TASK_DELAY=write"},
+                   dir + "/hook-bad.log", "error:");
+  EXPECT_NE(log.find("TESSERA_FAULT_TASK_DELAY='write'"), std::string::npos) << log;
+
+  // Inherited rather than given through worker_env, which would start the test program.
+  ASSERT_EQ(::setenv("TESSERA_FAULT_TASK_DELAY", "write:60000", 1), 0);
+  tools::ClusterOptions opts;
+  opts.workers = 1;
+  auto c = StartCluster(opts);
+  ::unsetenv("TESSERA_FAULT_TASK_DELAY");
+  ASSERT_TRUE(c);
+  EXPECT_NE(ReadAll("/proc/" + std::to_string(c->worker_pid(0)) + "/environ").find(hook),
+            std::string::npos);
+  const Mesh one{"one", {{"data", 1}}, 1};
+  ASSERT_TRUE(c->PutMesh(one.name, MeshToJson(one)["axes"]).ok());
+  Push(*c, one, MakeGlobal("w", DType::kFloat32, {64, 16}, Layout{{"data", "unsharded"}}, 1));
+  // Had the write waited its minute, this wait (30 s) would end first.
+  auto j = c->WaitJob(StartSave(*c, one.name, 1), 30000);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_EQ((*j)["state"], "succeeded") << j->dump();
+  EXPECT_EQ(ReadAll(c->worker_log(0)).find("fault injection"), std::string::npos)
+      << ReadAll(c->worker_log(0));
 }
 
 }  // namespace

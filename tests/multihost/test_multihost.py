@@ -124,14 +124,13 @@ class Cluster:
             self.store.server_args, log, env=self.secret_env())
 
     def start_worker(self, i, env=None, log=None):
-        """(Re)starts the worker of host i under its name h<i>."""
+        """(Re)starts the worker of host i under its name h<i> (tessera-worker-faults when
+        `env` sets a TESSERA_FAULT_* hook)."""
         p = self.hosts.start(i, [
-            bin_path("tessera-worker"), "--server", self.url,
+            bin_path(tessera.local.program("tessera-worker", env)), "--server", self.url,
             "--name", "h%d" % i, "--local-listen", "127.0.0.1:7071",
             "--data-listen", "%s:7072" % self.hosts.addr(i), "--copy-threads", "1",
-            "--io-threads", "1"] +
-            (["--unsafe-fault-injection"]
-             if env and any(k.startswith("TESSERA_FAULT_") for k in env) else []),
+            "--io-threads", "1"],
             log or "worker-%d.log" % i, env=self.secret_env(env))
         self.ids[i] = p.wait_for(tessera.local._REGISTERED, 20.0)
         self.workers[i] = p

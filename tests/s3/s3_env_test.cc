@@ -18,6 +18,7 @@
 #include "storage/checkpoint_dir.h"
 #include "storage/local_checkpoint.h"
 #include "storage/s3/client.h"
+#include "storage/testing/fault_transport.h"
 #include "storage/verify.h"
 #include "tests/s3/rgw_fixture.h"
 #include "tests/unit/checkpoint_fixture.h"
@@ -38,10 +39,8 @@ std::string Pattern(size_t n, int seed) {
 class S3EnvTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    s3::AllowFaultInjection(true);  // this test sets TESSERA_FAULT_S3 itself
     if (!Rgw::error().empty()) GTEST_FAIL() << Rgw::error();
     Rgw::Export();
-    unsetenv("TESSERA_FAULT_S3");
     ASSERT_TRUE(client_.CreateBucket().ok());
     // Each test its own prefix, so tests never see each other's objects.
     root_ = "s3://tessera-env-test/" +
@@ -49,10 +48,13 @@ class S3EnvTest : public ::testing::Test {
     env_ = NewEnv();
     ASSERT_TRUE(env_->DeleteTree(root_).ok());
   }
-  void TearDown() override { unsetenv("TESSERA_FAULT_S3"); }
-
-  static std::unique_ptr<Env> NewEnv(int64_t retry_budget_ms = 2000) {
+  // fail_matching: the requests whose "METHOD URL" holds it get 503 SlowDown, unsent.
+  static std::unique_ptr<Env> NewEnv(int64_t retry_budget_ms = 2000,
+                                     const std::string& fail_matching = "") {
     S3EnvOptions o;
+    if (!fail_matching.empty()) {
+      o.transport = std::make_shared<FaultTransport>(s3::NewCurlTransport(), fail_matching);
+    }
     o.part_bytes = kPart;
     o.parts_in_flight = 2;
     o.upload_threads = 3;
@@ -122,8 +124,7 @@ TEST_F(S3EnvTest, AFileNeverSyncedLeavesNothing) {
 }
 
 TEST_F(S3EnvTest, AFailedPartFailsTheFileNamingItAndAbortsTheUpload) {
-  setenv("TESSERA_FAULT_S3", "partNumber=2&", 1);
-  auto env = NewEnv(/*retry_budget_ms=*/300);
+  auto env = NewEnv(/*retry_budget_ms=*/300, /*fail_matching=*/"partNumber=2&");
   auto f = env->NewWritableFile(root_ + "/p/shard");
   ASSERT_TRUE(f.ok());
   const std::string data = Pattern(4 * kPart, 4);
@@ -214,8 +215,7 @@ TEST_F(S3EnvTest, CheckpointsCommitByManifestAndReadBack) {
 
 TEST_F(S3EnvTest, AFailedCommitLeavesNoStepAndEarlierOnesIntact) {
   ASSERT_TRUE(SaveCheckpoint(env_.get(), Request(root_, 1)).ok());
-  setenv("TESSERA_FAULT_S3", "step-2.commit", 1);
-  auto faulty = NewEnv(300);
+  auto faulty = NewEnv(300, "step-2.commit");
   auto st = SaveCheckpoint(faulty.get(), Request(root_, 2)).status();
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), Code::kUnavailable) << st.ToString();

@@ -10,7 +10,7 @@
 #include "storage/local_checkpoint.h"
 #include "storage/testing/mem_env.h"
 #include "storage/slice_copy.h"
-#include "storage/testing/synthetic.h"
+#include "storage/synthetic.h"
 
 namespace tessera::testing {
 

@@ -1,6 +1,10 @@
 // The SigV4 signer against the examples AWS publishes for S3 header-based auth
 // ("Signature Calculations for the Authorization Header"): same credentials,
-// time, requests, intermediate hashes and signatures.
+// time, requests, intermediate hashes and signatures; and against cases of AWS's
+// SigV4 test suite (aws-sig-v4-test-suite: service "service", 20150830T123600Z).
+// libcurl 7.88's own signer (CURLOPT_AWS_SIGV4) fails the unsorted query, the query
+// key without a value and the '$' in a key below, which is why the signer is ours
+// (docs/architecture.md, "S3 request signing").
 #include "storage/s3/sigv4.h"
 
 #include <gtest/gtest.h>
@@ -77,6 +81,52 @@ TEST(SigV4, QueryParametersAreSortedBeforeSigning) {
   EXPECT_EQ(s.string_to_sign.substr(s.string_to_sign.rfind('\n') + 1),
             "df57d21db20da04d7fa30298dd4488ba3a2b47ca3a489c74750e0f1e7df1b9b7");
   EXPECT_EQ(s.signature, "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7");
+}
+
+// The suite's requests: host example.amazonaws.com, no x-amz-content-sha256.
+SignRequest Suite(std::string method, std::vector<std::pair<std::string, std::string>> query,
+                  std::string_view body = "") {
+  SignRequest r;
+  r.method = std::move(method);
+  r.path = "/";
+  r.query = std::move(query);
+  r.amz_date = "20150830T123600Z";
+  r.headers = {{"Host", "example.amazonaws.com"}, {"X-Amz-Date", r.amz_date}};
+  r.payload_sha256 = Sha256Hex(body);
+  r.service = "service";
+  return r;
+}
+const Credentials kSuite{"AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", ""};
+
+TEST(SigV4TestSuite, GetVanilla) {
+  Signature s = Sign(Suite("GET", {}), kSuite);
+  EXPECT_EQ(s.canonical_request,
+            "GET\n/\n\nhost:example.amazonaws.com\nx-amz-date:20150830T123600Z\n\n"
+            "host;x-amz-date\ne3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(s.authorization,
+            "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request,"
+            "SignedHeaders=host;x-amz-date,"
+            "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31");
+}
+
+TEST(SigV4TestSuite, GetVanillaQueryOrderKeyCase) {
+  Signature s = Sign(Suite("GET", {{"Param2", "value2"}, {"Param1", "value1"}}), kSuite);
+  EXPECT_NE(s.canonical_request.find("\nParam1=value1&Param2=value2\n"), std::string::npos);
+  EXPECT_EQ(s.signature, "b97d918cfa904a5beff61c982a1b6f458b799221646efd99d3219ec94cdf2500");
+}
+
+TEST(SigV4TestSuite, PostVanilla) {
+  EXPECT_EQ(Sign(Suite("POST", {}), kSuite).signature,
+            "5da7c1a2acd57cee7505fc6676e4e544621c30862966e37dddb68e92efbe5d6b");
+}
+
+TEST(SigV4TestSuite, PostXWwwFormUrlencoded) {
+  SignRequest r = Suite("POST", {}, "Param1=value1");
+  EXPECT_EQ(r.payload_sha256, "9095672bbd1f56dfc5b65f3e153adc8731a4a654192329106275f4c7b24d0b6e");
+  r.headers.push_back({"Content-Type", "application/x-www-form-urlencoded"});
+  Signature s = Sign(r, kSuite);
+  EXPECT_EQ(s.signed_headers, "content-type;host;x-amz-date");
+  EXPECT_EQ(s.signature, "ff11897932ad3f4e8b18135d722051e5ac45fc38421b1da7b9d196a0fe09473a");
 }
 
 TEST(SigV4, EncodingAndDates) {

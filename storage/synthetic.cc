@@ -1,4 +1,4 @@
-#include "storage/testing/synthetic.h"
+#include "storage/synthetic.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,5 @@
-// Deterministic synthetic tensor data for the demo, tests and benchmarks:
+// Deterministic synthetic tensor data for the demo, tests and benchmarks (not a test
+// double: `tessera demo` saves it as its model):
 // weights like a trained model's (normal × 0.02), in any dtype.
 #pragma once
 

@@ -1,4 +1,6 @@
-// tesserad: the control plane.
+// tesserad's program: the control plane.
+#include "service/tesserad_program.h"
+
 #include <CLI/CLI.hpp>
 
 #include <fcntl.h>
@@ -20,8 +22,8 @@
 #include "service/service.h"
 #include "service/standby_routes.h"
 #include "storage/env.h"
-#include "storage/s3/client.h"
 #include "storage/s3/s3_env.h"
+#include "storage/s3/transport.h"
 
 namespace {
 
@@ -67,7 +69,6 @@ struct Flags {
   int64_t heartbeat_ms = 500, lease_ms = 3000, gc_interval_ms = 5 * 60 * 1000;
   int64_t job_history_per_mesh = tessera::service::ServiceOptions{}.job_history_per_mesh;
   int64_t job_history_min_age_s = tessera::service::ServiceOptions{}.job_history_min_age_ms / 1000;
-  bool unsafe_faults = false;
 };
 
 void AddFlags(CLI::App& app, Flags* f) {
@@ -118,8 +119,6 @@ void AddFlags(CLI::App& app, Flags* f) {
                  "for a renewal before it takes the root over")
       ->check(CLI::Range(int64_t{300}, int64_t{600000}))
       ->capture_default_str();
-  app.add_flag("--unsafe-fault-injection", f->unsafe_faults,
-               "honour the TESSERA_FAULT_S3 test hook (failing S3 requests); never in production");
   app.set_version_flag("--version", TESSERA_VERSION);
 }
 
@@ -258,7 +257,10 @@ tessera::Result<int> StandBy(const Flags& f, const std::string& host, int port, 
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace tessera::service {
+
+int RunTesserad(int argc, char** argv, const ServerSeams& seams) {
+  if (seams.s3_transport) tessera::storage::s3::SetDefaultTransport(seams.s3_transport);
   CLI::App app{"tesserad: Tessera control plane"};
   Flags f;
   AddFlags(app, &f);
@@ -283,10 +285,7 @@ int main(int argc, char** argv) {
   const int port = std::atoi(f.listen.c_str() + colon + 1);
   if (f.root.empty()) f.root = f.data_dir + "/checkpoints";
 
-  // Fault injection (tests) only when asked for, and never silently.
-  tessera::storage::s3::AllowFaultInjection(f.unsafe_faults);
-  if (f.unsafe_faults) std::fprintf(stderr, "warning: fault injection is on (--unsafe-fault-injection)\n");
-  auto env = tessera::storage::DefaultEnv();
+  tessera::storage::Env* env = seams.env ? seams.env : tessera::storage::DefaultEnv();
   if (auto st = env->CreateDirs(f.data_dir); !st.ok()) return Fail(st);
   if (auto st = KeepPrivate(f.data_dir); !st.ok()) return Fail(st);
   std::string token_source;
@@ -369,3 +368,5 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "tesserad stopped\n");
   return code;
 }
+
+}  // namespace tessera::service

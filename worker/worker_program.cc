@@ -1,5 +1,7 @@
-// tessera-worker: one per host. Serves the trainer's local API, holds its
+// tessera-worker's program: one per host. Serves the trainer's local API, holds its
 // tensors, and executes save / restore tasks from tesserad.
+#include "worker/worker_program.h"
+
 #include <CLI/CLI.hpp>
 
 #include <fcntl.h>
@@ -10,7 +12,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <thread>
 
@@ -19,12 +20,11 @@
 #include "http/server.h"
 #include "http/server_list.h"
 #include "http/tls.h"
-#include "storage/env.h"
-#include "storage/testing/fault_env.h"
-#include "storage/s3/client.h"
-#include "storage/s3/s3_env.h"
-#include "worker/agent.h"
 #include "collectives/transport/tcp/tcp_transport.h"
+#include "storage/env.h"
+#include "storage/s3/s3_env.h"
+#include "storage/s3/transport.h"
+#include "worker/agent.h"
 #include "worker/local_routes.h"
 #include "worker/mesh_collectives.h"
 
@@ -53,7 +53,6 @@ struct Flags {
   std::string local = "127.0.0.1:0", data = "127.0.0.1:0", shm_dir = "/dev/shm", advertise;
   std::string s3_endpoint;
   int devices = 1, io_threads = 2, copy_threads = 2;
-  bool unsafe_faults = false;
   tessera::worker::AgentOptions agent;
 };
 
@@ -95,9 +94,6 @@ void AddFlags(CLI::App& app, Flags* f) {
   app.add_option("--max-pending-save-bytes", f->agent.max_pending_save_bytes,
                  "the same, in bytes of snapshots (0: no byte limit)")
       ->capture_default_str();
-  app.add_flag("--unsafe-fault-injection", f->unsafe_faults,
-               "honour the TESSERA_FAULT_* test hooks (delayed tasks, a disk that fills up, failing "
-               "S3 requests); never in production");
   app.set_version_flag("--version", TESSERA_VERSION);
 }
 
@@ -113,43 +109,6 @@ tessera::Result<std::unique_ptr<tessera::collectives::TcpAcceptor>> StartDataPla
                  "peer that speaks its protocol\n");
   }
   return tessera::collectives::TcpAcceptor::Start(std::move(listener), data_key);
-}
-
-// Fault injection (tests), only with --unsafe-fault-injection, never silently:
-// TESSERA_FAULT_TASK_DELAY=kind:ms[,kind:ms] delays tasks;
-// TESSERA_FAULT_DISK_FULL_AFTER=bytes makes writes fail with ENOSPC after that many bytes;
-// TESSERA_FAULT_S3=text fails the S3 requests that contain it (storage/s3/client.h).
-struct FaultHooks {
-  std::map<std::string, int64_t> task_delay_ms;
-  std::unique_ptr<tessera::storage::FaultEnv> env;  // over the default Env, or none
-};
-
-FaultHooks LoadFaultHooks(bool unsafe) {
-  tessera::storage::s3::AllowFaultInjection(unsafe);
-  for (const char* hook : {"TESSERA_FAULT_TASK_DELAY", "TESSERA_FAULT_DISK_FULL_AFTER"}) {
-    if (std::getenv(hook) != nullptr && !unsafe) {
-      std::fprintf(stderr, "warning: %s is ignored: fault injection needs --unsafe-fault-injection\n",
-                   hook);
-    }
-  }
-  FaultHooks hooks;
-  if (!unsafe) return hooks;
-  std::fprintf(stderr, "warning: fault injection is on (--unsafe-fault-injection)\n");
-  if (const char* spec = std::getenv("TESSERA_FAULT_TASK_DELAY")) {
-    std::string s = spec;
-    for (size_t pos = 0; pos < s.size();) {
-      size_t comma = s.find(',', pos), colon = s.find(':', pos);
-      if (colon == std::string::npos || (comma != std::string::npos && colon > comma)) break;
-      hooks.task_delay_ms[s.substr(pos, colon - pos)] = std::atoll(s.c_str() + colon + 1);
-      pos = comma == std::string::npos ? s.size() : comma + 1;
-    }
-  }
-  if (const char* limit = std::getenv("TESSERA_FAULT_DISK_FULL_AFTER")) {
-    hooks.env = std::make_unique<tessera::storage::FaultEnv>(tessera::storage::DefaultEnv());
-    hooks.env->FailAfterBytes(std::strtoull(limit, nullptr, 10));
-    std::fprintf(stderr, "fault injection: disk full after %s bytes\n", limit);
-  }
-  return hooks;
 }
 
 // The local API's server options: loopback only, behind the credential that only this
@@ -202,7 +161,10 @@ void ServeUntilSignalled(tessera::http::Server& http, tessera::worker::Agent& ag
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace tessera::worker {
+
+int RunWorker(int argc, char** argv, const WorkerSeams& seams) {
+  if (seams.s3_transport) tessera::storage::s3::SetDefaultTransport(seams.s3_transport);
   CLI::App app{"tessera-worker: Tessera worker agent"};
   Flags f;
   AddFlags(app, &f);
@@ -232,12 +194,11 @@ int main(int argc, char** argv) {
   if (!acceptor.ok()) return Fail("data plane: ", acceptor.status());
   const int bound_data = (*acceptor)->port();
   if (f.advertise.empty()) f.advertise = data_host == "0.0.0.0" ? "127.0.0.1" : data_host;
-  FaultHooks faults = LoadFaultHooks(f.unsafe_faults);
-  tessera::storage::Env* env = faults.env ? faults.env.get() : tessera::storage::DefaultEnv();
+  tessera::storage::Env* env = seams.env ? seams.env : tessera::storage::DefaultEnv();
   if (!f.tls_ca.empty()) tessera::http::SetDefaultCaFile(f.tls_ca);
 
   tessera::worker::AgentOptions aopts = f.agent;
-  aopts.task_delay_ms = faults.task_delay_ms;
+  aopts.around_task = seams.around_task;
   aopts.server = f.server;
   aopts.token = token;
   aopts.name = f.name;
@@ -293,3 +254,5 @@ int main(int argc, char** argv) {
   agent.Stop();
   return 0;
 }
+
+}  // namespace tessera::worker

@@ -1,0 +1,23 @@
+// tesserad as a function of its command line and its seams, so that the shipped
+// program (tesserad.cc, default seams) and the test program that injects faults
+// (tests/faults) run the same code, and only the latter links any fault.
+#pragma once
+
+#include <memory>
+
+#include "storage/env.h"
+#include "storage/s3/transport.h"
+
+namespace tessera::service {
+
+struct ServerSeams {
+  storage::Env* env = nullptr;                           // null: storage::DefaultEnv()
+  std::shared_ptr<storage::s3::Transport> s3_transport;  // null: libcurl
+};
+
+// Parses the command line, serves until SIGINT or SIGTERM (or a lost lease: 3); the
+// process's exit status. REQUIRES: called once per process, before any other thread
+// starts (it blocks the stop signals, which its threads inherit).
+int RunTesserad(int argc, char** argv, const ServerSeams& seams);
+
+}  // namespace tessera::service

@@ -1,0 +1,92 @@
+#include "tests/faults/fault_hooks.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <thread>
+
+#include "storage/env.h"
+#include "storage/testing/fault_transport.h"
+
+namespace tessera::faults {
+namespace {
+
+// A whole non-negative decimal number, or nullopt.
+std::optional<int64_t> ParseCount(const std::string& s) {
+  if (s.empty() || s.size() > 18 || s.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  return std::strtoll(s.c_str(), nullptr, 10);
+}
+
+Result<std::map<std::string, int64_t>> ParseDelays(const std::string& spec) {
+  std::map<std::string, int64_t> delays;
+  for (size_t pos = 0; pos <= spec.size();) {
+    const size_t comma = std::min(spec.find(',', pos), spec.size());
+    const std::string item = spec.substr(pos, comma - pos);
+    const size_t colon = item.find(':');
+    const auto ms = colon == std::string::npos ? std::nullopt : ParseCount(item.substr(colon + 1));
+    if (colon == 0 || !ms) {
+      return InvalidArgument(
+          "TESSERA_FAULT_TASK_DELAY='" + spec + "': '" + item + "' is not kind:milliseconds",
+          {{"field", "TESSERA_FAULT_TASK_DELAY"}});
+    }
+    delays[item.substr(0, colon)] = *ms;
+    pos = comma + 1;
+  }
+  return delays;
+}
+
+void Announce(const std::string& program, const char* name, const char* value) {
+  std::fprintf(stderr, "warning: fault injection is on (%s): %s=%s\n", program.c_str(), name,
+               value);
+}
+
+}  // namespace
+
+Result<FaultHooks> LoadFaultHooks(const std::string& program, bool runs_tasks) {
+  FaultHooks hooks;
+  if (const char* spec = std::getenv("TESSERA_FAULT_TASK_DELAY"); spec != nullptr && !runs_tasks) {
+    std::fprintf(stderr, "warning: %s runs no tasks and ignores TESSERA_FAULT_TASK_DELAY\n",
+                 program.c_str());
+  } else if (spec != nullptr) {
+    ASSIGN_OR_RETURN(hooks.task_delay_ms, ParseDelays(spec));
+    Announce(program, "TESSERA_FAULT_TASK_DELAY", spec);
+  }
+  if (const char* limit = std::getenv("TESSERA_FAULT_DISK_FULL_AFTER")) {
+    const auto bytes = ParseCount(limit);
+    if (!bytes) {
+      return InvalidArgument(
+          std::string("TESSERA_FAULT_DISK_FULL_AFTER='") + limit + "' is not a number of bytes",
+          {{"field", "TESSERA_FAULT_DISK_FULL_AFTER"}});
+    }
+    hooks.env = std::make_unique<storage::FaultEnv>(storage::DefaultEnv());
+    hooks.env->FailAfterBytes(static_cast<uint64_t>(*bytes));
+    Announce(program, "TESSERA_FAULT_DISK_FULL_AFTER", limit);
+  }
+  if (const char* text = std::getenv("TESSERA_FAULT_S3"); text != nullptr && *text != '\0') {
+    hooks.s3_transport =
+        std::make_shared<storage::FaultTransport>(storage::s3::NewCurlTransport(), text);
+    Announce(program, "TESSERA_FAULT_S3", text);
+  }
+  return hooks;
+}
+
+worker::TaskRunner FaultHooks::TaskDelays() const {
+  if (task_delay_ms.empty()) return nullptr;
+  return [delays = task_delay_ms](const Task& task, const std::function<Result<Json>()>& run) {
+    const std::string kind(TaskKindName(task.kind));
+    const auto delay = delays.find(kind);
+    if (delay == delays.end()) return run();
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay->second));
+    Result<Json> r = run();
+    // Tests that delay a task wait for this line: the late task has run.
+    std::fprintf(stderr, "fault injection: the %s task of job %s, delayed %lld ms, ended: %s\n",
+                 kind.c_str(), task.job.c_str(), static_cast<long long>(delay->second),
+                 r.ok() ? "ok" : r.status().ToString().c_str());
+    return r;
+  };
+}
+
+}  // namespace tessera::faults

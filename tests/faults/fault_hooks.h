@@ -1,0 +1,39 @@
+// The fault hooks of the test programs tessera-worker-faults and tesserad-faults,
+// read from their environment; the shipped programs know none of them.
+//   TESSERA_FAULT_TASK_DELAY=kind:ms[,kind:ms]  a worker sleeps before a task of a kind
+//                                              (worker only), then logs "fault injection:
+//                                              the <kind> task of job <id>, delayed N ms,
+//                                              ended: ..." for tests to wait on;
+//   TESSERA_FAULT_DISK_FULL_AFTER=bytes         writes through the Env fail with ENOSPC
+//                                              once that many bytes were appended;
+//   TESSERA_FAULT_S3=text                       S3 requests whose "METHOD URL" holds the
+//                                              text get 503 SlowDown without being sent.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "api/status.h"
+#include "storage/s3/transport.h"
+#include "storage/testing/fault_env.h"
+#include "worker/agent.h"
+
+namespace tessera::faults {
+
+struct FaultHooks {
+  std::map<std::string, int64_t> task_delay_ms;          // by task kind
+  std::unique_ptr<storage::FaultEnv> env;                // over DefaultEnv(); null: no disk fault
+  std::shared_ptr<storage::s3::Transport> s3_transport;  // null: no S3 fault
+
+  // Delays the tasks of task_delay_ms, for a worker's seams; null when there are none.
+  worker::TaskRunner TaskDelays() const;
+};
+
+// The hooks set in this process's environment, each announced on stderr with a
+// warning that fault injection is on; `runs_tasks`: false for tesserad, which warns
+// that it ignores TESSERA_FAULT_TASK_DELAY. invalid_argument naming a malformed variable.
+Result<FaultHooks> LoadFaultHooks(const std::string& program, bool runs_tasks);
+
+}  // namespace tessera::faults
