@@ -9,26 +9,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
-#include <tuple>
 
 namespace tessera::http {
 
 namespace {
 
 constexpr size_t kReadChunk = 16 << 10;
-
-// Waits for `events` for at most `ms` (negative: not at all). True when ready.
-bool PollFor(int fd, short events, int ms) {
-  if (ms < 0) return false;
-  pollfd p{fd, events, 0};
-  for (;;) {
-    int r = ::poll(&p, 1, ms);
-    if (r > 0) return true;
-    if (r == 0 || errno != EINTR) return false;
-  }
-}
 
 }  // namespace
 
@@ -104,16 +91,23 @@ bool Conn::ReadAvailable(bool* tls_wait_write, size_t limit) {
   }
 }
 
-bool Conn::HeaderComplete() const {
-  std::string_view rest(buf.data() + pos, buf.size() - pos);
-  // Blank lines before a request line are allowed (RFC 9112 2.2); a header ends
-  // at the first empty line after some text. Lines end in CRLF: the parser
-  // skips bare-LF lines, so a header that only has those would never end, and
-  // would wait here (then 408) rather than on a handler thread.
-  size_t start = rest.find_first_not_of("\r\n");
-  if (start == std::string_view::npos) return false;
-  rest.remove_prefix(start);
-  return rest.find("\r\n\r\n") != std::string_view::npos;
+bool Conn::WaitFor(short events, int ms) const {
+  if (ms < 0) return false;
+  pollfd p{fd, events, 0};
+  for (;;) {
+    int r = ::poll(&p, 1, ms);
+    if (r > 0) return true;
+    if (r == 0 || errno != EINTR) return false;
+  }
+}
+
+std::string_view Conn::PendingHead() {
+  // Lines end in CRLF: the parser skips bare-LF lines, so a header that only has
+  // those would never end, and would wait in the gate (then 408), not on a thread.
+  while (buf.compare(pos, 2, "\r\n") == 0) pos += 2;
+  const std::string_view rest(buf.data() + pos, buf.size() - pos);
+  const size_t end = rest.find("\r\n\r\n");
+  return end == std::string_view::npos ? std::string_view() : rest.substr(0, end + 4);
 }
 
 bool Conn::WriteAll(const char* data, size_t n, int timeout_ms) {
@@ -144,69 +138,11 @@ bool Conn::WriteAll(const char* data, size_t n, int timeout_ms) {
     }
     data += w;
     n -= static_cast<size_t>(w);
-    if (n > 0 && w == 0 && !PollFor(fd, wait, timeout_ms)) {
+    if (n > 0 && w == 0 && !WaitFor(wait, timeout_ms)) {
       return false;
     }
   }
   return true;
-}
-
-bool ConnStream::Wait(short events) const {
-  int64_t ms = read_timeout_ms_;
-  if (deadline_ms_ > 0) ms = std::min<int64_t>(ms, deadline_ms_ - MonoMs());
-  return PollFor(c_.fd, events, static_cast<int>(std::max<int64_t>(ms, -1)));
-}
-
-bool ConnStream::is_readable() const {
-  if (c_.Buffered() > 0) return true;
-  if (c_.ssl != nullptr && SSL_pending(c_.ssl) > 0) return true;
-  return Wait(POLLIN);
-}
-
-bool ConnStream::is_writable() const {
-  // A peer that has closed is not writable, whatever the socket buffer says.
-  pollfd p{c_.fd, POLLOUT, 0};
-  if (::poll(&p, 1, write_timeout_ms_) <= 0 || (p.revents & (POLLERR | POLLHUP)) != 0) return false;
-  return (p.revents & POLLOUT) != 0;
-}
-
-ssize_t ConnStream::read(char* ptr, size_t size) {
-  for (;;) {
-    if (c_.Buffered() > 0) {
-      size_t n = std::min(size, c_.Buffered());
-      std::memcpy(ptr, c_.buf.data() + c_.pos, n);
-      c_.pos += n;
-      if (c_.pos == c_.buf.size()) {
-        c_.buf.clear();
-        c_.pos = 0;
-      }
-      return static_cast<ssize_t>(n);
-    }
-    if (deadline_ms_ > 0 && MonoMs() >= deadline_ms_) return -1;
-    bool wait_write = false;
-    const bool open = c_.ReadAvailable(&wait_write);
-    if (c_.Buffered() > 0) continue;
-    if (!open) return 0;  // the peer closed
-    if (!Wait(wait_write ? POLLOUT : POLLIN)) return -1;
-  }
-}
-
-ssize_t ConnStream::write(const char* ptr, size_t size) {
-  return c_.WriteAll(ptr, size, write_timeout_ms_) ? static_cast<ssize_t>(size) : -1;
-}
-
-void ConnStream::get_remote_ip_and_port(std::string& ip, int& port) const {
-  ip = c_.peer_ip;
-  port = c_.peer_port;
-}
-
-void ConnStream::get_local_ip_and_port(std::string& ip, int& port) const {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof(ss);
-  ip.clear();
-  port = 0;
-  if (::getsockname(c_.fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return;
-  std::tie(ip, port) = AddressOf(ss);
 }
 
 std::pair<std::string, int> AddressOf(const sockaddr_storage& ss) {

@@ -1,19 +1,19 @@
-// One accepted HTTP connection (plain or TLS) and the httplib::Stream that a
-// handler thread reads a request from and writes its response to. Bytes that
-// arrived before a handler took the connection (the header the gate waited
-// for, a pipelined request) are kept in `buf` and read first.
+// One accepted HTTP connection (plain or TLS). Bytes that arrived before a handler
+// took the connection (the header the gate waited for, a pipelined request) are
+// kept in `buf` and read first (httplib_bridge.h), and what the server decided
+// from the header waiting there travels with it (`admission`).
 #pragma once
-
-#include <httplib.h>
-
-#include <cstdint>
-#include <cstddef>
-#include <string>
-#include <utility>
 
 #include <sys/socket.h>
 
-#include "api/clock.h"
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "http/admission.h"
 
 typedef struct ssl_st SSL;
 
@@ -32,10 +32,14 @@ struct Conn {
   // Completes a TLS handshake as far as possible without blocking: 1 done,
   // 0 wants more I/O (`*wait_write` says which), -1 failed.
   int Handshake(bool* wait_write);
-  // True when `buf` holds a whole request header (through the blank line).
-  bool HeaderComplete() const;
+  // The whole request header buffered (through its blank line), or "" while it is
+  // not all here. Blank lines before it are dropped (RFC 9112 2.2). A scan for the
+  // blank line, not a parse: the header is parsed once, by Admit.
+  std::string_view PendingHead();
   // Bytes not yet consumed.
   size_t Buffered() const { return buf.size() - pos; }
+  // Waits for `events` (poll(2)) for at most `ms` (negative: not at all); true when ready.
+  bool WaitFor(short events, int ms) const;
   // Writes all of `data`; false on failure or when no byte moves for `timeout_ms`.
   bool WriteAll(const char* data, size_t n, int timeout_ms);
 
@@ -50,30 +54,9 @@ struct Conn {
   uint64_t seq = 0;   // order of arrival at the gate
   int64_t deadline_ms = 0;
   bool idle = true;   // waiting for the first byte of its next request
-};
-
-// The request side of a connection for httplib's parser: reads from `buf` first,
-// then the socket, and fails once `deadline_ms` (steady clock) has passed.
-class ConnStream : public httplib::Stream {
- public:
-  ConnStream(Conn& c, int read_timeout_ms, int write_timeout_ms, int64_t deadline_ms)
-      : c_(c), read_timeout_ms_(read_timeout_ms), write_timeout_ms_(write_timeout_ms),
-        deadline_ms_(deadline_ms) {}
-  bool is_readable() const override;
-  bool is_writable() const override;
-  ssize_t read(char* ptr, size_t size) override;
-  ssize_t write(const char* ptr, size_t size) override;
-  void get_remote_ip_and_port(std::string& ip, int& port) const override;
-  void get_local_ip_and_port(std::string& ip, int& port) const override;
-  int socket() const override { return c_.fd; }
-
- private:
-  // Waits for `events` on the socket within the read timeout and the deadline.
-  bool Wait(short events) const;
-  Conn& c_;
-  int read_timeout_ms_;
-  int write_timeout_ms_;
-  int64_t deadline_ms_;
+  // The server's decision on the header at `pos`: set when PendingHead() is whole,
+  // taken by the handler thread that serves it. nullopt: the header did not parse.
+  std::optional<Admission> admission;
 };
 
 // The address and port in `ss` (IPv4 or IPv6); "" and 0 for another family.

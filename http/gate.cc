@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "api/clock.h"
 #include "api/status.h"
 
 namespace tessera::http {
@@ -193,7 +194,7 @@ void Gate::Adopt(std::shared_ptr<Conn> c, int64_t now) {
   // A returned connection may already hold its next request (pipelined, or
   // decrypted by TLS ahead of time): no readiness event would announce it.
   if (waiting_.count(fd) != 0 &&
-      (ref.HeaderComplete() || (ref.ssl != nullptr && SSL_pending(ref.ssl) > 0))) {
+      (!ref.PendingHead().empty() || (ref.ssl != nullptr && SSL_pending(ref.ssl) > 0))) {
     Advance(fd, now);
   }
 }
@@ -238,15 +239,13 @@ void Gate::Advance(int fd, int64_t now) {
     c.idle = false;
     c.deadline_ms = now + options_.header_timeout_ms;
   }
-  if (c.HeaderComplete() && options_.screen) {
-    const std::string_view pending(c.buf.data() + c.pos, c.Buffered());
-    const size_t end = pending.find("\r\n\r\n");
-    if (std::optional<std::string> answer = options_.screen(pending.substr(0, end + 4))) {
-      stats_.screened++;
-      return Answer(fd, *answer, now);
+  if (const std::string_view head = c.PendingHead(); !head.empty()) {
+    if (options_.screen) {
+      if (std::optional<std::string> answer = options_.screen(c, head)) {
+        stats_.screened++;
+        return Answer(fd, *answer, now);
+      }
     }
-  }
-  if (c.HeaderComplete()) {
     std::shared_ptr<Conn> mine = std::move(it->second);
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
     waiting_.erase(it);

@@ -35,9 +35,10 @@ struct GateOptions {
   size_t max_header_bytes = 64 << 10;  // larger: 431
   size_t max_waiting_per_peer = 1024;
   size_t max_waiting = 16384;
-  // Given a whole request header, the complete response to send instead of
-  // dispatching it (the connection is then closed); nullopt: dispatch.
-  std::function<std::optional<std::string>(std::string_view head)> screen;
+  // Given a connection holding a whole request header `head`, the complete response
+  // to send instead of dispatching it (the connection is then closed); nullopt:
+  // dispatch. What it decides about the request may travel on the connection.
+  std::function<std::optional<std::string>(Conn& c, std::string_view head)> screen;
 };
 
 struct GateStats {

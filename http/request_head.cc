@@ -31,7 +31,8 @@ std::optional<Request> ParseRequestHead(std::string_view head) {
   }
   Request req;
   req.method = std::string(line.substr(0, sp1));
-  const std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  target = target.substr(0, target.find('#'));  // a fragment is the client's, as in httplib
   const size_t q = target.find('?');
   req.path = std::string(target.substr(0, q));
   if (req.path.empty() || req.path[0] != '/') return std::nullopt;

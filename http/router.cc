@@ -116,16 +116,18 @@ const Route* Router::Match(Request* req, bool* method_mismatch, size_t* work) co
 Response Router::Dispatch(Request req) const {
   bool wrong_method = false;
   const Route* route = Match(&req, &wrong_method);
-  if (!route) {
-    if (wrong_method) {
-      return Response::Error(Status(Code::kMethodNotAllowed,
-                                    "method " + req.method + " is not allowed on " + req.path,
-                                    {{"field", "method"}}));
-    }
-    return Response::Error(NotFound("no such endpoint: " + req.method + " " + req.path,
-                                    {{"field", "path"}}));
-  }
+  if (!route) return NoRoute(req, wrong_method);
   return route->handler(req);
+}
+
+Response NoRoute(const Request& req, bool method_mismatch) {
+  if (method_mismatch) {
+    return Response::Error(Status(Code::kMethodNotAllowed,
+                                  "method " + req.method + " is not allowed on " + req.path,
+                                  {{"field", "method"}}));
+  }
+  return Response::Error(
+      NotFound("no such endpoint: " + req.method + " " + req.path, {{"field", "path"}}));
 }
 
 std::string PercentDecode(std::string_view s) {

@@ -81,6 +81,9 @@ class Router {
   std::vector<Route> routes_;
 };
 
+// The 404 of a request no route matches, or its 405 when `method_mismatch`.
+Response NoRoute(const Request& req, bool method_mismatch);
+
 std::string PercentDecode(std::string_view s);
 std::string PercentEncode(std::string_view s);  // everything but unreserved chars and '/'
 // For a value that must stay one path segment ({id} routes): '/' too.

@@ -14,9 +14,10 @@
 #include <string>
 #include <string_view>
 
-#include "http/router.h"
 #include "api/status.h"
 #include "api/thread_annotations.h"
+#include "http/admission.h"
+#include "http/router.h"
 
 namespace httplib {
 class ThreadPool;
@@ -70,7 +71,10 @@ struct ServerStats {
   uint64_t unauthenticated_at_gate = 0;  // answered 401 from their header, no thread spent
 };
 
+class BodyReader;
 class Gate;
+class HttplibBridge;
+struct Answer;
 struct Conn;
 
 class Server {
@@ -92,30 +96,29 @@ class Server {
   ServerStats stats() const;
 
  private:
-  class Core;
-  // `body`: the request body when it was read by a content reader (else hreq's).
-  // Answers a request: by its route, or with `refusal` when set.
-  void Handle(const void* raw_req, void* raw_res, std::string* body = nullptr,
-              const Status* refusal = nullptr);
-  // A request that may carry a body: what the header alone decides is answered before
-  // any byte of the body is read; else the body is read (within the route's limit)
-  // and the request handled. `raw_reader` is httplib's ContentReader.
-  void HandleWithBody(const void* raw_req, void* raw_res, const void* raw_reader);
-  // Whether the request's credential lets it reach `route`.
-  bool Authorized(const Route& route, const Request& req) const;
-  // The 401 of a request without its credential.
-  Status Unauthorized() const;
-  // For the gate: the whole 401 response of a request header whose route needs a
-  // credential it lacks; nullopt for any other (dispatched to a handler thread).
-  std::optional<std::string> Screen(std::string_view head) const;
+  // Decides on the request header `head` that `c` holds, once (admission.h), and
+  // leaves the decision on `c` for the thread that serves it.
+  void Admit(Conn& c, std::string_view head) const;
+  // For the gate: admits the header `c` holds, and returns the whole 401 response
+  // when its route needs a credential it lacks; nullopt to dispatch it to a thread.
+  std::optional<std::string> Screen(Conn& c, std::string_view head) const;
   void Dispatch(std::shared_ptr<Conn> c);
   // Serves requests on `c` until it closes or has to wait for its next one.
   void Serve(std::shared_ptr<Conn> c);
-  bool Reserved(const Conn& c) const;
+  // Answers one request from what was decided at its admission (null: its header
+  // did not parse; its request is moved out) and, where the header alone does not
+  // decide, its body.
+  Answer Respond(Admission* admission, BodyReader& body) const;
+  // Reads the body of a request for `route` into `req`: ok, or the refusal that was
+  // decided from its header (or once it passed the route's limit).
+  Status ReadBody(const Route& route, BodyReader& body, Request* req) const;
+  // The 401 of a request without its credential.
+  Status Unauthorized() const;
 
   std::shared_ptr<Router> router_;
   ServerOptions options_;
-  std::unique_ptr<Core> core_;
+  AdmissionPolicy policy_;
+  std::unique_ptr<HttplibBridge> bridge_;
   std::unique_ptr<SSL_CTX, void (*)(SSL_CTX*)> tls_;
   std::unique_ptr<Gate> gate_;
   std::unique_ptr<httplib::ThreadPool> pool_;
