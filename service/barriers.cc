@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "service/model.h"
+#include "service/records.h"
 
 namespace tessera::service {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "api/collective_ops.h"
 #include "api/names.h"
-#include "service/job_machines.h"
+#include "service/collective_machine.h"
 #include "service/service.h"
 
 namespace tessera::service {

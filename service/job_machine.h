@@ -24,7 +24,7 @@
 #include "api/requests.h"
 #include "api/status.h"
 #include "api/task_protocol.h"
-#include "service/model.h"
+#include "service/records.h"
 #include "storage/save_plan.h"
 
 namespace tessera::service {

@@ -23,7 +23,7 @@
 #include "service/events.h"
 #include "service/job_inbox.h"
 #include "service/job_machine.h"
-#include "service/model.h"
+#include "service/records.h"
 
 namespace tessera::service {
 

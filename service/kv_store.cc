@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "api/base64.h"
-#include "service/model.h"
+#include "service/records.h"
 
 namespace tessera::service {
 

@@ -1,7 +1,7 @@
 // Which of several tesserads leads (--ha etcd://...): the one that created the key
 // <prefix>/leader in etcd under a lease it keeps alive; the others are standbys that
-// watch the key and campaign when it goes (its holder died, stopped, or was cut off
-// for one lease). The key's value says who leads: {"url", "root", "since_ms", "pid",
+// read the key every quarter of a lease and campaign once it is gone (its holder died,
+// stopped, or was cut off for one lease). The key's value says who leads: {"url", "root", "since_ms", "pid",
 // "host"}, which is how a standby names the leader to clients. See docs/ha.md.
 #pragma once
 

@@ -13,7 +13,7 @@
 
 #include "api/status.h"
 #include "api/thread_annotations.h"
-#include "service/model.h"
+#include "service/records.h"
 
 namespace tessera::service {
 

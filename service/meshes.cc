@@ -5,7 +5,7 @@
 #include <optional>
 
 #include "api/names.h"
-#include "service/job_machines.h"
+#include "service/collective_machine.h"
 #include "service/service.h"
 #include "storage/root_meta.h"
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "service/kv_store.h"
-#include "service/model.h"
+#include "service/records.h"
 
 namespace tessera::service {
 namespace {

@@ -1,11 +1,11 @@
 // A restore, checked at the door: StartRestore plans every tensor from the
 // checkpoint's record, so a restore that cannot work is a 400; then its machine
-// (RestoreMachine, job_machines.h) has every target worker read its devices' slices
+// (RestoreMachine, restore_machine.h) has every target worker read its devices' slices
 // (any mesh, any layout) into its store.
 #include <algorithm>
 
 #include "api/names.h"
-#include "service/job_machines.h"
+#include "service/restore_machine.h"
 #include "service/restore_plan.h"
 #include "service/service.h"
 #include "storage/checkpoint_dir.h"

@@ -39,7 +39,7 @@
 #include "service/job_registry.h"
 #include "service/mesh_registry.h"
 #include "service/metrics.h"
-#include "service/model.h"
+#include "service/records.h"
 #include "service/state_write.h"
 #include "service/worker_registry.h"
 #include "service/write_turns.h"

@@ -1,6 +1,6 @@
 // A verify: every chunk of a committed checkpoint read back against its checksum
-// (VerifyMachine, job_machines.h; the reading is Service::VerifyIo, job_loop.cc).
-#include "service/job_machines.h"
+// (VerifyMachine, verify_machine.h; the reading is Service::VerifyIo, job_loop.cc).
+#include "service/verify_machine.h"
 #include "service/service.h"
 
 namespace tessera::service {

@@ -17,7 +17,7 @@
 #include "api/json_codec.h"
 #include "api/status.h"
 #include "api/thread_annotations.h"
-#include "service/model.h"
+#include "service/records.h"
 
 namespace tessera::service {
 

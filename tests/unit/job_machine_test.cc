@@ -3,7 +3,9 @@
 // deaths, joins, cancels, ticks) and checks the actions the loop would carry out.
 #include <gtest/gtest.h>
 
-#include "service/job_machines.h"
+#include "service/restore_machine.h"
+#include "service/verify_machine.h"
+#include "service/collective_machine.h"
 #include "service/safetensors_machines.h"
 #include "service/save_machine.h"
 

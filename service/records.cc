@@ -1,4 +1,4 @@
-#include "service/model.h"
+#include "service/records.h"
 
 #include <chrono>
 #include <cstdio>
