@@ -65,8 +65,8 @@ Result<bool> Leadership::CampaignOnce(Json* me, bool* said_standby) {
     if (!left.ok() || *left <= 0) {
       ASSIGN_OR_RETURN(lease_, etcd_->Grant(options_.lease_s));
     }
-    const int64_t began = MonoMs();
-    (*me)["since_ms"] = WallMs();
+    const int64_t began = options_.clock->MonoMs();
+    (*me)["since_ms"] = options_.clock->WallMs();
     ASSIGN_OR_RETURN(auto won, etcd_->CreateIfAbsent(key(), me->dump(), lease_));
     if (won.first) {
       renewed_mono_ms_ = began;
@@ -104,14 +104,14 @@ Status Leadership::Campaign(const std::string& url, const std::atomic<bool>& sto
     }
     MutexLock lock(mu_);
     if (stop || stopping_) break;
-    cv_.WaitFor(mu_, std::chrono::milliseconds(poll_ms));
+    options_.clock->WaitUntil(cv_, mu_, options_.clock->MonoMs() + poll_ms);
   }
   return Unavailable("stopped before leading");
 }
 
 Status Leadership::Check() const {
   if (!leading_) return Unavailable("this tesserad no longer leads", {{"reason", "not_leader"}});
-  const int64_t age = MonoMs() - renewed_mono_ms_.load();
+  const int64_t age = options_.clock->MonoMs() - renewed_mono_ms_.load();
   if (age > options_.lease_s * 1000 * 3 / 4) {
     return Unavailable("this tesserad's etcd lease was last renewed " + std::to_string(age) +
                            " ms ago; a standby may lead now",
@@ -129,10 +129,12 @@ void Leadership::KeepAliveLoop() {
   const int64_t period_ms = options_.lease_s * 1000 / 3;
   MutexLock lock(mu_);
   while (!stopping_) {
-    cv_.WaitFor(mu_, std::chrono::milliseconds(period_ms));
+    const int64_t due = options_.clock->MonoMs() + period_ms;
+    while (!stopping_ && options_.clock->WaitUntil(cv_, mu_, due)) {
+    }
     if (stopping_) return;
     lock.unlock();
-    const int64_t began = MonoMs();
+    const int64_t began = options_.clock->MonoMs();
     auto ttl = etcd_->KeepAlive(lease_);
     Status lost;
     if (ttl.ok() && *ttl > 0) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "api/clock.h"
 #include "api/json_codec.h"
 #include "api/status.h"
 #include "api/thread_annotations.h"
@@ -23,6 +24,7 @@ struct LeadershipOptions {
   std::string ha;        // etcd://HOST:PORT[,...][/PREFIX]
   std::string root;      // its checkpoint root: every tesserad of a group must share it
   int64_t lease_s = 5;
+  Clock* clock = RealClock();  // the lease's renewals, its age in Check, the campaign's polls
 };
 
 class Leadership {
