@@ -69,17 +69,21 @@ def main():
             row = {"kind": "worker_loss", "run": run, "worker": worker_id, "fail_s": fail_s,
                    "lease_s": LEASE_MS / 1000.0, "error": error.code}
             rows.append(row)
-            print(json.dumps(row), flush=True)
+            emit(row, args.out)
         for m in ms:
             m.close()
     fails = [r["fail_s"] for r in rows]
     summary = {"kind": "summary", "fail_s": statistics.median(fails), "fail_s_min": min(fails),
                "fail_s_max": max(fails), "lease_s": LEASE_MS / 1000.0, "goal_s": GOAL_S}
-    print(json.dumps(summary), flush=True)
-    if args.out:
-        with open(args.out, "a") as f:
-            for r in rows + [summary]:
-                f.write(json.dumps(r) + "\n")
+    emit(summary, args.out)
+
+
+def emit(row, out):
+    """Prints `row` and appends it to `out` at once: the runs done survive a failed one."""
+    print(json.dumps(row), flush=True)
+    if out:
+        with open(out, "a") as f:
+            f.write(json.dumps(row) + "\n")
 
 
 def markdown(rows):
