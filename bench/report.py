@@ -133,6 +133,8 @@ def main():
     ap.add_argument("--only", default="all",
                     choices=("all", "storage", "collectives", "s3", "history"))
     ap.add_argument("--rounds", default="2")
+    ap.add_argument("--targets", default="",
+                    help="the build step's targets, as run.sh built them (space-separated)")
     ap.add_argument("--peers", default=os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "peers"),
         help="bench/peers, for the peers' reference runs in its results/")
@@ -215,12 +217,13 @@ def main():
     w(f"- **Software:** {facts['gcc']}; {facts['fio'] or 'fio not installed'}; libzstd "
       f"{facts['zstd']}; /usr/bin/python3 {facts['python']} with torch {torch_version}; "
       f"{facts['mpi'] or 'Open MPI not installed'}.")
-    targets = []
-    if do_storage:
-        targets += ["tessera_bench_storage", "tessera_bench_cluster", "tessera-worker"]
-    if do_coll:
-        targets += ["tessera_bench_collectives", "tessera_bench_rest_barrier"]
-    targets.append("tesserad")
+    targets = a.targets.split()
+    if not targets:  # a report of a run from before run.sh passed them
+        if do_storage:
+            targets += ["tessera_bench_storage", "tessera_bench_cluster", "tessera-worker"]
+        if do_coll:
+            targets += ["tessera_bench_collectives", "tessera_bench_rest_barrier"]
+        targets.append("tesserad")
     w(f"- **Command** (from the repository root): `{a.command}`. It builds "
       f"{', '.join(f'`{t}`' for t in targets)} (Release, `build-bench/`), then runs, in "
       "this order:")
@@ -237,6 +240,8 @@ def main():
                    f"--repeat {a.repeat}",
         "cluster": f"build-bench/bin/tessera_bench_cluster --dir $tmp --scale {a.scale} "
                    "--repeat 3",
+        "export": "TESSERA_BIN=build-bench/bin /usr/bin/python3 bench/export.py --runs 3",
+        "worker_loss": "TESSERA_BIN=build-bench/bin /usr/bin/python3 bench/worker_loss.py --runs 3",
         "fio_pass2": "DIR=$tmp bench/peers/disk_fio.sh",
         "ours_inproc": "build-bench/bin/tessera_bench_collectives --ranks 4 --transport inproc",
         "rest_barrier": "build-bench/bin/tessera_bench_rest_barrier --ranks 4",
@@ -610,6 +615,10 @@ def main():
     if a.only in ("all", "storage") and os.path.exists(exports):
         import export  # noqa: PLC0415 - bench/, beside this script
         L.extend(export.markdown(load(exports)))
+    losses = os.path.join(a.out, "worker_loss.jsonl")
+    if a.only in ("all", "storage") and os.path.exists(losses):
+        import worker_loss  # noqa: PLC0415 - bench/, beside this script
+        L.extend(worker_loss.markdown(load(losses)))
 
     history = os.path.join(a.out, "job_history.json")
     if a.only in ("all", "history") and os.path.exists(history):

@@ -8,14 +8,18 @@
 #    dependencies of tools/setup.sh, fio, iperf3, Open MPI (openmpi-bin, libopenmpi-dev),
 #    python3-torch, python3-numpy, python3-boto3 and Ceph (ceph-mon, ceph-osd, radosgw,
 #    ceph-common) for the S3 comparison;
-# 1. builds tessera_bench_storage, tessera_bench_cluster, tessera_bench_collectives,
-#    tessera_bench_rest_barrier, tesserad and tessera-worker (Release) in build-bench/;
+# 1. builds every program a later step runs (Release, in build-bench/): tesserad, and
+#    for storage tessera_bench_storage, tessera_bench_cluster, tessera-worker and the
+#    tessera CLI (bench/export.py), for collectives tessera_bench_collectives and
+#    tessera_bench_rest_barrier;
 # 2. storage: on one disk (a temp dir under bench/out/), alternates peer / ours / peer:
 #      bench/peers/disk_fio.sh      fio write/read, memcpy, loopback (pass 1)
 #      bench/peers/save_torch.py    torch.save/torch.load and DCP of the same 1 GiB state
 #      tessera_bench_storage        our save/read/index merge
 #      tessera_bench_cluster        tesserad + 4 workers: stall, save, restore, reshard,
 #                                   500-worker heartbeats, a save across 64 ranks
+#      bench/export.py              safetensors export (REST job, `tessera export`)
+#      bench/worker_loss.py         a worker frozen mid-save: time until the save fails
 #      bench/peers/disk_fio.sh      again (pass 2), so the disk's drift is visible
 #      S3: a Ceph RGW from tools/s3/rgw.sh; bench/s3_boto3.py (boto3 upload_file and
 #      download_file of 1 GiB), tessera_bench_cluster with an s3:// root, boto3 again
@@ -210,11 +214,13 @@ skip() {
   printf '{"step": "%s", "skipped": "%s"}\n' "$1" "$2" >> "$steps"
 }
 
+# Every program a step runs from build-bench/bin; each is checked to exist after the build.
 targets=(tesserad)
-want storage && targets+=(tessera_bench_storage tessera_bench_cluster tessera-worker)
+want storage && targets+=(tessera_bench_storage tessera_bench_cluster tessera-worker tessera)
 [ "$only" = s3 ] && targets+=(tessera_bench_cluster tessera-worker)
 want collectives && targets+=(tessera_bench_collectives tessera_bench_rest_barrier)
 want history && targets+=(tessera-worker)
+mapfile -t targets < <(printf '%s\n' "${targets[@]}" | awk '!seen[$0]++')
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 step build "$out/build.log" bash -c \
   'cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release &&
@@ -289,6 +295,10 @@ if want storage; then
   rm -f "$out/export.jsonl"
   step export "$out/export.log" env TESSERA_BIN=build-bench/bin "$py" bench/export.py --runs 3 \
     --out "$out/export.jsonl" || true
+  # A worker frozen mid-save (SIGSTOP): how long until the save fails, against the lease.
+  rm -f "$out/worker_loss.jsonl"
+  step worker_loss "$out/worker_loss.log" env TESSERA_BIN=build-bench/bin "$py" \
+    bench/worker_loss.py --runs 3 --out "$out/worker_loss.jsonl" || true
   fio_step fio_pass2
   s3_part
 fi
@@ -335,5 +345,5 @@ cmdline="bash bench/run.sh"
 [ "$only" = all ] || cmdline="TESSERA_BENCH_ONLY=$only $cmdline"
 "$py" bench/report.py --out "$out" --results "$results" --started "$started" \
   --finished "$finished" --command "$cmdline" --scale "$scale" --repeat "$repeat" \
-  --only "$only" --rounds "$rounds"
+  --only "$only" --rounds "$rounds" --targets "${targets[*]}"
 echo "wrote $results" >&2

@@ -23,10 +23,21 @@ curl -sS -X POST -H "$auth" -d '{"rank": 0, "world": 2, "timeout_ms": 200}' \
 # KV: the reader waits up to 10 s for the key; the writer stores any bytes (≤ 1 MiB).
 curl -sS -f -H "$auth" "$TESSERA_URL/api/v1/kv/demo/coordinator?wait_ms=10000" > "$TESSERA_STATE/kv-read" &
 reader=$!
-sleep 0.2
+# Write only once tesserad counts the read as waiting (gauge tessera_kv_waiting_gets).
+waiting() {
+  curl -sS "$TESSERA_URL/metrics" | awk '$1 == "tessera_kv_waiting_gets" && $2 >= 1 { w = 1 } END { exit !w }'
+}
+for ((i = 0; i < 100; i++)); do
+  waiting && break
+  kill -0 "$reader" 2> /dev/null || { echo "error: the KV read returned before the key was written" >&2; exit 1; }
+  sleep 0.1
+done
+waiting || { echo "error: the KV read never blocked (tessera_kv_waiting_gets stayed 0)" >&2; exit 1; }
 curl -sS -f -X PUT -H "$auth" -H 'Content-Type: application/octet-stream' \
   --data-binary '10.0.0.1:29500' "$TESSERA_URL/api/v1/kv/demo/coordinator"
 wait "$reader"
+[ "$(cat "$TESSERA_STATE/kv-read")" = "10.0.0.1:29500" ] ||
+  { echo "error: the blocked reader got '$(cat "$TESSERA_STATE/kv-read")', not the value written" >&2; exit 1; }
 echo "reader got: $(cat "$TESSERA_STATE/kv-read")"
 api GET '/api/v1/kv?prefix=demo/' | jq -c .
 api DELETE /api/v1/kv/demo/coordinator > /dev/null && echo "deleted demo/coordinator"

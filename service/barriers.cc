@@ -1,6 +1,6 @@
 #include "service/barriers.h"
 
-#include <chrono>
+#include <algorithm>
 
 #include "service/records.h"
 
@@ -28,7 +28,7 @@ Json MissingRanks(const std::map<int64_t, int64_t>& arrived, int64_t world) {
 
 Result<Json> Barriers::Arrive(const std::string& name, int64_t rank, int64_t world,
                               int64_t timeout_ms) {
-  const auto start = std::chrono::steady_clock::now();
+  const int64_t start = clock_->MonoMs();
   MutexLock lock(mu_);
   if (stopping_) {
     Status st = Unavailable("tesserad is shutting down", {{"barrier", name}});
@@ -53,7 +53,7 @@ Result<Json> Barriers::Arrive(const std::string& name, int64_t rank, int64_t wor
     CountWait(st);
     return st;
   }
-  const int64_t now = WallMs();
+  const int64_t now = clock_->WallMs();
   if (b->arrived.empty()) {
     b->world = world;
     b->opened_ms = now;
@@ -62,11 +62,7 @@ Result<Json> Barriers::Arrive(const std::string& name, int64_t rank, int64_t wor
   const int64_t generation = b->generation;
   Publish({{"name", name}, {"action", "arrived"}, {"rank", rank}, {"world", world},
            {"generation", generation}, {"arrived", b->arrived.size()}});
-  auto waited = [&] {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
-                                                                 start)
-        .count();
-  };
+  auto waited = [&] { return clock_->MonoMs() - start; };
   const Json done = {{"name", name}, {"world", world}, {"generation", generation}};
   if (static_cast<int64_t>(b->arrived.size()) == world) {
     b->arrived.clear();
@@ -80,9 +76,10 @@ Result<Json> Barriers::Arrive(const std::string& name, int64_t rank, int64_t wor
     out["waited_ms"] = waited();
     return out;
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  // At least 1: a deadline of 0 means none to the clock.
+  const int64_t deadline = std::max<int64_t>(1, clock_->MonoMs() + timeout_ms);
   while (!stopping_ && b->generation == generation) {
-    if (!cv_.WaitUntil(mu_, deadline)) break;
+    if (!clock_->WaitUntil(cv_, mu_, deadline)) break;
   }
   if (b->generation != generation) {
     lock.unlock();
@@ -117,7 +114,7 @@ Result<Json> Barriers::Arrive(const std::string& name, int64_t rank, int64_t wor
 
 Json Barriers::List() {
   MutexLock lock(mu_);
-  const int64_t now = WallMs();
+  const int64_t now = clock_->WallMs();
   Json out = Json::array();
   for (const auto& [name, b] : barriers_) {
     if (b->arrived.empty()) continue;

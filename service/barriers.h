@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "api/clock.h"
 #include "api/json_codec.h"
 #include "api/status.h"
 #include "api/thread_annotations.h"
@@ -29,8 +30,9 @@ inline constexpr int64_t kMaxBarrierWorld = 65536;
 
 class Barriers {
  public:
-  // `events` and `metrics` may be null (tests).
-  Barriers(EventBus* events, Metrics* metrics) : events_(events), metrics_(metrics) {}
+  // `events` and `metrics` may be null (tests); waits, timeouts and waited_ms read `clock`.
+  Barriers(EventBus* events, Metrics* metrics, Clock* clock = RealClock())
+      : events_(events), metrics_(metrics), clock_(clock) {}
 
   // Blocks until `world` ranks have arrived at `name` → {name, world, generation, waited_ms};
   // deadline_exceeded after `timeout_ms` with details.missing_ranks / arrived_ranks;
@@ -60,6 +62,7 @@ class Barriers {
 
   EventBus* events_;
   Metrics* metrics_;
+  Clock* const clock_;
   Mutex mu_;
   CondVar cv_;
   bool stopping_ GUARDED_BY(mu_) = false;

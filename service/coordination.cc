@@ -15,7 +15,7 @@ constexpr size_t kMaxReasonLength = 1000;
 Coordination::Coordination(CoordinationOptions options, Catalog* catalog, EventBus* events,
                            Metrics* metrics)
     : options_(options),
-      barriers_(events, metrics),
+      barriers_(events, metrics, options.clock != nullptr ? options.clock : RealClock()),
       kv_(catalog, metrics),
       preemption_(catalog, events, metrics) {}
 

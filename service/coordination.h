@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "api/clock.h"
 #include "api/json_codec.h"
 #include "api/status.h"
 #include "service/barriers.h"
@@ -27,6 +28,7 @@ namespace tessera::service {
 struct CoordinationOptions {
   int64_t default_timeout_ms = 30000;  // barrier and sync waits without timeout_ms
   int64_t max_wait_ms = 60000;         // cap for every wait
+  Clock* clock = RealClock();          // what barrier waits read (api/clock.h)
 };
 
 class Coordination {

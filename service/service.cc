@@ -29,6 +29,7 @@ Result<std::unique_ptr<Service>> Service::Create(ServiceOptions options, storage
   s->PruneJobHistory();  // a catalog from before the history policy may hold many
   CoordinationOptions coordination;
   coordination.max_wait_ms = s->options_.max_wait_ms;
+  coordination.clock = s->clock_;
   ASSIGN_OR_RETURN(s->coordination_, Coordination::Open(coordination, s->catalog_.get(),
                                                         &s->events_, &s->metrics_));
   return s;

@@ -7,12 +7,12 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 
 import numpy as np
 import pytest
 
 import tessera
+from eventually import eventually
 from test_save_restore import each
 
 PYTHON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -107,10 +107,8 @@ def test_restore_without_a_step_agrees_on_the_step_every_worker_saw(mesh4, clust
     for t in pool:
         t.start()
     health = [tessera._http.Endpoint(u, "worker", timeout=5) for u in cluster.worker_urls[:3]]
-    deadline = time.monotonic() + 30
-    while not all(h.json("GET", "/healthz")["collectives_in_flight"] == 1 for h in health):
-        assert time.monotonic() < deadline, "the three restores never reached the agreement"
-        time.sleep(0.005)
+    eventually(lambda: all(h.json("GET", "/healthz")["collectives_in_flight"] == 1 for h in health),
+               "the three restores never reached the agreement", interval=0.005)
     # Step 3 commits meanwhile (a REST save: the workers snapshot what they hold).
     for a in arrays:
         a[:] = 3

@@ -550,12 +550,10 @@ TEST_F(CollectivesE2E, SparseAllReduceMalformedInputIsNamedAndTheMeshGoesOn) {
     std::vector<Slices> in;
     for (int r = 0; r < 4; ++r) in.push_back(RandomSlices(2, rng));
     b.spoil(in[2]);
-    const auto start = std::chrono::steady_clock::now();
     auto answers = OnWorkers(4, [&](int r) {
       return Collective(r, "sparse_all_reduce", in[r].Query("&timeout_ms=30000"), in[r].Body());
     });
-    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20)) << b.what;
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < 4; ++r) {  // a worker that waited for its timeout answers 504
       ASSERT_EQ(answers[r].status, 400) << b.what << ": " << answers[r].body;
       EXPECT_EQ(answers[r].error["details"]["invalid_workers"], Json::array({"w-worker-2"}))
           << answers[r].body;

@@ -9,7 +9,6 @@ import os
 import re
 import signal
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -20,6 +19,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", 
 from rgw import Rgw  # noqa: E402
 import tessera  # noqa: E402  (hosts.py puts python/ on the path)
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python", "tests"))
+from eventually import eventually  # noqa: E402
 from safetensors_files import read_safetensors  # noqa: E402
 
 WHY_NOT = can_run()
@@ -167,13 +167,9 @@ class Cluster:
     def register(self, name, axes):
         self.client.register_mesh(name, axes, workers=[self.ids[i] for i in range(1, WORKERS + 1)])
 
-    def wait_alive(self, i, timeout=20):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.client.worker(self.ids[i])["state"] == "alive":
-                return
-            time.sleep(0.1)
-        raise AssertionError("worker %s did not come back alive" % self.ids[i])
+    def wait_alive(self, i, timeout=30):
+        eventually(lambda: self.client.worker(self.ids[i])["state"] == "alive",
+                   "worker %s did not come back alive" % self.ids[i], timeout)
 
 
 @pytest.fixture(scope="module", params=SHARES)
@@ -296,15 +292,15 @@ def test_link_down_fails_the_save_naming_the_worker_then_it_rejoins(cluster):
     c.register("lnk", {"data": WORKERS})
     c.hosts.link_down(2)
     try:
-        t0 = time.monotonic()
         # Host 2's trainer still reaches its own worker; that worker cannot reach tesserad.
         out = c.trainers("lnk", "save", 10, "--wait", hosts=[1, 3, 4])
         errors = [r for r in out.values() if "error" in r]
         assert errors, out
-        took = time.monotonic() - t0
         detail = json.dumps(errors)
         assert c.ids[2] in detail, detail
-        assert took < (LEASE_MS + 8000) / 1000.0, took
+        # Failed by the lease ("is dead"), not by the 120 s join wait (deadline_exceeded);
+        # how long that takes is bench/worker_loss.py's.
+        assert all(r["error"] == "unavailable" and "is dead" in r["message"] for r in errors), errors
         assert c.client.worker(c.ids[2])["state"] in ("dead", "suspect")
     finally:
         c.hosts.link_up(2)
@@ -344,12 +340,9 @@ def wait_for_write_phase(c, mesh, host):
     def holds(j):
         return any(w.get("id") == c.ids[host] and w.get("state") == "running"
                    for w in j.get("workers", []))
-    deadline = time.monotonic() + 30
-    while not any(j.get("phase") == "write" and j.get("state") == "running" and holds(j)
-                  for j in c.client.jobs(mesh=mesh)):
-        assert time.monotonic() < deadline, [(j["id"], j["state"], j.get("phase"))
-                                             for j in c.client.jobs(mesh=mesh)]
-        time.sleep(0.05)
+    eventually(lambda: any(j.get("phase") == "write" and j.get("state") == "running" and holds(j)
+                           for j in c.client.jobs(mesh=mesh)),
+               lambda: [(j["id"], j["state"], j.get("phase")) for j in c.client.jobs(mesh=mesh)])
 
 
 def test_worker_frozen_mid_write_never_reaches_a_checkpoint(cluster):

@@ -12,12 +12,13 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from hosts import Hosts, can_run  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python", "tests"))
+from eventually import eventually  # noqa: E402
 from test_multihost import (HEARTBEAT_MS, LEASE_MS, WORKERS, PosixStore, S3Store,  # noqa: E402
                             Cluster, bin_path)
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "etcd"))
@@ -71,15 +72,11 @@ class HaCluster(Cluster):
         except tessera.TesseraError:
             return None
 
-    def wait_leader(self, exclude, timeout=30):
+    def wait_leader(self, exclude):
         """The host whose tesserad leads, once one other than `exclude` does."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for h in SERVER_HOSTS:
-                if h != exclude and self.role(h) == "leader":
-                    return h
-            time.sleep(0.05)
-        raise AssertionError("no tesserad leads after %d s" % timeout)
+        return eventually(lambda: [h for h in SERVER_HOSTS
+                                   if h != exclude and self.role(h) == "leader"],
+                          "no tesserad other than host %s leads" % exclude)[0]
 
     def leader(self):
         return self.wait_leader(exclude=None)
@@ -115,11 +112,9 @@ def slow_writer(c, mesh, host, delay_ms):
 
 
 def wait_writing(c, mesh):
-    deadline = time.monotonic() + 30
-    while not any(j.get("phase") == "write" and j.get("state") == "running"
-                  for j in c.client.jobs(mesh=mesh)):
-        assert time.monotonic() < deadline, c.client.jobs(mesh=mesh)
-        time.sleep(0.05)
+    eventually(lambda: any(j.get("phase") == "write" and j.get("state") == "running"
+                           for j in c.client.jobs(mesh=mesh)),
+               lambda: c.client.jobs(mesh=mesh))
 
 
 def mid_save(c, mesh, host):
@@ -155,10 +150,7 @@ def expect_taken_over(c, mesh, savers, new_leader):
 
 def restart_as_standby(c, h):
     c.start_tesserad(h, log="tesserad-%d-again.log" % h)
-    deadline = time.monotonic() + 30
-    while c.role(h) != "standby":
-        assert time.monotonic() < deadline, c.procs[h].text()[-2000:]
-        time.sleep(0.05)
+    eventually(lambda: c.role(h) == "standby", lambda: c.procs[h].text()[-2000:])
 
 
 def test_a_standby_names_the_leader_and_refuses_writes(ha):

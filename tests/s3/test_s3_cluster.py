@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -21,6 +20,7 @@ from tessera.local import LocalCluster  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "s3"))
 from rgw import Rgw  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python", "tests"))
+from eventually import eventually  # noqa: E402
 from safetensors_files import read_safetensors, write_model_folder  # noqa: E402
 
 BUCKET = "tessera-cluster-test"
@@ -228,13 +228,10 @@ def test_a_failed_part_fails_the_save_naming_worker_and_part(rgw, cluster):
         assert states == {1: "committed", 2: "failed"}, states
         # Nothing of step 2 is left: no objects, no unfinished upload. Workers still
         # writing when the job failed are collected one lease later (1.5 s here).
-        deadline = time.monotonic() + 30
-        while True:
-            left = [n for n in keys(s3, "main/m2/") if n.startswith((".staging-2-", "step-2"))]
-            if (not left and uploads(s3, "main/m2/") == []) or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        assert left == [] and uploads(s3, "main/m2/") == [], left
+        def left():
+            return ([n for n in keys(s3, "main/m2/") if n.startswith((".staging-2-", "step-2"))],
+                    uploads(s3, "main/m2/"))
+        eventually(lambda: left() == ([], []), lambda: left(), interval=0.2)
         t.fill(0)
         assert each(t.ms, lambda r, m: m.restore(1)) == [1] * 4 and t.holds(1)
     finally:

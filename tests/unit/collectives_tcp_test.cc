@@ -34,10 +34,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-bool EventuallyTrue(const std::function<bool()>& condition,
-                    std::chrono::milliseconds timeout = 5s) {
-  return tessera::testing::Eventually(condition, timeout);
-}
+using tessera::testing::Eventually;
 
 // details[key] of `status`, or null: const operator[] must not see a missing key.
 nlohmann::json Detail(const Status& status, const std::string& key) {
@@ -152,7 +149,7 @@ TEST(TcpTransport, ConnectRetriesUntilTheLowerRankListens) {
     rank1 = t.status();
   });
   // Rank 1 has been refused and is retrying before rank 0 listens.
-  ASSERT_TRUE(EventuallyTrue([&] { return ConnectRetries() > retries; }));
+  ASSERT_TRUE(Eventually([&] { return ConnectRetries() > retries; }));
   auto zero = TcpListener::Bind("127.0.0.1", port);
   ASSERT_TRUE(zero.ok()) << zero.status().ToString();
   auto t0 = TcpTransport::Connect(std::move(zero).value(), addresses,
@@ -303,7 +300,7 @@ void ReceiveOnASharedCpu(bool latency_bound, TcpTransport::WaitStats* stats) {
   // The message comes once the receiver waits: spinning (bulk), or past its
   // spin, asleep in poll (bound by latency).
   std::thread late_sender([&] {
-    EXPECT_TRUE(EventuallyTrue([&] {
+    EXPECT_TRUE(Eventually([&] {
       const TcpTransport::WaitStats w = (*receiver)->wait_stats();
       return latency_bound ? w.sleeps >= 1 : w.waits >= 1;
     }));
@@ -367,11 +364,10 @@ TEST(TcpTransport, APeerThatDiesMidScatterBroadcastIsNamed) {
   l.listeners[3].reset();
   std::atomic<int> done{0};  // broadcasts rank 0 finished
   std::thread killer([&] {
-    for (int i = 0; i < 2000 && done.load() < 2; ++i) std::this_thread::sleep_for(5ms);
+    EXPECT_TRUE(Eventually([&] { return done.load() >= 2; }));
     ::kill(child, SIGKILL);
   });
   std::vector<Status> st(3);
-  const auto start = std::chrono::steady_clock::now();
   RunRanks(3, [&](int r) {
     auto t = Join(l, r, 4);
     if (!t.ok()) {
@@ -387,17 +383,15 @@ TEST(TcpTransport, APeerThatDiesMidScatterBroadcastIsNamed) {
       if (st[r].ok() && r == 0) ++done;
     }
   });
-  const auto took = std::chrono::steady_clock::now() - start;
   killer.join();
   int wstatus = 0;
   ASSERT_EQ(::waitpid(child, &wstatus, 0), child);
   EXPECT_TRUE(WIFSIGNALED(wstatus)) << wstatus;
   EXPECT_GE(done.load(), 2);
-  for (const Status& s : st) {
+  for (const Status& s : st) {  // a rank that waited for its timeout says deadline_exceeded
     EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
     EXPECT_NE(s.message().find("rank 3"), std::string::npos) << s.message();
   }
-  EXPECT_LT(took, 30s) << "a rank waited for its timeout";
 }
 
 TEST(TcpTransport, APeerProcessThatDiesIsNamed) {
@@ -712,7 +706,7 @@ TEST(TcpAuth, AConnectorWithAnotherKeyIsRefusedAndTheGroupStillForms) {
       << stranger.status().message();
   EXPECT_EQ(Detail(stranger.status(), "peer_rank"), 0);
   // Rank 0's data port saw it give up without a proof.
-  EXPECT_TRUE(EventuallyTrue([&] { return a.acceptors[0]->refused() == 1; }))
+  EXPECT_TRUE(Eventually([&] { return a.acceptors[0]->refused() == 1; }))
       << a.acceptors[0]->refused();
   EXPECT_GE(RefusedConnections(), refused_before + 1);
   // The real ranks are not disturbed.
@@ -743,7 +737,7 @@ TEST(TcpAuth, RawStrangersAreRefusedAndCounted) {
   uint64_t refused = 0;
   auto expect_refused = [&](RawClient& c, const std::string& what) {
     EXPECT_TRUE(c.ClosedWithin(5s)) << what << ": still open";
-    EXPECT_TRUE(EventuallyTrue([&] { return port.refused() == refused + 1; }))
+    EXPECT_TRUE(Eventually([&] { return port.refused() == refused + 1; }))
         << what << ": " << port.refused() << " refused, want " << refused + 1;
     refused = port.refused();
   };
@@ -784,21 +778,21 @@ TEST(TcpAuth, RawStrangersAreRefusedAndCounted) {
     ASSERT_TRUE(c.Send(wire::EncodeHello(NewHello(1, 0, 2, "g"))));
     ASSERT_EQ(c.Read(wire::kChallengeBytes).size(), wire::kChallengeBytes);
     c.Close();
-    EXPECT_TRUE(EventuallyTrue([&] { return port.refused() == refused + 1; })) << "closed";
+    EXPECT_TRUE(Eventually([&] { return port.refused() == refused + 1; })) << "closed";
     refused = port.refused();
   }
   {  // Silence: dropped after the hello timeout, and the data port serves others meanwhile.
     RawClient silent(port.port());
     RawClient half(port.port());  // half a hello, then silence
     ASSERT_TRUE(half.Send(wire::EncodeHello(NewHello(1, 0, 2, "g")).substr(0, 10)));
-    ASSERT_TRUE(EventuallyTrue([&] { return port.handshaking() == 2; }));
+    ASSERT_TRUE(Eventually([&] { return port.handshaking() == 2; }));
     for (const Status& st : FormAndSum(a, "g")) EXPECT_TRUE(st.ok()) << st.ToString();
     // Neither stranger has been dropped yet (that takes the hello timeout): the mesh
     // formed while their handshakes were pending, not after.
     EXPECT_EQ(port.refused(), refused) << "the handshakes of strangers held the port up";
     EXPECT_TRUE(silent.ClosedWithin(TcpAcceptor::kHelloTimeout + 3s));
     EXPECT_TRUE(half.ClosedWithin(3s));
-    EXPECT_TRUE(EventuallyTrue([&] { return port.refused() == refused + 2; })) << "silence";
+    EXPECT_TRUE(Eventually([&] { return port.refused() == refused + 2; })) << "silence";
     refused = port.refused();
   }
   EXPECT_EQ(a.acceptors[1]->refused(), 0u);
@@ -849,7 +843,7 @@ TEST(TcpAuth, AReplayedProofIsRefused) {
   ASSERT_EQ(c.Read(wire::kChallengeBytes).size(), wire::kChallengeBytes);
   ASSERT_TRUE(c.Send(recorded_proof));
   EXPECT_TRUE(c.ClosedWithin(5s));
-  EXPECT_TRUE(EventuallyTrue([&] { return port.refused() == 1; })) << port.refused();
+  EXPECT_TRUE(Eventually([&] { return port.refused() == 1; })) << port.refused();
 }
 
 TEST(TcpAuth, AListenerRefusesAStrangerAndStillJoins) {
@@ -875,7 +869,7 @@ TEST(TcpAuth, AListenerRefusesAStrangerAndStillJoins) {
 
 TEST(TcpAuth, RefusalsAreLoggedAtMostOnceASecond) {
   // The second of an earlier test's line is over, and nothing is held back.
-  ASSERT_TRUE(EventuallyTrue([] { return tcp::RefusalLogIdle(); }));
+  ASSERT_TRUE(Eventually([] { return tcp::RefusalLogIdle(); }));
   const uint64_t lines_before = tcp::RefusalLogLines();
   const DataPortKey key = KeyOf("cluster token");
   Acceptors a = StartAcceptors({key});
@@ -888,9 +882,9 @@ TEST(TcpAuth, RefusalsAreLoggedAtMostOnceASecond) {
     ASSERT_TRUE(c.Send(wire::EncodeProof({})));
     EXPECT_TRUE(c.ClosedWithin(5s));
   }
-  EXPECT_TRUE(EventuallyTrue([&] { return port.refused() == 5; })) << port.refused();
+  EXPECT_TRUE(Eventually([&] { return port.refused() == 5; })) << port.refused();
   // The rest are summed up in one line once their second is over.
-  EXPECT_TRUE(EventuallyTrue([&] { return tcp::RefusalLogLines() == lines_before + 2; }));
+  EXPECT_TRUE(Eventually([&] { return tcp::RefusalLogLines() == lines_before + 2; }));
   const std::string log = ::testing::internal::GetCapturedStderr();
   std::vector<std::string> lines;
   for (size_t pos = 0, nl; (nl = log.find('\n', pos)) != std::string::npos; pos = nl + 1) {

@@ -8,12 +8,12 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
-#include <functional>
 #include <thread>
 
 #include "api/base64.h"
+#include "eventually.h"
+#include "fake_clock.h"
 #include "service/coordination.h"
 #include "service/service.h"
 #include "storage/env.h"
@@ -23,14 +23,7 @@ namespace {
 
 constexpr int64_t kLong = 20000;  // ms; only reached if the code under test is broken
 
-// Polls `cond` (≤ 20 s): a way to order threads, not a timing assertion.
-bool Eventually(const std::function<bool()>& cond) {
-  for (int i = 0; i < 4000; ++i) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return cond();
-}
+using tessera::testing::Eventually;
 
 // The value, or the error as text (so a failure reads well instead of aborting).
 std::string ValueOr(const Result<std::string>& r) { return r.ok() ? *r : r.status().ToString(); }
@@ -79,6 +72,7 @@ class CoordinationTest : public DataDirTest {
     catalog_ = std::move(*catalog);
     CoordinationOptions opts;
     opts.max_wait_ms = 60000;
+    opts.clock = clock_;
     auto c = Coordination::Open(opts, catalog_.get(), &events_, &metrics_);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     coord_ = std::move(*c);
@@ -102,10 +96,18 @@ class CoordinationTest : public DataDirTest {
     return !b.is_null() && b["arrived_ranks"].size() == n;
   }
 
+  Clock* clock_ = RealClock();
   EventBus events_;
   Metrics metrics_;
   std::unique_ptr<Catalog> catalog_;
   std::unique_ptr<Coordination> coord_;
+};
+
+// The same, with barriers on a clock that moves only when the test advances it.
+class FakeClockCoordinationTest : public CoordinationTest {
+ protected:
+  FakeClockCoordinationTest() { clock_ = &fake_clock_; }
+  tessera::testing::FakeClock fake_clock_;
 };
 
 // ---------------------------------------------------------------- barriers
@@ -129,12 +131,33 @@ TEST_F(CoordinationTest, BarrierReleasesRanksOnlyWhenAllHaveArrived) {
     EXPECT_EQ((*results[r])["name"], "job/step-1");
     EXPECT_EQ((*results[r])["world"], kWorld);
     EXPECT_EQ((*results[r])["generation"], 0);
-    EXPECT_GE((*results[r])["waited_ms"].get<int64_t>(), 0);
+    EXPECT_TRUE((*results[r])["waited_ms"].is_number_integer()) << results[r]->dump();
     EXPECT_EQ(seen_arrivals[r], kWorld) << "rank " << r << " left before everyone arrived";
   }
   EXPECT_TRUE(coord_->ListBarriers().empty()) << coord_->ListBarriers().dump();
   EXPECT_NE(metrics_.Render({}).find("tessera_barrier_waits_total{outcome=\"ok\"} 4"),
             std::string::npos);
+}
+
+TEST_F(FakeClockCoordinationTest, WaitedMsIsTheTimeFromArrivalToRelease) {
+  Result<Json> rank0 = Status(Code::kInternal, "not run");
+  Result<Json> rank1 = Status(Code::kInternal, "not run");
+  std::thread first([&] { rank0 = Arrive("w", 0, 3); });
+  ASSERT_TRUE(Eventually([&] { return Arrived("w", 1); }));
+  fake_clock_.Advance(500);
+  EXPECT_EQ(OpenBarrier("w")["waiting_ms"], 500);
+  std::thread second([&] { rank1 = Arrive("w", 1, 3); });
+  ASSERT_TRUE(Eventually([&] { return Arrived("w", 2); }));
+  fake_clock_.Advance(250);
+  EXPECT_EQ(OpenBarrier("w")["waiting_ms"], 750);
+  auto rank2 = Arrive("w", 2, 3);
+  first.join();
+  second.join();
+  ASSERT_TRUE(rank0.ok() && rank1.ok() && rank2.ok())
+      << JsonOr(rank0) << JsonOr(rank1) << JsonOr(rank2);
+  EXPECT_EQ((*rank0)["waited_ms"], 750);
+  EXPECT_EQ((*rank1)["waited_ms"], 250);
+  EXPECT_EQ((*rank2)["waited_ms"], 0);  // the last to arrive does not wait
 }
 
 TEST_F(CoordinationTest, BarrierOfOneRankReturnsAtOnce) {
@@ -182,7 +205,7 @@ TEST_F(CoordinationTest, BarrierTimeoutNamesMissingRanksAndTheRankLeaves) {
   EXPECT_EQ(open["world"], 4);
   EXPECT_EQ(open["arrived_ranks"], Json({2}));
   EXPECT_EQ(open["missing_ranks"], Json({0, 1, 3}));
-  EXPECT_GE(open["waiting_ms"].get<int64_t>(), 0);
+  EXPECT_TRUE(open["waiting_ms"].is_number_integer()) << open.dump();
 
   // Ranks 0 (again), 1 and 3 complete the round with rank 2.
   std::vector<std::thread> others;

@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "collectives/transport/tcp/tcp_wire.h"
 
@@ -86,15 +89,25 @@ TEST(HandshakeTable, DeadlinesTightenPastAQuarterOfTheCap) {
                         .hello_timeout_under_load = 250ms});
   Pairs p;
   const Deadline now = Clock::now();
-  EXPECT_EQ(table.NewDeadline(now), now + 2000ms);
-  for (int i = 0; i < 2; ++i) table.Admit(p.Make("10.0.2.1:" + std::to_string(i), now + 2000ms));
+  const Deadline given = now + 2000ms;
+  EXPECT_EQ(table.NewDeadline(now), given);
+  // Each connection arrives (starts its clock) between these two readings.
+  std::vector<std::pair<Deadline, Deadline>> arrived;
+  auto admit = [&](int i) {
+    const Deadline before = Clock::now();
+    auto h = p.Make("10.0.2.1:" + std::to_string(i), given);
+    arrived.emplace_back(before, Clock::now());
+    table.Admit(std::move(h));
+  };
+  for (int i = 0; i < 2; ++i) admit(i);
   table.TightenUnderLoad();  // 2 of 8: not under load yet
-  EXPECT_GT(table.at(0).deadline(), Clock::now() + 1000ms);
+  for (size_t i = 0; i < table.size(); ++i) EXPECT_EQ(table.at(i).deadline(), given) << i;
   EXPECT_EQ(table.NewDeadline(now), now + 250ms);
-  table.Admit(p.Make("10.0.2.1:2", now + 2000ms));
-  table.TightenUnderLoad();  // 3 of 8
+  admit(2);
+  table.TightenUnderLoad();  // 3 of 8: at most 250 ms after each arrival, never later than given
   for (size_t i = 0; i < table.size(); ++i) {
-    EXPECT_LE(table.at(i).deadline(), Clock::now() + 250ms) << i;
+    EXPECT_GE(table.at(i).deadline(), std::min(given, arrived[i].first + 250ms)) << i;
+    EXPECT_LE(table.at(i).deadline(), std::min(given, arrived[i].second + 250ms)) << i;
   }
 }
 

@@ -207,7 +207,7 @@ TEST_F(HttpServerTest, WorkerTrafficHasThreadsOfItsOwn) {
   auto server = Serve(o);
   // Another client takes the only general thread.
   std::thread holder([&] { (void)Client(Url(*server), "", 30).Call("GET", "/block"); });
-  while (blocked_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(tessera::testing::Eventually([&] { return blocked_ > 0; }));
   auto r = Client(Url(*server), "secret", 5).Call("GET", "/w/x");
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   release_ = true;
@@ -248,7 +248,7 @@ TEST_F(HttpServerTest, StrangersGetTheir401WithoutAHandlerThread) {
   o.token = "secret";
   auto server = Serve(o);
   std::thread holder([&] { (void)Client(Url(*server), "secret", 30).Call("GET", "/block"); });
-  while (blocked_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(tessera::testing::Eventually([&] { return blocked_ > 0; }));
   for (int i = 0; i < 200; ++i) {
     const int fd = Connect(server->port());
     SendText(fd, i % 2 ? "POST /w/json HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\n\r\n{\"a\":1}"

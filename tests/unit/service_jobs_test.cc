@@ -4,16 +4,18 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <mutex>
 #include <thread>
 
 #include "service/save_job.h"
-#include "tests/unit/fake_worker.h"
 #include "service/service.h"
 #include "storage/env.h"
 #include "storage/testing/fault_env.h"
+#include "tests/unit/eventually.h"
+#include "tests/unit/fake_worker.h"
 
 namespace tessera::service {
 namespace {
@@ -178,12 +180,10 @@ TEST_F(ServiceJobsTest, ASaveWhoseWorkersDisagreeFailsNamingTheWorkerAndAbortsEv
   EXPECT_EQ((*ck)["state"], "failed");
   // Both workers are told to drop their snapshots.
   for (FakeWorker* w : {&a, &b}) {
-    bool aborted = false;
-    for (int i = 0; i < 200 && !aborted; ++i) {
-      for (const auto& k : w->kinds()) aborted |= k == "abort";
-      if (!aborted) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    EXPECT_TRUE(aborted);
+    EXPECT_TRUE(tessera::testing::Eventually([&] {
+      const auto kinds = w->kinds();
+      return std::find(kinds.begin(), kinds.end(), "abort") != kinds.end();
+    }));
   }
   // The step may be saved again once the failed attempt is over.
   auto again = service_->StartSave("m", SaveAt(1));
