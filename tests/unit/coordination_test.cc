@@ -17,6 +17,7 @@
 #include "service/coordination.h"
 #include "service/service.h"
 #include "storage/env.h"
+#include "temp_dir.h"
 
 namespace tessera::service {
 namespace {
@@ -42,18 +43,16 @@ void ExpectCode(const Status& st, Code code, const std::string& field = "") {
 class DataDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/tessera_coordination_test.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = tmp_.path();
     Reopen();
   }
   void TearDown() override {
     Close();
-    EXPECT_TRUE(storage::DefaultEnv()->DeleteTree(dir_).ok());
   }
   virtual void Reopen() = 0;
   virtual void Close() = 0;
 
+  testing::TempDir tmp_{"tessera_coordination_test"};  // goes last
   std::string dir_;
 };
 

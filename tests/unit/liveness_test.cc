@@ -12,6 +12,7 @@
 #include "fake_clock.h"
 #include "service/service.h"
 #include "storage/env.h"
+#include "temp_dir.h"
 
 namespace tessera::service {
 namespace {
@@ -24,9 +25,7 @@ constexpr int64_t kLeaseMs = 3000;
 class Liveness : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/tessera_liveness.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = tmp_.path();
     ServiceOptions opts;
     opts.data_dir = dir_ + "/data";
     opts.checkpoint_root = dir_ + "/checkpoints";
@@ -43,7 +42,6 @@ class Liveness : public ::testing::Test {
   void TearDown() override {
     service_->Stop();
     service_.reset();
-    (void)storage::DefaultEnv()->DeleteTree(dir_);
   }
   std::string State(const std::string& worker) {
     auto w = service_->GetWorker(worker);
@@ -65,6 +63,7 @@ class Liveness : public ::testing::Test {
     return started.ok() ? started->value("job", "") : "";
   }
 
+  testing::TempDir tmp_{"tessera_liveness"};  // goes last
   std::string dir_;
   testing::FakeClock clock_;
   std::unique_ptr<Service> service_;

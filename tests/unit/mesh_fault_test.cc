@@ -14,6 +14,7 @@
 #include "storage/root_meta.h"
 #include "storage/testing/fault_env.h"
 #include "storage/testing/mem_env.h"
+#include "temp_dir.h"
 
 namespace tessera::service {
 namespace {
@@ -41,9 +42,7 @@ std::ostream& operator<<(std::ostream& os, const Seen& s) {
 class MeshFaults : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/tessera_mesh_faults.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = tmp_.path();
     opts_.data_dir = dir_ + "/data";  // SQLite in place, its changes past the FaultEnv
     ASSERT_EQ(::mkdir(opts_.data_dir.c_str(), 0700), 0);
     opts_.checkpoint_root = "/root";
@@ -57,7 +56,6 @@ class MeshFaults : public ::testing::Test {
   }
   void TearDown() override {
     service_.reset();
-    (void)storage::DefaultEnv()->DeleteTree(dir_);
   }
 
   Status Register() {
@@ -131,6 +129,7 @@ class MeshFaults : public ::testing::Test {
     return failed;
   }
 
+  testing::TempDir tmp_{"tessera_mesh_faults"};  // goes last
   std::string dir_;
   ServiceOptions opts_;
   storage::MemEnv mem_;

@@ -19,6 +19,7 @@
 #include "storage/testing/mem_env.h"
 #include "storage/verify.h"
 #include "tests/unit/fake_worker.h"
+#include "temp_dir.h"
 
 namespace tessera::service {
 namespace {
@@ -73,9 +74,7 @@ Json Answer(storage::Env* env, const State& state, const Json& task_json) {
 class SaveFaults : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/tessera_save_faults.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = tmp_.path();
     opts_.data_dir = dir_ + "/data";  // the catalog's bytes stay on disk (SQLite in place)
     ASSERT_EQ(::mkdir(opts_.data_dir.c_str(), 0700), 0);
     opts_.checkpoint_root = "/root";
@@ -91,7 +90,6 @@ class SaveFaults : public ::testing::Test {
   }
   void TearDown() override {
     Close();
-    (void)storage::DefaultEnv()->DeleteTree(dir_);
   }
   void Open() {
     auto s = Service::Create(opts_, &env_);
@@ -153,6 +151,7 @@ class SaveFaults : public ::testing::Test {
     for (const auto& n : *names) EXPECT_NE(n[0], '.') << when << ": " << n;
   }
 
+  testing::TempDir tmp_{"tessera_save_faults"};  // goes last
   std::string dir_;
   ServiceOptions opts_;
   storage::MemEnv mem_;

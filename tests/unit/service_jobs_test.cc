@@ -16,6 +16,7 @@
 #include "storage/testing/fault_env.h"
 #include "tests/unit/eventually.h"
 #include "tests/unit/fake_worker.h"
+#include "temp_dir.h"
 
 namespace tessera::service {
 namespace {
@@ -121,9 +122,7 @@ TEST(CollectSnapshotTensors, MalformedOrEmptyReportsAreClearErrors) {
 class ServiceJobsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/tessera_service_jobs_test.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = tmp_.path();
     opts_.data_dir = dir_ + "/data";
     opts_.checkpoint_root = dir_ + "/checkpoints";
     Open();
@@ -144,7 +143,6 @@ class ServiceJobsTest : public ::testing::Test {
   }
   void TearDown() override {
     service_.reset();
-    EXPECT_TRUE(storage::DefaultEnv()->DeleteTree(dir_).ok());
   }
   // Starts a save of step 1 and waits for its end.
   Json SaveAndWait() {
@@ -156,6 +154,7 @@ class ServiceJobsTest : public ::testing::Test {
     return job.ok() ? *job : Json();
   }
 
+  testing::TempDir tmp_{"tessera_service_jobs_test"};  // goes last
   std::string dir_;
   ServiceOptions opts_;
   std::unique_ptr<Service> service_;

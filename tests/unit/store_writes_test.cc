@@ -18,6 +18,7 @@
 #include "service/write_turns.h"
 #include "storage/env.h"
 #include "storage/testing/fault_env.h"
+#include "temp_dir.h"
 
 namespace tessera::service {
 namespace {
@@ -73,9 +74,7 @@ bool Finishes(std::future<T>& f) {
 class StoreWritesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/tessera_store_writes_test.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = tmp_.path();
     auto catalog = Catalog::Open(&faults_, dir_);
     ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
     catalog_ = std::move(*catalog);
@@ -83,11 +82,11 @@ class StoreWritesTest : public ::testing::Test {
   void TearDown() override {
     gate_.Open();
     catalog_.reset();
-    EXPECT_TRUE(storage::DefaultEnv()->DeleteTree(dir_).ok());
   }
 
   GatedEnv gate_{storage::DefaultEnv()};
   storage::FaultEnv faults_{&gate_};
+  testing::TempDir tmp_{"tessera_store_writes_test"};  // goes last
   std::string dir_;
   std::unique_ptr<Catalog> catalog_;
 };
