@@ -29,11 +29,10 @@ Result<Json> Service::GetCheckpoint(const std::string& mesh, const std::string& 
 Status Service::DeleteCheckpoint(const std::string& mesh, const std::string& step_text) {
   ASSIGN_OR_RETURN(int64_t step, ParseStep(step_text));
   const std::string key = CheckpointRecord::Key(mesh, step);
-  RETURN_IF_ERROR(Fence("delete step " + std::to_string(step) + " of mesh " + mesh));
   // From here no job can hold it, and no save can take its step, until EndDelete.
   RETURN_IF_ERROR(checkpoints_.BeginDelete(mesh, step).status());
   StateWrite w;
-  w.what = "delete step " + std::to_string(step) + " of mesh " + mesh;
+  w.what = "delete step " + std::to_string(step) + " of mesh " + mesh;  // fenced by WriteState
   w.root = [&]() -> Status {
     Status st = storage::DeleteCheckpoint(env_, options_.checkpoint_root, mesh, step);
     return st.code() == Code::kNotFound ? Status::Ok() : st;  // gone already: deleted

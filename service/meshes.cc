@@ -185,7 +185,6 @@ MeshState Service::MeshStateOf(const std::string& name) const {
 // The mesh's document in the root (storage/root_meta.h): its record and retention policy,
 // or its tombstone once it is gone (a rebuild from the root does not bring it back).
 Status Service::WriteMeshDoc(const std::string& name, const MeshState& state) {
-  RETURN_IF_ERROR(Fence("write the document of mesh " + name));
   Json doc = {{"name", name}, {"deleted", true}};
   if (state.record) {
     doc = state.record->ToJson();
@@ -203,9 +202,8 @@ StateWrite Service::MeshWrite(const std::string& what, const std::string& name,
   w.root = [this, name, after] { return WriteMeshDoc(name, after); };
   w.undo_root = [this, name, before] { return WriteMeshDoc(name, before); };
   if (after.record) {
-    Json retention = after.retention.ToJson();
-    retention["mesh"] = name;
-    w.catalog = {{"meshes", name, after.record->ToJson()}, {"retention", name, retention}};
+    w.catalog = {{"meshes", name, after.record->ToJson()},
+                 {"retention", name, after.retention.CatalogRow(name)}};
   } else {
     w.catalog = {{"meshes", name, std::nullopt}, {"retention", name, std::nullopt}};
   }

@@ -177,6 +177,12 @@ Json RetentionPolicy::ToJson() const {
           {"keep_every_n_steps", keep_every_n_steps ? Json(keep_every_n_steps) : Json()}};
 }
 
+Json RetentionPolicy::CatalogRow(const std::string& mesh) const {
+  Json row = ToJson();
+  row["mesh"] = mesh;
+  return row;
+}
+
 RetentionPolicy RetentionPolicy::FromJson(const Json& j) {
   auto number = [&](const char* key) {
     return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<int64_t>() : 0;

@@ -125,6 +125,7 @@ struct RetentionPolicy {
   int64_t keep_last = 0;           // 0: keep all
   int64_t keep_every_n_steps = 0;  // 0: none kept for this reason
   Json ToJson() const;
+  Json CatalogRow(const std::string& mesh) const;  // the catalog's `retention` row: ToJson and mesh
   static RetentionPolicy FromJson(const Json& j);  // absent or null values: 0
 };
 

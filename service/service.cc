@@ -110,9 +110,7 @@ Status Service::RebuildFromRoot() {
       changes.push_back({"meshes", name, m->ToJson()});
       if (doc->doc.contains("retention") && doc->doc["retention"].is_object()) {
         const RetentionPolicy p = RetentionPolicy::FromJson(doc->doc["retention"]);
-        Json row = p.ToJson();
-        row["mesh"] = name;
-        changes.push_back({"retention", name, std::move(row)});
+        changes.push_back({"retention", name, p.CatalogRow(name)});
         policies.emplace_back(name, p);
       }
       found.push_back(std::move(*m));

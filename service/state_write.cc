@@ -24,6 +24,8 @@ Status Service::WriteState(const StateWrite& w) {
     return st;
   };
   if (w.root) {
+    // The fence's refusal names itself and leaves nothing written, so nothing to undo.
+    RETURN_IF_ERROR(Fence(w.what));
     if (Status st = w.root(); !st.ok()) {
       st = st.WithContext("cannot " + w.what + ": the checkpoint root refused it");
       CountStateWriteFailure("root", st);

@@ -10,7 +10,8 @@
 // its directory not), so that the three stores agree after every failure; where
 // the root cannot be put back (a deleted checkpoint's files), memory follows the root,
 // the catalog is left stale (/healthz says degraded) and the next start reconciles it.
-// Service::WriteState carries one out.
+// A root change is fenced first (Service::Fence, with `what`): a tesserad that no longer
+// holds the root writes nothing. Service::WriteState carries one out.
 #pragma once
 
 #include <functional>
@@ -23,7 +24,7 @@
 namespace tessera::service {
 
 struct StateWrite {
-  std::string what;                   // "register mesh m": the errors' context
+  std::string what;                   // "register mesh m": the errors' and the fence's context
   std::function<Status()> root;       // null: the root does not change
   std::function<Status()> undo_root;  // null: the root's change cannot be undone
   std::vector<CatalogChange> catalog;  // one transaction

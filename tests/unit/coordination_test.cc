@@ -43,7 +43,6 @@ void ExpectCode(const Status& st, Code code, const std::string& field = "") {
 class DataDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = tmp_.path();
     Reopen();
   }
   void TearDown() override {
@@ -53,7 +52,6 @@ class DataDirTest : public ::testing::Test {
   virtual void Close() = 0;
 
   testing::TempDir tmp_{"tessera_coordination_test"};  // goes last
-  std::string dir_;
 };
 
 class CoordinationTest : public DataDirTest {
@@ -66,7 +64,7 @@ class CoordinationTest : public DataDirTest {
   // Closes and opens the catalog and the coordination service again (a restart).
   void Reopen() override {
     Close();
-    auto catalog = Catalog::Open(storage::DefaultEnv(), dir_);
+    auto catalog = Catalog::Open(storage::DefaultEnv(), tmp_.path());
     ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
     catalog_ = std::move(*catalog);
     CoordinationOptions opts;
@@ -516,8 +514,8 @@ class ServiceCoordinationTest : public DataDirTest {
   void Reopen() override {
     Close();
     ServiceOptions opts;
-    opts.data_dir = dir_ + "/data";
-    opts.checkpoint_root = dir_ + "/checkpoints";
+    opts.data_dir = tmp_.path() + "/data";
+    opts.checkpoint_root = tmp_.path() + "/checkpoints";
     auto s = Service::Create(opts, storage::DefaultEnv());
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     service_ = std::move(*s);

@@ -25,10 +25,9 @@ constexpr int64_t kLeaseMs = 3000;
 class Liveness : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = tmp_.path();
     ServiceOptions opts;
-    opts.data_dir = dir_ + "/data";
-    opts.checkpoint_root = dir_ + "/checkpoints";
+    opts.data_dir = tmp_.path() + "/data";
+    opts.checkpoint_root = tmp_.path() + "/checkpoints";
     opts.suspect_ms = kSuspectMs;
     opts.lease_ms = kLeaseMs;
     opts.job_timeout_ms = 60 * kLeaseMs;
@@ -64,7 +63,6 @@ class Liveness : public ::testing::Test {
   }
 
   testing::TempDir tmp_{"tessera_liveness"};  // goes last
-  std::string dir_;
   testing::FakeClock clock_;
   std::unique_ptr<Service> service_;
 };

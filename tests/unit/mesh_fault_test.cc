@@ -42,8 +42,7 @@ std::ostream& operator<<(std::ostream& os, const Seen& s) {
 class MeshFaults : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = tmp_.path();
-    opts_.data_dir = dir_ + "/data";  // SQLite in place, its changes past the FaultEnv
+    opts_.data_dir = tmp_.path() + "/data";  // SQLite in place, its changes past the FaultEnv
     ASSERT_EQ(::mkdir(opts_.data_dir.c_str(), 0700), 0);
     opts_.checkpoint_root = "/root";
     ASSERT_TRUE(mem_.CreateDirs(opts_.data_dir).ok());
@@ -130,7 +129,6 @@ class MeshFaults : public ::testing::Test {
   }
 
   testing::TempDir tmp_{"tessera_mesh_faults"};  // goes last
-  std::string dir_;
   ServiceOptions opts_;
   storage::MemEnv mem_;
   storage::FaultEnv env_{&mem_};

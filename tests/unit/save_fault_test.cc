@@ -74,8 +74,7 @@ Json Answer(storage::Env* env, const State& state, const Json& task_json) {
 class SaveFaults : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = tmp_.path();
-    opts_.data_dir = dir_ + "/data";  // the catalog's bytes stay on disk (SQLite in place)
+    opts_.data_dir = tmp_.path() + "/data";  // the catalog's bytes stay on disk (SQLite in place)
     ASSERT_EQ(::mkdir(opts_.data_dir.c_str(), 0700), 0);
     opts_.checkpoint_root = "/root";
     opts_.job_timeout_ms = 20000;
@@ -152,7 +151,6 @@ class SaveFaults : public ::testing::Test {
   }
 
   testing::TempDir tmp_{"tessera_save_faults"};  // goes last
-  std::string dir_;
   ServiceOptions opts_;
   storage::MemEnv mem_;
   storage::FaultEnv env_{&mem_};

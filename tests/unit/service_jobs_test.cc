@@ -122,9 +122,8 @@ TEST(CollectSnapshotTensors, MalformedOrEmptyReportsAreClearErrors) {
 class ServiceJobsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = tmp_.path();
-    opts_.data_dir = dir_ + "/data";
-    opts_.checkpoint_root = dir_ + "/checkpoints";
+    opts_.data_dir = tmp_.path() + "/data";
+    opts_.checkpoint_root = tmp_.path() + "/checkpoints";
     Open();
     for (const char* name : {"a", "b"}) {
       ASSERT_TRUE(service_->RegisterWorker({{"name", name}, {"local_port", 1000}}).ok());
@@ -134,7 +133,7 @@ class ServiceJobsTest : public ::testing::Test {
                       .ok());
     }
   }
-  // (Re)opens the service on dir_.
+  // (Re)opens the service on tmp_.path().
   void Open() {
     service_.reset();
     auto s = Service::Create(opts_, storage::DefaultEnv());
@@ -155,7 +154,6 @@ class ServiceJobsTest : public ::testing::Test {
   }
 
   testing::TempDir tmp_{"tessera_service_jobs_test"};  // goes last
-  std::string dir_;
   ServiceOptions opts_;
   std::unique_ptr<Service> service_;
 };

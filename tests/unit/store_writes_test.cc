@@ -74,8 +74,7 @@ bool Finishes(std::future<T>& f) {
 class StoreWritesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = tmp_.path();
-    auto catalog = Catalog::Open(&faults_, dir_);
+    auto catalog = Catalog::Open(&faults_, tmp_.path());
     ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
     catalog_ = std::move(*catalog);
   }
@@ -87,7 +86,6 @@ class StoreWritesTest : public ::testing::Test {
   GatedEnv gate_{storage::DefaultEnv()};
   storage::FaultEnv faults_{&gate_};
   testing::TempDir tmp_{"tessera_store_writes_test"};  // goes last
-  std::string dir_;
   std::unique_ptr<Catalog> catalog_;
 };
 
