@@ -94,6 +94,7 @@ Result<SaveJoinRequest> SaveJoinRequest::FromJson(const Json& body, int64_t step
   ASSIGN_OR_RETURN(r.save, SaveRequest::FromJson(body, step));
   r.save.wait_for_trainer = true;
   ASSIGN_OR_RETURN(r.worker, RequiredString(body, "worker"));
+  ASSIGN_OR_RETURN(r.job, OptionalString(body, "job"));
   if (!body.contains("snapshot")) {
     return InvalidArgument("missing field 'snapshot' (the worker's snapshot of this step)",
                            {{"field", "snapshot"}});
@@ -101,6 +102,39 @@ Result<SaveJoinRequest> SaveJoinRequest::FromJson(const Json& body, int64_t step
   auto snapshot = SnapshotResultFromJson(body["snapshot"]);
   if (!snapshot.ok()) return snapshot.status().WithContext("field 'snapshot'");
   r.snapshot = std::move(*snapshot);
+  const bool has_error = body.contains("error") && !body["error"].is_null();
+  const bool has_written = body.contains("written") && !body["written"].is_null();
+  if (has_error == has_written) {
+    return InvalidArgument("a join carries exactly one of 'written' (what the worker wrote) and "
+                           "'error' (why it could not)",
+                           {{"field", "written"}});
+  }
+  if (has_error) {
+    if (!body["error"].is_object()) {
+      return InvalidArgument("field 'error' must be an error object", {{"field", "error"}});
+    }
+    r.error = StatusFromErrorJson(body["error"]);
+    if (r.error.ok()) r.error = Internal("the worker failed without an error code");
+    return r;
+  }
+  const Json& w = body["written"];
+  if (!w.is_object()) {
+    return InvalidArgument("field 'written' must be an object", {{"field", "written"}});
+  }
+  SaveWritten written;
+  for (auto [field, out] : {std::pair{"bytes", &written.bytes}, {"stored_bytes", &written.stored_bytes}}) {
+    if (!w.contains(field) || !w[field].is_number_unsigned()) {
+      return InvalidArgument(std::string("field 'written.") + field + "' must be a byte count",
+                             {{"field", std::string("written.") + field}});
+    }
+    *out = w[field].get<uint64_t>();
+  }
+  if (!w.contains("fragment") || !w["fragment"].is_array()) {
+    return InvalidArgument("field 'written.fragment' must be a list of slices",
+                           {{"field", "written.fragment"}});
+  }
+  written.fragment = w["fragment"];
+  r.written = std::move(written);
   return r;
 }
 
@@ -108,7 +142,15 @@ Json SaveJoinRequest::ToJson() const {
   Json j = save.ToJson();
   j.erase("wait_for_trainer");
   j["worker"] = worker;
+  if (job) j["job"] = *job;
   j["snapshot"] = SnapshotResultToJson(snapshot);
+  if (written) {
+    j["written"] = {{"bytes", written->bytes},
+                    {"stored_bytes", written->stored_bytes},
+                    {"fragment", written->fragment}};
+  } else {
+    j["error"] = ErrorBody(error)["error"];
+  }
   return j;
 }
 

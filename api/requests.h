@@ -34,13 +34,27 @@ struct SaveRequest {
   bool SameSave(const SaveRequest& other) const;
 };
 
-// PUT /api/v1/meshes/{mesh}/checkpoints/{step}: a worker creates the in-loop save
-// of `step`, or joins it, bringing its trainer's snapshot (the tensors it copied and
-// the devices it holds them on), so that no snapshot task goes back to it.
+// What a worker's write at its snapshot produced: its shard's bytes and its fragment
+// (the slices it stored and where, as storage/fragment_json.h encodes them; tesserad
+// decodes and checks it).
+struct SaveWritten {
+  uint64_t bytes = 0;         // raw bytes of its slices
+  uint64_t stored_bytes = 0;  // after compression
+  Json fragment = Json::array();
+};
+
+// PUT /api/v1/meshes/{mesh}/checkpoints/{step}: a worker's join of a save, which is
+// also its report. It creates the save of `step` (the in-loop save's first worker), or
+// joins it, bringing its snapshot's description and what it wrote at that snapshot
+// into the step's staging dir, or the error that stopped it. A REST save's workers
+// join with the job that asked them to snapshot.
 struct SaveJoinRequest {
   SaveRequest save;  // wait_for_trainer is implied
   std::string worker;
+  std::optional<std::string> job;  // a REST save's job
   SnapshotResult snapshot;
+  std::optional<SaveWritten> written;  // exactly one of written and error
+  Status error;
 
   static Result<SaveJoinRequest> FromJson(const Json& body, int64_t step);
   Json ToJson() const;  // with "step", for the route's body ("step" is ignored there)

@@ -92,7 +92,9 @@ Json TaskToJson(const Task& t) {
     case TaskKind::kSnapshot:
       j["step"] = t.step;
       j["tensors"] = t.tensor_names ? Json(*t.tensor_names) : Json();
-      j["wait_for_trainer"] = t.wait_for_trainer;
+      j["staging"] = t.staging;
+      j["compression"] = t.compress ? "zstd" : "none";
+      j["level"] = t.level;
       break;
     case TaskKind::kWrite: {
       j["step"] = t.step;
@@ -177,8 +179,11 @@ Result<Task> TaskFromJson(const Json& j) {
     case TaskKind::kSnapshot: {
       ASSIGN_OR_RETURN(t.step, RequiredInt(j, "step"));
       ASSIGN_OR_RETURN(t.tensor_names, OptionalNameList(j, "tensors"));
-      ASSIGN_OR_RETURN(std::optional<bool> wait, OptionalBool(j, "wait_for_trainer"));
-      t.wait_for_trainer = wait.value_or(false);
+      ASSIGN_OR_RETURN(t.staging, RequiredString(j, "staging"));
+      ASSIGN_OR_RETURN(std::optional<std::string> compression, OptionalString(j, "compression"));
+      t.compress = compression.value_or("zstd") == "zstd";
+      ASSIGN_OR_RETURN(std::optional<int64_t> level, OptionalInt(j, "level"));
+      t.level = level.value_or(1);
       break;
     }
     case TaskKind::kWrite: {

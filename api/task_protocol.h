@@ -1,8 +1,9 @@
 // The task protocol between tesserad and its workers, one codec per message for both
 // sides: what a long-poll hands out (GET /api/v1/workers/{id}/tasks), what a worker
 // reports (POST /api/v1/workers/{id}/tasks/{task}/report), and the result of each kind.
-//   snapshot    copy this worker's shards of a mesh (or take the trainer's /v1/save copy)
-//   write       its planned slices → shard-<rank>.tsr + fragment-<rank>.sqlite in staging
+//   snapshot    a REST save: copy this worker's shards of a mesh, write its share into
+//               staging, and join the save (its answer is the join, not a report)
+//   write       (never sent) a save's write at the snapshot, as the task seam sees it
 //   restore     read its devices' slices of a committed checkpoint, in a target layout
 //   collective  run a REST collectives job's request on tensors the worker holds
 //   mesh_init   the self-test of a new mesh (the device table merged over it)
@@ -57,11 +58,10 @@ struct Task {
   std::vector<std::string> workers; // collective, mesh_init: the mesh's workers by rank
   int64_t step = 0;                 // snapshot, write, save_ended
   std::optional<std::vector<std::string>> tensor_names;  // snapshot: only these
-  bool wait_for_trainer = false;    // snapshot: take the copy of the trainer's /v1/save
-  std::string staging;              // write, import: the staging dir
+  std::string staging;              // snapshot, write, import: the staging dir
   std::vector<WriteSlice> slices;   // write
-  bool compress = true;             // write, import: zstd, else raw chunks
-  int64_t level = 1;                // write, import: zstd level
+  bool compress = true;             // snapshot, write, import: zstd, else raw chunks
+  int64_t level = 1;                // snapshot, write, import: zstd level
   std::string dir;                  // restore, export: the committed checkpoint's dir
   std::vector<TensorMeta> tensors;  // restore: what to read, in the target layout;
                                     // import: the tensors planned from `sources`

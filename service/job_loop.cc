@@ -55,6 +55,9 @@ void Service::ExecuteJobAction(JobMachine& m, JobAction& a, std::deque<JobEvent>
     case JobAction::Kind::kQueueTasks:
       if (auto dead = QueueRound(spec, a)) local->push_back(std::move(*dead));
       return;
+    case JobAction::Kind::kSendTasks:
+      if (auto dead = SendTasks(spec, a)) local->push_back(std::move(*dead));
+      return;
     case JobAction::Kind::kRunIo:
       local->push_back(JobEvent::IoDone(clock_->MonoMs(), RunJobIo(spec, a)));
       return;
@@ -80,9 +83,24 @@ std::optional<JobEvent> Service::QueueRound(const JobSpec& spec, const JobAction
   return std::nullopt;
 }
 
+std::optional<JobEvent> Service::SendTasks(const JobSpec& spec, const JobAction& a) {
+  std::vector<std::pair<std::string, Json>> tasks;
+  for (const auto& [rank, task] : a.tasks) {
+    Task t = task;
+    t.id = NewId("t");
+    t.job = spec.id;
+    tasks.emplace_back(spec.mesh.workers.at(rank), TaskToJson(t));
+  }
+  const int64_t now = clock_->MonoMs();
+  if (auto missing = workers_.QueueAll(tasks, now)) {
+    return JobEvent::WorkerDead(now, missing->worker, missing->silent_ms);
+  }
+  return std::nullopt;
+}
+
 storage::SaveTransaction Service::SaveTransactionOf(const JobSpec& spec) const {
   return storage::SaveTransaction(env_, options_.checkpoint_root, spec.mesh.mesh, spec.step,
-                                  spec.id);
+                                  spec.staging_id.empty() ? spec.id : spec.staging_id);
 }
 
 Result<Json> Service::RunJobIo(const JobSpec& spec, const JobAction& a) {
@@ -95,7 +113,11 @@ Result<Json> Service::RunJobIo(const JobSpec& spec, const JobAction& a) {
     case IoKind::kMerge: {
       auto c = checkpoints_.Get(CheckpointRecord::Key(mesh, spec.step));
       if (!c) return Internal("the record of checkpoint " + mesh + " step " + std::to_string(spec.step) + " is gone");
-      RETURN_IF_ERROR(SaveTransactionOf(spec).Merge(a.fragments, c->metadata));
+      if (!a.slices.empty()) {
+        RETURN_IF_ERROR(SaveTransactionOf(spec).MergeSlices(a.slices, c->metadata));
+      } else {
+        RETURN_IF_ERROR(SaveTransactionOf(spec).Merge(a.fragments, c->metadata));
+      }
       return Json::object();
     }
     case IoKind::kCommit: {

@@ -33,10 +33,10 @@ JobEvent JobEvent::WorkerDead(int64_t now, std::string worker, int64_t silent_ms
   return e;
 }
 
-JobEvent JobEvent::Joined(int64_t now, int64_t rank, SnapshotResult snapshot) {
+JobEvent JobEvent::Joined(int64_t now, int64_t rank, SaveJoinRequest join) {
   JobEvent e = Make(Kind::kJoined, now);
   e.rank = rank;
-  e.snapshot = std::move(snapshot);
+  e.join = std::make_shared<const SaveJoinRequest>(std::move(join));
   return e;
 }
 
@@ -87,7 +87,8 @@ JobActions JobMachine::Step(const JobEvent& e) {
       return {};
     }
     case JobEvent::Kind::kJoined:
-      return Apply(OnJoined(e.now_ms, e.rank, e.snapshot));
+      if (!e.join) return {};
+      return Apply(OnJoined(e.now_ms, e.rank, *e.join));
     case JobEvent::Kind::kIoDone:
       if (waiting_ != Waiting::kIo) return {};
       waiting_ = Waiting::kNothing;
@@ -150,8 +151,8 @@ Result<JobActions> JobMachine::OnIoDone(int64_t, Json) {
   return Internal("job " + spec_.id + " ran an I/O step it has no use for");
 }
 
-Result<JobActions> JobMachine::OnJoined(int64_t, int64_t, SnapshotResult) {
-  return JobActions{};  // only an in-loop save takes joins
+Result<JobActions> JobMachine::OnJoined(int64_t, int64_t, const SaveJoinRequest&) {
+  return JobActions{};  // only a save takes joins
 }
 
 Status JobMachine::OnWorkerDead(const std::string&, int64_t) { return Status::Ok(); }
@@ -180,6 +181,13 @@ JobAction JobMachine::QueueTasks(std::map<int64_t, Task> tasks, uint64_t total_b
   a.round = round_;
   a.tasks = std::move(tasks);
   a.total_bytes = total_bytes;
+  return a;
+}
+
+JobAction JobMachine::SendTasks(std::map<int64_t, Task> tasks) {
+  JobAction a;
+  a.kind = JobAction::Kind::kSendTasks;
+  a.tasks = std::move(tasks);
   return a;
 }
 

@@ -4,10 +4,11 @@
 // tests drive a machine by feeding events (tests/unit/job_machine_test.cc).
 //
 // Events: the job starts; a task of the current round ended (succeeded or failed);
-// a worker was declared dead; a worker joined an in-loop save with its snapshot; an
+// a worker was declared dead; a worker joined a save with what it wrote; an
 // I/O step the loop ran is done; a cancel; a tick of the clock (deadlines); shutdown.
-// Actions: set the phase; queue a round of tasks (one per rank); run an I/O step;
-// set the checkpoint's state; abort the job on the workers; finish.
+// Actions: set the phase; queue a round of tasks (one per rank); send tasks whose
+// answers come otherwise (a save's snapshot tasks: joins); run an I/O step; set the
+// checkpoint's state; abort the job on the workers; finish.
 //
 // The loop around a machine (Service::DriveJob, job_loop.cc) delivers tasks, runs
 // the I/O outside every lock, persists records and publishes events.
@@ -25,6 +26,7 @@
 #include "api/status.h"
 #include "api/task_protocol.h"
 #include "service/records.h"
+#include "storage/fragment_json.h"
 #include "storage/save_plan.h"
 
 namespace tessera::service {
@@ -34,7 +36,7 @@ struct JobEvent {
     kStart,       // now_ms
     kTaskEnded,   // round, rank, ok, result / error
     kWorkerDead,  // worker, silent_ms
-    kJoined,      // rank, snapshot (an in-loop save's create-or-join)
+    kJoined,      // rank, join (a worker's join of a save: its snapshot and its write)
     kIoDone,      // ok, result / error (the I/O step the machine asked for)
     kCancel,
     kTick,        // now_ms
@@ -49,7 +51,7 @@ struct JobEvent {
   Status error;
   std::string worker;
   int64_t silent_ms = 0;
-  SnapshotResult snapshot;
+  std::shared_ptr<const SaveJoinRequest> join;
 
   static JobEvent Start(int64_t now) { return Make(Kind::kStart, now); }
   static JobEvent Tick(int64_t now) { return Make(Kind::kTick, now); }
@@ -58,7 +60,7 @@ struct JobEvent {
   static JobEvent TaskSucceeded(int64_t now, int64_t round, int64_t rank, Json result);
   static JobEvent TaskFailed(int64_t now, int64_t round, int64_t rank, Status error);
   static JobEvent WorkerDead(int64_t now, std::string worker, int64_t silent_ms);
-  static JobEvent Joined(int64_t now, int64_t rank, SnapshotResult snapshot);
+  static JobEvent Joined(int64_t now, int64_t rank, SaveJoinRequest join);
   static JobEvent IoDone(int64_t now, Result<Json> result);
 
  private:
@@ -68,7 +70,7 @@ struct JobEvent {
 // The I/O steps a loop runs for its machine, outside every lock.
 enum class IoKind {
   kCreateStaging,  // save: the staging dir
-  kMerge,          // save: fragments → index.sqlite in staging
+  kMerge,          // save, import: fragments (files, or slices) → index.sqlite in staging
   kCommit,         // save: staging → step-<N>, the record filled from the index → {checkpoint, bytes_per_rank}
   kRetention,      // save: the mesh's retention policy → {} or {retention_error}
   kFindCommitted,  // restore: the committed dir → {dir}
@@ -83,7 +85,8 @@ struct JobAction {
     kSetPhase,            // phase
     kSetCheckpointState,  // checkpoint_state (save)
     kQueueTasks,          // round, tasks (by rank), total_bytes
-    kRunIo,               // io, fragments (merge), plan (commit)
+    kSendTasks,           // tasks (by rank): no round; their answers come as other events
+    kRunIo,               // io, fragments or slices (merge), plan (commit)
     kAbandonSave,         // status: checkpoint failed, workers drop snapshots, staging removed
     kAbortCollective,     // status: workers leave the job's collective
     kFinish,              // status, result
@@ -95,7 +98,8 @@ struct JobAction {
   std::map<int64_t, Task> tasks;
   uint64_t total_bytes = 0;
   IoKind io = IoKind::kCreateStaging;
-  std::vector<std::string> fragments;
+  std::vector<std::string> fragments;                        // merge: files in staging
+  std::vector<std::vector<storage::FragmentSlice>> slices;  // merge: the joins' fragments
   std::vector<storage::PlannedSlice> plan;
   Json io_input;  // what an I/O step reads besides the job's spec
   Status status;
@@ -109,6 +113,7 @@ struct JobSpec {
   MeshRecord mesh;  // the mesh it runs on (a restore: the target)
   int64_t step = -1;
   std::string staging;  // a save's staging dir
+  std::string staging_id;  // its id in the dir's name (storage::StagingDir); "" for the job's
   int64_t task_timeout_ms = 30 * 60 * 1000;  // a round of tasks ends failed after this
   std::string checkpoint_mesh;  // a restore onto another mesh: the checkpoint's
   // What the job holds until it ends (service/mesh_registry.h, checkpoint_registry.h):
@@ -147,8 +152,8 @@ class JobMachine {
   // The current round of tasks succeeded: results by rank.
   virtual Result<JobActions> OnTasksDone(int64_t now, std::map<int64_t, Json> results);
   virtual Result<JobActions> OnIoDone(int64_t now, Json result);
-  virtual Result<JobActions> OnJoined(int64_t now, int64_t rank, SnapshotResult snapshot);
-  // A worker the job waits for outside a task round (an in-loop save's joins) died.
+  virtual Result<JobActions> OnJoined(int64_t now, int64_t rank, const SaveJoinRequest& join);
+  // A worker the job waits for outside a task round (a save's joins) died.
   virtual Status OnWorkerDead(const std::string& worker, int64_t silent_ms);
   // The job's deadline passed (a round of tasks: the ranks still missing).
   virtual Status OnDeadline();
@@ -160,6 +165,8 @@ class JobMachine {
   // A round of tasks, one per rank of `tasks`; it fails after `timeout_ms`.
   JobAction QueueTasks(std::map<int64_t, Task> tasks, uint64_t total_bytes, int64_t now,
                        int64_t timeout_ms);
+  // Tasks, one per rank of `tasks`, whose answers are not reports (no round).
+  static JobAction SendTasks(std::map<int64_t, Task> tasks);
   JobAction RunIo(IoKind io);
   static JobAction SetCheckpointState(CheckpointState state);
   // A failed job's cleanup action of `kind` (abandon a save, abort a collective).

@@ -51,7 +51,7 @@ JobRecord JobRegistry::Create(const std::string& id, const std::string& kind,
   j.created_ms = clock_->WallMs();
   order_.emplace(j.seq, id);
   inboxes_[id] = std::make_shared<JobInbox>(clock_);
-  if (join) joins_[id] = std::move(*join);
+  if (join) joins_[id] = SaveTerms{std::move(*join), request.value("joined", false)};
   return j;
 }
 
@@ -149,7 +149,9 @@ JobRegistry::Ended JobRegistry::Finish(const std::string& id, const Status& stat
     job.error = ErrorBody(status)["error"];
   }
   Publish(job);
-  Ended out{job, joins_.erase(id) > 0};
+  auto join = joins_.find(id);
+  Ended out{job, join != joins_.end() && join->second.request.wait_for_trainer};
+  if (join != joins_.end()) joins_.erase(join);
   job.Seal();
   inboxes_.erase(id);
   finished_[job.mesh].push_back(id);
@@ -245,7 +247,7 @@ bool JobRegistry::Running(const std::string& id) const {
          (it->second.state == JobState::kQueued || it->second.state == JobState::kRunning);
 }
 
-std::optional<SaveRequest> JobRegistry::JoinOf(const std::string& id) const {
+std::optional<JobRegistry::SaveTerms> JobRegistry::JoinOf(const std::string& id) const {
   MutexLock lock(mu_);
   auto it = joins_.find(id);
   if (it == joins_.end()) return std::nullopt;

@@ -45,8 +45,9 @@ class JobRegistry {
 
   // A job from the catalog, ended (one that was running is failed by the caller first).
   void Load(JobRecord r);
-  // A new queued job and its inbox; `join`: an in-loop save's request, which every
-  // join must agree with. Its first event goes out with Announce, once its record is
+  // A new queued job and its inbox; `join`: a save's request, which the workers'
+  // joins are checked against (wait_for_trainer: its trainers' saves join it, and
+  // its workers hear of its end). Its first event goes out with Announce, once its record is
   // written (a job undone with Forget before that was never seen).
   JobRecord Create(const std::string& id, const std::string& kind, const std::string& mesh,
                    int64_t step, const Json& request,
@@ -64,7 +65,7 @@ class JobRegistry {
                                                      const JobAction& round);
   struct Ended {
     JobRecord record;    // as it ended, sealed
-    bool joined = false;  // an in-loop save: its workers are told of the end
+    bool joined = false;  // a save its trainers joined: its workers are told of the end
   };
   Ended Finish(const std::string& id, const Status& status, Json result);
 
@@ -78,7 +79,13 @@ class JobRegistry {
   void PostAll(const JobEvent& e);               // to every running job
 
   bool Running(const std::string& id) const;  // queued or running
-  std::optional<SaveRequest> JoinOf(const std::string& id) const;
+  // A running save's request, and whether its trainers' saves started it (the job's
+  // recorded request says "joined") rather than a REST call.
+  struct SaveTerms {
+    SaveRequest request;
+    bool from_loop = false;
+  };
+  std::optional<SaveTerms> JoinOf(const std::string& id) const;
   int64_t StartedMs(const std::string& id) const;
   // The job, once finished or after `wait_ms`.
   Result<Json> Get(const std::string& id, int64_t wait_ms);
@@ -105,7 +112,7 @@ class JobRegistry {
   std::map<std::string, JobRecord> jobs_ GUARDED_BY(mu_);
   std::map<std::string, std::string> task_jobs_ GUARDED_BY(mu_);  // running task → job
   std::map<std::string, std::shared_ptr<JobInbox>> inboxes_ GUARDED_BY(mu_);  // running jobs
-  std::map<std::string, SaveRequest> joins_ GUARDED_BY(mu_);  // running in-loop saves
+  std::map<std::string, SaveTerms> joins_ GUARDED_BY(mu_);  // running saves
   std::map<uint64_t, std::string> order_ GUARDED_BY(mu_);     // by JobRecord::seq
   uint64_t last_seq_ GUARDED_BY(mu_) = 0;
   // Finished jobs of each mesh, in the order they ended: what the history policy prunes.

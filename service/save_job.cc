@@ -45,7 +45,7 @@ Result<CheckpointRecord> Service::CreateSaveJob(const std::string& job_id, const
   Json recorded = import ? import->ToJson() : request.ToJson();
   if (joined) recorded["joined"] = true;
   const JobRecord job = jobs_.Create(job_id, import ? "import" : "save", mesh, step, recorded,
-                                     joined ? std::optional<SaveRequest>(request) : std::nullopt);
+                                     import ? std::nullopt : std::optional<SaveRequest>(request));
   CheckpointRecord c;
   c.mesh = mesh;
   c.step = step;
@@ -67,7 +67,11 @@ Result<CheckpointRecord> Service::CreateSaveJob(const std::string& job_id, const
   events_.Publish("checkpoint", c.Summary());
   (void)PersistJob(job);
   jobs_.Announce(job_id);
-  spec.staging = storage::StagingDir(options_.checkpoint_root, mesh, step, job_id);
+  // A save's workers write at their snapshots, before any job exists: into the
+  // staging dir of the step that they all know (storage::kSaveStagingId).
+  if (!import) spec.staging_id = storage::kSaveStagingId;
+  spec.staging = storage::StagingDir(options_.checkpoint_root, mesh, step,
+                                     import ? job_id : spec.staging_id);
   if (import) {
     Launch(std::make_unique<ImportMachine>(std::move(spec), request, import->source));
   } else {
@@ -141,6 +145,60 @@ Result<std::vector<TensorMeta>> CollectSnapshotTensors(
   return metas;
 }
 
+Result<std::vector<std::vector<storage::FragmentSlice>>> CheckFragments(
+    const MeshRecord& mesh, const std::vector<TensorMeta>& metas,
+    const std::vector<storage::PlannedSlice>& plan,
+    const std::map<int64_t, SaveJoinRequest>& joins) {
+  using Key = std::pair<std::string, std::vector<int64_t>>;  // tensor, slice offsets
+  std::vector<std::map<Key, const storage::PlannedSlice*>> planned(mesh.workers.size());
+  for (const auto& p : plan) planned[p.rank][{metas[p.tensor].name, p.slice.offsets}] = &p;
+  std::vector<std::vector<storage::FragmentSlice>> out;
+  for (const auto& [rank, join] : joins) {
+    const std::string& wid = mesh.workers.at(rank);
+    const std::string who = "worker " + wid + " (rank " + std::to_string(rank) + ")";
+    auto fail = [&](const std::string& what, const std::string& tensor) {
+      Json details = {{"worker", wid}, {"rank", rank}, {"field", "written.fragment"}};
+      if (!tensor.empty()) details["tensor"] = tensor;
+      return InvalidArgument("the fragment of " + who + " " + what, std::move(details));
+    };
+    if (!join.written) return fail("is missing", "");
+    auto fragment = storage::FragmentFromJson(join.written->fragment);
+    if (!fragment.ok()) return fragment.status().WithContext("the fragment of " + who).WithDetail("worker", wid).WithDetail("rank", rank);
+    const std::string own = "shard-" + std::to_string(rank) + "-";
+    std::set<Key> seen;
+    for (const storage::FragmentSlice& s : *fragment) {
+      const std::string& name = s.tensor.name;
+      auto it = planned[rank].find({name, s.slice.offsets});
+      if (it == planned[rank].end() || !(it->second->slice == s.slice)) {
+        return fail("holds slice " + s.slice.ToString() + " of tensor '" + name +
+                        "', which the plan does not give it",
+                    name);
+      }
+      if (!(metas[it->second->tensor] == s.tensor)) {
+        return fail("records tensor '" + name + "' as " + s.tensor.ToString() + ", its snapshot as " +
+                        metas[it->second->tensor].ToString(),
+                    name);
+      }
+      if (!s.file.starts_with(own) || !s.file.ends_with(".tsr")) {
+        return fail("names shard file '" + s.file + "', not one of its own (" + own + "….tsr)", name);
+      }
+      if (!seen.insert(it->first).second) {
+        return fail("holds slice " + s.slice.ToString() + " of tensor '" + name + "' twice", name);
+      }
+    }
+    if (seen.size() != planned[rank].size()) {
+      for (const auto& [key, p] : planned[rank]) {
+        if (seen.count(key)) continue;
+        return fail("lacks slice " + p->slice.ToString() + " of tensor '" + key.first +
+                        "', which the plan gives it",
+                    key.first);
+      }
+    }
+    out.push_back(std::move(*fragment));
+  }
+  return out;
+}
+
 void Service::SetCheckpointState(const std::string& key, CheckpointState state) {
   auto c = checkpoints_.Update(key, [&](CheckpointRecord& r) { r.state = state; });
   if (!c) return;
@@ -166,8 +224,9 @@ Json Service::RecordCommitted(const JobSpec& spec, const Json& summary,
           {"bytes_per_rank", storage::BytesPerRank(spec.mesh.mesh, plan)}};
 }
 
-// A failed save: the checkpoint is marked failed, workers drop their snapshots, the
-// staging dir goes, and the GC runs once late writers must have stopped.
+// A failed save: the checkpoint is marked failed, the staging dir goes, and the GC
+// runs once late writers must have stopped. (A late writer's join is refused, and it
+// removes its own file; see JoinSave.)
 void Service::AbandonSave(const JobSpec& spec, const Status& st) {
   bool changed = false;
   auto c = checkpoints_.Update(CheckpointRecord::Key(spec.mesh.mesh.name, spec.step),
@@ -181,7 +240,7 @@ void Service::AbandonSave(const JobSpec& spec, const Status& st) {
     (void)PersistCheckpoint(*c);
     events_.Publish("checkpoint", c->Summary());
   }
-  AbortOnWorkers(spec.mesh, spec.id, /*collective=*/false, st);
+  if (spec.staging_id.empty()) AbortOnWorkers(spec.mesh, spec.id, /*collective=*/false, st);
   SaveTransactionOf(spec).Abandon();
   // Workers still writing when the job failed may leave files behind it.
   MutexLock lock(loop_mu_);

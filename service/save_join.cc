@@ -1,8 +1,9 @@
-// The in-loop save in one hop: each worker's create-or-join
-// (PUT /api/v1/meshes/{mesh}/checkpoints/{step}) brings its trainer's snapshot to the
-// save's machine (SaveMachine waits for every rank's), and its end is pushed to the
-// workers as a save_ended task on their long-poll: no snapshot task, no id read out of
-// a 409, no polling for the commit.
+// A worker's join of a save (PUT /api/v1/meshes/{mesh}/checkpoints/{step}), which is
+// also its report: it brings its snapshot's description and what it wrote at that
+// snapshot (or why it could not). The first worker of an in-loop save creates the save;
+// a REST save's workers join the job that asked them to snapshot. The save's end is
+// pushed to the workers as a save_ended task on their long-poll: no write task, no
+// report, no polling for the commit.
 #include <algorithm>
 
 #include "service/service.h"
@@ -20,36 +21,50 @@ Result<std::pair<int, Json>> Service::JoinSave(const std::string& mesh,
                            {{"field", "worker"}, {"worker", join.worker}, {"mesh", mesh}});
   }
   const int64_t rank = at - m.workers.begin();
+  const std::string what = "step " + std::to_string(step) + " of mesh " + mesh;
   // Two workers' first calls may race to create the save: one reserves the step, and
   // the other finds that save on its second look.
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto existing = checkpoints_.Get(key);
+    const bool running = existing && jobs_.Running(existing->job);
+    if (join.job && (!running || existing->job != *join.job)) {
+      // A REST save's late writer: its job ended (and its staging went with it).
+      return Conflict("the save of " + what + " by job " + *join.job +
+                          " has ended; this join comes too late",
+                      {{"mesh", mesh}, {"step", step}, {"job", *join.job}, {"reason", "job_ended"}});
+    }
     if (!existing || existing->state == CheckpointState::kFailed) {
       const std::string job_id = NewJobId();
       ASSIGN_OR_RETURN(MeshRecord held, meshes_.Hold(mesh, job_id));
       auto c = CreateSaveJob(job_id, held, join.save, /*joined=*/true);
       if (!c.ok() && c.status().code() == Code::kConflict && attempt == 0) continue;
       RETURN_IF_ERROR(c.status());
-      jobs_.Post(c->job, JobEvent::Joined(clock_->MonoMs(), rank, join.snapshot));
+      jobs_.Post(c->job, JobEvent::Joined(clock_->MonoMs(), rank, join));
       return std::make_pair(201, Json{{"job", c->job}, {"checkpoint", c->Summary()}});
     }
     const CheckpointRecord& c = *existing;
     const Json details = {{"mesh", mesh}, {"step", step}, {"state", c.state}, {"job", c.job}};
-    const std::string what = "step " + std::to_string(step) + " of mesh " + mesh;
     if (c.state == CheckpointState::kCommitted) return Conflict(what + " is already committed", details);
-    auto joined = jobs_.JoinOf(c.job);
-    if (!joined) {
-      return Conflict(what + " is being saved by job " + c.job +
-                          ", which was started over REST, not by the training loop",
+    auto save = jobs_.JoinOf(c.job);
+    if (!save) {
+      return Conflict(what + " is being written by job " + c.job + ", which no worker joins",
                       details);
     }
-    if (!joined->SameSave(join.save)) {
+    if (!join.job && !save->request.wait_for_trainer) {
+      return Conflict(what + " is being saved by job " + c.job +
+                          ", which was started over REST without wait_for_trainer, not by the "
+                          "training loop",
+                      details);
+    }
+    // The trainers' saves join a REST save that waits for them whatever their own
+    // compression; an in-loop save's workers must agree on the request.
+    if (!join.job && save->from_loop && !save->request.SameSave(join.save)) {
       return Conflict(what + " is being saved by job " + c.job + " with another request " +
-                          joined->ToJson().dump() + " than " + join.save.ToJson().dump(),
+                          save->request.ToJson().dump() + " than " + join.save.ToJson().dump(),
                       details);
     }
     // A repeated join (its answer was lost) changes nothing: the machine keeps the first.
-    jobs_.Post(c.job, JobEvent::Joined(clock_->MonoMs(), rank, join.snapshot));
+    jobs_.Post(c.job, JobEvent::Joined(clock_->MonoMs(), rank, join));
     return std::make_pair(200, Json{{"job", c.job}, {"checkpoint", c.Summary()}});
   }
   return Internal("the save of " + key + " changed twice while joining it");

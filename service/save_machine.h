@@ -1,6 +1,8 @@
-// A save as a state machine (JobMachine):
-//   snapshot: a task per rank (REST), or every rank's create-or-join (in-loop)
-//   → plan, create the staging dir (I/O) → write: a task per rank
+// A save as a state machine (JobMachine). Every worker writes its share at its
+// snapshot, into the step's staging dir, and joins the save with what it wrote:
+//   join: every rank's join (a REST save first pushes a snapshot task to each worker;
+//         an in-loop save's joins come when the trainers call save())
+//   → check the joins against the mesh and the plan every worker computed
 //   → merge (I/O) → commit (I/O; no cancel from here on) → retention (I/O) → done.
 // Any failure before the commit abandons the checkpoint (JobAction::kAbandonSave).
 #pragma once
@@ -13,31 +15,32 @@ namespace tessera::service {
 
 class SaveMachine : public JobMachine {
  public:
-  // `joined`: the workers bring their snapshots with their create-or-join, within
-  // `join_wait_ms` of the job's start; otherwise snapshot tasks take them.
-  SaveMachine(JobSpec spec, SaveRequest request, bool joined, int64_t join_wait_ms);
+  // `from_loop`: an in-loop save, whose workers join when their trainers call save();
+  // otherwise (REST) the machine asks each worker to snapshot, or, with
+  // request.wait_for_trainer, waits for the trainers' saves. Joins are awaited for
+  // `join_wait_ms` (in-loop, wait_for_trainer) or the job's task timeout (REST).
+  SaveMachine(JobSpec spec, SaveRequest request, bool from_loop, int64_t join_wait_ms);
 
  protected:
   Result<JobActions> OnStart(int64_t now) override;
-  Result<JobActions> OnTasksDone(int64_t now, std::map<int64_t, Json> results) override;
   Result<JobActions> OnIoDone(int64_t now, Json result) override;
-  Result<JobActions> OnJoined(int64_t now, int64_t rank, SnapshotResult snapshot) override;
+  Result<JobActions> OnJoined(int64_t now, int64_t rank, const SaveJoinRequest& join) override;
   Status OnWorkerDead(const std::string& worker, int64_t silent_ms) override;
   Status OnDeadline() override;
   JobActions OnFailure(const Status& st) override;
 
  private:
-  enum class Stage { kSnapshot, kStaging, kWrite, kMerge, kCommit, kRetention };
-  // The snapshots are in: check them, plan the writes, create the staging dir.
-  Result<JobActions> Plan(const std::map<int64_t, SnapshotResult>& snapshots);
+  enum class Stage { kJoin, kMerge, kCommit, kRetention };
+  // Every join is in: check them, then merge.
+  Result<JobActions> Merge();
   std::vector<int64_t> MissingJoins() const;
+  int64_t JoinWaitMs() const;
 
   const SaveRequest request_;
-  const bool joined_;
+  const bool from_loop_;
   const int64_t join_wait_ms_;
-  Stage stage_ = Stage::kSnapshot;
-  std::map<int64_t, SnapshotResult> joins_;
-  std::vector<TensorMeta> metas_;
+  Stage stage_ = Stage::kJoin;
+  std::map<int64_t, SaveJoinRequest> joins_;
   std::vector<storage::PlannedSlice> plan_;
   Json result_;
 };

@@ -56,23 +56,44 @@ Status Service::RecoverMeshes() {
   return Status::Ok();
 }
 
-// Jobs and saves that were running when tesserad stopped have failed.
+// Jobs and saves that were running when tesserad stopped have failed, but a save
+// whose commit was done: the root holds its step, and the catalog says this job made
+// it. That job succeeded (a user who reads it must not save the step again), and
+// RebuildFromRoot adopts its checkpoint.
 Status Service::RecoverJobsAndCheckpoints() {
+  ASSIGN_OR_RETURN(auto checkpoints, catalog_->All("checkpoints"));
+  std::map<std::string, CheckpointRecord> by_key;
+  for (const auto& j : checkpoints) {
+    CheckpointRecord c = CheckpointRecord::FromJson(j);
+    by_key[c.key()] = std::move(c);
+  }
+  std::set<std::string> committed_late;  // checkpoint keys whose save committed
   ASSIGN_OR_RETURN(auto jobs, catalog_->All("jobs"));
   for (const auto& j : jobs) {
     JobRecord r = JobRecord::FromJson(j);
     if (!r.finished()) {
-      r.state = JobState::kFailed;
       r.ended_ms = clock_->WallMs();
-      r.error = ErrorBody(Unavailable("tesserad restarted while the job was running"))["error"];
+      const std::string key = CheckpointRecord::Key(r.mesh, r.step);
+      auto c = by_key.find(key);
+      const bool committed = (r.kind == "save" || r.kind == "import") && c != by_key.end() &&
+                             c->second.job == r.id &&
+                             storage::CommittedDir(env_, options_.checkpoint_root, r.mesh, r.step).ok();
+      if (committed) {
+        r.state = JobState::kSucceeded;
+        r.phase = "done";
+        r.result = {{"recovered", true}, {"checkpoint", {{"mesh", r.mesh}, {"step", r.step}}}};
+        committed_late.insert(key);
+      } else {
+        r.state = JobState::kFailed;
+        r.error = ErrorBody(Unavailable("tesserad restarted while the job was running"))["error"];
+      }
       (void)PersistJob(r);
     }
     jobs_.Load(std::move(r));
   }
-  ASSIGN_OR_RETURN(auto checkpoints, catalog_->All("checkpoints"));
-  for (const auto& j : checkpoints) {
-    CheckpointRecord c = CheckpointRecord::FromJson(j);
-    if (c.state != CheckpointState::kCommitted && c.state != CheckpointState::kFailed) {
+  for (auto& [key, c] : by_key) {
+    if (c.state != CheckpointState::kCommitted && c.state != CheckpointState::kFailed &&
+        !committed_late.count(key)) {
       c.state = CheckpointState::kFailed;
       c.error = ErrorBody(Unavailable("tesserad restarted during the save"))["error"];
       (void)PersistCheckpoint(c);
@@ -194,8 +215,8 @@ Status Service::Recover() {
   // Nothing runs here yet: every staging dir is a leftover, but those of a newer
   // epoch's saves (then this tesserad was deposed already, and the fence says so).
   RETURN_IF_ERROR(Fence("collect garbage at startup"));
-  auto removed = storage::CollectGarbage(env_, options_.checkpoint_root,
-                                         [this](const std::string& id) { return KeepStaging(id); });
+  auto removed = storage::CollectGarbage(
+      env_, options_.checkpoint_root, [this](const storage::StagingRef& s) { return KeepStaging(s); });
   if (!removed.ok()) return removed.status().WithContext("garbage collection at startup");
   return RebuildFromRoot();
 }
@@ -251,7 +272,7 @@ Result<Json> Service::CollectGarbage() {
   // A save's staging stays while the save is queued or running, including one
   // that starts while this runs (its job exists before its staging does).
   RETURN_IF_ERROR(Fence("collect garbage"));
-  auto keep = [this](const std::string& id) { return jobs_.Running(id) || KeepStaging(id); };
+  auto keep = [this](const storage::StagingRef& s) { return KeepStaging(s); };
   ASSIGN_OR_RETURN(auto removed, storage::CollectGarbage(env_, options_.checkpoint_root, keep));
   ASSIGN_OR_RETURN(auto docs, storage::PruneMeshDocs(env_, options_.checkpoint_root));
   removed.insert(removed.end(), docs.begin(), docs.end());
@@ -270,8 +291,18 @@ std::string Service::NewJobId() const {
   return NewId(options_.epoch > 0 ? "j" + std::to_string(options_.epoch) : "j");
 }
 
-bool Service::KeepStaging(const std::string& id) const {
-  return storage::EpochOfJobId(id) > options_.epoch;
+bool Service::KeepStaging(const storage::StagingRef& s) const {
+  if (s.id != storage::kSaveStagingId) {
+    return jobs_.Running(s.id) || storage::EpochOfJobId(s.id) > options_.epoch;
+  }
+  // A save's staging dir is written before its job exists: kept unless its step is
+  // over (committed, or older than the newest committed step) or its save failed and
+  // no new one runs.
+  auto c = checkpoints_.Get(CheckpointRecord::Key(s.mesh, s.step));
+  if (c && jobs_.Running(c->job)) return true;
+  if (c && c->state == CheckpointState::kFailed) return false;
+  const std::vector<int64_t> steps = checkpoints_.CommittedSteps(s.mesh);
+  return steps.empty() || s.step > steps.back();
 }
 
 void Service::GcLoop() {

@@ -43,6 +43,7 @@
 #include "service/state_write.h"
 #include "service/worker_registry.h"
 #include "service/write_turns.h"
+#include "storage/checkpoint_dir.h"
 #include "storage/env.h"
 #include "storage/save_plan.h"
 #include "storage/save_transaction.h"
@@ -190,9 +191,10 @@ class Service {
   Status Fence(const std::string& what) const;
   // A new job's id, carrying this tesserad's epoch ("j<epoch>-<hex>").
   std::string NewJobId() const;
-  // Whether garbage collection must keep the staging dir of job `id`: a job running
-  // here, or one of a newer epoch (a leader that took the root from this one).
-  bool KeepStaging(const std::string& id) const;
+  // Whether garbage collection must keep a staging dir: a job's, while it runs here
+  // or when it is of a newer epoch (a leader that took the root from this one); a
+  // save's (storage::kSaveStagingId), while its step may still commit.
+  bool KeepStaging(const storage::StagingRef& s) const;
 
   // Catalog writes. A failure is never silent: it is logged, counted, kept for
   // /healthz (which then answers 503 degraded), and returned, so that a request
@@ -232,6 +234,8 @@ class Service {
   void ExecuteJobAction(JobMachine& machine, JobAction& action, std::deque<JobEvent>* local);
   // Queues a round of tasks, all or none: a dead worker is returned as the event.
   std::optional<JobEvent> QueueRound(const JobSpec& spec, const JobAction& action);
+  // kSendTasks: the tasks to their workers; a worker missing or dead, as an event.
+  std::optional<JobEvent> SendTasks(const JobSpec& spec, const JobAction& action);
   void FinishJob(const JobSpec& spec, const Status& status, Json result);
   void ReleaseHolds(const JobSpec& spec);
   Result<Json> RunJobIo(const JobSpec& spec, const JobAction& action);

@@ -103,7 +103,7 @@ Status DeleteObjects(Env* env, const std::string& root, const std::string& mesh,
   return Status::Ok();
 }
 
-using KeepFn = std::function<bool(const std::string&)>;
+using KeepFn = std::function<bool(const StagingRef&)>;
 
 // ".staging-<step>-<id>": the text of its step and its id; false for another name.
 bool SplitStagingName(std::string_view name, std::string_view* step, std::string_view* id) {
@@ -116,11 +116,6 @@ bool SplitStagingName(std::string_view name, std::string_view* step, std::string
   return true;
 }
 
-// The job id of a staging dir name, "" if it is none.
-std::string StagingId(std::string_view name) {
-  std::string_view step, id;
-  return SplitStagingName(name, &step, &id) ? std::string(id) : "";
-}
 
 // The step of a staging dir name; -1 for another name.
 int64_t StagingStep(std::string_view name) {
@@ -129,6 +124,30 @@ int64_t StagingStep(std::string_view name) {
   int64_t step = -1;
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), step);
   return ec == std::errc() && p == text.data() + text.size() && step >= 0 ? step : -1;
+}
+
+// The mesh of a mesh dir's name (MeshDir escapes '/').
+std::string MeshOfDirName(std::string_view name) {
+  std::string mesh;
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (name.substr(i, 3) == "%2F") {
+      mesh += '/';
+      i += 2;
+    } else {
+      mesh += name[i];
+    }
+  }
+  return mesh;
+}
+
+// What `keep` is asked of the staging dir `name` in mesh dir `mesh_dir`.
+StagingRef RefOf(std::string_view mesh_dir, std::string_view name) {
+  std::string_view step, id;
+  StagingRef ref;
+  ref.mesh = MeshOfDirName(mesh_dir);
+  ref.step = StagingStep(name);
+  if (SplitStagingName(name, &step, &id)) ref.id = std::string(id);
+  return ref;
 }
 
 Result<std::vector<std::string>> CollectObjectGarbage(Env* env, const std::string& root,
@@ -162,7 +181,7 @@ Result<std::vector<std::string>> CollectObjectGarbage(Env* env, const std::strin
     }
     for (const auto& n : names) {
       if (!n.starts_with(kStagingPrefix) || referenced.count(n) ||
-          committed_single.count(StagingStep(n)) || keep(StagingId(n))) {
+          committed_single.count(StagingStep(n)) || keep(RefOf(m, n))) {
         continue;
       }
       const std::string path = JoinPath(dir, n);
@@ -289,7 +308,7 @@ Result<std::vector<int64_t>> ListSteps(Env* env, const std::string& root, const 
 
 Result<std::vector<std::string>> CollectGarbage(Env* env, const std::string& root,
                                                 const std::set<std::string>& keep) {
-  return CollectGarbage(env, root, [&keep](const std::string& id) { return keep.count(id) > 0; });
+  return CollectGarbage(env, root, [&keep](const StagingRef& s) { return keep.count(s.id) > 0; });
 }
 
 Result<std::vector<std::string>> CollectGarbage(Env* env, const std::string& root,
@@ -305,7 +324,7 @@ Result<std::vector<std::string>> CollectGarbage(Env* env, const std::string& roo
     for (const auto& n : names) {
       std::string path = JoinPath(dir, n);
       if (n.starts_with(kStagingPrefix)) {
-        if (keep(StagingId(n))) continue;
+        if (keep(RefOf(m, n))) continue;
         // Renamed away first: a deposed control plane's commit (a rename of this very
         // dir) then fails, rather than publishing a dir half removed.
         static std::atomic<uint64_t> counter{0};

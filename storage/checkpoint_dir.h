@@ -38,6 +38,9 @@ Result<std::string> CommittedDir(Env* env, const std::string& root, const std::s
                                  int64_t step);
 std::string StagingDir(const std::string& root, const std::string& mesh, int64_t step,
                        const std::string& id);
+// The id of a save's staging dir: every worker of the mesh writes its shard of `step`
+// there at its snapshot, before any job exists, so the name is one they all know.
+inline constexpr const char* kSaveStagingId = "w";
 // The directory of the checkpoint a user names by `path`: on an object store,
 // ".../<mesh>/step-<N>" is the prefix its manifest names (not_found naming the
 // manifest when the step is not committed); any other path is itself.
@@ -61,12 +64,20 @@ Status DeleteCheckpoint(Env* env, const std::string& root, const std::string& me
 // Committed steps of a mesh, ascending.
 Result<std::vector<int64_t>> ListSteps(Env* env, const std::string& root, const std::string& mesh);
 
+// A staging dir as the garbage collector finds it.
+struct StagingRef {
+  std::string mesh;  // unescaped
+  int64_t step = -1;
+  std::string id;
+};
+
 // Removes staging and half-deleted dirs of every mesh under `root`, except
-// staging dirs whose id is in `keep` (saves still running). Returns the removed paths.
-// `keep(id)` is asked at the moment a staging dir is found, so a save that
+// staging dirs that `keep` keeps (saves still running). Returns the removed paths.
+// `keep` is asked at the moment a staging dir is found, so a save that
 // starts while the collection runs is seen.
 Result<std::vector<std::string>> CollectGarbage(Env* env, const std::string& root,
-                                                const std::function<bool(const std::string&)>& keep);
+                                                const std::function<bool(const StagingRef&)>& keep);
+// Keeps the staging dirs whose id is in `keep`.
 Result<std::vector<std::string>> CollectGarbage(Env* env, const std::string& root,
                                                 const std::set<std::string>& keep = {});
 

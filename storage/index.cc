@@ -124,6 +124,9 @@ std::string SealIndexImage(std::string image) {
 
 std::string FragmentFileName(int64_t rank) { return "fragment-" + std::to_string(rank) + ".sqlite"; }
 std::string ShardFileName(int64_t rank) { return "shard-" + std::to_string(rank) + ".tsr"; }
+std::string ShardFileName(int64_t rank, const std::string& tag) {
+  return "shard-" + std::to_string(rank) + "-" + tag + ".tsr";
+}
 
 Result<FragmentBuilder> FragmentBuilder::Create() {
   ASSIGN_OR_RETURN(SqliteDb db, SqliteDb::OpenMemory());
@@ -165,22 +168,35 @@ Status FragmentBuilder::AddSlice(const TensorMeta& t, const SliceSpec& slice,
   return Status::Ok();
 }
 
-Status FragmentBuilder::WriteTo(Env* env, const std::string& path) {
+Result<std::string> FragmentBuilder::Image() {
   RETURN_IF_ERROR(db_.Exec("COMMIT"));
   ASSIGN_OR_RETURN(std::string image, db_.Serialize());
   RETURN_IF_ERROR(db_.Exec("BEGIN"));
+  return image;
+}
+
+Status FragmentBuilder::WriteTo(Env* env, const std::string& path) {
+  ASSIGN_OR_RETURN(std::string image, Image());
   ASSIGN_OR_RETURN(auto file, env->NewWritableFile(path));
   RETURN_IF_ERROR(file->Append(image.data(), image.size()));
   RETURN_IF_ERROR(file->Sync());
   return file->Close();
 }
 
-Status MergeFragments(Env* env, const std::string& dir, const std::vector<std::string>& fragments,
-                      const CheckpointMeta& meta) {
+namespace {
+
+// A fragment's SQLite image and the name its errors give it.
+struct FragmentImage {
+  std::string name;
+  std::string image;
+};
+
+// Merges the fragments' images into `dir`/index.sqlite (fsynced, not its directory).
+Status MergeImages(Env* env, const std::string& dir, const std::vector<FragmentImage>& fragments,
+                   const CheckpointMeta& meta) {
   ASSIGN_OR_RETURN(SqliteDb db, SqliteDb::OpenMemory());
   RETURN_IF_ERROR(db.Exec(kIndexSchema));
-  for (const auto& name : fragments) {
-    ASSIGN_OR_RETURN(std::string image, ReadWholeFile(env, JoinPath(dir, name)));
+  for (const auto& [name, image] : fragments) {
     RETURN_IF_ERROR(db.AttachImage("f", image, name));
     // Two writers must agree on what a tensor is.
     ASSIGN_OR_RETURN(auto clash, db.Prepare(
@@ -245,9 +261,46 @@ Status MergeFragments(Env* env, const std::string& dir, const std::vector<std::s
   ASSIGN_OR_RETURN(auto file, env->NewWritableFile(path));
   RETURN_IF_ERROR(file->Append(image.data(), image.size()));
   RETURN_IF_ERROR(file->Sync());
-  RETURN_IF_ERROR(file->Close());
+  return file->Close();
+}
+
+}  // namespace
+
+Status MergeFragments(Env* env, const std::string& dir, const std::vector<std::string>& fragments,
+                      const CheckpointMeta& meta) {
+  std::vector<FragmentImage> images;
+  images.reserve(fragments.size());
+  for (const auto& name : fragments) {
+    ASSIGN_OR_RETURN(std::string image, ReadWholeFile(env, JoinPath(dir, name)));
+    images.push_back({name, std::move(image)});
+  }
+  RETURN_IF_ERROR(MergeImages(env, dir, images, meta));
   for (const auto& name : fragments) RETURN_IF_ERROR(env->DeleteFile(JoinPath(dir, name)));
   return env->SyncDir(dir);
+}
+
+Status MergeSlices(Env* env, const std::string& dir,
+                   const std::vector<std::vector<FragmentSlice>>& fragments,
+                   const CheckpointMeta& meta) {
+  // One builder for every writer's slices: a tensor two writers describe differently
+  // is found here, since the builder keeps the first description.
+  std::map<std::string, std::pair<const TensorMeta*, std::string>> seen;  // name → (meta, file)
+  ASSIGN_OR_RETURN(auto builder, FragmentBuilder::Create());
+  for (const auto& fragment : fragments) {
+    for (const FragmentSlice& s : fragment) {
+      auto [it, fresh] = seen.try_emplace(s.tensor.name, &s.tensor, s.file);
+      if (!fresh && !(*it->second.first == s.tensor)) {
+        return InvalidArgument("tensor '" + s.tensor.name + "' is recorded as " +
+                                   it->second.first->ToString() + " by the writer of " +
+                                   it->second.second + " and " + s.tensor.ToString() +
+                                   " by the writer of " + s.file,
+                               {{"tensor", s.tensor.name}, {"file", s.file}});
+      }
+      RETURN_IF_ERROR(builder.AddSlice(s.tensor, s.slice, s.file, s.chunks));
+    }
+  }
+  ASSIGN_OR_RETURN(std::string image, builder.Image());
+  return MergeImages(env, dir, {{"the writers' fragments", std::move(image)}}, meta);
 }
 
 namespace {

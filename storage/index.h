@@ -17,6 +17,7 @@
 #include "api/mesh.h"
 #include "api/status.h"
 #include "storage/env.h"
+#include "storage/fragment_json.h"
 #include "api/tensor_desc.h"
 #include "storage/shard_writer.h"
 #include "storage/sqlite_db.h"
@@ -37,6 +38,9 @@ std::string SealIndexImage(std::string image);
 
 std::string FragmentFileName(int64_t rank);  // "fragment-<rank>.sqlite"
 std::string ShardFileName(int64_t rank);     // "shard-<rank>.tsr"
+// "shard-<rank>-<tag>.tsr": a worker's shard of one save attempt (the tag is its own),
+// so that a late writer of an abandoned attempt never overwrites a newer one's file.
+std::string ShardFileName(int64_t rank, const std::string& tag);
 
 using ::tessera::TensorMeta;
 
@@ -48,6 +52,8 @@ class FragmentBuilder {
   // holds `slice` of `tensor` in `chunks`.
   Status AddSlice(const TensorMeta& tensor, const SliceSpec& slice, const std::string& file,
                   const std::vector<SliceChunk>& chunks);
+  // The fragment's SQLite image.
+  Result<std::string> Image();
   // Writes the fragment to `path` and fsyncs it.
   Status WriteTo(Env* env, const std::string& path);
 
@@ -70,6 +76,11 @@ struct CheckpointMeta {
 // do not cover them exactly once, are errors naming the tensor.
 Status MergeFragments(Env* env, const std::string& dir, const std::vector<std::string>& fragments,
                       const CheckpointMeta& meta);
+// The same for fragments as data (one per writer, as their joins carried them): writes
+// `dir`/index.sqlite and fsyncs it; the directory's own sync is the commit's.
+Status MergeSlices(Env* env, const std::string& dir,
+                   const std::vector<std::vector<FragmentSlice>>& fragments,
+                   const CheckpointMeta& meta);
 
 struct SliceEntry {
   SliceSpec slice;

@@ -2,10 +2,9 @@
 
 namespace tessera::storage {
 
-Result<RankWriteResult> WriteRank(Env* env, const std::string& staging, int64_t rank,
-                                  const std::vector<SliceToWrite>& slices,
-                                  const ShardOptions& options) {
-  const std::string shard_name = ShardFileName(rank);
+Result<ShardWritten> WriteShard(Env* env, const std::string& staging, const std::string& file,
+                                const std::vector<SliceToWrite>& slices,
+                                const ShardOptions& options) {
   for (const auto& s : slices) {
     uint64_t expect = s.slice.NumElements() * DTypeSize(s.tensor.dtype);
     if (s.bytes != expect) {
@@ -15,7 +14,7 @@ Result<RankWriteResult> WriteRank(Env* env, const std::string& staging, int64_t 
                              {{"tensor", s.tensor.name}});
     }
   }
-  ASSIGN_OR_RETURN(auto writer, ShardWriter::Create(env, JoinPath(staging, shard_name), options));
+  ASSIGN_OR_RETURN(auto writer, ShardWriter::Create(env, JoinPath(staging, file), options));
   std::vector<size_t> handles;
   handles.reserve(slices.size());
   for (const auto& s : slices) {
@@ -23,13 +22,24 @@ Result<RankWriteResult> WriteRank(Env* env, const std::string& staging, int64_t 
     handles.push_back(h);
   }
   RETURN_IF_ERROR(writer->Finish());
-  ASSIGN_OR_RETURN(auto fragment, FragmentBuilder::Create());
+  ShardWritten out{writer->raw_bytes(), writer->stored_bytes(), {}};
+  out.fragment.reserve(slices.size());
   for (size_t i = 0; i < slices.size(); ++i) {
-    RETURN_IF_ERROR(
-        fragment.AddSlice(slices[i].tensor, slices[i].slice, shard_name, writer->chunks(handles[i])));
+    out.fragment.push_back({slices[i].tensor, slices[i].slice, file, writer->chunks(handles[i])});
+  }
+  return out;
+}
+
+Result<RankWriteResult> WriteRank(Env* env, const std::string& staging, int64_t rank,
+                                  const std::vector<SliceToWrite>& slices,
+                                  const ShardOptions& options) {
+  ASSIGN_OR_RETURN(ShardWritten w, WriteShard(env, staging, ShardFileName(rank), slices, options));
+  ASSIGN_OR_RETURN(auto fragment, FragmentBuilder::Create());
+  for (const FragmentSlice& s : w.fragment) {
+    RETURN_IF_ERROR(fragment.AddSlice(s.tensor, s.slice, s.file, s.chunks));
   }
   RETURN_IF_ERROR(fragment.WriteTo(env, JoinPath(staging, FragmentFileName(rank))));
-  return RankWriteResult{writer->raw_bytes(), writer->stored_bytes()};
+  return RankWriteResult{w.raw_bytes, w.stored_bytes};
 }
 
 }  // namespace tessera::storage

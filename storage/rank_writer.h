@@ -1,5 +1,6 @@
-// One writer's part of a sharded save (SaveV2 in seed 001): its slices go into
-// shard-<rank>.tsr and its index part into fragment-<rank>.sqlite, both fsynced.
+// One writer's part of a sharded save (SaveV2 in seed 001): its slices go into one
+// shard file, and its part of the index is a fragment: as data (WriteShard, what a
+// worker's join carries) or as fragment-<rank>.sqlite beside the shard (WriteRank).
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 
 #include "api/status.h"
 #include "storage/env.h"
+#include "storage/fragment_json.h"
 #include "storage/index.h"
 #include "storage/shard_writer.h"
 
@@ -25,7 +27,19 @@ struct RankWriteResult {
   uint64_t stored_bytes = 0;
 };
 
-// REQUIRES: `staging` exists; every `data` stays valid during the call.
+struct ShardWritten {
+  uint64_t raw_bytes = 0;
+  uint64_t stored_bytes = 0;
+  std::vector<FragmentSlice> fragment;  // the slices, as stored in `file`
+};
+
+// Writes `slices` into `staging`/`file` and fsyncs it. REQUIRES: `staging` exists;
+// every `data` stays valid during the call.
+Result<ShardWritten> WriteShard(Env* env, const std::string& staging, const std::string& file,
+                                const std::vector<SliceToWrite>& slices,
+                                const ShardOptions& options);
+
+// WriteShard into shard-<rank>.tsr, and its fragment into fragment-<rank>.sqlite.
 Result<RankWriteResult> WriteRank(Env* env, const std::string& staging, int64_t rank,
                                   const std::vector<SliceToWrite>& slices,
                                   const ShardOptions& options);

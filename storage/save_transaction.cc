@@ -1,5 +1,7 @@
 #include "storage/save_transaction.h"
 
+#include <set>
+
 #include "api/clock.h"
 #include "storage/checkpoint_dir.h"
 #include "storage/root_meta.h"
@@ -22,6 +24,24 @@ Status SaveTransaction::Merge(const std::vector<std::string>& fragments, const J
   RETURN_IF_ERROR(MergeFragments(env_, staging_, fragments, meta));
   // What a control plane rebuilding its catalog reads instead of the index.
   return WriteSummary(env_, staging_);
+}
+
+Status SaveTransaction::MergeSlices(const std::vector<std::vector<FragmentSlice>>& fragments,
+                                    const Json& metadata) {
+  CheckpointMeta meta{mesh_, step_, metadata.is_null() ? Json::object() : metadata, WallMs()};
+  RETURN_IF_ERROR(storage::MergeSlices(env_, staging_, fragments, meta));
+  RETURN_IF_ERROR(WriteSummary(env_, staging_));
+  std::set<std::string> keep = {kIndexFile, kSummaryFile};
+  for (const auto& fragment : fragments) {
+    for (const FragmentSlice& s : fragment) keep.insert(s.file);
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> names, env_->ListDir(staging_));
+  for (const std::string& n : names) {
+    if (keep.count(n)) continue;
+    Status st = env_->DeleteFile(JoinPath(staging_, n));
+    if (!st.ok() && st.code() != Code::kNotFound) return st;
+  }
+  return Status::Ok();
 }
 
 Result<std::string> SaveTransaction::Commit() {

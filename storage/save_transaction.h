@@ -33,6 +33,12 @@ class SaveTransaction {
   Status Stage();
   // Merges the writers' fragments (file names in the staging dir) into the index.
   Status Merge(const std::vector<std::string>& fragments, const Json& metadata);
+  // Merges the writers' fragments as their joins carried them into the index, then
+  // removes what else the staging dir holds (a late writer's files of an abandoned
+  // attempt at the same step): only the index, its summary and the shards it names
+  // are committed.
+  Status MergeSlices(const std::vector<std::vector<FragmentSlice>>& fragments,
+                     const Json& metadata);
   // Makes the checkpoint visible; the committed dir.
   Result<std::string> Commit();
   // Removes the staging dir (nothing if it is gone). Never fails the caller: what

@@ -99,6 +99,10 @@ Status Agent::Register(int64_t timeout_ms) {
                         {{"worker", id_}});
       }
       heartbeat_ms_ = r->value("heartbeat_ms", int64_t{500});
+      {
+        MutexLock lock(mu_);
+        checkpoint_root_ = r->value("checkpoint_root", "");
+      }
       // The object store's address, unless this host was given its own.
       if (auto e = r->value("s3_endpoint", ""); !e.empty() && storage::DefaultS3Endpoint().empty()) {
         storage::SetDefaultS3Endpoint(e);
@@ -201,18 +205,16 @@ void Agent::Execute(const Task& task) {
     if (collectives_ != nullptr && !task.mesh_name.empty()) {
       collectives_->Abort(task.mesh_name, job, task.error);
     }
-    MutexLock lock(mu_);
-    snapshots_.erase(job);
     return;
   }
   if (task.kind == TaskKind::kSaveEnded) {
-    // An in-loop save's end, pushed on this long-poll: nothing to report.
-    {
-      MutexLock lock(mu_);
-      snapshots_.erase(job);
-      if (!task.error.ok()) trainer_snapshots_.erase({task.mesh_name, task.step});
-    }
+    // A save's end, pushed on this long-poll: nothing to report.
     trainer_saves_.JobEnded(job, task.error);
+    return;
+  }
+  if (task.kind == TaskKind::kSnapshot) {
+    // A REST save: snapshot, write, join. The join is the report (agent_save.cc).
+    SaveForJob(task);
     return;
   }
   // tesserad marked the task running when it handed it over: only the outcome is reported.
@@ -221,8 +223,6 @@ void Agent::Execute(const Task& task) {
   if (!r.ok()) {
     std::fprintf(stderr, "worker %s: %s task of job %s failed: %s\n", id_.c_str(), kind.c_str(),
                  job.c_str(), r.status().ToString().c_str());
-    MutexLock lock(mu_);
-    snapshots_.erase(job);
   }
   uint64_t bytes = r.ok() ? r->value("bytes", uint64_t{0}) : 0;
   Report(task.id, r.ok() ? ReportState::kSucceeded : ReportState::kFailed, bytes, bytes,
@@ -231,10 +231,6 @@ void Agent::Execute(const Task& task) {
 
 Result<Json> Agent::Run(const Task& task) {
   switch (task.kind) {
-    case TaskKind::kSnapshot:
-      return DoSnapshot(task);
-    case TaskKind::kWrite:
-      return DoWrite(task);
     case TaskKind::kRestore:
       return DoRestore(task);
     case TaskKind::kCollective:
@@ -245,6 +241,8 @@ Result<Json> Agent::Run(const Task& task) {
       return DoExport(task);
     case TaskKind::kImport:
       return DoImport(task);
+    case TaskKind::kSnapshot:  // Execute runs it: its answer is a join, not a report
+    case TaskKind::kWrite:     // a save's write runs at its snapshot, never as a task
     case TaskKind::kAbort:
     case TaskKind::kSaveEnded:
       break;

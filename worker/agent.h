@@ -1,14 +1,14 @@
 // The worker agent: registers with tesserad, heartbeats, long-polls tasks and
 // executes them with the storage engine against the local TensorStore:
-//   snapshot  copy this worker's shards (or take the trainer's /v1/save copy)
-//   write     its planned slices → shard-<rank>.tsr + fragment-<rank>.sqlite
+//   snapshot  a REST save: copy this worker's shards, write its share, join the save
 //   restore   read its devices' slices of a checkpoint (any mesh/layout)
-//   abort     drop the snapshot of a failed job
+//   abort     leave the collective of a failed job
 //   collective  run a REST collectives job's op on tensors of the store
 //   mesh_init   the self-test of a newly registered mesh (device-table merge)
 // It survives tesserad restarts: on 404 it registers again under the same id.
-// Files: agent.cc (lifecycle, task loop), agent_tasks.cc (snapshot, write, restore),
-// agent_collectives.cc (collective, mesh_init), agent_trainer.cc (in-loop saves),
+// Files: agent.cc (lifecycle, task loop), agent_save.cc (a save's write at the
+// snapshot, and its join), agent_tasks.cc (restore), agent_collectives.cc
+// (collective, mesh_init), agent_trainer.cc (in-loop saves),
 // agent_restore.cc (the trainer's restores and checkpoint lookups).
 #pragma once
 
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "http/router.h"
+#include "api/requests.h"
 #include "api/task_protocol.h"
 #include "api/thread_annotations.h"
 #include "storage/env.h"
@@ -115,8 +116,6 @@ class Agent {
   void Execute(const Task& task);
   Result<Json> Run(const Task& task);  // the task's handler (Do*)
   // agent_tasks.cc
-  Result<Json> DoSnapshot(const Task& task);
-  Result<Json> DoWrite(const Task& task);
   Result<Json> DoRestore(const Task& task);
   Status CheckCollectives() const;  // unavailable when SetCollectives was not called
   Result<Json> DoCollective(const Task& task);
@@ -134,6 +133,27 @@ class Agent {
   // The newest step every worker of `mesh` saw committed: an all-reduce of their views.
   Result<int64_t> AgreeOnLatest(const std::string& mesh, int64_t timeout_ms);
 
+  // agent_save.cc
+  // This worker's share of a save, planned from its snapshot alone (storage::PlanSave
+  // over the snapshot's tensors: every worker computes the same plan), written into
+  // `staging` as shard-<rank>-<tag>.tsr.
+  Result<SaveWritten> WriteAtSnapshot(const Snapshot& snap, int64_t step,
+                                      const SaveRequest& request, const std::string& job,
+                                      const std::string& staging);
+  // Writes, then joins the save with what it wrote (or the error), retrying an
+  // unreachable tesserad until `deadline`. The job's id, or the refusal; a refused
+  // join's file is removed. `snap` is released once written.
+  Result<std::string> WriteAndJoin(const std::string& mesh, int64_t step, const SaveRequest& request,
+                                   const std::optional<std::string>& job,
+                                   std::shared_ptr<const Snapshot> snap,
+                                   const std::optional<std::vector<std::string>>& names,
+                                   const std::string& staging,
+                                   std::chrono::steady_clock::time_point deadline);
+  // A REST save's snapshot task: snapshot, write, join.
+  void SaveForJob(const Task& task);
+  // The staging dir of `step` of `mesh` under the root tesserad gave at registration.
+  Result<std::string> SaveStaging(const std::string& mesh, int64_t step);
+
   // agent_trainer.cc
   // unavailable naming the limit and the pending saves when another in-loop
   // snapshot would pass max_pending_saves or max_pending_save_bytes.
@@ -141,11 +161,13 @@ class Agent {
   uint64_t PendingBytes() const REQUIRES(mu_);  // of trainer_snapshots_
   // {"count", "bytes", "max", "max_bytes"} of the pending in-loop snapshots.
   Json PendingSaves() EXCLUDES(mu_);
-  // Creates or joins the job of an in-loop save, bringing `snapshot`, and waits for
-  // its end (pushed by tesserad as a save_ended task) until `deadline`.
-  void FollowTrainerSave(const std::string& mesh, int64_t step, Json body,
+  // Writes and joins an in-loop save (WriteAndJoin), and waits for its end (pushed by
+  // tesserad as a save_ended task) until `deadline`.
+  void FollowTrainerSave(const std::string& mesh, int64_t step, const SaveRequest& request,
+                         std::shared_ptr<const Snapshot> snap,
+                         const std::optional<std::vector<std::string>>& names,
                          std::chrono::steady_clock::time_point deadline);
-  // The job of an in-loop save: created or joined, retrying an unreachable tesserad
+  // The PUT of a join: the job created or joined, retrying an unreachable tesserad
   // with backoff until `deadline`. The error that ends the save otherwise.
   Result<std::string> CreateOrJoinSave(const std::string& mesh, int64_t step, const Json& body,
                                        std::chrono::steady_clock::time_point deadline);
@@ -166,8 +188,9 @@ class Agent {
   Mutex mu_;
   CondVar cv_;
   bool stopping_ GUARDED_BY(mu_) = false;
-  std::map<std::string, std::shared_ptr<const Snapshot>> snapshots_ GUARDED_BY(mu_);  // by job
-  // Taken by /v1/save before the job's snapshot task arrives, by (mesh, step).
+  std::string checkpoint_root_ GUARDED_BY(mu_);  // from the registration's answer
+  // In-loop saves taken by /v1/save whose join has not been answered, by (mesh, step):
+  // their snapshot until it is written, then null.
   std::map<std::pair<std::string, int64_t>, std::shared_ptr<const Snapshot>> trainer_snapshots_
       GUARDED_BY(mu_);
   std::map<std::string, std::pair<int64_t, MeshPlacement>> mesh_cache_ GUARDED_BY(mu_);

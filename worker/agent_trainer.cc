@@ -69,7 +69,7 @@ Result<Json> Agent::FollowJob(const std::string& kind, const std::string& job, i
 
 uint64_t Agent::PendingBytes() const {
   uint64_t bytes = 0;
-  for (const auto& [key, snap] : trainer_snapshots_) bytes += snap->bytes();
+  for (const auto& [key, snap] : trainer_snapshots_) bytes += snap ? snap->bytes() : 0;
   return bytes;
 }
 
@@ -82,7 +82,7 @@ Status Agent::CheckPendingRoom(const std::string& mesh, int64_t step) {
   if (!over_count && !over_bytes) return Status::Ok();
   Json pending = Json::array();
   for (const auto& [key, snap] : trainer_snapshots_) {
-    pending.push_back({{"mesh", key.first}, {"step", key.second}, {"bytes", snap->bytes()}});
+    pending.push_back({{"mesh", key.first}, {"step", key.second}, {"bytes", snap ? snap->bytes() : 0}});
   }
   const std::string limit = over_count
       ? "--max-pending-saves " + std::to_string(options_.max_pending_saves)
@@ -119,7 +119,6 @@ Result<Json> Agent::SaveFromTrainer(const std::string& mesh, int64_t step, const
   // The save's request, checked here, before any copy: a bad compression, level or
   // metadata is the trainer's 400, not a save that fails later.
   ASSIGN_OR_RETURN(SaveRequest request, SaveRequest::FromJson(body, step));
-  Json job_body = request.ToJson();
   {
     // Bounded memory while tesserad is away: refused before any copy is made.
     MutexLock lock(mu_);
@@ -138,11 +137,9 @@ Result<Json> Agent::SaveFromTrainer(const std::string& mesh, int64_t step, const
   trainer_saves_.Snapshotted(mesh, step);
   const auto until_ms = std::chrono::steady_clock::now() +
                        std::chrono::milliseconds(deadline.value_or(kDefaultSaveDeadlineMs));
-  // The snapshot's tensor list goes with the create-or-join, built off the trainer's path.
-  task_threads_.Spawn([this, mesh, step, job_body, until_ms, snap, names]() mutable {
-    job_body["snapshot"] = SnapshotResultToJson(DescribeSnapshot(*snap, names));
-    snap.reset();  // the write takes its buffers from trainer_snapshots_ and frees them
-    FollowTrainerSave(mesh, step, job_body, until_ms);
+  // The write and the join, off the trainer's path.
+  task_threads_.Spawn([this, mesh, step, request, until_ms, snap, names]() mutable {
+    FollowTrainerSave(mesh, step, request, std::move(snap), names, until_ms);
   });
   Json out = {{"checkpoint", {{"mesh", mesh}, {"step", step}}},
               {"snapshot_ms", snapshot_ms},
@@ -179,17 +176,21 @@ Result<std::string> Agent::CreateOrJoinSave(const std::string& mesh, int64_t ste
   }
 }
 
-void Agent::FollowTrainerSave(const std::string& mesh, int64_t step, Json body,
+void Agent::FollowTrainerSave(const std::string& mesh, int64_t step, const SaveRequest& request,
+                              std::shared_ptr<const Snapshot> snap,
+                              const std::optional<std::vector<std::string>>& names,
                               std::chrono::steady_clock::time_point deadline) {
-  body["worker"] = id_;
-  auto job = CreateOrJoinSave(mesh, step, body, deadline);
+  auto staging = SaveStaging(mesh, step);
+  auto job = staging.ok() ? WriteAndJoin(mesh, step, request, std::nullopt, std::move(snap), names,
+                                         *staging, deadline)
+                          : Result<std::string>(staging.status());
+  {
+    MutexLock lock(mu_);
+    trainer_snapshots_.erase({mesh, step});  // joined (or refused): no longer pending
+  }
   if (!job.ok()) {
     std::fprintf(stderr, "worker %s: save of mesh %s step %lld not started: %s\n", id_.c_str(),
                  mesh.c_str(), static_cast<long long>(step), job.status().ToString().c_str());
-    {
-      MutexLock lock(mu_);
-      trainer_snapshots_.erase({mesh, step});
-    }
     trainer_saves_.Ended(mesh, step, job.status());
     return;
   }
@@ -239,10 +240,6 @@ void Agent::FollowTrainerSave(const std::string& mesh, int64_t step, Json body,
                      (cancelled.ok() ? "it was cancelled"
                                      : "cancelling it failed: " + cancelled.status().ToString()),
                  {{"job", *job}, {"mesh", mesh}, {"step", step}});
-  {
-    MutexLock lock(mu_);
-    trainer_snapshots_.erase({mesh, step});
-  }
   trainer_saves_.Ended(mesh, step, ended);
 }
 

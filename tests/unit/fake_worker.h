@@ -14,7 +14,8 @@
 namespace tessera::service {
 
 // A worker that long-polls the Service itself and answers each task with `answer`
-// (state and result or error), as the agent would over HTTP.
+// (state and result or error, or null for a task whose answer is no report: a save's
+// snapshot, which `answer` joins itself), as the agent would over HTTP.
 class FakeWorker {
  public:
   using Answer = std::function<Json(const Json& task)>;
@@ -42,9 +43,35 @@ class FakeWorker {
         }
         const std::string kind = task.value("kind", "");
         if (kind == "abort" || kind == "save_ended") continue;
-        (void)service_->ReportTask(id_, task.value("id", ""), answer_(task));
+        const Json report = answer_(task);
+        if (report.is_null()) continue;
+        if (kind == "snapshot") {
+          Join(task, report);
+        } else {
+          (void)service_->ReportTask(id_, task.value("id", ""), report);
+        }
       }
     }
+  }
+
+  // A snapshot answered as a report ({state, result: snapshot} or {state, error}):
+  // joined as an agent would, having written nothing.
+  void Join(const Json& task_json, const Json& report) {
+    auto task = TaskFromJson(task_json);
+    if (!task.ok()) return;
+    SaveJoinRequest join;
+    join.save.step = task->step;
+    join.worker = id_;
+    join.job = task->job;
+    if (report.value("state", "") == "failed") {
+      join.error = StatusFromErrorJson(report.value("error", Json::object()));
+    } else {
+      auto snapshot = SnapshotResultFromJson(report.value("result", Json::object()));
+      if (!snapshot.ok()) return;
+      join.snapshot = *snapshot;
+      join.written = SaveWritten{};
+    }
+    (void)service_->JoinSave(task->mesh.name, join);
   }
 
   Service* service_;

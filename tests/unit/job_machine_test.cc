@@ -50,47 +50,52 @@ JobEvent Done(int64_t now, int64_t round, int64_t rank, Json result = Json::obje
   return JobEvent::TaskSucceeded(now, round, rank, std::move(result));
 }
 
-// A REST save through every phase: snapshot tasks, staging, write tasks, merge,
-// commit, retention.
+// Rank `rank`'s join: its snapshot (tensor x on `device`) and the half of x it wrote.
+SaveJoinRequest Join(int64_t rank, int64_t device) {
+  SaveJoinRequest j;
+  j.worker = rank == 0 ? "w-a" : "w-b";
+  j.snapshot = Snapshot(device);
+  storage::FragmentSlice s;
+  s.tensor = j.snapshot.tensors[0].meta;
+  s.slice = SliceSpec{{2 * rank}, {2}};
+  s.file = "shard-" + std::to_string(rank) + "-t.tsr";
+  s.chunks.push_back({0, {0, 8, 8, 42, storage::Codec::kRaw}});
+  j.written = SaveWritten{8, 8, storage::FragmentToJson({s})};
+  return j;
+}
+SaveJoinRequest Join(int64_t rank) { return Join(rank, rank); }
+
+// A REST save through every phase: snapshot tasks sent, the joins (each the worker's
+// write and report in one), merge, commit, retention.
 TEST(SaveMachine, WalksEveryPhaseToTheCommit) {
   SaveRequest request;
   request.step = 7;
-  SaveMachine m(Spec(), request, /*joined=*/false, 0);
+  SaveMachine m(Spec(), request, /*from_loop=*/false, 0);
   JobActions a = m.Step(JobEvent::Start(0));
-  ASSERT_NE(Find(a, Kind::kQueueTasks), nullptr);
-  const JobAction snap = *Find(a, Kind::kQueueTasks);
+  EXPECT_EQ(Find(a, Kind::kQueueTasks), nullptr);  // no round: the answers are joins
+  ASSERT_NE(Find(a, Kind::kSendTasks), nullptr);
+  const JobAction snap = *Find(a, Kind::kSendTasks);
   EXPECT_EQ(snap.tasks.size(), 2u);
   EXPECT_EQ(snap.tasks.at(1).kind, TaskKind::kSnapshot);
-  EXPECT_EQ(m.phase(), "snapshot");
-  EXPECT_EQ(m.deadline_ms(), 1000);
-  EXPECT_TRUE(m.Step(Done(5, snap.round, 0, SnapshotResultToJson(Snapshot(0)))).empty());
-  a = m.Step(Done(6, snap.round, 1, SnapshotResultToJson(Snapshot(1))));
-  ASSERT_EQ(a.size(), 1u);
-  EXPECT_EQ(a[0].kind, Kind::kRunIo);
-  EXPECT_EQ(a[0].io, IoKind::kCreateStaging);
-  a = m.Step(JobEvent::IoDone(7, Json::object()));
-  const JobAction* write = Find(a, Kind::kQueueTasks);
-  ASSERT_NE(write, nullptr);
+  EXPECT_EQ(snap.tasks.at(1).staging, "/root/m/.staging-7-j-1");
   EXPECT_EQ(Find(a, Kind::kSetCheckpointState)->checkpoint_state, CheckpointState::kWriting);
   EXPECT_EQ(m.phase(), "write");
-  EXPECT_EQ(write->total_bytes, 16u);
-  // Each rank writes its own half, with the slice it is to use as sent.
-  ASSERT_EQ(write->tasks.at(1).slices.size(), 1u);
-  EXPECT_EQ(write->tasks.at(1).slices[0].slice.offsets, (Shape{2}));
-  EXPECT_EQ(write->tasks.at(1).staging, "/root/m/.staging-7-j-1");
-  const int64_t round = write->round;
-  m.Step(Done(8, round, 0, {{"fragment", "fragment-0.sqlite"}, {"bytes", 8}}));
-  a = m.Step(Done(9, round, 1, {{"fragment", "fragment-1.sqlite"}, {"bytes", 8}}));
+  EXPECT_EQ(m.deadline_ms(), 1000);
+  EXPECT_TRUE(m.Step(JobEvent::Joined(5, 0, Join(0))).empty());
+  a = m.Step(JobEvent::Joined(6, 1, Join(1)));
   const JobAction* merge = Find(a, Kind::kRunIo);
   ASSERT_NE(merge, nullptr);
   EXPECT_EQ(merge->io, IoKind::kMerge);
-  EXPECT_EQ(merge->fragments, (std::vector<std::string>{"fragment-0.sqlite", "fragment-1.sqlite"}));
+  ASSERT_EQ(merge->slices.size(), 2u);
+  EXPECT_EQ(merge->slices[1][0].file, "shard-1-t.tsr");
   EXPECT_EQ(Find(a, Kind::kSetCheckpointState)->checkpoint_state, CheckpointState::kMerging);
+  EXPECT_EQ(m.phase(), "merge");
   a = m.Step(JobEvent::IoDone(10, Json::object()));
   EXPECT_EQ(Find(a, Kind::kRunIo)->io, IoKind::kCommit);
   EXPECT_EQ(Find(a, Kind::kRunIo)->plan.size(), 2u);
-  // A cancel once the commit has begun changes nothing.
+  // A cancel once the commit has begun changes nothing, nor does a death.
   EXPECT_TRUE(m.Step(JobEvent::Cancel(11)).empty());
+  EXPECT_TRUE(m.Step(JobEvent::WorkerDead(11, "w-a", 3000)).empty());
   a = m.Step(JobEvent::IoDone(12, Json{{"checkpoint", {{"step", 7}}}}));
   EXPECT_EQ(Find(a, Kind::kRunIo)->io, IoKind::kRetention);
   a = m.Step(JobEvent::IoDone(13, Json{{"retention_error", {{"code", "internal"}}}}));
@@ -102,12 +107,15 @@ TEST(SaveMachine, WalksEveryPhaseToTheCommit) {
   EXPECT_TRUE(m.Step(JobEvent::Tick(1 << 30)).empty());
 }
 
-TEST(SaveMachine, AFailedTaskAbandonsNamingTheWorkerAndRank) {
+TEST(SaveMachine, AJoinWithAnErrorAbandonsNamingTheWorkerAndRank) {
   SaveMachine m(Spec(), SaveRequest{}, false, 0);
-  const JobAction snap = *Find(m.Step(JobEvent::Start(0)), Kind::kQueueTasks);
-  JobActions a = m.Step(JobEvent::TaskFailed(3, snap.round, 1, NotFound("no tensor 'x'")));
+  m.Step(JobEvent::Start(0));
+  SaveJoinRequest failed = Join(1);
+  failed.written.reset();
+  failed.error = ResourceExhausted("disk full");
+  JobActions a = m.Step(JobEvent::Joined(3, 1, failed));
   const JobAction f = Finished(a);
-  EXPECT_EQ(f.status.code(), Code::kNotFound);
+  EXPECT_EQ(f.status.code(), Code::kResourceExhausted);
   EXPECT_EQ(f.status.details().value("worker", ""), "w-b");
   EXPECT_EQ(f.status.details().value("rank", -1), 1);
   EXPECT_NE(f.status.message().find("worker w-b (rank 1)"), std::string::npos);
@@ -115,96 +123,106 @@ TEST(SaveMachine, AFailedTaskAbandonsNamingTheWorkerAndRank) {
   EXPECT_LT(Find(a, Kind::kAbandonSave) - a.data(), Find(a, Kind::kFinish) - a.data());
 }
 
-TEST(SaveMachine, ADeadWorkerWithATaskFailsTheJobOthersDoNot) {
-  SaveMachine m(Spec(), SaveRequest{}, false, 0);
-  const JobAction snap = *Find(m.Step(JobEvent::Start(0)), Kind::kQueueTasks);
-  m.Step(Done(1, snap.round, 0, SnapshotResultToJson(Snapshot(0))));
-  // w-a's task is done; its death does not matter to this round, nor a stranger's.
-  EXPECT_TRUE(m.Step(JobEvent::WorkerDead(2, "w-a", 3000)).empty());
-  EXPECT_TRUE(m.Step(JobEvent::WorkerDead(2, "w-zz", 3000)).empty());
-  const JobAction f = Finished(m.Step(JobEvent::WorkerDead(3, "w-b", 3100)));
+TEST(SaveMachine, ADeadWorkerFailsTheSaveUntilTheCommitJoinedOrNot) {
+  SaveMachine m(Spec(), SaveRequest{}, true, 2000);
+  m.Step(JobEvent::Start(0));
+  m.Step(JobEvent::Joined(1, 0, Join(0)));
+  EXPECT_TRUE(m.Step(JobEvent::WorkerDead(2, "w-zz", 3000)).empty());  // a stranger
+  const JobAction f = Finished(m.Step(JobEvent::WorkerDead(3, "w-a", 3100)));
   EXPECT_EQ(f.status.code(), Code::kUnavailable);
   EXPECT_NE(f.status.message().find("no heartbeat for 3100 ms"), std::string::npos);
-  EXPECT_EQ(f.status.details().value("rank", -1), 1);
+  EXPECT_NE(f.status.message().find("had joined"), std::string::npos);
+  EXPECT_EQ(f.status.details().value("rank", -1), 0);
+
+  SaveMachine n(Spec(), SaveRequest{}, true, 2000);
+  n.Step(JobEvent::Start(0));
+  n.Step(JobEvent::Joined(1, 0, Join(0)));
+  const JobAction g = Finished(n.Step(JobEvent::WorkerDead(3, "w-b", 3000)));
+  EXPECT_EQ(g.status.details().value("worker", ""), "w-b");
+  EXPECT_NE(g.status.message().find("had not joined"), std::string::npos);
 }
 
-TEST(SaveMachine, TheRoundTimesOutOnTheClockNamingMissingRanks) {
+TEST(SaveMachine, TheJoinsTimeOutOnTheClockNamingMissingRanks) {
   SaveMachine m(Spec(/*timeout_ms=*/500), SaveRequest{}, false, 0);
-  const JobAction snap = *Find(m.Step(JobEvent::Start(100)), Kind::kQueueTasks);
-  m.Step(Done(200, snap.round, 1, SnapshotResultToJson(Snapshot(1))));
+  m.Step(JobEvent::Start(100));
+  m.Step(JobEvent::Joined(200, 1, Join(1)));
   EXPECT_TRUE(m.Step(JobEvent::Tick(600)).empty());  // not yet: the deadline is 600
   const JobAction f = Finished(m.Step(JobEvent::Tick(601)));
   EXPECT_EQ(f.status.code(), Code::kDeadlineExceeded);
   EXPECT_EQ(f.status.details()["missing_ranks"], Json({0}));
-  EXPECT_NE(f.status.message().find("phase snapshot"), std::string::npos);
-}
+  EXPECT_NE(f.status.message().find("did not snapshot and write step 7"), std::string::npos);
 
-TEST(SaveMachine, LateReportsOfAnEarlierRoundAreIgnored) {
-  SaveMachine m(Spec(), SaveRequest{}, false, 0);
-  const JobAction snap = *Find(m.Step(JobEvent::Start(0)), Kind::kQueueTasks);
-  m.Step(Done(1, snap.round, 0, SnapshotResultToJson(Snapshot(0))));
-  m.Step(Done(1, snap.round, 1, SnapshotResultToJson(Snapshot(1))));
-  const JobAction write = *Find(m.Step(JobEvent::IoDone(2, Json::object())), Kind::kQueueTasks);
-  // A snapshot report arriving again (a retried report) is not a write's.
-  EXPECT_TRUE(m.Step(JobEvent::TaskFailed(3, snap.round, 0, Internal("old"))).empty());
-  EXPECT_TRUE(m.Step(Done(3, snap.round, 1)).empty());
-  EXPECT_FALSE(m.ended());
-  EXPECT_GT(write.round, snap.round);
+  SaveMachine late(Spec(), SaveRequest{}, true, 2000);
+  late.Step(JobEvent::Start(0));
+  late.Step(JobEvent::Joined(1, 1, Join(1)));
+  const JobAction g = Finished(late.Step(JobEvent::Tick(2001)));
+  EXPECT_EQ(g.status.code(), Code::kDeadlineExceeded);
+  EXPECT_EQ(g.status.details()["workers"], Json({"w-a"}));
+  EXPECT_NE(g.status.message().find("did not call save(7)"), std::string::npos);
 }
 
 TEST(SaveMachine, ACancelDuringIoEndsTheJobWhenTheStepIsDone) {
   SaveMachine m(Spec(), SaveRequest{}, false, 0);
-  const JobAction snap = *Find(m.Step(JobEvent::Start(0)), Kind::kQueueTasks);
-  m.Step(Done(1, snap.round, 0, SnapshotResultToJson(Snapshot(0))));
-  m.Step(Done(1, snap.round, 1, SnapshotResultToJson(Snapshot(1))));  // → create staging
+  m.Step(JobEvent::Start(0));
+  m.Step(JobEvent::Joined(1, 0, Join(0)));
+  m.Step(JobEvent::Joined(1, 1, Join(1)));  // → merge
   EXPECT_TRUE(m.Step(JobEvent::Cancel(2)).empty());
   const JobAction f = Finished(m.Step(JobEvent::IoDone(3, Json::object())));
   EXPECT_TRUE(IsCancelled(f.status)) << f.status.ToString();
-  // While tasks run, a cancel ends the job at once.
+  // While the joins are awaited, a cancel ends the job at once.
   SaveMachine n(Spec(), SaveRequest{}, false, 0);
   n.Step(JobEvent::Start(0));
   EXPECT_TRUE(IsCancelled(Finished(n.Step(JobEvent::Cancel(1))).status));
 }
 
-TEST(SaveMachine, InLoopJoinsReplaceSnapshotTasks) {
-  SaveMachine m(Spec(), SaveRequest{}, /*joined=*/true, /*join_wait_ms=*/2000);
+TEST(SaveMachine, InLoopJoinsNeedNoTaskAndARepeatedJoinChangesNothing) {
+  SaveMachine m(Spec(), SaveRequest{}, /*from_loop=*/true, /*join_wait_ms=*/2000);
   JobActions a = m.Step(JobEvent::Start(0));
-  EXPECT_EQ(Find(a, Kind::kQueueTasks), nullptr);  // no task goes back to the workers
+  EXPECT_EQ(Find(a, Kind::kSendTasks), nullptr);  // no task goes to the workers
   EXPECT_EQ(m.deadline_ms(), 2000);
-  EXPECT_TRUE(m.Step(JobEvent::Joined(1, 1, Snapshot(1))).empty());
-  EXPECT_TRUE(m.Step(JobEvent::Joined(2, 1, Snapshot(1))).empty());  // a repeated join
-  a = m.Step(JobEvent::Joined(3, 0, Snapshot(0)));
+  EXPECT_TRUE(m.Step(JobEvent::Joined(1, 1, Join(1))).empty());
+  EXPECT_TRUE(m.Step(JobEvent::Joined(2, 1, Join(1))).empty());  // a repeated join
+  a = m.Step(JobEvent::Joined(3, 0, Join(0)));
   ASSERT_NE(Find(a, Kind::kRunIo), nullptr);
-  EXPECT_EQ(Find(a, Kind::kRunIo)->io, IoKind::kCreateStaging);
+  EXPECT_EQ(Find(a, Kind::kRunIo)->io, IoKind::kMerge);
 }
 
-TEST(SaveMachine, InLoopJoinsFailForADeadWorkerOrTheDeadline) {
-  SaveMachine dead(Spec(), SaveRequest{}, true, 2000);
-  dead.Step(JobEvent::Start(0));
-  dead.Step(JobEvent::Joined(1, 0, Snapshot(0)));
-  EXPECT_TRUE(dead.Step(JobEvent::WorkerDead(2, "w-a", 3000)).empty());  // it joined
-  const JobAction f = Finished(dead.Step(JobEvent::WorkerDead(3, "w-b", 3000)));
-  EXPECT_EQ(f.status.code(), Code::kUnavailable);
-  EXPECT_EQ(f.status.details().value("worker", ""), "w-b");
-
-  SaveMachine late(Spec(), SaveRequest{}, true, 2000);
-  late.Step(JobEvent::Start(0));
-  late.Step(JobEvent::Joined(1, 1, Snapshot(1)));
-  const JobAction g = Finished(late.Step(JobEvent::Tick(2001)));
-  EXPECT_EQ(g.status.code(), Code::kDeadlineExceeded);
-  EXPECT_EQ(g.status.details()["missing_ranks"], Json({0}));
-  EXPECT_EQ(g.status.details()["workers"], Json({"w-a"}));
-}
-
-TEST(SaveMachine, SnapshotsThatDisagreeFailBeforeAnythingIsWritten) {
+TEST(SaveMachine, SnapshotsThatDisagreeFailBeforeTheMerge) {
   SaveMachine m(Spec(), SaveRequest{}, true, 2000);
   m.Step(JobEvent::Start(0));
-  m.Step(JobEvent::Joined(1, 0, Snapshot(0)));
-  JobActions a = m.Step(JobEvent::Joined(2, 1, Snapshot(0)));  // rank 1 claims device 0
+  m.Step(JobEvent::Joined(1, 0, Join(0)));
+  JobActions a = m.Step(JobEvent::Joined(2, 1, Join(1, /*device=*/0)));  // rank 1 claims device 0
   EXPECT_EQ(Find(a, Kind::kRunIo), nullptr);
   const JobAction f = Finished(a);
   EXPECT_EQ(f.status.details().value("rank", -1), 1);
   EXPECT_NE(Find(a, Kind::kAbandonSave), nullptr);
+}
+
+// Each fragment is checked against the plan every worker computes: a slice the plan
+// gives another rank, a slice missing, another worker's file, a described tensor that
+// differs from the snapshot.
+TEST(SaveMachine, FragmentsThatDisagreeWithThePlanFailNamingTheWorker) {
+  auto fails = [](SaveJoinRequest bad, const std::string& says) {
+    SaveMachine m(Spec(), SaveRequest{}, true, 2000);
+    m.Step(JobEvent::Start(0));
+    m.Step(JobEvent::Joined(1, 0, Join(0)));
+    const JobAction f = Finished(m.Step(JobEvent::Joined(2, 1, std::move(bad))));
+    EXPECT_EQ(f.status.code(), Code::kInvalidArgument) << f.status.ToString();
+    EXPECT_EQ(f.status.details().value("worker", ""), "w-b");
+    EXPECT_NE(f.status.message().find(says), std::string::npos) << f.status.ToString();
+  };
+  SaveJoinRequest other = Join(1);
+  other.written->fragment[0]["slice"]["offsets"] = {0};
+  fails(other, "which the plan does not give it");
+  SaveJoinRequest none = Join(1);
+  none.written->fragment = Json::array();
+  fails(none, "lacks slice");
+  SaveJoinRequest stolen = Join(1);
+  stolen.written->fragment[0]["file"] = "shard-0-t.tsr";
+  fails(stolen, "not one of its own");
+  SaveJoinRequest torn = Join(1);
+  torn.written->fragment[0]["chunks"][0][3] = 4;
+  fails(torn, "chunks");
 }
 
 TEST(RestoreMachine, FindsTheCheckpointThenEveryRankReads) {

@@ -1,7 +1,7 @@
 // The fault loops over the path tesserad takes: a Service whose checkpoint root and
 // catalog go through a FaultEnv, and three workers in the process that answer their
-// snapshot and write tasks through the same Env (storage::WriteRank), as agents do on
-// a shared file system. Every I/O of a save, in turn, fails once (EIO or ENOSPC), or
+// snapshot tasks as agents do on a shared file system: they write their shards through
+// the same Env (storage::WriteShard) and join the save. Every I/O of a save, in turn, fails once (EIO or ENOSPC), or
 // the power goes after it (MemEnv's crash model) and tesserad starts again. Each
 // time: the checkpoint committed before is whole, the new one is either whole and
 // listed or absent, and the garbage collector leaves no staging behind.
@@ -15,6 +15,7 @@
 #include "storage/checkpoint_dir.h"
 #include "storage/local_checkpoint.h"
 #include "storage/rank_writer.h"
+#include "storage/save_plan.h"
 #include "storage/testing/fault_env.h"
 #include "storage/testing/mem_env.h"
 #include "storage/verify.h"
@@ -40,35 +41,49 @@ struct State {
 const TensorMeta kX{"x", DType::kFloat32, {kRanks * 4}, Layout{{"d"}}};
 const TensorMeta kR{"r", DType::kFloat32, {6}, Layout{{"unsharded"}}};
 
-Json SnapshotOf(int64_t rank) {
+SnapshotResult SnapshotOf(int64_t rank) {
   SnapshotResult s;
   for (const TensorMeta& m : {kX, kR}) s.tensors.push_back({m, {rank}});
-  return SnapshotResultToJson(s);
+  return s;
 }
 
-// What an agent answers: its snapshot, or its slices written through `env`.
-Json Answer(storage::Env* env, const State& state, const Json& task_json) {
+// What an agent does with a save's snapshot task: it plans from its snapshot, writes
+// its slices through `env` into the step's staging dir, and joins the save (the
+// Service method the join's route calls). No report: the join is the answer.
+Json Answer(Service* service, storage::Env* env, const State& state, const Json& task_json) {
   auto task = TaskFromJson(task_json);
   if (!task.ok()) return TaskReportToJson({ReportState::kFailed, 0, 0, nullptr, task.status()});
-  if (task->kind == TaskKind::kSnapshot) {
-    return TaskReportToJson({ReportState::kSucceeded, 0, 0, SnapshotOf(task->rank), Status::Ok()});
-  }
+  if (task->kind != TaskKind::kSnapshot) return Json();
+  SaveJoinRequest join;
+  join.save.step = task->step;
+  join.save.compress = task->compress;
+  join.worker = "w-" + std::to_string(task->rank);
+  join.job = task->job;
+  join.snapshot = SnapshotOf(task->rank);
+  const std::vector<TensorMeta> metas = {kR, kX};  // by name, as a snapshot lists them
   std::vector<storage::SliceToWrite> slices;
-  for (const WriteSlice& ws : task->slices) {
-    const bool sharded = ws.tensor == "x";
+  for (const auto& p : storage::PlanSave(kMesh, metas)) {
+    if (p.rank != task->rank) continue;
+    const bool sharded = metas[p.tensor].name == "x";
     const std::string& global = sharded ? state.x : state.r;
-    const size_t offset = static_cast<size_t>(ws.slice.offsets[0]) * 4;
-    const size_t bytes = static_cast<size_t>(ws.slice.lengths[0]) * 4;
-    slices.push_back({sharded ? kX : kR, ws.slice, global.data() + offset, bytes});
+    const size_t offset = static_cast<size_t>(p.slice.offsets[0]) * 4;
+    slices.push_back({metas[p.tensor], p.slice, global.data() + offset, p.bytes});
   }
-  WriteResult result;
+  Result<storage::ShardWritten> w = storage::ShardWritten{};
   if (!slices.empty()) {
-    auto w = storage::WriteRank(env, task->staging, task->rank, slices, storage::ShardOptions{});
-    if (!w.ok()) return TaskReportToJson({ReportState::kFailed, 0, 0, nullptr, w.status()});
-    result.fragment = storage::FragmentFileName(task->rank);
-    result.bytes = w->raw_bytes;
+    Status made = env->CreateDirs(task->staging);
+    w = made.ok() ? storage::WriteShard(env, task->staging,
+                                        storage::ShardFileName(task->rank, "t"), slices,
+                                        storage::ShardOptions{})
+                  : Result<storage::ShardWritten>(made);
   }
-  return TaskReportToJson({ReportState::kSucceeded, 0, 0, WriteResultToJson(result), Status::Ok()});
+  if (w.ok()) {
+    join.written = SaveWritten{w->raw_bytes, w->stored_bytes, storage::FragmentToJson(w->fragment)};
+  } else {
+    join.error = w.status();
+  }
+  (void)service->JoinSave("m", join);
+  return Json();
 }
 
 class SaveFaults : public ::testing::Test {
@@ -105,7 +120,7 @@ class SaveFaults : public ::testing::Test {
     for (int r = 0; r < kRanks; ++r) {
       workers_.push_back(std::make_unique<FakeWorker>(
           service_.get(), "w-" + std::to_string(r),
-          [this, &state](const Json& task) { return Answer(&env_, state, task); }));
+          [this, &state](const Json& task) { return Answer(service_.get(), &env_, state, task); }));
     }
   }
   // A save of `step`; the job's end (null when it could not even start).
@@ -161,7 +176,7 @@ class SaveFaults : public ::testing::Test {
 TEST_F(SaveFaults, EveryFailingIoOfTesseradsSaveLeavesNothingVisible) {
   const State before(1), after(2);
   Serve(before);
-  ASSERT_EQ(Save(1)["state"], "succeeded");
+  ASSERT_EQ(Save(1)["state"], "succeeded") << Save(1).dump();
   Serve(after);
   int failed = 0;
   for (uint64_t n = 1; n < 2000; ++n) {

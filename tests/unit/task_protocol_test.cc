@@ -23,7 +23,9 @@ TEST(TaskProtocol, EveryKindRoundTrips) {
   Task snapshot = Envelope(TaskKind::kSnapshot);
   snapshot.step = 7;
   snapshot.tensor_names = std::vector<std::string>{"a", "b/c"};
-  snapshot.wait_for_trainer = true;
+  snapshot.staging = "/ck/m/.staging-7-w";
+  snapshot.compress = false;
+  snapshot.level = 5;
   Task write = Envelope(TaskKind::kWrite);
   write.step = 7;
   write.staging = "/ck/m/.staging-7-j-1";
