@@ -95,7 +95,7 @@ TEST_F(Liveness, ARoundNobodyAnswersFailsOnceItsTimeoutHasPassed) {
   // The round is out once its task reaches the worker, which takes it and never answers;
   // it stays alive (it heartbeats).
   ASSERT_TRUE(Eventually([&] {
-    auto polled = service_->PollTasks("w-a", 0);
+    auto polled = service_->PollTasks("w-a", PollRequest{});
     return polled.ok() && !(*polled)["tasks"].empty();
   })) << Job(job);
   const int64_t timeout = 60 * kLeaseMs;
