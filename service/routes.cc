@@ -34,10 +34,11 @@ constexpr uint64_t kMaxSaveJoinBody = 32ull << 20;
 Result<PollRequest> PollRequestOf(const Request& req) {
   PollRequest poll;
   ASSIGN_OR_RETURN(poll.wait_ms, http::QueryInt(req, "wait_ms", 0));
-  for (auto [key, field] : {std::pair{"ack", &poll.ack}, std::pair{"meshes", &poll.meshes}}) {
+  for (const char* key : {"ack", "meshes"}) {
+    if (!req.Query(key)) continue;
     ASSIGN_OR_RETURN(int64_t v, http::QueryInt(req, key, 0));
     if (v < 0) return InvalidArgument(std::string(key) + " must be >= 0", {{"field", key}});
-    *field = static_cast<uint64_t>(v);
+    (std::string_view(key) == "ack" ? poll.ack : poll.meshes.emplace()) = static_cast<uint64_t>(v);
   }
   poll.queue = req.Query("queue").value_or("");
   return poll;

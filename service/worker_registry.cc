@@ -58,7 +58,8 @@ Result<PollAnswer> WorkerRegistry::Poll(const std::string& id, const PollRequest
   PollAnswer answer;
   answer.queue = queue_;
   answer.ack = ours ? request.ack : 0;
-  const uint64_t known = ours ? request.meshes : 0;
+  const bool wants_meshes = request.meshes.has_value();
+  const uint64_t known = ours ? request.meshes.value_or(0) : 0;
   std::deque<Leased>& queued = it->second.tasks;
   while (!queued.empty() && queued.front().seq <= answer.ack) queued.pop_front();
   const auto deadline =
@@ -72,7 +73,7 @@ Result<PollAnswer> WorkerRegistry::Poll(const std::string& id, const PollRequest
   while (true) {
     auto w = workers_.find(id);
     if (stopping_ || w == workers_.end() || w->second.poll != mine || !w->second.tasks.empty() ||
-        placements_ > known) {
+        (wants_meshes && placements_ > known)) {
       break;
     }
     if (!wake->WaitUntil(mu_, deadline)) break;
@@ -88,7 +89,7 @@ Result<PollAnswer> WorkerRegistry::Poll(const std::string& id, const PollRequest
     answer.tasks.push_back(l.task);
     answer.ack = std::max(answer.ack, l.seq);
   }
-  if (placements_ > known) answer.meshes = placements_;
+  if (wants_meshes && placements_ > known) answer.meshes = placements_;
   return answer;
 }
 

@@ -38,7 +38,9 @@ struct WorkerChange {
 struct PollRequest {
   int64_t wait_ms = 0;
   uint64_t ack = 0;     // the highest task number it received
-  uint64_t meshes = 0;  // the placements version it received
+  // The placements version it received; none: it takes no placements (a client that
+  // only runs tasks), so they neither wake nor go with its answers.
+  std::optional<uint64_t> meshes;
   std::string queue;    // the queue those numbers belong to (empty: none yet)
 };
 

@@ -38,7 +38,6 @@ class FakeWorker {
       // What the agent sends back (worker/task_feed.h): its tasks are then dropped.
       poll_.ack = tasks->value("ack", uint64_t{0});
       poll_.queue = tasks->value("queue", "");
-      poll_.meshes = tasks->value("meshes_version", poll_.meshes);
       for (const Json& task : tasks->value("tasks", Json::array())) {
         {
           std::lock_guard<std::mutex> lock(mu_);
@@ -54,7 +53,7 @@ class FakeWorker {
   Service* service_;
   std::string id_;
   Answer answer_;
-  PollRequest poll_{.wait_ms = 100};  // the loop's alone
+  PollRequest poll_{100, 0, std::nullopt, ""};  // the loop's alone
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::vector<std::string> kinds_;

@@ -118,7 +118,7 @@ TEST_F(Liveness, AReportAcknowledgesALeasedTask) {
   ASSERT_FALSE(job.empty());
   Json first;
   ASSERT_TRUE(Eventually([&] {
-    auto polled = service_->PollTasks("w-a", PollRequest{});
+    auto polled = service_->PollTasks("w-a", PollRequest{0, 0, 0, ""});
     if (polled.ok()) first = *polled;
     return polled.ok() && !(*polled)["tasks"].empty();
   })) << Job(job);

@@ -250,6 +250,11 @@ TEST(WorkerRegistry, ADeadWorkersQueueIsCleared) {
 
 // A change of placements wakes a waiting poll, which answers the new version.
 TEST(WorkerRegistry, APlacementChangeWakesAPoll) {
+  // A poll that takes no placements neither waits for nor gets them.
+  WorkerRegistry tasks_only("q-test");
+  tasks_only.Register(Worker("w-a"), MonoMs());
+  EXPECT_FALSE(tasks_only.Poll("w-a", PollRequest{0, 0, std::nullopt, "q-test"}, MonoMs())->meshes);
+
   WorkerRegistry workers("q-test");
   workers.Register(Worker("w-a"), MonoMs());
   EXPECT_EQ(workers.Poll("w-a", PollRequest{0, 0, 0, "q-test"}, MonoMs())->meshes,
