@@ -207,7 +207,11 @@ StateWrite Service::MeshWrite(const std::string& what, const std::string& name,
   } else {
     w.catalog = {{"meshes", name, std::nullopt}, {"retention", name, std::nullopt}};
   }
-  w.memory = std::move(memory);
+  // Workers learn placements from their long-polls (docs/architecture.md).
+  w.memory = [this, memory = std::move(memory)] {
+    memory();
+    workers_.PlacementsChanged();
+  };
   return w;
 }
 

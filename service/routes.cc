@@ -30,6 +30,20 @@ Status CheckName(const Request& req, const std::string& param, const std::string
 // of other JSON bodies for a model of many tensors.
 constexpr uint64_t kMaxSaveJoinBody = 32ull << 20;
 
+// A task long-poll's query: how long to wait, and what the worker has (ack, meshes, queue).
+Result<PollRequest> PollRequestOf(const Request& req) {
+  PollRequest poll;
+  ASSIGN_OR_RETURN(poll.wait_ms, http::QueryInt(req, "wait_ms", 0));
+  for (const char* key : {"ack", "meshes"}) {
+    if (!req.Query(key)) continue;
+    ASSIGN_OR_RETURN(int64_t v, http::QueryInt(req, key, 0));
+    if (v < 0) return InvalidArgument(std::string(key) + " must be >= 0", {{"field", key}});
+    (std::string_view(key) == "ack" ? poll.ack : poll.meshes.emplace()) = static_cast<uint64_t>(v);
+  }
+  poll.queue = req.Query("queue").value_or("");
+  return poll;
+}
+
 }  // namespace
 
 void Service::AddRoutes(http::Router* router) {
@@ -114,9 +128,9 @@ void Service::AddRoutes(http::Router* router) {
       [this](const Request& req) { return Reply(Heartbeat(req.Param("id"))); },
       "internal: heartbeat");
   add("GET", "/api/v1/workers/{id}/tasks", [this](const Request& req) {
-    auto wait = http::QueryInt(req, "wait_ms", 0);
-    if (!wait.ok()) return Response::Error(wait.status());
-    return Reply(PollTasks(req.Param("id"), *wait));
+    auto poll = PollRequestOf(req);
+    if (!poll.ok()) return Response::Error(poll.status());
+    return Reply(PollTasks(req.Param("id"), *poll));
   }, "internal: long-poll tasks");
   add("POST", "/api/v1/workers/{id}/tasks/{task}/report", [this](const Request& req) {
     return WithBody(req, [&](const Json& b) {

@@ -82,6 +82,9 @@ struct ServiceOptions {
   std::function<Status(const std::string& what)> fence;
   // Who leads and since when, for /healthz, /metrics and /api/v1/cluster.
   std::function<Json()> leadership;
+  // Called once a long-poll's answer is built, before it goes: an error is answered instead
+  // (to the worker the answer is lost; its tasks stay leased). Unset: nothing. Tests only.
+  std::function<Status(const std::string& worker, size_t tasks)> after_poll;
 };
 
 struct MeshRequest;  // meshes.cc
@@ -111,7 +114,8 @@ class Service {
   // Workers (internal endpoints first).
   Result<Json> RegisterWorker(const Json& body);
   Result<Json> Heartbeat(const std::string& id);
-  Result<Json> PollTasks(const std::string& id, int64_t wait_ms);
+  // {tasks, ack, queue} and, when the worker's placements are older, {meshes, meshes_version}.
+  Result<Json> PollTasks(const std::string& id, PollRequest request);
   Status ReportTask(const std::string& worker, const std::string& task, const Json& body);
   Json ListWorkers();
   Result<Json> GetWorker(const std::string& id);
@@ -205,6 +209,8 @@ class Service {
   Status Persist(const std::string& table, const std::string& key, const Json& doc);
   void NoteCatalogFailure(const std::string& table, const Status& st);
   void PublishWorker(const WorkerRecord& w);
+  // Every mesh worker `id` belongs to, as GET /api/v1/meshes/{m} shows it.
+  Json MeshesOfWorker(const std::string& id) const;
   // A change of state, root → catalog → memory (state_write.h), and its failures' count.
   Status WriteState(const StateWrite& w);
   void CountStateWriteFailure(const std::string& store, const Status& st);
@@ -272,7 +278,7 @@ class Service {
   std::unique_ptr<Coordination> coordination_;  // its own locks
 
   // The registries, each with its own lock (see the top of this file).
-  WorkerRegistry workers_;
+  WorkerRegistry workers_{NewId("q")};
   MeshRegistry meshes_;
   WriteTurns mesh_writes_;  // every change of a mesh, one at a time (root → catalog → memory)
   CheckpointRegistry checkpoints_;

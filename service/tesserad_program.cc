@@ -339,6 +339,7 @@ int RunTesserad(int argc, char** argv, const ServerSeams& seams) {
   const int64_t since_ms = tessera::WallMs();
   tessera::service::ServiceOptions options = ServiceOptionsOf(f);
   options.epoch = (*fence)->epoch();
+  options.after_poll = seams.after_poll;
   options.fence = [fence = fence->get()](const std::string& what) { return fence->Check(what); };
   options.leadership = [&f, url, since_ms, epoch = (*fence)->epoch()] {
     return tessera::Json{{"role", "leader"}, {"self", url}, {"leader", url}, {"leader_since_ms", since_ms},

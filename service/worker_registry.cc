@@ -48,12 +48,22 @@ Result<std::optional<WorkerRecord>> WorkerRegistry::Heartbeat(const std::string&
   return std::optional<WorkerRecord>(w);
 }
 
-Result<std::vector<Json>> WorkerRegistry::Poll(const std::string& id, int64_t wait_ms,
-                                               int64_t now) {
+Result<PollAnswer> WorkerRegistry::Poll(const std::string& id, const PollRequest& request,
+                                         int64_t now) {
   MutexLock lock(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return NotFound("unknown worker " + id, {{"worker", id}});
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  // Numbers of another queue (a tesserad before this one) say nothing here.
+  const bool ours = request.queue == queue_;
+  PollAnswer answer;
+  answer.queue = queue_;
+  answer.ack = ours ? request.ack : 0;
+  const bool wants_meshes = request.meshes.has_value();
+  const uint64_t known = ours ? request.meshes.value_or(0) : 0;
+  std::deque<Leased>& queued = it->second.tasks;
+  while (!queued.empty() && queued.front().seq <= answer.ack) queued.pop_front();
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(request.wait_ms);
   std::shared_ptr<CondVar> wake = it->second.wake;  // the entry may go (Remove) while we wait
   const uint64_t mine = ++polls_;
   it->second.poll = mine;
@@ -62,21 +72,43 @@ Result<std::vector<Json>> WorkerRegistry::Poll(const std::string& id, int64_t wa
   ++it->second.record.polls_waiting;
   while (true) {
     auto w = workers_.find(id);
-    if (stopping_ || w == workers_.end() || w->second.poll != mine || !w->second.tasks.empty()) break;
+    if (stopping_ || w == workers_.end() || w->second.poll != mine || !w->second.tasks.empty() ||
+        (wants_meshes && placements_ > known)) {
+      break;
+    }
     if (!wake->WaitUntil(mu_, deadline)) break;
   }
   --polls_waiting_;
-  std::vector<Json> tasks;
   it = workers_.find(id);
-  if (it == workers_.end()) return tasks;
+  if (it == workers_.end()) return answer;
   WorkerRecord& w = it->second.record;
   w.polls_waiting = std::max<int64_t>(0, w.polls_waiting - 1);
-  if (it->second.poll != mine) return tasks;
+  if (it->second.poll != mine) return answer;
   Touch(&w, now);  // a poll answered is a sign of life from when it began
-  tasks.assign(std::make_move_iterator(it->second.tasks.begin()),
-               std::make_move_iterator(it->second.tasks.end()));
-  it->second.tasks.clear();
-  return tasks;
+  for (const Leased& l : it->second.tasks) {
+    answer.tasks.push_back(l.task);
+    answer.ack = std::max(answer.ack, l.seq);
+  }
+  if (wants_meshes && placements_ > known) answer.meshes = placements_;
+  return answer;
+}
+
+void WorkerRegistry::Acknowledge(const std::string& id, const std::string& task) {
+  MutexLock lock(mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return;
+  std::erase_if(it->second.tasks, [&](const Leased& l) { return l.task.value("id", "") == task; });
+}
+
+void WorkerRegistry::PlacementsChanged() {
+  MutexLock lock(mu_);
+  ++placements_;
+  for (auto& [id, e] : workers_) e.wake->NotifyAll();
+}
+
+void WorkerRegistry::Enqueue(Entry& e, Json task) {
+  e.tasks.push_back({++seq_, std::move(task)});
+  e.wake->NotifyAll();
 }
 
 std::optional<Unreachable> WorkerRegistry::QueueAll(
@@ -89,11 +121,7 @@ std::optional<Unreachable> WorkerRegistry::QueueAll(
       return Unreachable{id, now - w->second.record.last_beat_mono_ms};
     }
   }
-  for (const auto& [id, task] : tasks) {
-    Entry& e = workers_.at(id);
-    e.tasks.push_back(task);
-    e.wake->NotifyAll();
-  }
+  for (const auto& [id, task] : tasks) Enqueue(workers_.at(id), task);
   return std::nullopt;
 }
 
@@ -103,8 +131,7 @@ void WorkerRegistry::QueueToLive(const std::vector<std::string>& ids,
   for (const std::string& id : ids) {
     auto w = workers_.find(id);
     if (w == workers_.end() || w->second.record.state == WorkerState::kDead) continue;
-    w->second.tasks.push_back(make());
-    w->second.wake->NotifyAll();
+    Enqueue(w->second, make());
   }
 }
 

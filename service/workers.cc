@@ -50,7 +50,7 @@ Result<Json> Service::RegisterWorker(const Json& body) {
   std::fprintf(stderr, "worker %s registered (%s, local port %d, %d devices)\n", wid.c_str(),
                w.host.c_str(), w.local_port, w.devices);
   Json reply = {{"id", wid}, {"heartbeat_ms", options_.heartbeat_ms}, {"lease_ms", options_.lease_ms},
-                {"checkpoint_root", options_.checkpoint_root}};
+                {"checkpoint_root", options_.checkpoint_root}, {"meshes", MeshesOfWorker(wid)}};
   if (!options_.s3_endpoint.empty()) reply["s3_endpoint"] = options_.s3_endpoint;
   return reply;
 }
@@ -64,17 +64,34 @@ Result<Json> Service::Heartbeat(const std::string& id) {
   return Json{{"state", "alive"}, {"heartbeat_ms", options_.heartbeat_ms}};
 }
 
-Result<Json> Service::PollTasks(const std::string& id, int64_t wait_ms) {
-  wait_ms = std::clamp<int64_t>(wait_ms, 0, options_.max_wait_ms);
-  ASSIGN_OR_RETURN(std::vector<Json> tasks, workers_.Poll(id, wait_ms, clock_->MonoMs()));
+Result<Json> Service::PollTasks(const std::string& id, PollRequest request) {
+  request.wait_ms = std::clamp<int64_t>(request.wait_ms, 0, options_.max_wait_ms);
+  ASSIGN_OR_RETURN(PollAnswer a, workers_.Poll(id, request, clock_->MonoMs()));
   // Delivered is running: the worker reports only the outcome and progress.
-  jobs_.MarkDelivered(tasks);
-  return Json{{"tasks", std::move(tasks)}};
+  jobs_.MarkDelivered(a.tasks);
+  const size_t count = a.tasks.size();
+  Json out = {{"tasks", std::move(a.tasks)}, {"ack", a.ack}, {"queue", a.queue}};
+  if (a.meshes) {
+    // Read after the version: the list is at least that new.
+    out["meshes"] = MeshesOfWorker(id);
+    out["meshes_version"] = *a.meshes;
+  }
+  if (options_.after_poll) RETURN_IF_ERROR(options_.after_poll(id, count));
+  return out;
 }
 
 Status Service::ReportTask(const std::string& worker, const std::string& task, const Json& body) {
   ASSIGN_OR_RETURN(TaskReport report, TaskReportFromJson(body));
+  workers_.Acknowledge(worker, task);  // a report says the worker has it
   return jobs_.Report(worker, task, report);
+}
+
+Json Service::MeshesOfWorker(const std::string& id) const {
+  Json out = Json::array();
+  for (const std::string& name : meshes_.MeshesOf(id)) {
+    if (auto m = meshes_.Get(name); m.ok()) out.push_back(meshes_.JsonOf(*m));
+  }
+  return out;
 }
 
 Json Service::ListWorkers() {

@@ -30,6 +30,12 @@ void Reap(pid_t pid) {
   ::waitpid(pid, nullptr, 0);
 }
 
+// A fault hook is for the test programs that have them; the shipped programs know none.
+bool HasFaultHook(const std::vector<std::string>& env) {
+  return std::any_of(env.begin(), env.end(),
+                     [](const std::string& e) { return e.rfind("TESSERA_FAULT_", 0) == 0; });
+}
+
 }  // namespace
 
 std::string SelfDir() {
@@ -181,19 +187,18 @@ std::vector<std::string> LocalCluster::ServerArgv(int port, const std::string& d
 }
 
 Status LocalCluster::StartServer(int port) {
+  std::vector<std::string> argv = ServerArgv(port, dir_ + "/data");
+  std::vector<std::string> env = options_.server_env;
+  if (HasFaultHook(env)) argv[0] += "-faults";
   // The token goes in the environment, which only this user can read in /proc.
-  ASSIGN_OR_RETURN(server_, Spawn(ServerArgv(port, dir_ + "/data"), {"TESSERA_TOKEN=" + token_},
-                                  dir_ + "/tesserad.log", 15000));
+  env.push_back("TESSERA_TOKEN=" + token_);
+  ASSIGN_OR_RETURN(server_, Spawn(argv, env, dir_ + "/tesserad.log", 15000));
   return Status::Ok();
 }
 
 Status LocalCluster::StartWorker(int i) {
   auto env = options_.worker_env.count(i) ? options_.worker_env.at(i) : std::vector<std::string>{};
-  // A fault hook is for the test program that has them; the shipped worker knows none.
-  const bool faults = std::any_of(env.begin(), env.end(), [](const std::string& e) {
-    return e.rfind("TESSERA_FAULT_", 0) == 0;
-  });
-  std::vector<std::string> argv = {options_.bin_dir + (faults ? "/tessera-worker-faults"
+  std::vector<std::string> argv = {options_.bin_dir + (HasFaultHook(env) ? "/tessera-worker-faults"
                                                               : "/tessera-worker"),
                                    "--server", servers(),
                                    "--name", options_.worker_name_prefix + std::to_string(i),

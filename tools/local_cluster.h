@@ -35,6 +35,9 @@ struct ClusterOptions {
   // tesserad flags (e.g. --s3-endpoint URL).
   std::string checkpoint_root;
   std::vector<std::string> server_args;
+  // Extra environment for the first tesserad; a TESSERA_FAULT_* hook among it starts
+  // tesserad-faults.
+  std::vector<std::string> server_env;
   std::string worker_name_prefix = "worker-";  // worker i is named <prefix><i>
   // More tesserads on the same root (server_args must then hold --ha etcd://...): each
   // with a data dir of its own, started once the first leads; workers get every URL.

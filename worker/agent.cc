@@ -23,28 +23,12 @@ Agent::Agent(AgentOptions options, storage::Env* env)
 
 Agent::~Agent() { Stop(); }
 
-// Placements are cached for a second. An older entry is still served (mesh
-// placements change only when a mesh is registered again) while a thread
-// fetches a fresh one, so a trainer's save never waits on tesserad for it.
+// Placements come pushed by tesserad (registration and long-poll answers) and have no
+// age, so a trainer's save never waits on tesserad for one; only a mesh this worker has
+// not heard of is looked up.
 MeshResolver Agent::Resolver() {
   return [this](const std::string& mesh) -> Result<MeshPlacement> {
-    {
-      MutexLock lock(mu_);
-      auto it = mesh_cache_.find(mesh);
-      if (it != mesh_cache_.end()) {
-        const int64_t age = MonoMs() - it->second.first;
-        if (age < 1000 || refreshing_.count(mesh)) return it->second.second;
-        if (age < 60 * 1000 && !stopping_) {
-          refreshing_.insert(mesh);
-          task_threads_.Spawn([this, mesh] {
-            (void)FetchPlacement(mesh);
-            MutexLock l(mu_);
-            refreshing_.erase(mesh);
-          });
-          return it->second.second;
-        }
-      }
-    }
+    if (auto p = placements_.Find(mesh)) return *p;
     return FetchPlacement(mesh);
   };
 }
@@ -52,28 +36,25 @@ MeshResolver Agent::Resolver() {
 Result<MeshPlacement> Agent::FetchPlacement(const std::string& mesh) {
   auto j = control_.Call("GET", "/api/v1/meshes/" + http::PercentEncode(mesh));
   if (!j.ok()) {
-    if (j.status().code() == Code::kNotFound) {
-      MutexLock lock(mu_);
-      mesh_cache_.erase(mesh);
-    }
+    if (j.status().code() == Code::kNotFound) placements_.Forget(mesh);
     return j.status();
   }
-  ASSIGN_OR_RETURN(Mesh m, MeshFromJson(*j));
-  MeshPlacement p;
-  p.mesh = m;
-  auto workers = j->value("workers", std::vector<std::string>{});
-  auto it = std::find(workers.begin(), workers.end(), id_);
-  if (it == workers.end()) {
-    MutexLock lock(mu_);
-    mesh_cache_.erase(mesh);
-    return Conflict("this worker (" + id_ + ") is not part of mesh " + mesh, {{"mesh", mesh}});
+  Result<MeshPlacement> p = PlacementOf(*j, id_);
+  if (!p.ok()) {
+    placements_.Forget(mesh);
+    return p.status();
   }
-  p.rank = it - workers.begin();
-  p.workers = workers;
-  p.devices = m.DevicesOfWorker(p.rank);
-  MutexLock lock(mu_);
-  mesh_cache_[mesh] = {MonoMs(), p};
+  placements_.Put(mesh, *p);
   return p;
+}
+
+// Takes the meshes tesserad pushed (a registration or long-poll answer).
+void Agent::TakeMeshes(const Json& answer) {
+  if (!answer.contains("meshes")) return;
+  Status st = placements_.ReplaceAll(answer["meshes"], id_);
+  if (!st.ok()) {
+    std::fprintf(stderr, "worker %s: %s\n", id_.c_str(), st.ToString().c_str());
+  }
 }
 
 Status Agent::Register(int64_t timeout_ms) {
@@ -103,6 +84,7 @@ Status Agent::Register(int64_t timeout_ms) {
         MutexLock lock(mu_);
         checkpoint_root_ = r->value("checkpoint_root", "");
       }
+      TakeMeshes(*r);
       // The object store's address, unless this host was given its own.
       if (auto e = r->value("s3_endpoint", ""); !e.empty() && storage::DefaultS3Endpoint().empty()) {
         storage::SetDefaultS3Endpoint(e);
@@ -156,18 +138,24 @@ void Agent::TaskLoop() {
       if (stopping_) return;
     }
     auto r = control_.Wait("GET",
-                           ControlPlane::WorkerPath(id_) + "/tasks?wait_ms=" + std::to_string(kPollMs),
+                           ControlPlane::WorkerPath(id_) + "/tasks?wait_ms=" +
+                               std::to_string(kPollMs) + feed_.Query(),
                            nullptr, kPollMs);
     if (!r.ok()) {
       MutexLock lock(mu_);
       cv_.WaitFor(mu_, std::chrono::milliseconds(200));
       continue;
     }
+    // Received: the next poll acknowledges these tasks, and tesserad drops them.
+    feed_.Received(*r);
+    TakeMeshes(*r);
     for (const Json& j : r->value("tasks", Json::array())) {
+      // Tasks stay leased until acknowledged, so one may come again: each runs once.
+      const std::string tid = j.is_object() ? j.value("id", "") : "";
+      if (!tid.empty() && !feed_.Start(tid)) continue;
       auto task = TaskFromJson(j);
       if (!task.ok()) {
         // Not one this worker can read (another version of tesserad?): fail it, named.
-        const std::string tid = j.is_object() ? j.value("id", "") : "";
         std::fprintf(stderr, "worker %s: unreadable task %s: %s\n", id_.c_str(), tid.c_str(),
                      task.status().ToString().c_str());
         if (!tid.empty()) {
@@ -256,6 +244,9 @@ void Agent::AddRoutes(http::Router* router) {
     return http::Response::Json(200, {{"status", "ok"}, {"worker", id_},
                                       {"collectives_in_flight", in_flight},
                                       {"pending_saves", PendingSaves()},
+                                      {"meshes", placements_.Names()},
+                                      {"tasks_started", feed_.started()},
+                                      {"tasks_repeated", feed_.repeated()},
                                       {"data_port", {{"refused_connections",
                                                       collectives::RefusedConnections()}}}});
   }, "liveness", false});

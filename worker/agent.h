@@ -31,6 +31,8 @@
 #include "worker/control_plane.h"
 #include "worker/mesh_collectives.h"
 #include "worker/mesh_placement.h"
+#include "worker/placements.h"
+#include "worker/task_feed.h"
 #include "worker/tensor_store.h"
 #include "worker/trainer_saves.h"
 
@@ -69,7 +71,7 @@ class Agent {
   Agent(AgentOptions options, storage::Env* env);
   ~Agent();
 
-  // The store's view of meshes: fetched from tesserad, cached briefly.
+  // The store's view of meshes: as tesserad pushed them; fetched only for a mesh not heard of.
   MeshResolver Resolver();
   // The data-port addresses of a mesh's workers, from tesserad (for MeshCollectives).
   PeerAddresses DataAddresses();
@@ -126,8 +128,9 @@ class Agent {
   void Report(const std::string& task, ReportState state, uint64_t done, uint64_t total,
               const Json& result, const Status& error);
   static MeshPlacement PlacementFromTask(const Task& task);
-  // A mesh's placement of this worker, from tesserad (and into the cache).
+  // A mesh's placement of this worker, from tesserad (and into placements_).
   Result<MeshPlacement> FetchPlacement(const std::string& mesh);
+  void TakeMeshes(const Json& answer);
 
   // agent_restore.cc
   // The newest step every worker of `mesh` saw committed: an all-reduce of their views.
@@ -193,8 +196,8 @@ class Agent {
   // their snapshot until it is written, then null.
   std::map<std::pair<std::string, int64_t>, std::shared_ptr<const Snapshot>> trainer_snapshots_
       GUARDED_BY(mu_);
-  std::map<std::string, std::pair<int64_t, MeshPlacement>> mesh_cache_ GUARDED_BY(mu_);
-  std::set<std::string> refreshing_ GUARDED_BY(mu_);  // meshes whose placement is being fetched
+  Placements placements_;  // its own lock
+  TaskFeed feed_;          // its own lock
   TrainerSaves trainer_saves_;
   storage::ThreadSet task_threads_;
   std::thread heartbeat_, tasks_;

@@ -172,10 +172,10 @@ TEST_F(Api, OnlyTheNewestTaskPollOfAWorkerTakesItsTasks) {
   ASSERT_TRUE(waiting) << "the first poll never waited";
   EXPECT_FALSE(stale_done) << "the first poll should be waiting";
   // A newer poll (here one that does not wait) supersedes it; then a task is queued.
-  EXPECT_EQ(Json::parse(Send("GET", polls + "0").body), Json({{"tasks", Json::array()}}));
+  EXPECT_EQ(Json::parse(Send("GET", polls + "0").body)["tasks"], Json::array());
   auto save = Json::parse(Send("POST", "/api/v1/meshes/polls/checkpoints", R"({"step":1})").body);
   older.join();
-  EXPECT_EQ(stale, Json({{"tasks", Json::array()}})) << "a superseded poll took " << stale.dump();
+  EXPECT_EQ(stale.value("tasks", Json()), Json::array()) << "a superseded poll took " << stale.dump();
   Json fresh = Json::parse(Send("GET", polls + "10000").body, nullptr, false);
   ASSERT_TRUE(fresh.is_object() && fresh["tasks"].size() == 1) << fresh.dump();
   EXPECT_EQ(fresh["tasks"][0]["job"], save["job"]);

@@ -1,5 +1,6 @@
 #include "tests/faults/fault_hooks.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -65,6 +66,19 @@ Result<FaultHooks> LoadFaultHooks(const std::string& program, bool runs_tasks) {
     hooks.env->FailAfterBytes(static_cast<uint64_t>(*bytes));
     Announce(program, "TESSERA_FAULT_DISK_FULL_AFTER", limit);
   }
+  if (const char* n = std::getenv("TESSERA_FAULT_DROP_POLLS"); n != nullptr && runs_tasks) {
+    std::fprintf(stderr, "warning: %s answers no polls and ignores TESSERA_FAULT_DROP_POLLS\n",
+                 program.c_str());
+  } else if (n != nullptr) {
+    const auto count = ParseCount(n);
+    if (!count) {
+      return InvalidArgument(std::string("TESSERA_FAULT_DROP_POLLS='") + n +
+                                 "' is not a number of poll answers",
+                             {{"field", "TESSERA_FAULT_DROP_POLLS"}});
+    }
+    hooks.drop_polls = *count;
+    Announce(program, "TESSERA_FAULT_DROP_POLLS", n);
+  }
   if (const char* text = std::getenv("TESSERA_FAULT_S3"); text != nullptr && *text != '\0') {
     hooks.s3_transport =
         std::make_shared<storage::FaultTransport>(storage::s3::NewCurlTransport(), text);
@@ -86,6 +100,19 @@ worker::TaskRunner FaultHooks::TaskDelays() const {
                  kind.c_str(), task.job.c_str(), static_cast<long long>(delay->second),
                  r.ok() ? "ok" : r.status().ToString().c_str());
     return r;
+  };
+}
+
+std::function<Status(const std::string& worker, size_t tasks)> FaultHooks::DropPolls() const {
+  if (drop_polls == 0) return nullptr;
+  auto left = std::make_shared<std::atomic<int64_t>>(drop_polls);
+  return [left](const std::string& worker, size_t tasks) -> Status {
+    if (tasks == 0 || left->fetch_sub(1) <= 0) return Status::Ok();
+    // Tests count these lines: each lost answer's tasks must still run, once.
+    std::fprintf(stderr, "fault injection: dropped a poll answer of worker %s (%zu tasks)\n",
+                 worker.c_str(), tasks);
+    return Unavailable("fault injection: the poll answer of worker " + worker + " is lost",
+                       {{"worker", worker}});
   };
 }
 

@@ -7,7 +7,12 @@
 //   TESSERA_FAULT_DISK_FULL_AFTER=bytes         writes through the Env fail with ENOSPC
 //                                              once that many bytes were appended;
 //   TESSERA_FAULT_S3=text                       S3 requests whose "METHOD URL" holds the
-//                                              text get 503 SlowDown without being sent.
+//                                              text get 503 SlowDown without being sent;
+//   TESSERA_FAULT_DROP_POLLS=N                  tesserad loses the answers of the first N
+//                                              task long-polls that carry tasks (the
+//                                              worker gets a 503), logging "fault
+//                                              injection: dropped a poll answer ..."
+//                                              (tesserad only).
 #pragma once
 
 #include <cstdint>
@@ -26,14 +31,18 @@ struct FaultHooks {
   std::map<std::string, int64_t> task_delay_ms;          // by task kind
   std::unique_ptr<storage::FaultEnv> env;                // over DefaultEnv(); null: no disk fault
   std::shared_ptr<storage::s3::Transport> s3_transport;  // null: no S3 fault
+  int64_t drop_polls = 0;                                // answers with tasks to lose
 
   // Delays the tasks of task_delay_ms, for a worker's seams; null when there are none.
   worker::TaskRunner TaskDelays() const;
+  // Loses the first drop_polls answers that carry tasks, for tesserad's after_poll seam;
+  // null when there are none.
+  std::function<Status(const std::string& worker, size_t tasks)> DropPolls() const;
 };
 
 // The hooks set in this process's environment, each announced on stderr with a
 // warning that fault injection is on; `runs_tasks`: false for tesserad, which warns
-// that it ignores TESSERA_FAULT_TASK_DELAY. invalid_argument naming a malformed variable.
+// that it ignores TESSERA_FAULT_TASK_DELAY (a worker: TESSERA_FAULT_DROP_POLLS). invalid_argument naming a malformed variable.
 Result<FaultHooks> LoadFaultHooks(const std::string& program, bool runs_tasks);
 
 }  // namespace tessera::faults

@@ -15,5 +15,6 @@ int main(int argc, char** argv) {
   tessera::service::ServerSeams seams;
   seams.env = hooks->env.get();
   seams.s3_transport = hooks->s3_transport;
+  seams.after_poll = hooks->DropPolls();
   return tessera::service::RunTesserad(argc, argv, seams);
 }

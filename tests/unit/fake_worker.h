@@ -34,8 +34,11 @@ class FakeWorker {
  private:
   void Loop() {
     while (!stop_) {
-      auto tasks = service_->PollTasks(id_, 100);
+      auto tasks = service_->PollTasks(id_, poll_);
       if (!tasks.ok()) continue;
+      // What the agent sends back (worker/task_feed.h): its tasks are then dropped.
+      poll_.ack = tasks->value("ack", uint64_t{0});
+      poll_.queue = tasks->value("queue", "");
       for (const Json& task : tasks->value("tasks", Json::array())) {
         {
           std::lock_guard<std::mutex> lock(mu_);
@@ -77,6 +80,7 @@ class FakeWorker {
   Service* service_;
   std::string id_;
   Answer answer_;
+  PollRequest poll_{100, 0, std::nullopt, ""};  // the loop's alone
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::vector<std::string> kinds_;

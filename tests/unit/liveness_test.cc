@@ -95,7 +95,7 @@ TEST_F(Liveness, ARoundNobodyAnswersFailsOnceItsTimeoutHasPassed) {
   // The round is out once its task reaches the worker, which takes it and never answers;
   // it stays alive (it heartbeats).
   ASSERT_TRUE(Eventually([&] {
-    auto polled = service_->PollTasks("w-a", 0);
+    auto polled = service_->PollTasks("w-a", PollRequest{});
     return polled.ok() && !(*polled)["tasks"].empty();
   })) << Job(job);
   const int64_t timeout = 60 * kLeaseMs;
@@ -109,6 +109,34 @@ TEST_F(Liveness, ARoundNobodyAnswersFailsOnceItsTimeoutHasPassed) {
   ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "failed"; })) << Job(job);
   EXPECT_EQ(Job(job)["error"].value("code", ""), "deadline_exceeded") << Job(job).dump();
   EXPECT_EQ(State("w-a"), "alive");
+}
+
+// A task answered stays leased to its worker: the next poll answers it again, until the
+// worker reports it (a report acknowledges it), and it carries the mesh the worker is in.
+TEST_F(Liveness, AReportAcknowledgesALeasedTask) {
+  const std::string job = StartSave();
+  ASSERT_FALSE(job.empty());
+  Json first;
+  ASSERT_TRUE(Eventually([&] {
+    auto polled = service_->PollTasks("w-a", PollRequest{0, 0, 0, ""});
+    if (polled.ok()) first = *polled;
+    return polled.ok() && !(*polled)["tasks"].empty();
+  })) << Job(job);
+  ASSERT_EQ(first["meshes"].size(), 1u) << first.dump();
+  EXPECT_EQ(first["meshes"][0]["name"], "m");
+  EXPECT_EQ(first["meshes"][0]["workers"], Json::array({"w-a"}));
+  const std::string task = first["tasks"][0]["id"];
+  // Lost: asked again with nothing acknowledged, the same task comes.
+  auto again = service_->PollTasks("w-a", PollRequest{});
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ((*again)["tasks"].size(), 1u) << again->dump();
+  EXPECT_EQ((*again)["tasks"][0]["id"], task);
+  ASSERT_TRUE(service_->ReportTask("w-a", task, {{"state", "running"},
+                                                 {"progress", {{"done_bytes", 0}, {"total_bytes", 1}}}})
+                  .ok());
+  auto after = service_->PollTasks("w-a", PollRequest{});
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE((*after)["tasks"].empty()) << after->dump();
 }
 
 }  // namespace

@@ -128,8 +128,20 @@ WorkerRecord Worker(const std::string& id) {
   return w;
 }
 
+// A long-poll of a worker that has every task up to `ack` and the first placements.
+PollRequest Polling(int64_t wait_ms, uint64_t ack = 0) { return {wait_ms, ack, 1, "q-test"}; }
+
+// The ids of a poll's tasks.
+std::vector<std::string> Ids(const Result<PollAnswer>& a) {
+  std::vector<std::string> ids;
+  if (a.ok()) {
+    for (const Json& t : a->tasks) ids.push_back(t.value("id", ""));
+  }
+  return ids;
+}
+
 TEST(WorkerRegistry, ARoundReachesEveryWorkerOrNone) {
-  WorkerRegistry workers;
+  WorkerRegistry workers("q-test");
   workers.Register(Worker("w-a"), 0);
   workers.Register(Worker("w-b"), 0);
   ASSERT_TRUE(workers.Heartbeat("w-a", 5000).ok());
@@ -143,15 +155,12 @@ TEST(WorkerRegistry, ARoundReachesEveryWorkerOrNone) {
   ASSERT_TRUE(missing.has_value());
   EXPECT_EQ(missing->worker, "w-b");
   EXPECT_EQ(missing->silent_ms, 5000);
-  EXPECT_TRUE(workers.Poll("w-a", 0, 5000)->empty()) << "w-a got a task of a round that never went out";
+  EXPECT_TRUE(workers.Poll("w-a", Polling(0), 5000)->tasks.empty())
+      << "w-a got a task of a round that never went out";
 
   EXPECT_FALSE(workers.QueueAll({{"w-a", Json{{"id", "t-3"}}}}, 5000).has_value());
   workers.QueueToLive({"w-a", "w-b", "w-nobody"}, [] { return Json{{"id", "t-4"}}; });
-  auto got = workers.Poll("w-a", 0, 5000);
-  ASSERT_TRUE(got.ok());
-  ASSERT_EQ(got->size(), 2u);
-  EXPECT_EQ((*got)[0]["id"], "t-3");
-  EXPECT_EQ((*got)[1]["id"], "t-4");
+  EXPECT_EQ(Ids(workers.Poll("w-a", Polling(0), 5000)), (std::vector<std::string>{"t-3", "t-4"}));
   // A dead worker's heartbeat revives it, once.
   auto revived = workers.Heartbeat("w-b", 6000);
   ASSERT_TRUE(revived.ok());
@@ -162,26 +171,105 @@ TEST(WorkerRegistry, ARoundReachesEveryWorkerOrNone) {
 }
 
 TEST(WorkerRegistry, ANewerPollSupersedesTheOlderOne) {
-  WorkerRegistry workers;
+  WorkerRegistry workers("q-test");
   workers.Register(Worker("w-a"), MonoMs());
-  Result<std::vector<Json>> older = std::vector<Json>{};
+  Result<PollAnswer> older = PollAnswer{};
   // Were the older poll not to give way, it would wait for ten minutes: the test's timeout.
-  std::thread t([&] { older = workers.Poll("w-a", 600000, MonoMs()); });
+  std::thread t([&] { older = workers.Poll("w-a", Polling(600000), MonoMs()); });
   while (workers.Count().polls_waiting != 1) std::this_thread::yield();
   std::thread newer_poll;
-  Result<std::vector<Json>> newer = std::vector<Json>{};
-  newer_poll = std::thread([&] { newer = workers.Poll("w-a", 60000, MonoMs()); });
+  Result<PollAnswer> newer = PollAnswer{};
+  newer_poll = std::thread([&] { newer = workers.Poll("w-a", Polling(60000), MonoMs()); });
   t.join();  // the older poll gave way to the newer one
   ASSERT_TRUE(older.ok());
-  EXPECT_TRUE(older->empty());
+  EXPECT_TRUE(older->tasks.empty());
   EXPECT_FALSE(workers.QueueAll({{"w-a", Json{{"id", "t-1"}}}}, MonoMs()).has_value());
   newer_poll.join();
-  ASSERT_TRUE(newer.ok());
-  ASSERT_EQ(newer->size(), 1u);
-  EXPECT_EQ((*newer)[0]["id"], "t-1");
+  EXPECT_EQ(Ids(newer), (std::vector<std::string>{"t-1"}));
   // Stop ends every poll, now and later.
   workers.Stop();
-  EXPECT_TRUE(workers.Poll("w-a", 60000, MonoMs())->empty());
+  EXPECT_TRUE(workers.Poll("w-a", Polling(60000, newer->ack), MonoMs())->tasks.empty());
+}
+
+// A task stays leased to its worker until acknowledged: an answer lost in flight is
+// answered again; an ack (the highest number received) or a report of the task drops it.
+TEST(WorkerRegistry, AnsweredTasksStayUntilAcknowledged) {
+  WorkerRegistry workers("q-test");
+  workers.Register(Worker("w-a"), 0);
+  ASSERT_FALSE(workers.QueueAll({{"w-a", Json{{"id", "t-1"}}}}, 0).has_value());
+  auto first = workers.Poll("w-a", Polling(0), 0);
+  ASSERT_EQ(Ids(first), (std::vector<std::string>{"t-1"}));
+  EXPECT_EQ(first->queue, "q-test");
+  const uint64_t ack = first->ack;
+  EXPECT_GT(ack, 0u);
+  // The answer was lost: the worker asks again with what it had.
+  auto again = workers.Poll("w-a", Polling(0), 0);
+  EXPECT_EQ(Ids(again), (std::vector<std::string>{"t-1"})) << "a lost answer's task went with it";
+  EXPECT_EQ(again->ack, ack);
+  // Received: the ack drops it.
+  auto acked = workers.Poll("w-a", Polling(0, ack), 0);
+  EXPECT_TRUE(Ids(acked).empty());
+  EXPECT_EQ(acked->ack, ack);
+  // Every task above the ack comes, in order; a report of one drops it alone.
+  ASSERT_FALSE(workers.QueueAll({{"w-a", Json{{"id", "t-2"}}}}, 0).has_value());
+  workers.QueueToLive({"w-a"}, [] { return Json{{"id", "t-3"}}; });
+  auto both = workers.Poll("w-a", Polling(0, ack), 0);
+  EXPECT_EQ(Ids(both), (std::vector<std::string>{"t-2", "t-3"}));
+  EXPECT_GT(both->ack, ack);
+  workers.Acknowledge("w-a", "t-2");
+  EXPECT_EQ(Ids(workers.Poll("w-a", Polling(0, ack), 0)), (std::vector<std::string>{"t-3"}));
+  workers.Acknowledge("w-a", "t-3");
+  EXPECT_TRUE(Ids(workers.Poll("w-a", Polling(0, ack), 0)).empty());
+}
+
+// A poll that names another queue (a tesserad before this one) has its numbers
+// ignored: nothing is dropped, and it gets the placements.
+TEST(WorkerRegistry, AnotherQueuesNumbersAreIgnored) {
+  WorkerRegistry workers("q-test");
+  workers.Register(Worker("w-a"), 0);
+  ASSERT_FALSE(workers.QueueAll({{"w-a", Json{{"id", "t-1"}}}}, 0).has_value());
+  auto a = workers.Poll("w-a", PollRequest{0, 1000000, 1000000, "q-old"}, 0);
+  EXPECT_EQ(Ids(a), (std::vector<std::string>{"t-1"}));
+  EXPECT_EQ(a->queue, "q-test");
+  EXPECT_EQ(a->meshes, std::optional<uint64_t>(1));
+  EXPECT_LT(a->ack, 1000000u);
+}
+
+// A dead worker's leased tasks go; it comes back to an empty queue.
+TEST(WorkerRegistry, ADeadWorkersQueueIsCleared) {
+  WorkerRegistry workers("q-test");
+  workers.Register(Worker("w-a"), 0);
+  ASSERT_FALSE(workers.QueueAll({{"w-a", Json{{"id", "t-1"}}}}, 0).has_value());
+  ASSERT_EQ(Ids(workers.Poll("w-a", Polling(0), 0)), (std::vector<std::string>{"t-1"}));
+  auto changes = workers.Scan(5000, 1500, 3000);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].worker.state, WorkerState::kDead);
+  ASSERT_TRUE(workers.Heartbeat("w-a", 5001).ok());
+  EXPECT_TRUE(Ids(workers.Poll("w-a", Polling(0), 5001)).empty());
+}
+
+// A change of placements wakes a waiting poll, which answers the new version.
+TEST(WorkerRegistry, APlacementChangeWakesAPoll) {
+  // A poll that takes no placements neither waits for nor gets them.
+  WorkerRegistry tasks_only("q-test");
+  tasks_only.Register(Worker("w-a"), MonoMs());
+  EXPECT_FALSE(tasks_only.Poll("w-a", PollRequest{0, 0, std::nullopt, "q-test"}, MonoMs())->meshes);
+
+  WorkerRegistry workers("q-test");
+  workers.Register(Worker("w-a"), MonoMs());
+  EXPECT_EQ(workers.Poll("w-a", PollRequest{0, 0, 0, "q-test"}, MonoMs())->meshes,
+            std::optional<uint64_t>(1));
+  Result<PollAnswer> waited = PollAnswer{};
+  // Were it not woken, it would wait for ten minutes: the test's timeout.
+  std::thread t([&] { waited = workers.Poll("w-a", Polling(600000), MonoMs()); });
+  while (workers.Count().polls_waiting != 1) std::this_thread::yield();
+  workers.PlacementsChanged();
+  t.join();
+  ASSERT_TRUE(waited.ok());
+  EXPECT_TRUE(waited->tasks.empty());
+  EXPECT_EQ(waited->meshes, std::optional<uint64_t>(2));
+  // Told: a worker that has version 2 waits again.
+  EXPECT_FALSE(workers.Poll("w-a", PollRequest{0, 0, 2, "q-test"}, MonoMs())->meshes.has_value());
 }
 
 TEST(JobRegistry, ReportsReachTheRoundsJobAndLateOnesAreHarmless) {
