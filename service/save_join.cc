@@ -26,12 +26,18 @@ Result<std::pair<int, Json>> Service::JoinSave(const std::string& mesh,
   // the other finds that save on its second look.
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto existing = checkpoints_.Get(key);
-    const bool running = existing && jobs_.Running(existing->job);
-    if (join.job && (!running || existing->job != *join.job)) {
-      // A REST save's late writer: its job ended (and its staging went with it).
-      return Conflict("the save of " + what + " by job " + *join.job +
-                          " has ended; this join comes too late",
-                      {{"mesh", mesh}, {"step", step}, {"job", *join.job}, {"reason", "job_ended"}});
+    if (join.job) {
+      // A REST save's worker joins only its own job, while that job can still commit.
+      const bool open = existing && existing->job == *join.job && jobs_.Running(*join.job) &&
+                        existing->state != CheckpointState::kFailed;
+      if (!open) {
+        // A late writer: its job ended (and its staging went with it).
+        return Conflict("the save of " + what + " by job " + *join.job +
+                            " has ended; this join comes too late",
+                        {{"mesh", mesh}, {"step", step}, {"job", *join.job}, {"reason", "job_ended"}});
+      }
+      jobs_.Post(*join.job, JobEvent::Joined(clock_->MonoMs(), rank, join));
+      return std::make_pair(200, Json{{"job", *join.job}, {"checkpoint", existing->Summary()}});
     }
     if (!existing || existing->state == CheckpointState::kFailed) {
       const std::string job_id = NewJobId();
@@ -50,7 +56,7 @@ Result<std::pair<int, Json>> Service::JoinSave(const std::string& mesh,
       return Conflict(what + " is being written by job " + c.job + ", which no worker joins",
                       details);
     }
-    if (!join.job && !save->request.wait_for_trainer) {
+    if (!save->request.wait_for_trainer) {
       return Conflict(what + " is being saved by job " + c.job +
                           ", which was started over REST without wait_for_trainer, not by the "
                           "training loop",
@@ -58,7 +64,7 @@ Result<std::pair<int, Json>> Service::JoinSave(const std::string& mesh,
     }
     // The trainers' saves join a REST save that waits for them whatever their own
     // compression; an in-loop save's workers must agree on the request.
-    if (!join.job && save->from_loop && !save->request.SameSave(join.save)) {
+    if (save->from_loop && !save->request.SameSave(join.save)) {
       return Conflict(what + " is being saved by job " + c.job + " with another request " +
                           save->request.ToJson().dump() + " than " + join.save.ToJson().dump(),
                       details);
