@@ -123,7 +123,7 @@ Result<SaveJoinRequest> SaveJoinRequest::FromJson(const Json& body, int64_t step
   }
   SaveWritten written;
   for (auto [field, out] : {std::pair{"bytes", &written.bytes}, {"stored_bytes", &written.stored_bytes}}) {
-    if (!w.contains(field) || !w[field].is_number_unsigned()) {
+    if (!w.contains(field) || !w[field].is_number_integer() || w[field].get<int64_t>() < 0) {
       return InvalidArgument(std::string("field 'written.") + field + "' must be a byte count",
                              {{"field", std::string("written.") + field}});
     }

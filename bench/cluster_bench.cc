@@ -10,7 +10,7 @@
 //   tiny_save    save latency of a tiny state (4 KiB per worker) against the number
 //                of workers: real worker processes (4, 16, 32) and in-process
 //                agents (64, 256, 1024), with the job's phases and tesserad's CPU
-//                time per save
+//                time and the workers' requests per save (bench/tiny_saves.cc)
 #include <CLI/CLI.hpp>
 
 #include <fcntl.h>
@@ -33,31 +33,23 @@
 #include "tools/local_cluster.h"
 #include "worker/agent.h"
 #include "worker/tensor_store.h"
+#include "bench/cluster_util.h"
 #include "bench/stats.h"
+#include "bench/tiny_saves.h"
 
 using namespace tessera;
-using Clock = std::chrono::steady_clock;
+using tessera::bench::Clock;
 
 namespace {
 
+using tessera::bench::Check;
+using tessera::bench::Die;
+using tessera::bench::InProcessAgents;
 using tessera::bench::Median;
+using tessera::bench::Secs;
+using tessera::bench::WaitJob;
 using tessera::bench::Percentile;
 using tessera::bench::EmitLine;
-
-double Secs(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-[[noreturn]] void Die(const std::string& what, const Status& st) {
-  std::fprintf(stderr, "cluster_bench: %s: %s\n", what.c_str(), st.ToString().c_str());
-  std::exit(1);
-}
-
-template <typename T>
-T Check(Result<T> r, const std::string& what) {
-  if (!r.ok()) Die(what, r.status());
-  return std::move(r).value();
-}
 
 // The same 64 tensors as the torch.save peer: (912*k, 1024) float32, k = i%8+1.
 struct Mapped {
@@ -65,12 +57,6 @@ struct Mapped {
   int64_t rows;
   std::vector<std::pair<uint8_t*, size_t>> shards;  // by worker
 };
-
-Json WaitJob(tools::LocalCluster& c, const std::string& job) {
-  Json j = Check(c.WaitJob(job, 600000), "wait job");
-  if (j["state"] != "succeeded") Die("job " + job, Internal(j["error"].dump()));
-  return j;
-}
 
 // Each save writes into a store without the previous one, as each run of
 // tessera_bench_storage writes into a fresh root: both then write into page-cache
@@ -124,40 +110,6 @@ void BenchHeartbeats(tools::LocalCluster& c, int workers, double seconds) {
   for (const auto& id : ids) (void)client.Call("DELETE", "/api/v1/workers/" + id);
 }
 
-// In-process agents on one tesserad: real registration, task delivery, reports,
-// shard writes and merge, without a process per rank.
-struct InProcessAgents {
-  std::vector<std::unique_ptr<worker::Agent>> agents;
-  std::vector<std::unique_ptr<worker::TensorStore>> stores;
-  Json ids = Json::array();
-
-  InProcessAgents(tools::LocalCluster& c, int ranks, const std::string& prefix,
-                  worker::TensorStoreOptions store_options = {}) {
-    for (int r = 0; r < ranks; ++r) {
-      worker::AgentOptions o;
-      o.server = c.url();
-      o.token = c.token();
-      o.name = prefix + std::to_string(r);
-      o.local_port = 1;
-      o.io_threads = 1;
-      auto a = std::make_unique<worker::Agent>(o, storage::DefaultEnv());
-      auto s = std::make_unique<worker::TensorStore>(a->Resolver(), store_options);
-      a->SetStore(s.get());
-      if (auto st = a->Register(5000); !st.ok()) Die("register rank", st);
-      a->Start();
-      ids.push_back(a->id());
-      agents.push_back(std::move(a));
-      stores.push_back(std::move(s));
-    }
-  }
-  // Each Stop waits out a long-poll: stop them together.
-  void Stop() {
-    std::vector<std::thread> stoppers;
-    for (auto& a : agents) stoppers.emplace_back([&a] { a->Stop(); });
-    for (auto& t : stoppers) t.join();
-  }
-};
-
 void BenchSave64(tools::LocalCluster& c, int ranks) {
   InProcessAgents sim(c, ranks, "rank-");
   auto& stores = sim.stores;
@@ -192,105 +144,6 @@ void BenchSave64(tools::LocalCluster& c, int ranks) {
   for (const auto& id : sim.ids) (void)c.Call("DELETE", "/api/v1/workers/" + id.get<std::string>());
 }
 
-// CPU seconds (user + system) a process has used so far, from /proc/PID/stat.
-double CpuSeconds(pid_t pid) {
-  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
-  if (!f) return 0;
-  char buf[1024] = {};
-  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
-  std::fclose(f);
-  // Fields after the command name, which ends at the last ')': state is field 3,
-  // utime and stime are 14 and 15.
-  const char* p = std::strrchr(buf, ')');
-  if (!p || static_cast<size_t>(p - buf) >= n) return 0;
-  unsigned long long utime = 0, stime = 0;
-  if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
-                  &stime) != 2) {
-    return 0;
-  }
-  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
-// Saves of 4 KiB per worker, REST call to commit: what the control plane costs
-// per save as the mesh grows. Median of `saves` runs, plus the phases of the last
-// and tesserad's CPU time per save (over all of them).
-void TinySaves(tools::LocalCluster& c, const std::string& mesh, int workers, const std::string& kind,
-               int saves, const std::function<void()>& push) {
-  push();
-  std::vector<double> ms;
-  Json phases;
-  const double cpu0 = CpuSeconds(c.server_pid());
-  for (int i = 0; i < saves; ++i) {
-    auto t0 = Clock::now();
-    Json started = Check(c.Call("POST", "/api/v1/meshes/" + mesh + "/checkpoints",
-                                {{"step", i + 1}, {"compression", "none"}}),
-                         "tiny save");
-    Json done = WaitJob(c, started["job"]);
-    ms.push_back(Secs(t0) * 1e3);
-    phases = done["timings_ms"];
-  }
-  const double cpu_ms_per_save = (CpuSeconds(c.server_pid()) - cpu0) * 1e3 / saves;
-  EmitLine({{"bench", "tiny_save"}, {"workers", workers}, {"kind", kind}, {"saves", saves},
-            {"server_cpu_ms_per_save", cpu_ms_per_save},
-            {"p50_ms", Median(ms)}, {"min_ms", *std::min_element(ms.begin(), ms.end())},
-            {"max_ms", *std::max_element(ms.begin(), ms.end())}, {"phases_ms", phases}});
-}
-
-void TinySavesOfProcesses(const tools::ClusterOptions& base, int workers, int saves) {
-  tools::ClusterOptions opts = base;
-  opts.dir = base.dir + "-tiny" + std::to_string(workers);
-  opts.workers = workers;
-  opts.server_threads = 4 * workers + 64;
-  auto cluster = Check(tools::LocalCluster::Start(opts), "start cluster");
-  auto& c = *cluster;
-  Check(c.PutMesh("tiny", {{{"name", "data"}, {"size", workers}}}), "register tiny mesh");
-  TinySaves(c, "tiny", workers, "processes", saves, [&] {
-    const std::string shard = storage::SyntheticBytes(DType::kFloat32, 1024, 5);
-    for (int w = 0; w < workers; ++w) {
-      http::Client local = c.WorkerClient(w);
-      auto r = local.Send("PUT", "/v1/tensors/x?mesh=tiny&device=" + std::to_string(w) +
-                                     "&dtype=float32&shape=" + std::to_string(1024 * workers) +
-                                     "&layout=data",
-                          shard, "application/octet-stream");
-      if (!r.ok() || r->status != 204) Die("push tiny", r.ok() ? Internal(r->body) : r.status());
-    }
-  });
-  cluster.reset();
-  std::error_code ec;
-  std::filesystem::remove_all(opts.dir, ec);
-}
-
-// In-process agents (real registration, tasks, reports, writes and merge; no
-// process per rank): the same tiny saves for meshes larger than this machine
-// can run as processes.
-void TinySavesOfAgents(const tools::ClusterOptions& base, int ranks, int saves) {
-  tools::ClusterOptions opts = base;
-  opts.dir = base.dir + "-sim" + std::to_string(ranks);
-  opts.workers = 0;
-  opts.server_threads = std::min(4 * ranks + 64, 4096);  // tesserad takes at most 4096
-  auto cluster = Check(tools::LocalCluster::Start(opts), "start cluster");
-  auto& c = *cluster;
-  worker::TensorStoreOptions so;
-  so.copy_threads = 1;
-  InProcessAgents sim(c, ranks, "sim-", so);
-  auto& stores = sim.stores;
-  Check(c.Call("PUT", "/api/v1/meshes/sim",
-               {{"axes", {{{"name", "d"}, {"size", ranks}}}}, {"workers", sim.ids}, {"self_test", false}}),
-        "register sim mesh");
-  TinySaves(c, "sim", ranks, "in-process", saves, [&] {
-    const std::string shard = storage::SyntheticBytes(DType::kFloat32, 1024, 5);
-    for (int r = 0; r < ranks; ++r) {
-      worker::TensorDesc desc{DType::kFloat32, {int64_t{1024} * ranks}, Layout{{"d"}}};
-      if (auto st = stores[r]->Put("sim", "x", desc, r, shard); !st.ok()) Die("put", st);
-    }
-  });
-  sim.Stop();
-  sim.agents.clear();
-  cluster.reset();
-  std::error_code ec;
-  std::filesystem::remove_all(opts.dir, ec);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -310,6 +163,9 @@ int main(int argc, char** argv) {
                  "worker counts of the tiny-save benchmarks: processes up to 32, in-process "
                  "agents beyond")
       ->delimiter(',');
+  bool memory_env = false;
+  app.add_flag("--memory-env", memory_env,
+               "also run the in-process agents' tiny saves with their shard files in memory");
   std::string root, s3_endpoint;
   app.add_option("--checkpoint-root", root,
                  "checkpoints elsewhere (s3://BUCKET/PREFIX): then only save and restore run, "
@@ -327,13 +183,7 @@ int main(int argc, char** argv) {
   opts.checkpoint_root = root;
   if (!s3_endpoint.empty()) opts.server_args = {"--s3-endpoint", s3_endpoint};
   if (!skip_scale) {
-    for (int n : tiny) {
-      if (n <= 32) {
-        TinySavesOfProcesses(opts, n, 7);
-      } else {
-        TinySavesOfAgents(opts, n, 5);
-      }
-    }
+    tessera::bench::RunTinySaves(opts, tiny, memory_env);
   }
   if (only_scale) return 0;
   auto cluster = Check(tools::LocalCluster::Start(opts), "start cluster");

@@ -15,9 +15,20 @@ also times torch.save of the same state_dict to a file in the same directory
     /usr/bin/python3 bench/trainer_stall.py --out bench/out/trainer_stall.jsonl
     /usr/bin/python3 bench/trainer_stall.py --sizes-mb 1,40 --saves 20
 
-TESSERA_BIN (default build/bin) names the directory of tesserad and tessera-worker.
+Options that bench/control_plane.py uses to compare two builds:
+  --late-ms N   the last rank calls save() N ms after the others: its rows say how long
+                the commit came after its own snapshot ("after_snapshot_ms")
+  --idle-s S    after the timed saves, --idle-saves more, each S seconds after the one
+                before (rows with "idle_s"): the stall of a save a minute after the last
+Per size, one more line counts the workers' requests to tesserad over all its saves
+({"bench": "requests", "per_worker_save", "by_route"}, from tesserad's /metrics; the
+heartbeats, the trainers' barriers and the mesh's registration left out).
+
+TESSERA_BIN (default build/bin) names the directory of tesserad and tessera-worker, and
+TESSERA_PYTHON (default python/ beside this script) the client the trainers import.
 Each line of --out is one trainer's save: {"size_mb", "rank", "save", "save_ms",
-"snapshot_ms", "overhead_ms", "commit_ms", "trainers"}, or {"size_mb", "torch_save_ms"} for the peer.
+"snapshot_ms", "overhead_ms", "commit_ms", "after_snapshot_ms", "trainers"}, or
+{"size_mb", "torch_save_ms"} for the peer.
 """
 
 import argparse
@@ -27,9 +38,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "python"))
+PYTHON = os.environ.get("TESSERA_PYTHON", os.path.join(HERE, "..", "python"))
+sys.path.insert(0, PYTHON)
 
 TRAINER = r"""
 import json, os, sys, time
@@ -37,24 +50,35 @@ import torch
 import tessera
 
 mesh, size_mb, saves, out_dir = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+late_ms, idle_s, idle_saves = float(sys.argv[5]), float(sys.argv[6]), int(sys.argv[7])
 rank = int(os.environ["RANK"])
+world = int(os.environ["WORLD"])
 torch.set_num_threads(1)
 n = int(size_mb * (1 << 20) / 4 / 8)
 model = torch.nn.ParameterList(torch.nn.Parameter(torch.randn(n)) for _ in range(8))
 rows = []
 with tessera.CheckpointManager(mesh, timeout=120) as ck:
     ck.attach_state_dict({"model": model})
-    for i in range(saves + 1):  # save 0 warms up
-        ck.barrier("s%d" % i, timeout_ms=120000)
+    for i in range(saves + 1 + idle_saves):  # save 0 warms up
+        idle = i > saves
+        if idle:
+            time.sleep(idle_s)
+        ck.barrier("s%d" % i, timeout_ms=int(120000 + idle_s * 1000))
+        if rank == world - 1 and late_ms > 0 and not idle:
+            time.sleep(late_ms / 1000)
         t0 = time.perf_counter()
         h = ck.save(i + 1)
         save_ms = (time.perf_counter() - t0) * 1000
         h.wait(timeout=120)
         commit_ms = (time.perf_counter() - t0) * 1000
         if i:
-            rows.append({"size_mb": size_mb, "rank": rank, "save": i, "save_ms": save_ms,
-                         "snapshot_ms": h.snapshot_ms, "overhead_ms": save_ms - h.snapshot_ms,
-                         "commit_ms": commit_ms})
+            row = {"size_mb": size_mb, "rank": rank, "save": i, "save_ms": save_ms,
+                   "snapshot_ms": h.snapshot_ms, "overhead_ms": save_ms - h.snapshot_ms,
+                   "commit_ms": commit_ms, "after_snapshot_ms": commit_ms - save_ms,
+                   "late": rank == world - 1 and late_ms > 0 and not idle}
+            if idle:
+                row["idle_s"] = idle_s
+            rows.append(row)
     if rank == 0:
         path = os.path.join(out_dir, "torch-%d.pt" % os.getpid())
         for i in range(saves):
@@ -71,23 +95,59 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
-def measure(cluster, size_mb, saves, scratch, trainers):
+def worker_requests(cluster):
+    """'METHOD route' → requests tesserad answered, the workers' alone (see the doc)."""
+    req = urllib.request.Request(cluster.server + "/metrics",
+                                 headers={"Authorization": "Bearer " + cluster.token})
+    ctx = None
+    if cluster.server.startswith("https"):
+        import ssl  # noqa: PLC0415
+        ctx = ssl.create_default_context(cafile=cluster.tls_ca)
+    with urllib.request.urlopen(req, timeout=30, context=ctx) as r:
+        text = r.read().decode()
+    out = {}
+    prefix = 'tessera_http_requests_total{route="'
+    for line in text.splitlines():
+        if not line.startswith(prefix):
+            continue
+        route = line[len(prefix):line.index('"', len(prefix))]
+        method = line.split('method="')[1].split('"')[0]
+        if ("heartbeat" in route or "barrier" in route or route == "/metrics"
+                or (method == "PUT" and route == "/api/v1/meshes/{name}")):
+            continue
+        key = method + " " + route
+        out[key] = out.get(key, 0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def measure(cluster, size_mb, saves, scratch, trainers, late_ms=0, idle_s=0, idle_saves=0):
     mesh = "stall-%g-%d" % (size_mb, trainers)
     cluster.client().register_mesh(mesh, {"data": trainers},
                                    workers=cluster.worker_ids[:trainers])
-    env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "python"))
+    env = dict(os.environ, PYTHONPATH=PYTHON)
+    before = worker_requests(cluster)
     procs = [subprocess.Popen([sys.executable, "-c", TRAINER, mesh, str(size_mb), str(saves),
-                               scratch], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              env=dict(env, RANK=str(r), TESSERA_WORKER=cluster.worker_urls[r]))
+                               scratch, str(late_ms), str(idle_s), str(idle_saves)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=dict(env, RANK=str(r), WORLD=str(trainers),
+                                       TESSERA_WORKER=cluster.worker_urls[r]))
              for r in range(trainers)]
     rows = []
     for p in procs:
-        out, err = p.communicate(timeout=600)
+        out, err = p.communicate(timeout=600 + idle_s * idle_saves)
         if p.returncode != 0:
             raise SystemExit("a trainer failed (%s): %s" % (p.returncode, err.decode()[-2000:]))
         rows += json.loads(out.decode().strip().splitlines()[-1])
+    after = worker_requests(cluster)
+    by_route = {k: v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0) > 0}
+    all_saves = saves + 1 + idle_saves
     for r in rows:
         r["trainers"] = trainers
+        r["late_ms"] = late_ms
+    rows.append({"bench": "requests", "size_mb": size_mb, "trainers": trainers,
+                 "saves": all_saves, "late_ms": late_ms,
+                 "per_worker_save": sum(by_route.values()) / (trainers * all_saves),
+                 "by_route": by_route})
     return rows
 
 
@@ -97,7 +157,8 @@ def summary(rows):
              "torch.save on rank 0 p50 ms |",
              "|---|---|---|---|---|---|"]
     for size in sorted({r["size_mb"] for r in rows}):
-        ours = [r for r in rows if r["size_mb"] == size and "save_ms" in r]
+        ours = [r for r in rows if r["size_mb"] == size and "save_ms" in r
+                and "idle_s" not in r]
         peer = [r["torch_save_ms"] for r in rows if r["size_mb"] == size and "torch_save_ms" in r]
         s = [r["save_ms"] for r in ours]
         snap = [r["snapshot_ms"] for r in ours]
@@ -115,13 +176,19 @@ def main():
     p.add_argument("--saves", type=int, default=20)
     p.add_argument("--trainers", type=int, default=4, help="trainer processes (and workers)")
     p.add_argument("--out", default=None, help="JSON lines of every save (default: none)")
+    p.add_argument("--late-ms", type=float, default=0,
+                   help="the last rank calls save() this much after the others")
+    p.add_argument("--idle-s", type=float, default=65, help="the pause before each idle save")
+    p.add_argument("--idle-saves", type=int, default=0,
+                   help="saves after the timed ones, each --idle-s after the one before")
     a = p.parse_args()
     from tessera.local import LocalCluster  # noqa: PLC0415 - after sys.path
     rows = []
     with tempfile.TemporaryDirectory(prefix="tessera-stall-") as scratch, \
             LocalCluster(workers=a.trainers, dir=os.path.join(scratch, "cluster")) as cluster:
         for size in (float(s) for s in a.sizes_mb.split(",")):
-            rows += measure(cluster, size, a.saves, scratch, a.trainers)
+            rows += measure(cluster, size, a.saves, scratch, a.trainers, a.late_ms, a.idle_s,
+                            a.idle_saves)
     if a.out:
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
         with open(a.out, "w") as f:

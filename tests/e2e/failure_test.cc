@@ -59,9 +59,11 @@ TEST_P(WorkerDeath, JobFailsWithinTheLeaseNamingTheWorker) {
   Push(*c, kTwo, t1);
   SaveAndWait(*c, "two", 1);  // slow (the delay) but fine
   Push(*c, kTwo, Weights(2));
+  // The job's phase is "write" from its start: each worker snapshots, writes and joins.
+  // Worker 1 dies while it holds its snapshot or its write (the delay).
   std::string job = StartSave(*c, "two", 2);
-  Json at = WaitPhase(*c, job, phase);
-  ASSERT_EQ(at["phase"], phase);
+  Json at = WaitPhase(*c, job, "write");
+  ASSERT_EQ(at["phase"], "write");
   c->KillWorker(1);
   Json j = Wait(*c, job);
   EXPECT_EQ(j["state"], "failed");
@@ -108,8 +110,9 @@ TEST(ServerDeath, KilledMidSaveThenRestarted) {
   ExpectNoTrace(*c, "two", 2);
   // Workers keep heartbeating under the same ids and keep their tensors.
   ASSERT_TRUE(c->WaitAlive(2, 10000).ok());
-  // The stale write task ends (after its 1.5 s delay) and fails: its staging dir is gone.
-  const std::string ended = "write task of job " + job + " failed";
+  // The stale write ends (after its 1.5 s delay) and its join is refused, the job having
+  // ended: the worker removes what it wrote.
+  const std::string ended = "the join of job " + job + " was refused";
   bool stale_ended = false;
   for (int i = 0; i < 2000 && !stale_ended; ++i) {
     std::ifstream log(c->worker_log(0));
@@ -117,7 +120,7 @@ TEST(ServerDeath, KilledMidSaveThenRestarted) {
                   std::string::npos;
     if (!stale_ended) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  ASSERT_TRUE(stale_ended) << "worker 0 never ended the stale write task";
+  ASSERT_TRUE(stale_ended) << "worker 0 never joined with its stale write";
   std::error_code ec;
   for (auto& e : std::filesystem::directory_iterator(c->checkpoint_root() + "/two", ec)) {
     EXPECT_EQ(e.path().filename().string().rfind(".staging", 0), std::string::npos)
@@ -208,10 +211,14 @@ TEST(TrainerSave, PassesItsDeadlineAndIsCancelled) {
 // In-loop saves while tesserad is down keep their snapshots, up to the worker's
 // limit (a count, or bytes); past it /v1/save answers 503 naming the limit and the
 // pending saves, and copies nothing. Once tesserad is back, the pending saves commit.
+// A snapshot's bytes are held until the worker has written them (each write is held
+// back 5 s here, so that the snapshots taken in the meantime are all held), and the
+// save is pending until tesserad took its join.
 TEST(TrainerSave, PendingSnapshotsAreBoundedWhileTesseradIsDown) {
   constexpr int64_t kShard = 1 << 20;  // bytes of the tensor each worker holds
   tools::ClusterOptions opts;
   opts.workers = 2;
+  opts.worker_env[0] = opts.worker_env[1] = {"TESSERA_FAULT_TASK_DELAY=write:5000"};
   opts.worker_args[0] = {"--max-pending-save-bytes", std::to_string(kShard * 3 / 2)};
   opts.worker_args[1] = {"--max-pending-saves", "3"};
   auto c = StartCluster(opts);

@@ -179,12 +179,13 @@ TEST_F(Api, OnlyTheNewestTaskPollOfAWorkerTakesItsTasks) {
   Json fresh = Json::parse(Send("GET", polls + "10000").body, nullptr, false);
   ASSERT_TRUE(fresh.is_object() && fresh["tasks"].size() == 1) << fresh.dump();
   EXPECT_EQ(fresh["tasks"][0]["job"], save["job"]);
-  // End the job: the simulated worker fails its task, naming itself.
-  const std::string task = fresh["tasks"][0]["id"];
-  EXPECT_EQ(Send("POST", "/api/v1/workers/" + id + "/tasks/" + task + "/report",
-                 R"({"state":"failed","error":{"code":"internal","message":"simulated"}})")
-                .status,
-            200);
+  // End the job: the simulated worker answers its snapshot task with a join that failed.
+  EXPECT_EQ(fresh["tasks"][0]["kind"], "snapshot");
+  const Json failed_join = {{"worker", id},
+                            {"job", save["job"]},
+                            {"snapshot", {{"tensors", Json::array()}}},
+                            {"error", {{"code", "internal"}, {"message", "simulated"}}}};
+  EXPECT_EQ(Send("PUT", "/api/v1/meshes/polls/checkpoints/1", failed_join.dump()).status, 200);
   auto job = Json::parse(
       Send("GET", "/api/v1/jobs/" + save["job"].get<std::string>() + "?wait_ms=10000").body);
   EXPECT_EQ(job["state"], "failed") << job.dump();

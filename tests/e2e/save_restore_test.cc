@@ -175,8 +175,11 @@ TEST(SaveRestore, CreateOrJoinAnswers201Then200And409OnlyForAConflict) {
     return Json{{"tensors", {{{"name", "w"}, {"dtype", "float32"}, {"shape", {8}},
                                {"layout", {"data"}}, {"devices", {device}}}}}};
   };
+  const Json written = {{"bytes", 0}, {"stored_bytes", 0}, {"fragment", Json::array()}};
   auto put = [&](int w, const Json& extra = Json::object()) {
-    Json body = {{"worker", c->worker_id(w)}, {"snapshot", snapshot(w)}};
+    Json body = {{"worker", c->worker_id(w)},
+                 {"snapshot", snapshot(w)},
+                 {"written", written}};
     body.update(extra);
     http::Client client = c->Client();
     return client.Send("PUT", "/api/v1/meshes/two/checkpoints/5", body.dump(), "application/json");
@@ -196,7 +199,7 @@ TEST(SaveRestore, CreateOrJoinAnswers201Then200And409OnlyForAConflict) {
   EXPECT_EQ(Json::parse(other->body)["error"]["details"]["job"], job);
   // Not a worker of the mesh; a malformed snapshot.
   auto stranger = c->Call("PUT", "/api/v1/meshes/two/checkpoints/5",
-                          {{"worker", "w-nobody"}, {"snapshot", snapshot(0)}});
+                          {{"worker", "w-nobody"}, {"snapshot", snapshot(0)}, {"written", written}});
   EXPECT_EQ(stranger.status().details().value("field", ""), "worker") << stranger.status().ToString();
   auto malformed = c->Call("PUT", "/api/v1/meshes/two/checkpoints/5",
                            {{"worker", c->worker_id(1)}, {"snapshot", {{"tensors", 3}}}});
@@ -218,7 +221,7 @@ TEST(SaveRestore, CreateOrJoinAnswers201Then200And409OnlyForAConflict) {
   }
   for (auto& th : trainers) th.join();
   auto late = c->Call("PUT", "/api/v1/meshes/two/checkpoints/6",
-                      {{"worker", c->worker_id(0)}, {"snapshot", snapshot(0)}});
+                      {{"worker", c->worker_id(0)}, {"snapshot", snapshot(0)}, {"written", written}});
   EXPECT_EQ(late.status().code(), Code::kConflict) << late.status().ToString();
   EXPECT_NE(late.status().message().find("already committed"), std::string::npos);
   // A bad request is the trainer's 400 at /v1/save, before any copy.

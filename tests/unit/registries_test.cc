@@ -275,7 +275,9 @@ TEST(WorkerRegistry, APlacementChangeWakesAPoll) {
 TEST(JobRegistry, ReportsReachTheRoundsJobAndLateOnesAreHarmless) {
   EventBus events;
   JobRegistry jobs(&events, RealClock());
-  jobs.Create("j-1", "save", "m", 3, Json::object(), SaveRequest{});
+  SaveRequest waits;  // a save its trainers join: its workers are told of its end
+  waits.wait_for_trainer = true;
+  jobs.Create("j-1", "save", "m", 3, Json::object(), waits);
   EXPECT_TRUE(jobs.Running("j-1"));
   EXPECT_TRUE(jobs.JoinOf("j-1").has_value());
   auto [record, inbox] = jobs.Begin("j-1");

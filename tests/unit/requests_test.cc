@@ -53,17 +53,24 @@ TEST(SaveJoinRequest, NeedsTheWorkerAndItsSnapshot) {
   Json snapshot = {{"tensors", {{{"name", "w"}, {"dtype", "float32"}, {"shape", {4}},
                                  {"layout", {"d"}}, {"devices", {0}}}}},
                    {"snapshot_bytes", 8}};
-  auto j = SaveJoinRequest::FromJson({{"worker", "w-a"}, {"snapshot", snapshot}}, 4);
+  const Json written = {{"bytes", 8}, {"stored_bytes", 8}, {"fragment", Json::array()}};
+  auto j = SaveJoinRequest::FromJson({{"worker", "w-a"}, {"snapshot", snapshot}, {"written", written}}, 4);
   ASSERT_TRUE(j.ok()) << j.status().ToString();
   EXPECT_EQ(j->save.step, 4);
   EXPECT_TRUE(j->save.wait_for_trainer);
   ASSERT_EQ(j->snapshot.tensors.size(), 1u);
   EXPECT_EQ(j->snapshot.tensors[0].devices, std::vector<int64_t>{0});
   auto again = SaveJoinRequest::FromJson(j->ToJson(), 4);
-  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_TRUE(again.ok()) << again.status().ToString() << " " << j->ToJson().dump();
   EXPECT_TRUE(again->save.SameSave(j->save));
-  ExpectField(SaveJoinRequest::FromJson({{"snapshot", snapshot}}, 4).status(), "worker");
-  ExpectField(SaveJoinRequest::FromJson({{"worker", "w-a"}}, 4).status(), "snapshot");
+  ExpectField(SaveJoinRequest::FromJson({{"snapshot", snapshot}, {"written", written}}, 4).status(),
+              "worker");
+  ExpectField(SaveJoinRequest::FromJson({{"worker", "w-a"}, {"written", written}}, 4).status(),
+              "snapshot");
+  // The join is the report: it says what the worker wrote, or why it could not.
+  Status neither = SaveJoinRequest::FromJson({{"worker", "w-a"}, {"snapshot", snapshot}}, 4).status();
+  EXPECT_EQ(neither.code(), Code::kInvalidArgument);
+  EXPECT_NE(neither.message().find("written"), std::string::npos) << neither.ToString();
   Status st = SaveJoinRequest::FromJson({{"worker", "w-a"}, {"snapshot", 3}}, 4).status();
   EXPECT_EQ(st.code(), Code::kInvalidArgument);
   EXPECT_NE(st.message().find("snapshot"), std::string::npos) << st.ToString();
