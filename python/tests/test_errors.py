@@ -2,6 +2,8 @@
 
 import socket
 
+import time
+
 import pytest
 
 import tessera
@@ -25,9 +27,20 @@ def setup(cluster, client, mesh_name):
         m.attach("w", (8, 2), "float32", ["data", None])
     for h in [m.save(1) for m in ms]:
         h.wait(timeout=30)
-    pending = [m.save(2) for m in ms[:3]]
+    for m in ms[:3]:
+        m.save(2)
+    # Each of the three writes its share and joins: the save shows once a join is in.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            pending = client.checkpoint(mesh_name, 2)["job"]
+            break
+        except tessera.TesseraError as e:
+            if e.code != "not_found" or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
     yield mesh_name, ms
-    client.cancel_job(pending[0].job)
+    client.cancel_job(pending)
     for m in ms:
         m.close()
 

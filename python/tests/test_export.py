@@ -153,7 +153,9 @@ def test_uncompressed_shards_export_from_their_mapping_and_a_bad_chunk_is_named(
     assert np.array_equal(got["rows"][1], np.arange(4 * 1024, dtype=np.float32))
     # One flipped byte inside rank 2's rows: both exports name the shard and tensor.
     ckpt = os.path.join(cluster.dir, "data", "checkpoints", mesh, "step-3")
-    shard = os.path.join(ckpt, "shard-2.tsr")
+    # Each rank's shard file is shard-<rank>-<tag>.tsr.
+    name = next(n for n in os.listdir(ckpt) if n.startswith("shard-2-") and n.endswith(".tsr"))
+    shard = os.path.join(ckpt, name)
     data = bytearray(open(shard, "rb").read())
     at = data.find(np.array([2048 + 5], dtype=np.float32).tobytes())
     assert at > 0
@@ -161,8 +163,8 @@ def test_uncompressed_shards_export_from_their_mapping_and_a_bad_chunk_is_named(
     open(shard, "wb").write(bytes(data))
     r = export(cluster, mesh, 3, tmp_path / "bad")
     assert r.returncode == 1 and "data_loss" in r.stderr and "checksum mismatch" in r.stderr, r.stderr
-    assert "shard-2.tsr" in r.stderr and "'rows'" in r.stderr, r.stderr
+    assert name in r.stderr and "'rows'" in r.stderr, r.stderr
     from tessera.errors import TesseraError
     with pytest.raises(TesseraError) as e:
         client.export(mesh, 3, tmp_path / "bad-job").wait(timeout=60)
-    assert e.value.code == "data_loss" and "shard-2.tsr" in str(e.value), e.value
+    assert e.value.code == "data_loss" and name in str(e.value), e.value

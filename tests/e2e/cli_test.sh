@@ -29,14 +29,17 @@ err=$("$bin" ls "$root/nowhere" 2>&1); rc=$?
 set -e
 [ "$rc" -eq 1 ] && echo "$err" | grep -q "not_found.*$root/nowhere" || fail "ls of a missing root: $rc $err"
 
-# Flip one byte in the middle of shard-0: verify exits 2 naming file and tensor.
-size=$(stat -c %s "$ckpt/shard-0.tsr")
-printf '\xAA' | dd of="$ckpt/shard-0.tsr" bs=1 seek=$((size / 2)) conv=notrunc status=none
+# Flip one byte in the middle of rank 0's shard (shard-0-<tag>.tsr): verify exits 2
+# naming file and tensor.
+shard0=$(cd "$ckpt" && ls shard-0-*.tsr | head -n1)
+[ -n "$shard0" ] || fail "no shard file of rank 0 in $ckpt"
+size=$(stat -c %s "$ckpt/$shard0")
+printf '\xAA' | dd of="$ckpt/$shard0" bs=1 seek=$((size / 2)) conv=notrunc status=none
 set +e
 out=$("$bin" verify "$ckpt"); rc=$?
 set -e
 [ "$rc" -eq 2 ] || fail "verify exit $rc after corruption, want 2"
-echo "$out" | grep -q "BAD .*tensor .* file shard-0.tsr" || fail "verify does not name the culprit: $out"
+echo "$out" | grep -q "BAD .*tensor .* file $shard0" || fail "verify does not name the culprit: $out"
 out=$("$bin" verify --json "$ckpt" || true)
 echo "$out" | grep -q "\"ok\": false" || fail "verify --json ok flag: $out"
 
