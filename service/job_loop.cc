@@ -58,6 +58,9 @@ void Service::ExecuteJobAction(JobMachine& m, JobAction& a, std::deque<JobEvent>
     case JobAction::Kind::kSendTasks:
       if (auto dead = SendTasks(spec, a)) local->push_back(std::move(*dead));
       return;
+    case JobAction::Kind::kSetProgress:
+      jobs_.Progress(spec.id, a.done_bytes, a.total_bytes);
+      return;
     case JobAction::Kind::kRunIo:
       local->push_back(JobEvent::IoDone(clock_->MonoMs(), RunJobIo(spec, a)));
       return;

@@ -86,6 +86,7 @@ struct JobAction {
     kSetCheckpointState,  // checkpoint_state (save)
     kQueueTasks,          // round, tasks (by rank), total_bytes
     kSendTasks,           // tasks (by rank): no round; their answers come as other events
+    kSetProgress,         // done_bytes of total_bytes (a save: what its joins say was written)
     kRunIo,               // io, fragments or slices (merge), plan (commit)
     kAbandonSave,         // status: checkpoint failed, workers drop snapshots, staging removed
     kAbortCollective,     // status: workers leave the job's collective
@@ -97,6 +98,7 @@ struct JobAction {
   int64_t round = 0;
   std::map<int64_t, Task> tasks;
   uint64_t total_bytes = 0;
+  uint64_t done_bytes = 0;  // kSetProgress
   IoKind io = IoKind::kCreateStaging;
   std::vector<std::string> fragments;                        // merge: files in staging
   std::vector<std::vector<storage::FragmentSlice>> slices;  // merge: the joins' fragments

@@ -74,7 +74,7 @@ class JobRegistry {
   // out at most every 100 ms a job, and on a failure.
   Status Report(const std::string& worker, const std::string& task, const TaskReport& report);
   void MarkDelivered(const std::vector<Json>& tasks);  // queued → running
-  void Progress(const std::string& id, uint64_t done, uint64_t total);  // a verify's
+  void Progress(const std::string& id, uint64_t done, uint64_t total);  // a verify's, a save's
   void Post(const std::string& id, JobEvent e);  // to a running job; none once ended
   void PostAll(const JobEvent& e);               // to every running job
 

@@ -1,5 +1,6 @@
 #include "service/save_machine.h"
 
+#include <algorithm>
 #include <set>
 
 #include "service/save_job.h"
@@ -39,14 +40,30 @@ Result<JobActions> SaveMachine::OnJoined(int64_t, int64_t rank, const SaveJoinRe
   if (stage_ != Stage::kJoin) return JobActions{};
   if (rank < 0 || rank >= spec_.mesh.mesh.num_workers()) return JobActions{};
   const std::string& wid = spec_.mesh.workers[rank];
+  if (joins_.count(rank)) return JobActions{};  // a repeated join changes nothing
   if (!join.error.ok()) {
     return join.error.WithContext("the write of worker " + wid + " (rank " + std::to_string(rank) + ")")
         .WithDetail("worker", wid)
         .WithDetail("rank", rank);
   }
-  joins_.emplace(rank, join);  // a repeated join changes nothing
-  if (!MissingJoins().empty()) return JobActions{};
+  joins_.emplace(rank, join);
+  if (!MissingJoins().empty()) return JobActions{Progress()};
   return Merge();
+}
+
+// The bytes the joins say were written, of the state's logical bytes (every snapshot
+// describes the whole of each tensor).
+JobAction SaveMachine::Progress() const {
+  JobAction a;
+  a.kind = JobAction::Kind::kSetProgress;
+  for (const auto& [rank, join] : joins_) {
+    if (join.written) a.done_bytes += join.written->bytes;
+  }
+  for (const SnapshotTensor& t : joins_.begin()->second.snapshot.tensors) {
+    a.total_bytes += t.meta.logical_bytes();
+  }
+  a.done_bytes = std::min(a.done_bytes, a.total_bytes);
+  return a;
 }
 
 std::vector<int64_t> SaveMachine::MissingJoins() const {
@@ -116,7 +133,7 @@ Status SaveMachine::OnDeadline() {
   return DeadlineExceeded(
       from_loop_ || request_.wait_for_trainer
           ? "the trainers of " + who + " did not call save(" + std::to_string(spec_.step) + ")" +
-                within + " of the first"
+                within + (from_loop_ ? " of the first" : " of the save's start")
           : "the workers of " + who + " did not snapshot and write step " +
                 std::to_string(spec_.step) + within,
       {{"missing_ranks", missing}, {"workers", workers}});

@@ -34,6 +34,7 @@ class SaveMachine : public JobMachine {
   // Every join is in: check them, then merge.
   Result<JobActions> Merge();
   std::vector<int64_t> MissingJoins() const;
+  JobAction Progress() const;
   int64_t JoinWaitMs() const;
 
   const SaveRequest request_;

@@ -94,6 +94,9 @@ std::string ActionText(const JobAction& a, const std::vector<std::string>& tenso
              TasksText(a.tasks);
     case Kind::kSendTasks:
       return "send tasks: " + TasksText(a.tasks);
+    case Kind::kSetProgress:
+      return "progress: " + std::to_string(a.done_bytes) + " of " + std::to_string(a.total_bytes) +
+             " bytes";
     case Kind::kRunIo:
       return IoText(a, tensors);
     // The cleanups carry the job's error, which the finish that follows shows whole.
