@@ -95,6 +95,14 @@ Result<SaveJoinRequest> SaveJoinRequest::FromJson(const Json& body, int64_t step
   r.save.wait_for_trainer = true;
   ASSIGN_OR_RETURN(r.worker, RequiredString(body, "worker"));
   ASSIGN_OR_RETURN(r.job, OptionalString(body, "job"));
+  if (body.contains("snapshot_age_ms")) {
+    const Json& age = body["snapshot_age_ms"];
+    if (!age.is_number_integer() || age.get<int64_t>() < 0) {
+      return InvalidArgument("field 'snapshot_age_ms' must be a non-negative integer",
+                             {{"field", "snapshot_age_ms"}});
+    }
+    r.snapshot_age_ms = age.get<int64_t>();
+  }
   if (!body.contains("snapshot")) {
     return InvalidArgument("missing field 'snapshot' (the worker's snapshot of this step)",
                            {{"field", "snapshot"}});
@@ -143,6 +151,7 @@ Json SaveJoinRequest::ToJson() const {
   j.erase("wait_for_trainer");
   j["worker"] = worker;
   if (job) j["job"] = *job;
+  if (snapshot_age_ms >= 0) j["snapshot_age_ms"] = snapshot_age_ms;
   j["snapshot"] = SnapshotResultToJson(snapshot);
   if (written) {
     j["written"] = {{"bytes", written->bytes},

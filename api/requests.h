@@ -55,6 +55,10 @@ struct SaveJoinRequest {
   SnapshotResult snapshot;
   std::optional<SaveWritten> written;  // exactly one of written and error
   Status error;
+  // How long before this request the worker took its snapshot (-1: not said). tesserad
+  // places the snapshot on its own clock with it: a join whose snapshot precedes the end
+  // of the step's failed save belongs to that save, not to a new one.
+  int64_t snapshot_age_ms = -1;
 
   static Result<SaveJoinRequest> FromJson(const Json& body, int64_t step);
   Json ToJson() const;  // with "step", for the route's body ("step" is ignored there)

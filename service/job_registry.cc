@@ -260,6 +260,12 @@ int64_t JobRegistry::StartedMs(const std::string& id) const {
   return it == jobs_.end() ? 0 : it->second.started_ms;
 }
 
+int64_t JobRegistry::EndedMs(const std::string& id) const {
+  MutexLock lock(mu_);
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? 0 : it->second.ended_ms;
+}
+
 Result<Json> JobRegistry::Get(const std::string& id, int64_t wait_ms) {
   MutexLock lock(mu_);
   if (!jobs_.count(id)) return NotFound("no job " + id, {{"job", id}});

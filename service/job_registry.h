@@ -87,6 +87,7 @@ class JobRegistry {
   };
   std::optional<SaveTerms> JoinOf(const std::string& id) const;
   int64_t StartedMs(const std::string& id) const;
+  int64_t EndedMs(const std::string& id) const;  // 0: unknown, or not ended
   // The job, once finished or after `wait_ms`.
   Result<Json> Get(const std::string& id, int64_t wait_ms);
   Result<Json> Cancel(const std::string& id);  // the job's machine decides

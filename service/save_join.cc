@@ -39,6 +39,19 @@ Result<std::pair<int, Json>> Service::JoinSave(const std::string& mesh,
       jobs_.Post(*join.job, JobEvent::Joined(clock_->MonoMs(), rank, join));
       return std::make_pair(200, Json{{"job", *join.job}, {"checkpoint", existing->Summary()}});
     }
+    if (existing && existing->state == CheckpointState::kFailed && join.snapshot_age_ms >= 0) {
+      // A worker's join of the save that failed: its snapshot was taken before that
+      // save ended (it was late, or its answer was lost). Not a new save of the step.
+      // (A job still running with its checkpoint failed is ending now.)
+      const int64_t ended = jobs_.EndedMs(existing->job);
+      const bool ending = ended == 0 && jobs_.Running(existing->job);
+      if (ending || (ended > 0 && clock_->WallMs() - join.snapshot_age_ms <= ended)) {
+        const Json error = existing->error.is_object() ? existing->error : Json::object();
+        return Conflict("the save of " + what + " by job " + existing->job + " failed before this join: " +
+                            error.value("message", std::string("see the job")),
+                        {{"mesh", mesh}, {"step", step}, {"job", existing->job}, {"reason", "job_ended"}});
+      }
+    }
     if (!existing || existing->state == CheckpointState::kFailed) {
       const std::string job_id = NewJobId();
       ASSIGN_OR_RETURN(MeshRecord held, meshes_.Hold(mesh, job_id));

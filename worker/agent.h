@@ -151,6 +151,7 @@ class Agent {
                                    std::shared_ptr<const Snapshot> snap,
                                    const std::optional<std::vector<std::string>>& names,
                                    const std::string& staging,
+                                   std::chrono::steady_clock::time_point snapped,
                                    std::chrono::steady_clock::time_point deadline);
   // A REST save's snapshot task: snapshot, write, join.
   void SaveForJob(const Task& task);
@@ -169,10 +170,13 @@ class Agent {
   void FollowTrainerSave(const std::string& mesh, int64_t step, const SaveRequest& request,
                          std::shared_ptr<const Snapshot> snap,
                          const std::optional<std::vector<std::string>>& names,
+                         std::chrono::steady_clock::time_point snapped,
                          std::chrono::steady_clock::time_point deadline);
   // The PUT of a join: the job created or joined, retrying an unreachable tesserad
-  // with backoff until `deadline`. The error that ends the save otherwise.
-  Result<std::string> CreateOrJoinSave(const std::string& mesh, int64_t step, const Json& body,
+  // with backoff until `deadline`. The error that ends the save otherwise. Each try
+  // says how long ago the snapshot was taken (at `snapped`).
+  Result<std::string> CreateOrJoinSave(const std::string& mesh, int64_t step, Json body,
+                                       std::chrono::steady_clock::time_point snapped,
                                        std::chrono::steady_clock::time_point deadline);
   // The job's final record once it succeeded; its error once it failed.
   Result<Json> FollowJob(const std::string& kind, const std::string& job, int64_t timeout_ms);

@@ -104,6 +104,7 @@ Result<std::string> Agent::WriteAndJoin(const std::string& mesh, int64_t step,
                                         std::shared_ptr<const Snapshot> snap,
                                         const std::optional<std::vector<std::string>>& names,
                                         const std::string& staging,
+                                        std::chrono::steady_clock::time_point snapped,
                                         std::chrono::steady_clock::time_point deadline) {
   SaveJoinRequest join;
   join.save = request;
@@ -127,7 +128,7 @@ Result<std::string> Agent::WriteAndJoin(const std::string& mesh, int64_t step,
                  static_cast<long long>(step), mesh.c_str(), written.status().ToString().c_str());
     join.error = written.status();
   }
-  auto joined = CreateOrJoinSave(mesh, step, join.ToJson(), deadline);
+  auto joined = CreateOrJoinSave(mesh, step, join.ToJson(), snapped, deadline);
   if (!joined.ok() && join.written) {
     // Refused (or never answered): nothing will commit this file.
     for (const auto& s : join.written->fragment) {
@@ -146,6 +147,7 @@ void Agent::SaveForJob(const Task& task) {
   request.tensors = task.tensor_names;
   request.compress = task.compress;
   request.level = task.level;
+  const auto snapped = std::chrono::steady_clock::now();
   auto snap = store_->TakeSnapshot(PlacementFromTask(task), task.tensor_names);
   std::shared_ptr<const Snapshot> taken;
   if (snap.ok()) {
@@ -166,11 +168,11 @@ void Agent::SaveForJob(const Task& task) {
     join.worker = id_;
     join.job = task.job;
     join.error = snap.status();
-    (void)CreateOrJoinSave(task.mesh.name, task.step, join.ToJson(), deadline);
+    (void)CreateOrJoinSave(task.mesh.name, task.step, join.ToJson(), snapped, deadline);
     return;
   }
   auto joined = WriteAndJoin(task.mesh.name, task.step, request, task.job, std::move(taken),
-                             task.tensor_names, task.staging, deadline);
+                             task.tensor_names, task.staging, snapped, deadline);
   if (!joined.ok()) {
     std::fprintf(stderr, "worker %s: the join of job %s was refused: %s\n", id_.c_str(),
                  task.job.c_str(), joined.status().ToString().c_str());

@@ -138,8 +138,8 @@ Result<Json> Agent::SaveFromTrainer(const std::string& mesh, int64_t step, const
   const auto until_ms = std::chrono::steady_clock::now() +
                        std::chrono::milliseconds(deadline.value_or(kDefaultSaveDeadlineMs));
   // The write and the join, off the trainer's path.
-  task_threads_.Spawn([this, mesh, step, request, until_ms, snap, names]() mutable {
-    FollowTrainerSave(mesh, step, request, std::move(snap), names, until_ms);
+  task_threads_.Spawn([this, mesh, step, request, t0, until_ms, snap, names]() mutable {
+    FollowTrainerSave(mesh, step, request, std::move(snap), names, t0, until_ms);
   });
   Json out = {{"checkpoint", {{"mesh", mesh}, {"step", step}}},
               {"snapshot_ms", snapshot_ms},
@@ -151,8 +151,8 @@ Result<Json> Agent::SaveFromTrainer(const std::string& mesh, int64_t step, const
   return out;
 }
 
-Result<std::string> Agent::CreateOrJoinSave(const std::string& mesh, int64_t step,
-                                            const Json& body,
+Result<std::string> Agent::CreateOrJoinSave(const std::string& mesh, int64_t step, Json body,
+                                            std::chrono::steady_clock::time_point snapped,
                                             std::chrono::steady_clock::time_point deadline) {
   const std::string path = "/api/v1/meshes/" + http::PercentEncode(mesh) + "/checkpoints/" +
                            std::to_string(step);
@@ -160,6 +160,9 @@ Result<std::string> Agent::CreateOrJoinSave(const std::string& mesh, int64_t ste
   // snapshot waits meanwhile (CheckPendingRoom bounds how many do).
   int64_t backoff_ms = kStartRetryFirstMs;
   while (true) {
+    body["snapshot_age_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::steady_clock::now() - snapped)
+                                  .count();
     auto joined = control_.Call("PUT", path, body);
     if (joined.ok()) return joined->value("job", "");
     const Json& d = joined.status().details();
@@ -179,10 +182,11 @@ Result<std::string> Agent::CreateOrJoinSave(const std::string& mesh, int64_t ste
 void Agent::FollowTrainerSave(const std::string& mesh, int64_t step, const SaveRequest& request,
                               std::shared_ptr<const Snapshot> snap,
                               const std::optional<std::vector<std::string>>& names,
+                              std::chrono::steady_clock::time_point snapped,
                               std::chrono::steady_clock::time_point deadline) {
   auto staging = SaveStaging(mesh, step);
   auto job = staging.ok() ? WriteAndJoin(mesh, step, request, std::nullopt, std::move(snap), names,
-                                         *staging, deadline)
+                                         *staging, snapped, deadline)
                           : Result<std::string>(staging.status());
   {
     MutexLock lock(mu_);
