@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <thread>
 
 #include "bench/cluster_util.h"
 #include "bench/memory_data_env.h"
@@ -58,11 +60,20 @@ void TinySaves(tools::LocalCluster& c, const std::string& mesh, int workers, con
     phases = done["timings_ms"];
   }
   const double cpu_ms_per_save = (CpuSeconds(c.server_pid()) - cpu0) * 1e3 / saves;
+  // What tesserad spends with no save running (the workers' heartbeats and long-polls),
+  // over as long as a save took: the part of a save's CPU that is not the save's.
+  const double idle0 = CpuSeconds(c.server_pid());
+  const auto quiet = Clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(Median(ms)));
+  const double idle_ms = (CpuSeconds(c.server_pid()) - idle0) * 1e3 * Median(ms) /
+                         std::max(1.0, Secs(quiet) * 1e3);
   double requests = 0;
   const auto by_route = RequestsSince(requests0, WorkerRequests(c), &requests);
   EmitLine({{"bench", "tiny_save"}, {"workers", workers}, {"kind", kind}, {"saves", saves},
             {"server_cpu_ms_per_save", cpu_ms_per_save},
             {"server_cpu_ms_per_worker_save", cpu_ms_per_save / workers},
+            {"server_idle_cpu_ms_per_save_time", idle_ms},
+            {"server_net_cpu_ms_per_worker_save", std::max(0.0, cpu_ms_per_save - idle_ms) / workers},
             {"requests_per_worker_save", requests / (static_cast<double>(workers) * saves)},
             {"requests_by_route", by_route}, {"env", env_name},
             {"p50_ms", Median(ms)}, {"min_ms", *std::min_element(ms.begin(), ms.end())},

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <deque>
+#include <optional>
 
 #include "api/clock.h"
 #include "api/thread_annotations.h"
@@ -19,6 +20,14 @@ class JobInbox {
     MutexLock lock(mu_);
     events_.push_back(std::move(e));
     cv_.NotifyAll();
+  }
+  // The next event if there is one, without waiting.
+  std::optional<JobEvent> TryNext() {
+    MutexLock lock(mu_);
+    if (events_.empty()) return std::nullopt;
+    JobEvent e = std::move(events_.front());
+    events_.pop_front();
+    return e;
   }
   // The next event; a tick of the clock once `deadline_ms` (its MonoMs, 0: none) has passed.
   JobEvent Next(int64_t deadline_ms) {

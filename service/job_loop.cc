@@ -1,10 +1,8 @@
-// The thin loop around a job's state machine (job_machine.h): it feeds the machine
-// its events (its inbox, the results of the I/O it ran, ticks at its deadline) and
-// carries out the actions Step returns: tasks delivered to the workers, I/O run
-// outside every lock, records persisted and events published.
-#include <deque>
-
+// tesserad's side of a job's runtime (job_runtime.h): the effects of the machines'
+// actions. Tasks go to the workers' queues, I/O runs outside every lock, records are
+// persisted and events published.
 #include "service/job_inbox.h"
+#include "service/job_runtime.h"
 #include "service/service.h"
 #include "storage/checkpoint_dir.h"
 #include "storage/root_meta.h"
@@ -14,6 +12,39 @@
 
 namespace tessera::service {
 
+// The Service's effects, for the runtime of each of its jobs.
+class JobLoopEffects final : public JobEffects {
+ public:
+  explicit JobLoopEffects(Service* s) : s_(s) {}
+  void SetPhase(const JobSpec& spec, const std::string& phase) override {
+    (void)s_->PersistJob(s_->jobs_.SetPhase(spec.id, phase));
+  }
+  void SetCheckpointState(const JobSpec& spec, CheckpointState state) override {
+    s_->SetCheckpointState(CheckpointRecord::Key(spec.mesh.mesh.name, spec.step), state);
+  }
+  void SetProgress(const JobSpec& spec, uint64_t done, uint64_t total) override {
+    s_->jobs_.Progress(spec.id, done, total);
+  }
+  std::optional<JobEvent> QueueRound(const JobSpec& spec, const JobAction& a) override {
+    return s_->QueueRound(spec, a);
+  }
+  std::optional<JobEvent> SendTasks(const JobSpec& spec, const JobAction& a) override {
+    return s_->SendTasks(spec, a);
+  }
+  Result<Json> RunIo(const JobSpec& spec, const JobAction& a) override { return s_->RunJobIo(spec, a); }
+  void AbandonSave(const JobSpec& spec, const Status& why) override { s_->AbandonSave(spec, why); }
+  void AbortCollective(const JobSpec& spec, const Status& why) override {
+    s_->AbortOnWorkers(spec.mesh, spec.id, /*collective=*/true, why);
+  }
+  void Finish(const JobSpec& spec, const Status& status, Json result) override {
+    s_->FinishJob(spec, status, std::move(result));
+  }
+  int64_t NowMs() override { return s_->clock_->MonoMs(); }
+
+ private:
+  Service* const s_;
+};
+
 void Service::Launch(std::unique_ptr<JobMachine> machine) {
   auto shared = std::shared_ptr<JobMachine>(std::move(machine));
   job_threads_.Spawn([this, shared] { (void)DriveJob(*shared); });
@@ -22,58 +53,8 @@ void Service::Launch(std::unique_ptr<JobMachine> machine) {
 Status Service::DriveJob(JobMachine& m) {
   auto [record, inbox] = jobs_.Begin(m.spec().id);
   (void)PersistJob(record);
-  // Events the loop itself produces (an I/O step's result), before the inbox's.
-  std::deque<JobEvent> local;
-  Status outcome = Status::Ok();
-  JobActions actions = m.Step(JobEvent::Start(clock_->MonoMs()));
-  while (true) {
-    for (JobAction& a : actions) {
-      if (a.kind == JobAction::Kind::kFinish) outcome = a.status;
-      ExecuteJobAction(m, a, &local);
-    }
-    if (m.ended()) return outcome;
-    JobEvent e;
-    if (!local.empty()) {
-      e = std::move(local.front());
-      local.pop_front();
-    } else {
-      e = inbox->Next(m.deadline_ms());
-    }
-    actions = m.Step(e);
-  }
-}
-
-void Service::ExecuteJobAction(JobMachine& m, JobAction& a, std::deque<JobEvent>* local) {
-  const JobSpec& spec = m.spec();
-  switch (a.kind) {
-    case JobAction::Kind::kSetPhase:
-      (void)PersistJob(jobs_.SetPhase(spec.id, a.phase));
-      return;
-    case JobAction::Kind::kSetCheckpointState:
-      SetCheckpointState(CheckpointRecord::Key(spec.mesh.mesh.name, spec.step), a.checkpoint_state);
-      return;
-    case JobAction::Kind::kQueueTasks:
-      if (auto dead = QueueRound(spec, a)) local->push_back(std::move(*dead));
-      return;
-    case JobAction::Kind::kSendTasks:
-      if (auto dead = SendTasks(spec, a)) local->push_back(std::move(*dead));
-      return;
-    case JobAction::Kind::kSetProgress:
-      jobs_.Progress(spec.id, a.done_bytes, a.total_bytes);
-      return;
-    case JobAction::Kind::kRunIo:
-      local->push_back(JobEvent::IoDone(clock_->MonoMs(), RunJobIo(spec, a)));
-      return;
-    case JobAction::Kind::kAbandonSave:
-      AbandonSave(spec, a.status);
-      return;
-    case JobAction::Kind::kAbortCollective:
-      AbortOnWorkers(spec.mesh, spec.id, /*collective=*/true, a.status);
-      return;
-    case JobAction::Kind::kFinish:
-      FinishJob(spec, a.status, std::move(a.result));
-      return;
-  }
+  JobLoopEffects effects(this);
+  return JobRuntime(&m, std::move(inbox), &effects).Run();
 }
 
 std::optional<JobEvent> Service::QueueRound(const JobSpec& spec, const JobAction& a) {

@@ -227,17 +227,16 @@ class Service {
   void AbortOnWorkers(const MeshRecord& mesh, const std::string& job_id, bool collective,
                       const Status& error);
 
-  // Jobs: each is a state machine (job_machine.h) driven by DriveJob (job_loop.cc),
-  // on a thread of its own (Launch) or on the caller's (a mesh's self-test).
+  // Jobs: each is a state machine (job_machine.h) run by its JobRuntime
+  // (job_runtime.h) in DriveJob, with the Service's effects (JobLoopEffects,
+  // job_loop.cc), on a thread of its own (Launch) or on the caller's (a mesh's self-test).
+  friend class JobLoopEffects;
   // A new job's record, written to the catalog; the job holds what `spec` says it does.
   JobRecord CreateJob(const JobSpec& spec, const std::string& kind, const std::string& mesh,
                       const Json& request, std::optional<SaveRequest> join = std::nullopt);
   void Launch(std::unique_ptr<JobMachine> machine);
   // Runs the machine to its end; the job's final status.
   Status DriveJob(JobMachine& machine);
-  // Carries out one action; an I/O step's result (or a dead worker found when
-  // queueing tasks) goes to `local`, the loop's own events.
-  void ExecuteJobAction(JobMachine& machine, JobAction& action, std::deque<JobEvent>* local);
   // Queues a round of tasks, all or none: a dead worker is returned as the event.
   std::optional<JobEvent> QueueRound(const JobSpec& spec, const JobAction& action);
   // kSendTasks: the tasks to their workers; a worker missing or dead, as an event.

@@ -204,6 +204,7 @@ TEST_F(SaveFaults, PowerLossAfterAnyIoOfTesseradsSaveKeepsCheckpointsWhole) {
   Serve(before);
   ASSERT_EQ(Save(1)["state"], "succeeded");
   int crashed = 0;
+  int recovered = 0;  // jobs the restart found committed, though they ended otherwise before
   for (uint64_t n = 1; n < 2000; n += 3) {
     const int64_t step = 100 + static_cast<int64_t>(n);
     Serve(after);
@@ -222,6 +223,15 @@ TEST_F(SaveFaults, PowerLossAfterAnyIoOfTesseradsSaveKeepsCheckpointsWhole) {
     if (!job.is_null() && job["state"] == "succeeded") ExpectWhole(step, after, when);
     if (storage::CommittedDir(&env_, opts_.checkpoint_root, "m", step).ok()) {
       ExpectWhole(step, after, when);
+      // The restarted tesserad reports the save's job as it ended: it committed. (A
+      // job whose record never reached the disk is not known at all.)
+      if (!job.is_null()) {
+        auto again = service_->GetJob(job.value("id", ""), 0);
+        if (again.ok()) {
+          EXPECT_EQ((*again)["state"], "succeeded") << when << ": " << again->dump();
+          recovered += (*again)["result"].value("recovered", false) ? 1 : 0;
+        }
+      }
     } else {
       ExpectAbsent(step, when);
     }
@@ -232,6 +242,7 @@ TEST_F(SaveFaults, PowerLossAfterAnyIoOfTesseradsSaveKeepsCheckpointsWhole) {
     ++crashed;
   }
   EXPECT_GT(crashed, 5);
+  EXPECT_GT(recovered, 0) << "no power loss fell between a commit and its job's end";
 }
 
 }  // namespace
