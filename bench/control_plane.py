@@ -77,9 +77,9 @@ def med(xs):
 def tiny_markdown(rows, w):
     w.append("| workers | kind | agents' files | before p50 ms | after p50 ms | after/before | "
              "before tesserad CPU ms/save | after tesserad CPU ms/save | after CPU ms per "
-             "worker·save | after, less idle: CPU ms per worker·save | "
+             "worker·save | less idle, before: CPU ms per worker·save | less idle, after | "
              "after requests per worker·save | goals | verdict |")
-    w.append("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    w.append("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     tiny = [r for r in rows if r["bench"] == "tiny_save" and not r.get("failed")]
     latency_goal = {32: 50.0, 256: 250.0, 1024: 1000.0}
     cpu_goal_workers = {32, 256, 1024}
@@ -95,6 +95,8 @@ def tiny_markdown(rows, w):
         per_worker = [x / n for x in acpu]
         net = [r["server_net_cpu_ms_per_worker_save"] for r in a
                if "server_net_cpu_ms_per_worker_save" in r]
+        bnet = [r["server_net_cpu_ms_per_worker_save"] for r in b
+                if "server_net_cpu_ms_per_worker_save" in r]
         reqs = [r["requests_per_worker_save"] for r in a if "requests_per_worker_save" in r]
         goals, verdicts = [], []
         if n in latency_goal:
@@ -105,11 +107,12 @@ def tiny_markdown(rows, w):
             verdicts.append("CPU " + ("met" if med(per_worker) <= 0.5 else "**not met**"))
             if net:
                 verdicts.append("CPU less idle " + ("met" if med(net) <= 0.5 else "**not met**"))
-        w.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        w.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             n, a[0]["kind"], env, spread(bp) if bp else "—", spread(ap),
             ratio(ap, bp) if bp else "—",
             spread([r["server_cpu_ms_per_save"] for r in b]) if b else "—", spread(acpu),
-            spread(per_worker, "%.2f"), spread(net, "%.2f") if net else "—",
+            spread(per_worker, "%.2f"), spread(bnet, "%.2f") if bnet else "—",
+            spread(net, "%.2f") if net else "—",
             spread(reqs, "%.2f") if reqs else "—",
             "; ".join(goals), "; ".join(verdicts)))
     for f in [r for r in rows if r["bench"] == "tiny_save" and r.get("failed")]:
@@ -225,7 +228,8 @@ def main():
     p.add_argument("--idle-s", type=float, default=65)
     p.add_argument("--memory-env", action="store_true",
                    help="also the in-process agents with their shard files in memory "
-                        "(a build whose tessera_bench_cluster has --memory-env)")
+                        "(both builds' tessera_bench_cluster must have --memory-env: build "
+                        "this checkout's bench/ in the other checkout if it has not)")
     p.add_argument("--skip-tiny", action="store_true")
     p.add_argument("--skip-in-loop", action="store_true")
     p.add_argument("--tiny", default="4,16,32,64,256,1024", help="worker counts of the tiny saves")
@@ -255,7 +259,7 @@ def main():
             with tempfile.TemporaryDirectory(prefix="tessera-cp-") as scratch:
                 if not args.skip_tiny:
                     for n in (int(x) for x in args.tiny.split(",")):
-                        memory = args.memory_env and build == "after" and n > 32
+                        memory = args.memory_env and n > 32
                         for r in tiny_saves(root, scratch, n, memory):
                             keep(dict(r, build=build, run=run))
                             print(json.dumps(rows[-1])[:200], file=sys.stderr)

@@ -99,6 +99,7 @@ struct JobAction {
   std::map<int64_t, Task> tasks;
   uint64_t total_bytes = 0;
   uint64_t done_bytes = 0;  // kSetProgress
+  std::map<int64_t, uint64_t> joined;  // kSetProgress of a save: rank → bytes its join wrote
   IoKind io = IoKind::kCreateStaging;
   std::vector<std::string> fragments;                        // merge: files in staging
   std::vector<std::vector<storage::FragmentSlice>> slices;  // merge: the joins' fragments

@@ -229,6 +229,14 @@ void JobRegistry::Progress(const std::string& id, uint64_t done, uint64_t total)
   Publish(it->second);
 }
 
+void JobRegistry::Joins(const std::string& id, std::vector<JobRecord::Join> joins) {
+  MutexLock lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || it->second.finished()) return;
+  it->second.joins = std::move(joins);
+  Publish(it->second);
+}
+
 void JobRegistry::Post(const std::string& id, JobEvent e) {
   MutexLock lock(mu_);
   auto it = inboxes_.find(id);

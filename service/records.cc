@@ -114,6 +114,7 @@ void JobRecord::Seal() {
       ToJson().dump(-1, ' ', false, Json::error_handler_t::replace));
   request = Json::object();
   tasks.clear();
+  joins.clear();
   error = nullptr;
   result = nullptr;
   timings = Json::object();
@@ -130,6 +131,13 @@ Json JobRecord::ToJson() const {
                        {"done_bytes", t.done_bytes},
                        {"total_bytes", t.total_bytes},
                        {"error", t.error}});
+  }
+  for (size_t rank = 0; rank < joins.size(); ++rank) {
+    const Join& j = joins[rank];
+    workers.push_back({{"id", j.worker},
+                       {"rank", rank},
+                       {"state", j.written ? "joined" : "waiting"},
+                       {"done_bytes", j.written.value_or(0)}});
   }
   return {{"id", id},
           {"seq", seq},

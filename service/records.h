@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -98,6 +99,13 @@ struct JobRecord {
   uint64_t done_bytes = 0;
   uint64_t total_bytes = 0;
   std::map<std::string, TaskState> tasks;  // by task id (current phase)
+  // A save's workers by rank, and the bytes each one's join says it wrote (absent: it
+  // has not joined yet). A save has no tasks to report on: its joins are its reports.
+  struct Join {
+    std::string worker;
+    std::optional<uint64_t> written;
+  };
+  std::vector<Join> joins;
   Json error;
   Json result;
   int64_t created_ms = 0;

@@ -243,8 +243,13 @@ void Service::AbandonSave(const JobSpec& spec, const Status& st) {
   if (spec.staging_id.empty()) AbortOnWorkers(spec.mesh, spec.id, /*collective=*/false, st);
   SaveTransactionOf(spec).Abandon();
   // Workers still writing when the job failed may leave files behind it.
+  CollectGarbageSoon();
+}
+
+void Service::CollectGarbageSoon() {
   MutexLock lock(loop_mu_);
-  gc_due_ms_ = clock_->MonoMs() + options_.lease_ms;
+  const int64_t due = clock_->MonoMs() + options_.lease_ms;
+  if (gc_due_ms_ == 0 || due < gc_due_ms_) gc_due_ms_ = due;
   loop_cv_.NotifyAll();
 }
 

@@ -31,7 +31,9 @@ Result<std::pair<int, Json>> Service::JoinSave(const std::string& mesh,
       const bool open = existing && existing->job == *join.job && jobs_.Running(*join.job) &&
                         existing->state != CheckpointState::kFailed;
       if (!open) {
-        // A late writer: its job ended (and its staging went with it).
+        // A late writer: its job ended (and its staging went with it). It removes its
+        // file; the dir it may have made again goes with the next collection.
+        CollectGarbageSoon();
         return Conflict("the save of " + what + " by job " + *join.job +
                             " has ended; this join comes too late",
                         {{"mesh", mesh}, {"step", step}, {"job", *join.job}, {"reason", "job_ended"}});
@@ -47,6 +49,7 @@ Result<std::pair<int, Json>> Service::JoinSave(const std::string& mesh,
       const bool ending = ended == 0 && jobs_.Running(existing->job);
       if (ending || (ended > 0 && clock_->WallMs() - join.snapshot_age_ms <= ended)) {
         const Json error = existing->error.is_object() ? existing->error : Json::object();
+        CollectGarbageSoon();
         return Conflict("the save of " + what + " by job " + existing->job + " failed before this join: " +
                             error.value("message", std::string("see the job")),
                         {{"mesh", mesh}, {"step", step}, {"job", existing->job}, {"reason", "job_ended"}});

@@ -19,7 +19,8 @@ int64_t SaveMachine::JoinWaitMs() const {
 }
 
 Result<JobActions> SaveMachine::OnStart(int64_t now) {
-  JobActions out{SetPhase("write"), SetCheckpointState(CheckpointState::kWriting)};
+  // Every worker listed as waiting for its join.
+  JobActions out{SetPhase("write"), SetCheckpointState(CheckpointState::kWriting), Progress()};
   if (!from_loop_ && !request_.wait_for_trainer) {
     std::map<int64_t, Task> snap;
     for (int64_t r = 0; r < spec_.mesh.mesh.num_workers(); ++r) {
@@ -57,10 +58,14 @@ JobAction SaveMachine::Progress() const {
   JobAction a;
   a.kind = JobAction::Kind::kSetProgress;
   for (const auto& [rank, join] : joins_) {
-    if (join.written) a.done_bytes += join.written->bytes;
+    const uint64_t bytes = join.written ? join.written->bytes : 0;
+    a.done_bytes += bytes;
+    a.joined[rank] = bytes;
   }
-  for (const SnapshotTensor& t : joins_.begin()->second.snapshot.tensors) {
-    a.total_bytes += t.meta.logical_bytes();
+  if (!joins_.empty()) {
+    for (const SnapshotTensor& t : joins_.begin()->second.snapshot.tensors) {
+      a.total_bytes += t.meta.logical_bytes();
+    }
   }
   a.done_bytes = std::min(a.done_bytes, a.total_bytes);
   return a;

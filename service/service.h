@@ -262,6 +262,10 @@ class Service {
                        const std::vector<storage::PlannedSlice>& plan);
   // A failed save: the checkpoint failed, workers drop snapshots, staging removed.
   void AbandonSave(const JobSpec& spec, const Status& st);
+  // The garbage collector runs one lease from now (or sooner, if due sooner): after a
+  // failed save, and after a late writer's join was refused (its file is gone, its
+  // staging dir may be left).
+  void CollectGarbageSoon();
   void SetCheckpointState(const std::string& key, CheckpointState state);
   // Pushes an in-loop save's end (committed, or its error) to every worker of its mesh.
   void TellSaveEnded(const JobSpec& spec, const Status& st);

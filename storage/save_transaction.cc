@@ -1,5 +1,7 @@
 #include "storage/save_transaction.h"
 
+#include <algorithm>
+#include <map>
 #include <set>
 
 #include "api/clock.h"
@@ -29,6 +31,31 @@ Status SaveTransaction::Merge(const std::vector<std::string>& fragments, const J
 Status SaveTransaction::MergeSlices(const std::vector<std::vector<FragmentSlice>>& fragments,
                                     const Json& metadata) {
   CheckpointMeta meta{mesh_, step_, metadata.is_null() ? Json::object() : metadata, WallMs()};
+  // Every file the joins name is there and holds its chunks: the index never refers to
+  // a file that is gone (removed by the collector, say) or was cut short.
+  std::map<std::string, uint64_t> needed;  // file → bytes its chunks reach
+  for (const auto& fragment : fragments) {
+    for (const FragmentSlice& s : fragment) {
+      for (const SliceChunk& c : s.chunks) {
+        uint64_t& end = needed[s.file];
+        end = std::max(end, c.loc.offset + c.loc.length);
+      }
+    }
+  }
+  for (const auto& [file, end] : needed) {
+    const std::string path = JoinPath(staging_, file);
+    auto size = env_->FileSize(path);
+    if (!size.ok()) {
+      return DataLoss("shard file " + path + " that a worker's join names cannot be read: " +
+                          size.status().message(),
+                      {{"file", file}});
+    }
+    if (*size < end) {
+      return DataLoss("shard file " + path + " holds " + std::to_string(*size) +
+                          " bytes, and its worker's join names chunks up to byte " + std::to_string(end),
+                      {{"file", file}});
+    }
+  }
   RETURN_IF_ERROR(storage::MergeSlices(env_, staging_, fragments, meta));
   RETURN_IF_ERROR(WriteSummary(env_, staging_));
   std::set<std::string> keep = {kIndexFile, kSummaryFile};

@@ -4,6 +4,7 @@
 // for the save; the end comes back on its long-poll (save_ended).
 #include <cstdio>
 #include <random>
+#include <set>
 
 #include "api/clock.h"
 #include "storage/checkpoint_dir.h"
@@ -71,7 +72,6 @@ Result<SaveWritten> Agent::WriteAtSnapshot(const Snapshot& snap, int64_t step,
     todo.push_back({meta, planned.slice, buf->data(), buf->size()});
   }
   SaveWritten out;
-  if (todo.empty()) return out;  // every slice it holds is written by another holder
   Task write;  // what the task seam (AgentOptions::around_task) is shown of the write
   write.kind = TaskKind::kWrite;
   write.job = job;
@@ -81,6 +81,7 @@ Result<SaveWritten> Agent::WriteAtSnapshot(const Snapshot& snap, int64_t step,
   write.staging = staging;
   Result<storage::ShardWritten> w = Internal("the write did not run");
   auto run = [&]() -> Result<Json> {
+    if (todo.empty()) return Json::object();  // every slice it holds is another holder's
     RETURN_IF_ERROR(env_->CreateDirs(staging));
     storage::ShardOptions opt;
     opt.compress = request.compress;
@@ -92,6 +93,7 @@ Result<SaveWritten> Agent::WriteAtSnapshot(const Snapshot& snap, int64_t step,
   };
   Result<Json> ran = options_.around_task ? options_.around_task(write, run) : run();
   if (!ran.ok()) return ran.status();
+  if (todo.empty()) return out;
   out.bytes = w->raw_bytes;
   out.stored_bytes = w->stored_bytes;
   out.fragment = storage::FragmentToJson(w->fragment);
@@ -130,12 +132,11 @@ Result<std::string> Agent::WriteAndJoin(const std::string& mesh, int64_t step,
   }
   auto joined = CreateOrJoinSave(mesh, step, join.ToJson(), snapped, deadline);
   if (!joined.ok() && join.written) {
-    // Refused (or never answered): nothing will commit this file.
-    for (const auto& s : join.written->fragment) {
-      (void)env_->DeleteFile(storage::JoinPath(staging, s.value("file", "")));
-    }
-    auto left = env_->ListDir(staging);
-    if (left.ok() && left->empty()) (void)env_->DeleteTree(staging);
+    // Refused (or never answered): nothing will commit this file. The dir stays: a new
+    // attempt at the step may be writing into it; tesserad's collector removes it.
+    std::set<std::string> files;
+    for (const auto& s : join.written->fragment) files.insert(s.value("file", ""));
+    for (const auto& f : files) (void)env_->DeleteFile(storage::JoinPath(staging, f));
   }
   return joined;
 }

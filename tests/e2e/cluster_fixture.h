@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -134,6 +136,30 @@ inline Json WaitPhase(LocalCluster& c, const std::string& job, const std::string
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
   return Json();
+}
+
+// The staging and deleting dirs in `mesh`'s dir of the root.
+inline std::vector<std::string> Leftovers(LocalCluster& c, const std::string& mesh) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto& e : std::filesystem::directory_iterator(c.checkpoint_root() + "/" + mesh, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(".staging", 0) == 0 || n.rfind(".deleting", 0) == 0) out.push_back(n);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The leftovers once they are gone, or after 30 s those still there: a failed save's
+// late writers remove their files once their joins are refused, and tesserad's
+// collector removes the dirs one lease after that.
+inline std::vector<std::string> LeftoversOnceCollected(LocalCluster& c, const std::string& mesh) {
+  std::vector<std::string> left = Leftovers(c, mesh);
+  for (int i = 0; i < 3000 && !left.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    left = Leftovers(c, mesh);
+  }
+  return left;
 }
 
 }  // namespace tessera::e2e

@@ -121,11 +121,7 @@ TEST(ServerDeath, KilledMidSaveThenRestarted) {
     if (!stale_ended) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_TRUE(stale_ended) << "worker 0 never joined with its stale write";
-  std::error_code ec;
-  for (auto& e : std::filesystem::directory_iterator(c->checkpoint_root() + "/two", ec)) {
-    EXPECT_EQ(e.path().filename().string().rfind(".staging", 0), std::string::npos)
-        << "left behind: " << e.path();
-  }
+  EXPECT_EQ(LeftoversOnceCollected(*c, "two"), std::vector<std::string>{});
   ExpectEarlierIntact(*c, 1, t1, {0});
   SaveAndWait(*c, "two", 3);
   auto list = c->Call("GET", "/api/v1/meshes/two/checkpoints");

@@ -55,16 +55,6 @@ std::vector<int64_t> ListedSteps(LocalCluster& c) {
   return steps;
 }
 
-std::vector<std::string> Leftovers(LocalCluster& c) {
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (auto& e : std::filesystem::directory_iterator(c.checkpoint_root() + "/two", ec)) {
-    const std::string n = e.path().filename().string();
-    if (n.rfind(".staging", 0) == 0 || n.rfind(".deleting", 0) == 0) out.push_back(n);
-  }
-  return out;
-}
-
 // Step 1 committed; step 2's save started and in its write phase (held by worker 0).
 std::pair<GlobalTensor, std::string> CommitOneThenStartTwo(LocalCluster& c) {
   auto t1 = MakeGlobal("w", DType::kFloat32, {64, 8}, kSharded, 1);
@@ -95,7 +85,7 @@ void ExpectTakenOver(LocalCluster& c, const GlobalTensor& t1) {
   EXPECT_EQ(ListedSteps(c), std::vector<int64_t>({1, 3}));
   auto gc = c.Call("POST", "/api/v1/gc");
   ASSERT_TRUE(gc.ok()) << gc.status().ToString();
-  EXPECT_EQ(Leftovers(c), std::vector<std::string>{});
+  EXPECT_EQ(Leftovers(c, "two"), std::vector<std::string>{});
 }
 
 TEST(Ha, AStandbyNamesTheLeaderAndTakesOverWhenItIsKilledMidSave) {
@@ -148,12 +138,7 @@ TEST(Ha, APausedLeaderResumesFencedAndCommitsNothing) {
   ASSERT_EQ(::waitpid(c->server_pid(), &status, 0), c->server_pid());
   // The new leader collected the failed save's staging dir at start; a worker that still
   // wrote into it afterwards had its join refused (the job ended) and removed its file.
-  std::vector<std::string> left = Leftovers(*c);
-  for (int i = 0; i < 3000 && !left.empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    left = Leftovers(*c);
-  }
-  EXPECT_EQ(left, std::vector<std::string>{});
+  EXPECT_EQ(LeftoversOnceCollected(*c, "two"), std::vector<std::string>{});
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 3) << c->server_log();
   const std::string log = ReadLog(c->server_log());

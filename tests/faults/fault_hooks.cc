@@ -96,8 +96,11 @@ worker::TaskRunner FaultHooks::TaskDelays() const {
     std::this_thread::sleep_for(std::chrono::milliseconds(delay->second));
     Result<Json> r = run();
     // Tests that delay a task wait for this line: the late task has run.
-    std::fprintf(stderr, "fault injection: the %s task of job %s, delayed %lld ms, ended: %s\n",
-                 kind.c_str(), task.job.c_str(), static_cast<long long>(delay->second),
+    std::fprintf(stderr,
+                 "fault injection: the %s task of job %s (mesh %s step %lld), delayed %lld ms, "
+                 "ended: %s\n",
+                 kind.c_str(), task.job.empty() ? "-" : task.job.c_str(), task.mesh.name.c_str(),
+                 static_cast<long long>(task.step), static_cast<long long>(delay->second),
                  r.ok() ? "ok" : r.status().ToString().c_str());
     return r;
   };

@@ -1,9 +1,12 @@
 // The fault hooks of the test programs tessera-worker-faults and tesserad-faults,
 // read from their environment; the shipped programs know none of them.
 //   TESSERA_FAULT_TASK_DELAY=kind:ms[,kind:ms]  a worker sleeps before a task of a kind
-//                                              (worker only), then logs "fault injection:
-//                                              the <kind> task of job <id>, delayed N ms,
-//                                              ended: ..." for tests to wait on;
+//                                              (worker only; "write" is a save's write at
+//                                              its snapshot), then logs "fault injection:
+//                                              the <kind> task of job <id> (mesh <m> step
+//                                              <s>), delayed N ms, ended: ..." for tests to
+//                                              wait on (job "-": an in-loop save's write,
+//                                              before its job is known);
 //   TESSERA_FAULT_DISK_FULL_AFTER=bytes         writes through the Env fail with ENOSPC
 //                                              once that many bytes were appended;
 //   TESSERA_FAULT_S3=text                       S3 requests whose "METHOD URL" holds the

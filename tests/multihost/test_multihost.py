@@ -327,22 +327,23 @@ def committed_then_slow_writer(c, mesh, host, delay_ms):
 
 
 def wait_late_write(c, worker, mesh, step):
-    """Waits until `worker` (a delayed writer) says its write task of the save of
-    `step` has run, so the checks after it see what the late write left."""
-    job = [j["id"] for j in c.client.iter_jobs(mesh=mesh, kind="save") if j.get("step") == step]
-    assert job, "no save job of %s step %d" % (mesh, step)
-    worker.wait_for(re.compile(r"fault injection: the write task of job %s, delayed \d+ ms, "
-                               r"ended: (.*)" % re.escape(job[0])), 60)
+    """Waits until `worker` (a delayed writer) says its write of the save of `step` has
+    run, so the checks after it see what the late write left."""
+    worker.wait_for(re.compile(r"fault injection: the write task of job \S+ \(mesh %s step %d\), "
+                               r"delayed \d+ ms, ended: (.*)" % (re.escape(mesh), step)), 60)
 
 
 def wait_for_write_phase(c, mesh, host):
-    """Waits until a save of `mesh` is writing and `host`'s worker holds its write task."""
+    """Waits until a save of `mesh` is writing, another worker has joined it and `host`'s
+    worker has not: it holds its write (the delay)."""
     def holds(j):
-        return any(w.get("id") == c.ids[host] and w.get("state") == "running"
-                   for w in j.get("workers", []))
+        workers = j.get("workers", [])
+        return (any(w.get("id") == c.ids[host] and w.get("state") == "waiting" for w in workers)
+                and any(w.get("state") == "joined" for w in workers))
     eventually(lambda: any(j.get("phase") == "write" and j.get("state") == "running" and holds(j)
                            for j in c.client.jobs(mesh=mesh)),
-               lambda: [(j["id"], j["state"], j.get("phase")) for j in c.client.jobs(mesh=mesh)])
+               lambda: [(j["id"], j["state"], j.get("phase"), j.get("workers"))
+                        for j in c.client.jobs(mesh=mesh)])
 
 
 def test_worker_frozen_mid_write_never_reaches_a_checkpoint(cluster):

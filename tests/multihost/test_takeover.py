@@ -111,8 +111,14 @@ def slow_writer(c, mesh, host, delay_ms):
     c.wait_alive(host)
 
 
-def wait_writing(c, mesh):
-    eventually(lambda: any(j.get("phase") == "write" and j.get("state") == "running"
+def wait_writing(c, mesh, host):
+    """Until a save of `mesh` is writing, and `host`'s worker holds its write (it has not
+    joined) while another one has joined."""
+    def holds(j):
+        workers = j.get("workers", [])
+        return (any(w.get("id") == c.ids[host] and w.get("state") == "waiting" for w in workers)
+                and any(w.get("state") == "joined" for w in workers))
+    eventually(lambda: any(j.get("phase") == "write" and j.get("state") == "running" and holds(j)
                            for j in c.client.jobs(mesh=mesh)),
                lambda: c.client.jobs(mesh=mesh))
 
@@ -124,7 +130,7 @@ def mid_save(c, mesh, host):
     slow_writer(c, mesh, host, 3000)
     savers = [c.hosts.popen(i, c.trainer_argv(mesh, i, "save", 2, "--wait"), env=c.env())
               for i in range(1, WORKERS + 1)]
-    wait_writing(c, mesh)
+    wait_writing(c, mesh, host)
     return c.leader(), savers
 
 

@@ -95,8 +95,14 @@ std::string ActionText(const JobAction& a, const std::vector<std::string>& tenso
     case Kind::kSendTasks:
       return "send tasks: " + TasksText(a.tasks);
     case Kind::kSetProgress:
+    {
+      std::string joined;
+      for (const auto& [rank, bytes] : a.joined) {
+        joined += (joined.empty() ? "" : ", ") + std::to_string(rank);
+      }
       return "progress: " + std::to_string(a.done_bytes) + " of " + std::to_string(a.total_bytes) +
-             " bytes";
+             " bytes, joined: " + (joined.empty() ? "none" : joined);
+    }
     case Kind::kRunIo:
       return IoText(a, tensors);
     // The cleanups carry the job's error, which the finish that follows shows whole.

@@ -66,7 +66,8 @@ class ScriptedEffects final : public JobEffects {
   void SetCheckpointState(const JobSpec&, CheckpointState s) override {
     log.push_back("checkpoint " + StateString(s));
   }
-  void SetProgress(const JobSpec&, uint64_t done, uint64_t total) override {
+  void SetProgress(const JobSpec&, uint64_t done, uint64_t total,
+                   const std::map<int64_t, uint64_t>&) override {
     log.push_back("progress " + std::to_string(done) + "/" + std::to_string(total));
   }
   std::optional<JobEvent> QueueRound(const JobSpec&, const JobAction& a) override {
@@ -121,7 +122,7 @@ TEST(JobRuntime, CarriesOutEveryActionInOrderAndFeedsBackTheIoResults) {
   r.effects.on_send = [&](const JobAction&) { return BothJoin(r.effects); };
   ASSERT_TRUE(r.Go().ok());
   EXPECT_EQ(r.effects.log, (std::vector<std::string>{
-                               "phase write", "checkpoint writing",
+                               "phase write", "checkpoint writing", "progress 0/0",
                                "send tasks: rank 0 snapshot(step 7), rank 1 snapshot(step 7)",
                                "progress 8/16", "phase merge", "checkpoint merging", "io merge",
                                "phase commit", "io commit", "phase retention",
