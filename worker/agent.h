@@ -145,14 +145,16 @@ class Agent {
                                       const std::string& staging);
   // Writes, then joins the save with what it wrote (or the error), retrying an
   // unreachable tesserad until `deadline`. The job's id, or the refusal; a refused
-  // join's file is removed. `snap` is released once written.
+  // join's file is removed. `snap` is released once written. `sent`: the join's body,
+  // for joining again (a job lost with its tesserad).
   Result<std::string> WriteAndJoin(const std::string& mesh, int64_t step, const SaveRequest& request,
                                    const std::optional<std::string>& job,
                                    std::shared_ptr<const Snapshot> snap,
                                    const std::optional<std::vector<std::string>>& names,
                                    const std::string& staging,
                                    std::chrono::steady_clock::time_point snapped,
-                                   std::chrono::steady_clock::time_point deadline);
+                                   std::chrono::steady_clock::time_point deadline,
+                                   Json* sent = nullptr);
   // A REST save's snapshot task: snapshot, write, join.
   void SaveForJob(const Task& task);
   // The staging dir of `step` of `mesh` under the root tesserad gave at registration.

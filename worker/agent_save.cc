@@ -107,7 +107,8 @@ Result<std::string> Agent::WriteAndJoin(const std::string& mesh, int64_t step,
                                         const std::optional<std::vector<std::string>>& names,
                                         const std::string& staging,
                                         std::chrono::steady_clock::time_point snapped,
-                                        std::chrono::steady_clock::time_point deadline) {
+                                        std::chrono::steady_clock::time_point deadline,
+                                        Json* sent) {
   SaveJoinRequest join;
   join.save = request;
   join.worker = id_;
@@ -130,6 +131,7 @@ Result<std::string> Agent::WriteAndJoin(const std::string& mesh, int64_t step,
                  static_cast<long long>(step), mesh.c_str(), written.status().ToString().c_str());
     join.error = written.status();
   }
+  if (sent) *sent = join.ToJson();
   auto joined = CreateOrJoinSave(mesh, step, join.ToJson(), snapped, deadline);
   if (!joined.ok() && join.written) {
     // Refused (or never answered): nothing will commit this file. The dir stays: a new

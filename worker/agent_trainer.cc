@@ -185,8 +185,9 @@ void Agent::FollowTrainerSave(const std::string& mesh, int64_t step, const SaveR
                               std::chrono::steady_clock::time_point snapped,
                               std::chrono::steady_clock::time_point deadline) {
   auto staging = SaveStaging(mesh, step);
+  Json sent;  // the join, to send again should its job be lost with its tesserad
   auto job = staging.ok() ? WriteAndJoin(mesh, step, request, std::nullopt, std::move(snap), names,
-                                         *staging, snapped, deadline)
+                                         *staging, snapped, deadline, &sent)
                           : Result<std::string>(staging.status());
   {
     MutexLock lock(mu_);
@@ -227,7 +228,28 @@ void Agent::FollowTrainerSave(const std::string& mesh, int64_t step, const SaveR
       }
     } else if (j.status().code() == Code::kNotFound) {
       // Its tesserad restarted with another catalog, or another one took over: the job
-      // ended with it and nothing of it committed. Unavailable: saving again is right.
+      // ended with it and nothing of it committed. What this worker wrote is still in
+      // the step's staging dir: it joins again, and the save goes on under a new job
+      // once every worker has (the others do the same, or joined it first).
+      auto again = sent.is_object() ? CreateOrJoinSave(mesh, step, sent, snapped, deadline)
+                                    : Result<std::string>(NotFound("no join to send again"));
+      if (again.ok()) {
+        std::fprintf(stderr, "worker %s: job %s of the save of mesh %s step %lld was lost; joined job %s\n",
+                     id_.c_str(), job->c_str(), mesh.c_str(), static_cast<long long>(step),
+                     again->c_str());
+        trainer_saves_.Started(mesh, step, *again);
+        job = *again;
+        continue;
+      }
+      const Json& d = again.status().details();
+      if (again.status().code() == Code::kConflict && d.is_object() &&
+          d.value("state", "") == "committed") {
+        // The lost job committed before its tesserad went: the new one found the step
+        // in the root.
+        trainer_saves_.JobEnded(*job, Status::Ok());
+        continue;
+      }
+      // Unavailable: saving again is right.
       trainer_saves_.JobEnded(
           *job, Unavailable("the save of step " + std::to_string(step) + " of mesh " + mesh + " (job " + *job +
                                 ") did not commit: tesserad no longer knows the job (it restarted, or "

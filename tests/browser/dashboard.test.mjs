@@ -135,6 +135,12 @@ describe('dashboard', () => {
     await card.and(page.locator('[data-state="succeeded"]')).waitFor();
     assert.equal(await card.getByRole('progressbar').getAttribute('aria-valuenow'), '100');
     assert.equal(await card.locator('[data-phase]').textContent(), 'done');
+    // Its workers, each with what its join said it wrote: all joined, none waiting.
+    await card.locator('summary', {hasText: 'Workers ('}).click();
+    const joined = card.locator('table .badge', {hasText: 'joined'});
+    await joined.first().waitFor();
+    assert.ok(await joined.count() >= 2, `joined workers: ${await joined.count()}`);
+    assert.equal(await card.locator('table .badge', {hasText: 'waiting'}).count(), 0);
     const row = page.locator('main table tbody tr').filter({has: page.getByRole('link', {name: '100', exact: true})});
     await row.locator('.badge', {hasText: 'committed'}).waitFor();
     const cells = await row.locator('td').allTextContents();

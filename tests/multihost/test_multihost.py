@@ -333,15 +333,25 @@ def wait_late_write(c, worker, mesh, step):
                                r"delayed \d+ ms, ended: (.*)" % (re.escape(mesh), step)), 60)
 
 
+def pending_saves(c, host):
+    """How many of its trainer's saves `host`'s worker has snapshotted and not yet joined
+    (its /healthz)."""
+    out = c.hosts.run(host, ["/usr/bin/python3", "-c",
+                             "import json, urllib.request\n"
+                             "h = json.load(urllib.request.urlopen('%s/healthz', timeout=10))\n"
+                             "print(h['pending_saves']['count'])\n" % LOCAL])
+    return int(out.strip())
+
+
 def wait_for_write_phase(c, mesh, host):
-    """Waits until a save of `mesh` is writing, another worker has joined it and `host`'s
-    worker has not: it holds its write (the delay)."""
+    """Waits until a save of `mesh` is writing, another worker has joined it, and `host`'s
+    worker has taken its snapshot but not joined: it holds its write (the delay)."""
     def holds(j):
         workers = j.get("workers", [])
         return (any(w.get("id") == c.ids[host] and w.get("state") == "waiting" for w in workers)
                 and any(w.get("state") == "joined" for w in workers))
     eventually(lambda: any(j.get("phase") == "write" and j.get("state") == "running" and holds(j)
-                           for j in c.client.jobs(mesh=mesh)),
+                           for j in c.client.jobs(mesh=mesh)) and pending_saves(c, host) > 0,
                lambda: [(j["id"], j["state"], j.get("phase"), j.get("workers"))
                         for j in c.client.jobs(mesh=mesh)])
 

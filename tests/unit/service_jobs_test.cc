@@ -292,13 +292,17 @@ TEST_F(JobHistoryTest, ListingPagesNewestFirstWithACursorAndACappedLimit) {
   }
 }
 
-// A save's workers answer with their joins: its job lists no task to report on, and
-// a report of a task nobody knows is not_found.
+// A save's workers answer with their joins: its job lists its workers with their joins,
+// no task to report on, and a report of a task nobody knows is not_found.
 TEST_F(JobHistoryTest, ASavesJobHasNoTasksAndAStrangersReportIsNotFound) {
   std::vector<std::string> m = FailedSaves("m", 1);
   auto job = service_->GetJob(m[0], 0);
   ASSERT_TRUE(job.ok());
-  EXPECT_TRUE((*job)["workers"].empty()) << job->dump();
+  ASSERT_EQ((*job)["workers"].size(), 2u) << job->dump();
+  for (const Json& w : (*job)["workers"]) {
+    EXPECT_FALSE(w.contains("task")) << job->dump();
+    EXPECT_TRUE(w["state"] == "waiting" || w["state"] == "joined") << job->dump();
+  }
   EXPECT_EQ(service_->ReportTask("w-a", "t-unknown", Fail(Json())).code(), Code::kNotFound);
 }
 

@@ -37,13 +37,15 @@ function perWorker(job) {
       h('span', null, t.id, ws === 'dead' ? h('span', {class: 'badge state-dead'}, '✕ dead') : null),
       badge(t.state),
       t.total_bytes ? progress(t.done_bytes, t.total_bytes, `${t.id} progress`) : '—',
-      t.total_bytes ? `${fmt.bytes(t.done_bytes)} / ${fmt.bytes(t.total_bytes)}` : '—',
+      // A save's worker: no task, the bytes its join says it wrote.
+      t.total_bytes ? `${fmt.bytes(t.done_bytes)} / ${fmt.bytes(t.total_bytes)}`
+        : (t.state === 'joined' ? fmt.bytes(t.done_bytes || 0) : '—'),
       t.error ? (t.error.message || JSON.stringify(t.error)) : '',
     ];
   });
   return table({
     caption: `Workers of job ${job.id}`,
-    columns: [{label: 'Rank'}, {label: 'Worker'}, {label: 'Task'}, {label: 'Progress'},
+    columns: [{label: 'Rank'}, {label: 'Worker'}, {label: 'State'}, {label: 'Progress'},
       {label: 'Bytes', num: true}, {label: 'Error'}],
     rows,
     rowClass: (i) => (workerState(tasks[i].id) === 'dead' ? 'row-dead' : undefined),

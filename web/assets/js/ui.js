@@ -100,7 +100,8 @@ export function confirmAction({title, content, confirm = 'Confirm', danger = fal
 // ---------------------------------------------------------------- small parts
 
 const MARKS = {alive: '●', suspect: '▲', dead: '✕', succeeded: '✓', committed: '✓', failed: '✕',
-  cancelled: '■', running: '▶', queued: '…', writing: '▶', merging: '▶', pending: '…'};
+  cancelled: '■', running: '▶', queued: '…', writing: '▶', merging: '▶', pending: '…',
+  waiting: '…', joined: '✓'};
 
 export function badge(stateName) {
   const mark = MARKS[stateName];
