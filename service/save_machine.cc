@@ -49,7 +49,9 @@ Result<JobActions> SaveMachine::OnJoined(int64_t, int64_t rank, const SaveJoinRe
   }
   joins_.emplace(rank, join);
   if (!MissingJoins().empty()) return JobActions{Progress()};
-  return Merge();
+  ASSIGN_OR_RETURN(JobActions merge, Merge());
+  merge.insert(merge.begin(), Progress());  // every worker joined
+  return merge;
 }
 
 // The bytes the joins say were written, of the state's logical bytes (every snapshot
