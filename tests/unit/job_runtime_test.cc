@@ -124,7 +124,7 @@ TEST(JobRuntime, CarriesOutEveryActionInOrderAndFeedsBackTheIoResults) {
   EXPECT_EQ(r.effects.log, (std::vector<std::string>{
                                "phase write", "checkpoint writing", "progress 0/0",
                                "send tasks: rank 0 snapshot(step 7), rank 1 snapshot(step 7)",
-                               "progress 8/16", "phase merge", "checkpoint merging", "io merge",
+                               "progress 8/16", "progress 16/16", "phase merge", "checkpoint merging", "io merge",
                                "phase commit", "io commit", "phase retention",
                                "io retention", "finish ok"}));
 }
