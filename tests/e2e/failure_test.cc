@@ -99,8 +99,18 @@ TEST(ServerDeath, KilledMidSaveThenRestarted) {
   Push(*c, kTwo, t1);
   SaveAndWait(*c, "two", 1);
   Push(*c, kTwo, Weights(2));
+  // Tasks worker 0 has begun (its /healthz): the kill comes once it has begun the save's.
+  auto started = [&] {
+    auto h = c->WorkerClient(0, 10).Call("GET", "/healthz");
+    return h.ok() ? h->value("tasks_started", int64_t{-1}) : int64_t{-1};
+  };
+  const int64_t before = started();
   std::string job = StartSave(*c, "two", 2);
   ASSERT_EQ(WaitPhase(*c, job, "write")["phase"], "write");
+  for (int i = 0; i < 2000 && started() <= before; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GT(started(), before) << "worker 0 never began the save's snapshot task";
   c->KillServer();
   ASSERT_TRUE(c->RestartServer().ok()) << c->server_log();
   // The catalog remembers; the interrupted job failed, nothing of it is visible.
