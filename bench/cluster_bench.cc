@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   bool memory_env = false;
   app.add_flag("--memory-env", memory_env,
-               "also run the in-process agents' tiny saves with their shard files in memory");
+               "also run the in-process agents' tiny saves with their shard files never synced");
   std::string root, s3_endpoint;
   app.add_option("--checkpoint-root", root,
                  "checkpoints elsewhere (s3://BUCKET/PREFIX): then only save and restore run, "

@@ -227,7 +227,7 @@ def main():
                    help="saves, per run and build, a while (--idle-s) after the one before")
     p.add_argument("--idle-s", type=float, default=65)
     p.add_argument("--memory-env", action="store_true",
-                   help="also the in-process agents with their shard files in memory "
+                   help="also the in-process agents with their shard files never synced "
                         "(both builds' tessera_bench_cluster must have --memory-env: build "
                         "this checkout's bench/ in the other checkout if it has not)")
     p.add_argument("--skip-tiny", action="store_true")

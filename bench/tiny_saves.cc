@@ -123,7 +123,7 @@ void TinySavesOfAgents(const tools::ClusterOptions& base, int ranks, int saves, 
   Check(c.Call("PUT", "/api/v1/meshes/sim",
                {{"axes", {{{"name", "d"}, {"size", ranks}}}}, {"workers", sim.ids}, {"self_test", false}}),
         "register sim mesh");
-  TinySaves(c, "sim", ranks, "in-process", memory ? "memory" : "disk", saves, [&] {
+  TinySaves(c, "sim", ranks, "in-process", memory ? "unsynced" : "disk", saves, [&] {
     const std::string shard = storage::SyntheticBytes(DType::kFloat32, 1024, 5);
     for (int r = 0; r < ranks; ++r) {
       worker::TensorDesc desc{DType::kFloat32, {int64_t{1024} * ranks}, Layout{{"d"}}};

@@ -22,18 +22,9 @@ class JobLoopEffects final : public JobEffects {
   void SetCheckpointState(const JobSpec& spec, CheckpointState state) override {
     s_->SetCheckpointState(CheckpointRecord::Key(spec.mesh.mesh.name, spec.step), state);
   }
-  void SetProgress(const JobSpec& spec, uint64_t done, uint64_t total,
-                   const std::map<int64_t, uint64_t>& joined) override {
-    if (!spec.staging_id.empty()) {  // a save: its workers' joins
-      std::vector<JobRecord::Join> joins;
-      for (size_t rank = 0; rank < spec.mesh.workers.size(); ++rank) {
-        auto j = joined.find(static_cast<int64_t>(rank));
-        joins.push_back({spec.mesh.workers[rank],
-                         j == joined.end() ? std::nullopt : std::optional<uint64_t>(j->second)});
-      }
-      s_->jobs_.Joins(spec.id, std::move(joins));
-    }
-    s_->jobs_.Progress(spec.id, done, total);
+  void SetProgress(const JobSpec& spec, const JobAction& a) override {
+    s_->jobs_.SaveProgress(spec.id, a.done_bytes, a.total_bytes, spec.mesh.workers, a.joined,
+                           a.complete);
   }
   std::optional<JobEvent> QueueRound(const JobSpec& spec, const JobAction& a) override {
     return s_->QueueRound(spec, a);

@@ -99,7 +99,8 @@ struct JobAction {
   std::map<int64_t, Task> tasks;
   uint64_t total_bytes = 0;
   uint64_t done_bytes = 0;  // kSetProgress
-  std::map<int64_t, uint64_t> joined;  // kSetProgress of a save: rank → bytes its join wrote
+  std::map<int64_t, uint64_t> joined;  // kSetProgress of a save: the new join, rank → bytes
+  bool complete = false;               // kSetProgress of a save: every worker has joined
   IoKind io = IoKind::kCreateStaging;
   std::vector<std::string> fragments;                        // merge: files in staging
   std::vector<std::vector<storage::FragmentSlice>> slices;  // merge: the joins' fragments

@@ -229,12 +229,22 @@ void JobRegistry::Progress(const std::string& id, uint64_t done, uint64_t total)
   Publish(it->second);
 }
 
-void JobRegistry::Joins(const std::string& id, std::vector<JobRecord::Join> joins) {
+void JobRegistry::SaveProgress(const std::string& id, uint64_t done, uint64_t total,
+                               const std::vector<std::string>& workers,
+                               const std::map<int64_t, uint64_t>& joined, bool complete) {
   MutexLock lock(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end() || it->second.finished()) return;
-  it->second.joins = std::move(joins);
-  Publish(it->second);
+  JobRecord& job = it->second;
+  if (job.joins.empty()) {
+    for (const std::string& w : workers) job.joins.push_back({w, std::nullopt});
+  }
+  for (const auto& [rank, bytes] : joined) {
+    if (rank >= 0 && static_cast<size_t>(rank) < job.joins.size()) job.joins[rank].written = bytes;
+  }
+  job.done_bytes = done;
+  job.total_bytes = total;
+  if (complete || clock_->WallMs() - job.published_ms >= 100) Publish(job);
 }
 
 void JobRegistry::Post(const std::string& id, JobEvent e) {

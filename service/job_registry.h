@@ -75,8 +75,11 @@ class JobRegistry {
   Status Report(const std::string& worker, const std::string& task, const TaskReport& report);
   void MarkDelivered(const std::vector<Json>& tasks);  // queued → running
   void Progress(const std::string& id, uint64_t done, uint64_t total);  // a verify's, a save's
-  // A save's workers (by rank) and what their joins said they wrote.
-  void Joins(const std::string& id, std::vector<JobRecord::Join> joins);
+  // A save's progress: `joined` (rank → bytes written) added to its workers' joins.
+  // Published at most every 100 ms, and when every worker has joined (`complete`).
+  void SaveProgress(const std::string& id, uint64_t done, uint64_t total,
+                    const std::vector<std::string>& workers,
+                    const std::map<int64_t, uint64_t>& joined, bool complete);
   void Post(const std::string& id, JobEvent e);  // to a running job; none once ended
   void PostAll(const JobEvent& e);               // to every running job
 

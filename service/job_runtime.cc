@@ -33,7 +33,7 @@ void JobRuntime::Execute(JobAction& a) {
       effects_->SetCheckpointState(spec, a.checkpoint_state);
       return;
     case JobAction::Kind::kSetProgress:
-      effects_->SetProgress(spec, a.done_bytes, a.total_bytes, a.joined);
+      effects_->SetProgress(spec, a);
       return;
     case JobAction::Kind::kQueueTasks:
       if (auto dead = effects_->QueueRound(spec, a)) own_.push_back(std::move(*dead));

@@ -9,7 +9,6 @@
 
 #include <cstdint>
 #include <deque>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,9 +23,9 @@ class JobEffects {
   virtual ~JobEffects() = default;
   virtual void SetPhase(const JobSpec& spec, const std::string& phase) = 0;
   virtual void SetCheckpointState(const JobSpec& spec, CheckpointState state) = 0;
-  // `joined`: a save's ranks that joined, and the bytes each wrote.
-  virtual void SetProgress(const JobSpec& spec, uint64_t done_bytes, uint64_t total_bytes,
-                           const std::map<int64_t, uint64_t>& joined) = 0;
+  // kSetProgress: done_bytes of total_bytes; a save's new join (joined) and whether
+  // every worker has joined (complete).
+  virtual void SetProgress(const JobSpec& spec, const JobAction& progress) = 0;
   // A round of tasks (kQueueTasks, all or none) or tasks without a round (kSendTasks):
   // handed to the workers, or, when one of them is dead, the event that says so.
   virtual std::optional<JobEvent> QueueRound(const JobSpec& spec, const JobAction& round) = 0;

@@ -20,7 +20,7 @@ int64_t SaveMachine::JoinWaitMs() const {
 
 Result<JobActions> SaveMachine::OnStart(int64_t now) {
   // Every worker listed as waiting for its join.
-  JobActions out{SetPhase("write"), SetCheckpointState(CheckpointState::kWriting), Progress()};
+  JobActions out{SetPhase("write"), SetCheckpointState(CheckpointState::kWriting), Progress(-1)};
   if (!from_loop_ && !request_.wait_for_trainer) {
     std::map<int64_t, Task> snap;
     for (int64_t r = 0; r < spec_.mesh.mesh.num_workers(); ++r) {
@@ -48,28 +48,31 @@ Result<JobActions> SaveMachine::OnJoined(int64_t, int64_t rank, const SaveJoinRe
         .WithDetail("rank", rank);
   }
   joins_.emplace(rank, join);
-  if (!MissingJoins().empty()) return JobActions{Progress()};
+  const bool all = static_cast<int64_t>(joins_.size()) == spec_.mesh.mesh.num_workers();
+  if (!all) return JobActions{Progress(rank)};
   ASSIGN_OR_RETURN(JobActions merge, Merge());
-  merge.insert(merge.begin(), Progress());  // every worker joined
+  merge.insert(merge.begin(), Progress(rank));  // every worker joined
   return merge;
 }
 
 // The bytes the joins say were written, of the state's logical bytes (every snapshot
-// describes the whole of each tensor).
-JobAction SaveMachine::Progress() const {
+// describes the whole of each tensor), and the join of `rank` (-1: none yet). Only
+// the new join goes in the action: the job's record keeps the others.
+JobAction SaveMachine::Progress(int64_t rank) {
   JobAction a;
   a.kind = JobAction::Kind::kSetProgress;
-  for (const auto& [rank, join] : joins_) {
+  if (rank >= 0) {
+    const SaveJoinRequest& join = joins_.at(rank);
     const uint64_t bytes = join.written ? join.written->bytes : 0;
-    a.done_bytes += bytes;
+    done_bytes_ += bytes;
     a.joined[rank] = bytes;
-  }
-  if (!joins_.empty()) {
-    for (const SnapshotTensor& t : joins_.begin()->second.snapshot.tensors) {
-      a.total_bytes += t.meta.logical_bytes();
+    if (total_bytes_ == 0) {
+      for (const SnapshotTensor& t : join.snapshot.tensors) total_bytes_ += t.meta.logical_bytes();
     }
   }
-  a.done_bytes = std::min(a.done_bytes, a.total_bytes);
+  a.done_bytes = std::min(done_bytes_, total_bytes_);
+  a.total_bytes = total_bytes_;
+  a.complete = static_cast<int64_t>(joins_.size()) == spec_.mesh.mesh.num_workers();
   return a;
 }
 

@@ -34,7 +34,7 @@ class SaveMachine : public JobMachine {
   // Every join is in: check them, then merge.
   Result<JobActions> Merge();
   std::vector<int64_t> MissingJoins() const;
-  JobAction Progress() const;
+  JobAction Progress(int64_t rank);
   int64_t JoinWaitMs() const;
 
   const SaveRequest request_;
@@ -42,6 +42,8 @@ class SaveMachine : public JobMachine {
   const int64_t join_wait_ms_;
   Stage stage_ = Stage::kJoin;
   std::map<int64_t, SaveJoinRequest> joins_;
+  uint64_t done_bytes_ = 0;   // what the joins say was written
+  uint64_t total_bytes_ = 0;  // the state's logical bytes, from the first join
   std::vector<storage::PlannedSlice> plan_;
   Json result_;
 };

@@ -66,9 +66,8 @@ class ScriptedEffects final : public JobEffects {
   void SetCheckpointState(const JobSpec&, CheckpointState s) override {
     log.push_back("checkpoint " + StateString(s));
   }
-  void SetProgress(const JobSpec&, uint64_t done, uint64_t total,
-                   const std::map<int64_t, uint64_t>&) override {
-    log.push_back("progress " + std::to_string(done) + "/" + std::to_string(total));
+  void SetProgress(const JobSpec&, const JobAction& a) override {
+    log.push_back("progress " + std::to_string(a.done_bytes) + "/" + std::to_string(a.total_bytes));
   }
   std::optional<JobEvent> QueueRound(const JobSpec&, const JobAction& a) override {
     log.push_back(ActionText(a, {}));
