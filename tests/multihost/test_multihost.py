@@ -343,15 +343,19 @@ def pending_saves(c, host):
     return int(out.strip())
 
 
+def holds_write(c, job, host):
+    """Whether `job` is a save writing, joined by some worker but not yet by `host`'s."""
+    workers = job.get("workers", [])
+    return (job.get("phase") == "write" and job.get("state") == "running"
+            and any(w.get("id") == c.ids[host] and w.get("state") == "waiting" for w in workers)
+            and any(w.get("state") == "joined" for w in workers))
+
+
 def wait_for_write_phase(c, mesh, host):
     """Waits until a save of `mesh` is writing, another worker has joined it, and `host`'s
     worker has taken its snapshot but not joined: it holds its write (the delay)."""
-    def holds(j):
-        workers = j.get("workers", [])
-        return (any(w.get("id") == c.ids[host] and w.get("state") == "waiting" for w in workers)
-                and any(w.get("state") == "joined" for w in workers))
-    eventually(lambda: any(j.get("phase") == "write" and j.get("state") == "running" and holds(j)
-                           for j in c.client.jobs(mesh=mesh)) and pending_saves(c, host) > 0,
+    eventually(lambda: any(holds_write(c, j, host) for j in c.client.jobs(mesh=mesh))
+               and pending_saves(c, host) > 0,
                lambda: [(j["id"], j["state"], j.get("phase"), j.get("workers"))
                         for j in c.client.jobs(mesh=mesh)])
 

@@ -20,7 +20,7 @@ from hosts import Hosts, can_run  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python", "tests"))
 from eventually import eventually  # noqa: E402
 from test_multihost import (HEARTBEAT_MS, LEASE_MS, WORKERS, PosixStore, S3Store,  # noqa: E402
-                            Cluster, bin_path, pending_saves)
+                            Cluster, bin_path, holds_write, pending_saves)
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "etcd"))
 from etcd import Etcd  # noqa: E402
 import tessera  # noqa: E402
@@ -114,12 +114,8 @@ def slow_writer(c, mesh, host, delay_ms):
 def wait_writing(c, mesh, host):
     """Until a save of `mesh` is writing, and `host`'s worker holds its write (it has not
     joined) while another one has joined."""
-    def holds(j):
-        workers = j.get("workers", [])
-        return (any(w.get("id") == c.ids[host] and w.get("state") == "waiting" for w in workers)
-                and any(w.get("state") == "joined" for w in workers))
-    eventually(lambda: any(j.get("phase") == "write" and j.get("state") == "running" and holds(j)
-                           for j in c.client.jobs(mesh=mesh)) and pending_saves(c, host) > 0,
+    eventually(lambda: any(holds_write(c, j, host) for j in c.client.jobs(mesh=mesh))
+               and pending_saves(c, host) > 0,
                lambda: c.client.jobs(mesh=mesh))
 
 
