@@ -153,7 +153,9 @@ Result<std::vector<std::vector<storage::FragmentSlice>>> CheckFragments(
   std::vector<std::map<Key, const storage::PlannedSlice*>> planned(mesh.workers.size());
   for (const auto& p : plan) planned[p.rank][{metas[p.tensor].name, p.slice.offsets}] = &p;
   std::vector<std::vector<storage::FragmentSlice>> out;
-  for (const auto& [rank, join] : joins) {
+  for (const auto& entry : joins) {
+    const int64_t rank = entry.first;  // a plain variable: lambdas below capture it
+    const SaveJoinRequest& join = entry.second;
     const std::string& wid = mesh.workers.at(rank);
     const std::string who = "worker " + wid + " (rank " + std::to_string(rank) + ")";
     auto fail = [&](const std::string& what, const std::string& tensor) {
