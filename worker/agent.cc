@@ -112,6 +112,7 @@ void Agent::Stop() {
   if (heartbeat_.joinable()) heartbeat_.join();
   if (tasks_.joinable()) tasks_.join();
   task_threads_.JoinAll();
+  if (memory_reports_) memory_reports_->Stop();
 }
 
 void Agent::HeartbeatLoop() {
@@ -244,6 +245,7 @@ void Agent::AddRoutes(http::Router* router) {
     return http::Response::Json(200, {{"status", "ok"}, {"worker", id_},
                                       {"collectives_in_flight", in_flight},
                                       {"pending_saves", PendingSaves()},
+                                      {"memory_tier", MemorySummary()},
                                       {"meshes", placements_.Names()},
                                       {"tasks_started", feed_.started()},
                                       {"tasks_repeated", feed_.repeated()},

@@ -14,6 +14,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
+#include <optional>
 #include <functional>
 #include <map>
 #include <memory>
@@ -30,6 +32,9 @@
 #include "storage/thread_pool.h"
 #include "worker/control_plane.h"
 #include "worker/mesh_collectives.h"
+#include "worker/memory_channel.h"
+#include "worker/memory_reports.h"
+#include "worker/memory_tier.h"
 #include "worker/mesh_placement.h"
 #include "worker/placements.h"
 #include "worker/task_feed.h"
@@ -79,8 +84,12 @@ class Agent {
   void SetStore(TensorStore* store) { store_ = store; }
   // REQUIRES: called once before Start.
   void SetCollectives(MeshCollectives* collectives) { collectives_ = collectives; }
+  // REQUIRES: called once before Start; without it, memory checkpoints are refused.
+  void SetMemoryChannel(MemoryChannel* channel);
   // REQUIRES: before Register.
   void SetLocalPort(int port) { options_.local_port = port; }
+  // What the memory tier holds ({"meshes", "bytes", "reports_pending"}), for /healthz.
+  Json MemorySummary() const;
 
   // Registers (retrying until tesserad answers or `timeout_ms` passes).
   Status Register(int64_t timeout_ms);
@@ -132,9 +141,38 @@ class Agent {
   Result<MeshPlacement> FetchPlacement(const std::string& mesh);
   void TakeMeshes(const Json& answer);
 
-  // agent_restore.cc
-  // The newest step every worker of `mesh` saw committed: an all-reduce of their views.
-  Result<int64_t> AgreeOnLatest(const std::string& mesh, int64_t timeout_ms);
+  // agent_memory.cc
+  struct MemorySave {
+    int64_t step = 0;
+    std::shared_ptr<const Snapshot> snap;
+    MemoryPolicy policy;
+    SaveRequest request;
+  };
+  // /v1/save with "tier": "memory": waits for room in the mesh's queue, snapshots,
+  // queues the exchange (RunMemorySaves) and answers.
+  Result<Json> SaveToMemory(const std::string& mesh, int64_t step, const Json& body,
+                            TrainerSaves::Until until, int64_t timeout_ms);
+  // The mesh's queue of memory saves, one after the other, until it is empty.
+  void RunMemorySaves(const std::string& mesh);
+  // Sends the redundancy, agrees with the other workers; *persist when any of them
+  // asks to persist this step; *report (rank 0): tesserad's report, less "steps".
+  Status TakeMemoryCheckpoint(const std::string& mesh, const MemorySave& save, bool* persist,
+                              Json* report);
+  // Writes a committed memory checkpoint to the root: the disk save's write and join
+  // from the RAM copy.
+  void PersistFromMemory(const std::string& mesh, const MemorySave& save);
+  // agent_memory_restore.cc
+  // A restore of "latest" with the memory tier in mind: the workers gather their
+  // inventories, each computes the same choice (memory_choice.h); from memory, the
+  // lost shares are rebuilt and every worker installs its own. The answer, or, when
+  // the choice is the persisted step, nullopt with *persisted and *fallback set.
+  Result<std::optional<Json>> RestoreLatestFromMemory(const std::string& mesh, const Json& body,
+                                                      int64_t timeout_ms, int64_t* persisted,
+                                                      std::string* fallback);
+  // Installs `header`'s pieces of `bytes` that match the trainer's tensors (restore_match.h).
+  Result<Json> InstallFromMemory(const std::string& mesh, int64_t step, const Json& body,
+                                 const ShareHeader& header, const ShareBytes& bytes,
+                                 const std::string& source);
 
   // agent_save.cc
   // This worker's share of a save, planned from its snapshot alone (storage::PlanSave
@@ -202,6 +240,18 @@ class Agent {
   // their snapshot until it is written, then null.
   std::map<std::pair<std::string, int64_t>, std::shared_ptr<const Snapshot>> trainer_snapshots_
       GUARDED_BY(mu_);
+  // Memory saves per mesh: the one running and those waiting, and the persist policy's state.
+  struct MemoryQueue {
+    std::deque<MemorySave> waiting;
+    bool running = false;
+    int64_t persist_asked_step = -1;  // the last step the workers agreed to persist
+    int64_t persist_asked_ms = -1;
+    int64_t persisted_step = -1;  // the last one that committed to the root
+  };
+  std::map<std::string, MemoryQueue> memory_queues_ GUARDED_BY(mu_);
+  MemoryTier memory_;  // its own lock
+  MemoryChannel* memory_channel_ = nullptr;
+  std::unique_ptr<MemoryReports> memory_reports_;
   Placements placements_;  // its own lock
   TaskFeed feed_;          // its own lock
   TrainerSaves trainer_saves_;

@@ -110,6 +110,11 @@ Json Agent::PendingSaves() {
 
 Result<Json> Agent::SaveFromTrainer(const std::string& mesh, int64_t step, const Json& body,
                                     TrainerSaves::Until until, int64_t timeout_ms) {
+  ASSIGN_OR_RETURN(auto tier, OptionalString(body, "tier"));
+  if (tier && *tier == "memory") return SaveToMemory(mesh, step, body, until, timeout_ms);
+  if (tier && *tier != "disk") {
+    return InvalidArgument("tier must be \"disk\" or \"memory\", not \"" + *tier + "\"", {{"field", "tier"}});
+  }
   ASSIGN_OR_RETURN(auto names, OptionalNameList(body, "tensors"));
   ASSIGN_OR_RETURN(std::optional<int64_t> deadline, OptionalInt(body, "deadline_ms"));
   if (deadline && (*deadline < 1 || *deadline > kMaxSaveDeadlineMs)) {

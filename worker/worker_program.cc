@@ -218,6 +218,8 @@ int RunWorker(int argc, char** argv, const WorkerSeams& seams) {
   agent.SetStore(&store);
   tessera::worker::MeshCollectives collectives(acceptor->get(), agent.DataAddresses());
   agent.SetCollectives(&collectives);
+  tessera::worker::MemoryChannel memory_channel(acceptor->get(), agent.DataAddresses());
+  agent.SetMemoryChannel(&memory_channel);
 
   auto router = std::make_shared<tessera::http::Router>();
   tessera::worker::AddLocalRoutes(router.get(), &store, &agent, &collectives);

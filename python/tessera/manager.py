@@ -46,6 +46,10 @@ class Restored(int):
     unexpected: names in the checkpoint that nobody attached (strict=False only).
     tensors:    the names restored.
     metadata:   the JSON saved with the checkpoint.
+    tier:       "memory" (from the workers' RAM) or "persisted" (from the root).
+    source:     "local" (this worker's RAM), "replica" or "parity" (rebuilt from
+                its peers), or "root".
+    fallback:   why a newer memory checkpoint was not restored, or None.
     """
 
     def __new__(cls, answer):
@@ -56,11 +60,14 @@ class Restored(int):
         self.tensors = list(answer.get("tensors") or [])
         self.metadata = answer.get("metadata") or {}
         self.job = answer.get("job")
+        self.tier = answer.get("tier", "persisted")
+        self.source = answer.get("source", "root")
+        self.fallback = answer.get("fallback")
         return self
 
     def __repr__(self):
-        return "Restored(step=%d, missing=%d, unexpected=%d)" % (
-            self.step, len(self.missing), len(self.unexpected))
+        return "Restored(step=%d, tier=%s, source=%s, missing=%d, unexpected=%d)" % (
+            self.step, self.tier, self.source, len(self.missing), len(self.unexpected))
 
 
 class CheckpointManager(Collectives):
@@ -242,13 +249,28 @@ class CheckpointManager(Collectives):
 
     # -- checkpoints
 
-    def save(self, step, tensors=None, metadata=None):
+    MEMORY_OPTIONS = ("redundancy", "replicas", "group", "keep", "persist_every_steps",
+                      "persist_every_s", "force")
+
+    def save(self, step, tensors=None, metadata=None, tier="disk", **memory):
         """Snapshots this worker's tensors of the mesh for checkpoint `step` and
         returns a SaveHandle as soon as they are copied: the trainer may then
         overwrite them. The trainers of the mesh calling save(step) together
-        make one save job. tensors: names to save (default all); metadata: JSON."""
+        make one save job. tensors: names to save (default all); metadata: JSON.
+
+        tier="memory" keeps the checkpoint in the workers' RAM, with its
+        redundancy on other hosts (docs/memory-tier.md); its options, the same on
+        every trainer: redundancy ("replica" or "parity"), replicas, group, keep,
+        persist_every_steps, persist_every_s, force."""
         _check_step(step)
-        body = {}
+        unknown = sorted(set(memory) - set(self.MEMORY_OPTIONS))
+        if unknown:
+            raise TypeError("save() got unexpected keyword argument(s) %s" % ", ".join(unknown))
+        if memory and tier != "memory":
+            raise TypeError("%s apply only to tier=\"memory\"" % ", ".join(sorted(memory)))
+        body = dict(memory)
+        if tier != "disk":
+            body["tier"] = tier
         if tensors is not None:
             body["tensors"] = list(tensors)
         if metadata is not None:

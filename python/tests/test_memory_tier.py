@@ -1,0 +1,118 @@
+"""The memory tier (docs/memory-tier.md) through the Python client, on a cluster of
+its own: memory checkpoints commit on every worker and restore from the workers'
+RAM; a worker killed with its shared memory and started again gets its share back
+from a copy or from its group's parity, without reading the root; with too many
+losses the restore falls back to the persisted checkpoint and says why. Every
+worker of this cluster is on 127.0.0.1, so the saves pass force=True (and one test
+checks that they are refused without it)."""
+
+import numpy as np
+import pytest
+
+import tessera
+from tessera.local import LocalCluster
+from test_save_restore import each
+
+N = 4
+
+
+@pytest.fixture
+def cluster():
+    c = LocalCluster(workers=N, heartbeat_ms=100, lease_ms=1500)
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def mesh(cluster):
+    name = "mem"
+    cluster.client(timeout=30).register_mesh(name, {"data": N}, workers=cluster.worker_ids)
+    return name
+
+
+def open_managers(cluster, mesh):
+    return [tessera.CheckpointManager(mesh, worker=cluster.worker_urls[i], timeout=60) for i in range(N)]
+
+
+def attach(ms):
+    """A sharded and a replicated tensor on every worker."""
+    return each(ms, lambda r, m: (m.attach("w", (N * 1024, 64), "float32", ["data", None]),
+                                  m.attach("b", (333,), "float32")))
+
+
+def fill(arrays, step):
+    for r, (w, b) in enumerate(arrays):
+        w[:] = np.arange(w.size, dtype=np.float32).reshape(w.shape) + 1000 * r + step
+        b[:] = step
+
+
+def expect(arrays, step):
+    for r, (w, b) in enumerate(arrays):
+        want = np.arange(w.size, dtype=np.float32).reshape(w.shape) + 1000 * r + step
+        assert np.array_equal(w, want), "rank %d: w is not step %d's" % (r, step)
+        assert np.all(b == step), "rank %d: b is not step %d's" % (r, step)
+
+
+def save_all(ms, step, **kw):
+    handles = [m.save(step, tier="memory", force=True, **kw) for m in ms]
+    for h in handles:
+        h.wait(60)
+    return handles
+
+
+def restore_all(ms):
+    return each(ms, lambda r, m: m.restore())
+
+
+@pytest.mark.parametrize("redundancy", ["replica", "parity"])
+def test_memory_checkpoints_restore_from_local_ram(cluster, mesh, redundancy):
+    ms = open_managers(cluster, mesh)
+    arrays = attach(ms)
+    for step in range(1, 4):
+        fill(arrays, step)
+        save_all(ms, step, redundancy=redundancy)
+    fill(arrays, 99)
+    restored = restore_all(ms)
+    assert [int(s) for s in restored] == [3] * N
+    assert {(s.tier, s.source) for s in restored} == {("memory", "local")}
+    expect(arrays, 3)
+    # keep=2: steps 2 and 3 are held, so step 2 restores by name, alone.
+    fill(arrays, 99)
+    each(ms, lambda r, m: m.restore(2))
+    expect(arrays, 2)
+
+
+@pytest.mark.parametrize("redundancy", ["replica", "parity"])
+def test_lost_worker_is_rebuilt_from_peers(cluster, mesh, redundancy):
+    ms = open_managers(cluster, mesh)
+    arrays = attach(ms)
+    for step in (5, 6):
+        fill(arrays, step)
+        save_all(ms, step, redundancy=redundancy)
+    # Worker 2 dies with its shared memory; a replacement starts under its name.
+    lost = 2
+    ms[lost].close()
+    cluster.kill_worker(lost)
+    cluster.start_worker(lost)
+    ms[lost] = tessera.CheckpointManager(mesh, worker=cluster.worker_urls[lost], timeout=60)
+    arrays[lost] = (ms[lost].attach("w", (N * 1024, 64), "float32", ["data", None]),
+                    ms[lost].attach("b", (333,), "float32"))
+    fill([a for i, a in enumerate(arrays) if i != lost], 99)
+    restored = restore_all(ms)
+    assert [int(s) for s in restored] == [6] * N
+    assert restored[lost].tier == "memory"
+    assert restored[lost].source == ("replica" if redundancy == "replica" else "parity")
+    assert all(s.source == "local" for i, s in enumerate(restored) if i != lost)
+    expect(arrays, 6)
+
+
+def test_without_host_diversity_a_memory_save_is_refused(cluster, mesh):
+    ms = open_managers(cluster, mesh)
+    attach(ms)
+    handles = [m.save(1, tier="memory") for m in ms]
+    for h in handles:
+        with pytest.raises(tessera.TesseraError) as e:
+            h.wait(60)
+        assert e.value.code == "conflict"
+        assert e.value.details.get("reason") == "no_host_diversity"
+        assert "force" in str(e.value)

@@ -1,0 +1,258 @@
+// The agent's side of memory checkpoints (docs/memory-tier.md): /v1/save with
+// "tier": "memory" snapshots and answers; a thread per mesh then sends the
+// snapshot's redundancy to the other workers, agrees with them that every share and
+// its redundancy are in place, commits, and (rank 0) tells tesserad. A policy
+// persists some of them to the root from the RAM copy.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "api/clock.h"
+#include "api/names.h"
+#include "collectives/collectives.h"
+#include "worker/agent.h"
+#include "worker/memory_exchange.h"
+
+namespace tessera::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A mesh runs one memory save and keeps one more waiting; a trainer's save beyond
+// that waits for room.
+constexpr size_t kMemorySavesQueued = 2;
+// The vote of each worker once its exchange is done.
+enum Vote : size_t { kStep, kOwnBytes, kMemoryBytes, kPersist, kPolicy, kVoteSize };
+
+}  // namespace
+
+void Agent::SetMemoryChannel(MemoryChannel* channel) {
+  memory_channel_ = channel;
+  memory_reports_ = std::make_unique<MemoryReports>([this](const std::string& mesh, const Json& body) {
+    return control_.Call("PUT", "/api/v1/meshes/" + http::PercentEncode(mesh) + "/memory-checkpoints", body, 10)
+        .status();
+  });
+}
+
+Json Agent::MemorySummary() const {
+  Json out = memory_.Summary();
+  out["reports_pending"] = memory_reports_ ? memory_reports_->pending() : 0;
+  return out;
+}
+
+Result<Json> Agent::SaveToMemory(const std::string& mesh, int64_t step, const Json& body,
+                                 TrainerSaves::Until until, int64_t timeout_ms) {
+  if (memory_channel_ == nullptr) {
+    return Unavailable("worker " + id_ + " keeps no memory checkpoints (it has no data port)",
+                       {{"worker", id_}, {"field", "tier"}});
+  }
+  ASSIGN_OR_RETURN(MemoryPolicy policy, MemoryPolicy::FromJson(body));
+  ASSIGN_OR_RETURN(SaveRequest request, SaveRequest::FromJson(body, step));
+  ASSIGN_OR_RETURN(auto names, OptionalNameList(body, "tensors"));
+  const auto t0 = Clock::now();
+  {
+    // Room in the mesh's queue: back-pressure, never a skipped step.
+    MutexLock lock(mu_);
+    const auto until_room = t0 + std::chrono::milliseconds(options_.trainer_wait_ms);
+    while (!stopping_) {
+      MemoryQueue& q = memory_queues_[mesh];
+      if (q.waiting.size() + (q.running ? 1 : 0) < kMemorySavesQueued) break;
+      if (!cv_.WaitUntil(mu_, until_room)) {
+        return Unavailable("the memory checkpoint of step " + std::to_string(step) + " of mesh " + mesh +
+                               " was not taken: the two before it are still being replicated after " +
+                               std::to_string(options_.trainer_wait_ms) + " ms",
+                           {{"mesh", mesh}, {"step", step}, {"field", "tier"}});
+      }
+    }
+    if (stopping_) return Unavailable("worker " + id_ + " is stopping");
+  }
+  const auto waited = Clock::now();
+  ASSIGN_OR_RETURN(auto snap, store_->TakeSnapshot(mesh, names));
+  const auto snapped = Clock::now();
+  trainer_saves_.Snapshotted(mesh, step);
+  bool start = false;
+  {
+    MutexLock lock(mu_);
+    MemoryQueue& q = memory_queues_[mesh];
+    q.waiting.push_back({step, snap, policy, request});
+    start = !q.running;
+    q.running = true;
+  }
+  if (start) task_threads_.Spawn([this, mesh] { RunMemorySaves(mesh); });
+  Json out = {{"checkpoint", {{"mesh", mesh}, {"step", step}}},
+              {"tier", "memory"},
+              {"snapshot_ms", std::chrono::duration<double, std::milli>(snapped - waited).count()},
+              {"room_wait_ms", std::chrono::duration<double, std::milli>(waited - t0).count()},
+              {"snapshot_bytes", snap->bytes()}};
+  if (until == TrainerSaves::Until::kNow) return out;
+  ASSIGN_OR_RETURN(Json w, trainer_saves_.Wait(mesh, step, until, timeout_ms));
+  out["job"] = w["job"];
+  out["state"] = w["state"];
+  return out;
+}
+
+void Agent::RunMemorySaves(const std::string& mesh) {
+  while (true) {
+    MemorySave save;
+    {
+      MutexLock lock(mu_);
+      MemoryQueue& q = memory_queues_[mesh];
+      if (q.waiting.empty() || stopping_) {
+        q.running = false;
+        cv_.NotifyAll();
+        return;
+      }
+      save = std::move(q.waiting.front());
+      q.waiting.pop_front();
+    }
+    cv_.NotifyAll();  // room for a trainer waiting in SaveToMemory
+    trainer_saves_.Started(mesh, save.step, "memory");
+    bool persist = false;
+    Json report;
+    Status st = TakeMemoryCheckpoint(mesh, save, &persist, &report);
+    if (!st.ok()) {
+      memory_.Drop(mesh, save.step);
+      std::fprintf(stderr, "worker %s: memory checkpoint step %lld of mesh %s failed: %s\n", id_.c_str(),
+                   static_cast<long long>(save.step), mesh.c_str(), st.ToString().c_str());
+      trainer_saves_.Ended(mesh, save.step, st);
+      continue;
+    }
+    memory_.Commit(mesh, save.step);
+    trainer_saves_.Ended(mesh, save.step, Status::Ok());
+    if (!report.is_null()) {
+      Json steps = Json::array();
+      for (const auto& ck : memory_.Committed(mesh)) steps.push_back(ck->step);
+      report["steps"] = steps;
+      memory_reports_->Post(mesh, std::move(report));
+    }
+    if (persist) {
+      task_threads_.Spawn([this, mesh, save]() { PersistFromMemory(mesh, save); });
+    }
+  }
+}
+
+Status Agent::TakeMemoryCheckpoint(const std::string& mesh, const MemorySave& save, bool* persist,
+                                   Json* report) {
+  const MeshPlacement& p = save.snap->placement;
+  const std::string what = "memory checkpoint step " + std::to_string(save.step) + " of mesh " + mesh;
+  const auto timeout = std::chrono::milliseconds(options_.trainer_wait_ms);
+  const auto deadline = Clock::now() + timeout;
+  bool wish = false;
+  int64_t persisted = -1;
+  {
+    MutexLock lock(mu_);
+    MemoryQueue& q = memory_queues_[mesh];
+    persisted = q.persisted_step;
+    const bool by_steps = save.policy.persist_every_steps > 0 &&
+                          (q.persist_asked_step < 0 ||
+                           save.step - q.persist_asked_step >= save.policy.persist_every_steps);
+    const bool by_time = save.policy.persist_every_s > 0 &&
+                         (q.persist_asked_ms < 0 || MonoMs() - q.persist_asked_ms >= save.policy.persist_every_s * 1000);
+    wish = by_steps || by_time;
+  }
+  std::vector<int64_t> votes;
+  Status st = memory_channel_->With(p, timeout, what, [&](collectives::Group& group,
+                                                         const std::vector<std::string>& addresses) -> Status {
+    std::vector<std::string> hosts;
+    for (const std::string& a : addresses) hosts.push_back(HostOfAddress(a));
+    ASSIGN_OR_RETURN(MemoryLayout layout, PlanMemoryLayout(hosts, save.policy));
+    if (!layout.diversity_problem.empty() && save.step % 100 == 0) {
+      std::fprintf(stderr, "worker %s: %s is forced without host diversity: %s\n", id_.c_str(), what.c_str(),
+                   layout.diversity_problem.c_str());
+    }
+    auto ck = std::make_shared<MemoryCheckpoint>();
+    ck->mesh = mesh;
+    ck->step = save.step;
+    ck->rank = p.rank;
+    ck->policy = save.policy;
+    ck->layout = std::move(layout);
+    ck->mesh_fingerprint = MeshFingerprint(p);
+    ck->persisted = persisted;
+    ck->own = ShareBytes(save.snap);
+    ck->own_header = DescribeShare(*save.snap, save.step, p.rank, ck->mesh_fingerprint,
+                                   save.policy.Fingerprint(), save.request.metadata);
+    memory_.Begin(ck);
+    RETURN_IF_ERROR(ExchangeRedundancy(group, *ck, p.workers, deadline));
+    collectives::Tensor vote = collectives::Tensor::Zeros(DType::kInt64, {static_cast<int64_t>(kVoteSize)});
+    auto v = vote.values<int64_t>();
+    v[kStep] = save.step;
+    v[kOwnBytes] = static_cast<int64_t>(ck->own.size());
+    v[kMemoryBytes] = static_cast<int64_t>(memory_.Bytes(mesh));
+    v[kPersist] = wish ? 1 : 0;
+    v[kPolicy] = save.policy.Fingerprint();
+    collectives::AllGatherOptions o;
+    o.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    ASSIGN_OR_RETURN(collectives::Tensor all, collectives::AllGather(group, vote, o));
+    auto a = all.values<int64_t>();
+    votes.assign(a.begin(), a.end());
+    return Status::Ok();
+  });
+  RETURN_IF_ERROR(st);
+  // Every worker holds its share and what it was sent: the same on every worker.
+  const size_t n = votes.size() / kVoteSize;
+  for (size_t r = 0; r < n; ++r) {
+    const int64_t* v = votes.data() + r * kVoteSize;
+    const std::string who = MeshCollectives::WorkerName(p, static_cast<int64_t>(r));
+    if (v[kStep] != save.step || v[kPolicy] != save.policy.Fingerprint()) {
+      return Conflict(what + " failed: worker " + who + " took step " + std::to_string(v[kStep]) +
+                          (v[kStep] == save.step ? " with other memory settings" : "") +
+                          "; every trainer of the mesh must save the same steps with the same settings",
+                      {{"worker", who}, {"rank", r}, {"mesh", mesh}, {"step", save.step}});
+    }
+    *persist = *persist || v[kPersist] != 0;
+  }
+  if (*persist) {
+    MutexLock lock(mu_);
+    MemoryQueue& q = memory_queues_[mesh];
+    q.persist_asked_step = save.step;
+    q.persist_asked_ms = MonoMs();
+  }
+  if (p.rank != 0) return Status::Ok();
+  Json workers = Json::array();
+  uint64_t bytes = 0;
+  for (size_t r = 0; r < n; ++r) {
+    const int64_t* v = votes.data() + r * kVoteSize;
+    bytes += static_cast<uint64_t>(v[kOwnBytes]);
+    workers.push_back({{"worker", MeshCollectives::WorkerName(p, static_cast<int64_t>(r))},
+                       {"rank", r},
+                       {"memory_bytes", v[kMemoryBytes]}});
+  }
+  Json tensors = Json::array();
+  for (const auto& t : save.snap->tensors) {
+    tensors.push_back({{"name", t.name},
+                       {"dtype", std::string(DTypeName(t.desc.dtype))},
+                       {"shape", ShapeToJson(t.desc.shape)}});
+  }
+  *report = {{"step", save.step},
+             {"redundancy", save.policy.ModeName()},
+             {"replicas", save.policy.replicas},
+             {"group", save.policy.group},
+             {"keep", save.policy.keep},
+             {"bytes", bytes},
+             {"tensors", std::move(tensors)},
+             {"workers", std::move(workers)},
+             {"persisted", persisted}};
+  return Status::Ok();
+}
+
+void Agent::PersistFromMemory(const std::string& mesh, const MemorySave& save) {
+  const auto now = Clock::now();
+  const auto deadline = now + std::chrono::minutes(30);
+  auto staging = SaveStaging(mesh, save.step);
+  auto job = staging.ok() ? WriteAndJoin(mesh, save.step, save.request, std::nullopt, save.snap, std::nullopt,
+                                         *staging, now, deadline)
+                          : Result<std::string>(staging.status());
+  Status st = job.status();
+  if (job.ok()) st = FollowJob("save", *job, 30 * 60 * 1000).status();
+  if (!st.ok()) {
+    std::fprintf(stderr, "worker %s: persisting memory checkpoint step %lld of mesh %s failed: %s\n",
+                 id_.c_str(), static_cast<long long>(save.step), mesh.c_str(), st.ToString().c_str());
+    return;
+  }
+  MutexLock lock(mu_);
+  MemoryQueue& q = memory_queues_[mesh];
+  q.persisted_step = std::max(q.persisted_step, save.step);
+}
+
+}  // namespace tessera::worker

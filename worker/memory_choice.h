@@ -1,0 +1,54 @@
+// Which step a restore of "latest" takes (docs/memory-tier.md, "Restoring"): every
+// worker brings what it holds (its inventory), the inventories are gathered over the
+// mesh's memory group, and each worker computes the same choice from them. Pure.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "worker/memory_exchange.h"
+#include "worker/memory_layout.h"
+
+namespace tessera::worker {
+
+struct HeldStep {
+  int64_t step = 0;
+  bool own = false;         // its own share, checked
+  bool redundancy = false;  // parity: its parity, checked
+  MemoryPolicy::Mode mode = MemoryPolicy::Mode::kReplica;
+  // Replica: the ranks whose copies it holds, checked. Parity: its group, in order.
+  std::vector<int> ranks;
+};
+
+struct Inventory {
+  bool lookup_failed = false;  // could not ask tesserad for the newest persisted step
+  int64_t persisted = -1;      // the newest persisted step it saw committed
+  int64_t mesh_fingerprint = 0;
+  std::vector<HeldStep> steps;  // committed memory checkpoints, ascending
+};
+
+// The fixed-size record an inventory travels as (int64s), and back. Steps beyond the
+// record's room (MemoryPolicy::kMaxKeep + 1) and ranks beyond kMaxRanks are left out.
+constexpr size_t kMaxRanks = 16;
+std::vector<int64_t> EncodeInventory(const Inventory& inv);
+Inventory DecodeInventory(const int64_t* record);
+size_t InventoryRecordSize();
+
+struct RestoreChoice {
+  int64_t step = -1;       // -1: nothing to restore
+  bool memory = false;     // from the memory tier, else the persisted one
+  std::vector<ShareTransfer> plan;  // memory: the shares to rebuild
+  std::vector<std::string> sources;  // memory, by rank: "local", "replica", "parity"
+  // Why a newer memory checkpoint was not taken ("" when none was newer).
+  std::string fallback;
+  // A worker that could not look the persisted step up (its rank), else -1.
+  int64_t lookup_failed = -1;
+};
+
+// The newest step complete across the mesh, memory or persisted (memory on a tie).
+// `workers`: ids by rank, for the fallback's words.
+RestoreChoice ChooseRestore(const std::vector<Inventory>& by_rank, int64_t mesh_fingerprint,
+                            const std::vector<std::string>& workers);
+
+}  // namespace tessera::worker

@@ -1,0 +1,40 @@
+// The transfers of the memory tier over a mesh's memory group (docs/memory-tier.md):
+// a checkpoint's redundancy when it is taken, and a lost share's rebuild when it is
+// restored. Every worker runs the same function with the same layout; each sends
+// before it receives (a send never waits for the receiver), and a receiver announces
+// its buffer before a share's bytes come, so a share lands where it is kept.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "api/status.h"
+#include "collectives/group.h"
+#include "worker/memory_tier.h"
+
+namespace tessera::worker {
+
+// Sends this worker's share's redundancy (ck.own, ck.own_header) as ck.layout says and
+// receives what it keeps: ck.copies (replica) or ck.group_headers, ck.parity (parity).
+// Every copy received is checked against its sender's checksums. `workers`: the
+// mesh's worker ids by rank, for messages.
+Status ExchangeRedundancy(collectives::Group& group, MemoryCheckpoint& ck,
+                          const std::vector<std::string>& workers, collectives::Deadline deadline);
+
+// One transfer of a restore from memory: `from` holds the share of rank `to` (a copy),
+// or the ranks of a parity group rebuild it. Every worker walks the same list.
+struct ShareTransfer {
+  enum class Kind { kCopy, kParity } kind = Kind::kCopy;
+  int64_t to = 0;    // the rank that lost its share
+  int64_t from = 0;  // kCopy: the holder
+  std::vector<int> group;  // kParity: the group, in group order
+};
+
+// Carries out `plan` for checkpoint `ck` (this worker's, or null when it holds none of
+// that step): sends what this worker contributes, and when this worker is a `to`,
+// receives its share into *header and *bytes, checked. `step` is the step restored.
+Status RebuildShares(collectives::Group& group, const MemoryCheckpoint* ck, int64_t step,
+                     const std::vector<ShareTransfer>& plan, const std::vector<std::string>& workers,
+                     collectives::Deadline deadline, ShareHeader* header, ShareBytes* bytes);
+
+}  // namespace tessera::worker

@@ -1,0 +1,199 @@
+#include "worker/memory_share.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "collectives/hash.h"
+#include "storage/chunk_codec.h"
+
+namespace tessera::worker {
+namespace {
+
+Result<uint64_t> RequiredU64(const Json& j, const std::string& field) {
+  ASSIGN_OR_RETURN(int64_t v, RequiredInt(j, field));
+  if (v < 0) return InvalidArgument("field '" + field + "' must be ≥ 0", {{"field", field}});
+  return static_cast<uint64_t>(v);
+}
+
+}  // namespace
+
+Json ShareHeader::ToJson() const {
+  Json p = Json::array();
+  for (const Piece& piece : pieces) {
+    p.push_back({{"tensor", TensorMetaToJson(piece.tensor)},
+                 {"device", piece.device},
+                 {"offset", piece.offset},
+                 {"bytes", piece.bytes},
+                 // as a signed number: JSON readers keep 63 bits
+                 {"checksum", static_cast<int64_t>(piece.checksum)}});
+  }
+  return {{"step", step},
+          {"rank", rank},
+          {"mesh_fingerprint", mesh_fingerprint},
+          {"policy_fingerprint", policy_fingerprint},
+          {"bytes", bytes},
+          {"metadata", metadata},
+          {"pieces", std::move(p)}};
+}
+
+Result<ShareHeader> ShareHeader::FromJson(const Json& j) {
+  if (!j.is_object()) return InvalidArgument("a share header must be a JSON object");
+  ShareHeader h;
+  ASSIGN_OR_RETURN(h.step, RequiredInt(j, "step"));
+  ASSIGN_OR_RETURN(h.rank, RequiredInt(j, "rank"));
+  ASSIGN_OR_RETURN(h.mesh_fingerprint, RequiredInt(j, "mesh_fingerprint"));
+  ASSIGN_OR_RETURN(h.policy_fingerprint, RequiredInt(j, "policy_fingerprint"));
+  ASSIGN_OR_RETURN(h.bytes, RequiredU64(j, "bytes"));
+  h.metadata = j.value("metadata", Json::object());
+  const Json& pieces = j.value("pieces", Json());
+  if (!pieces.is_array()) return InvalidArgument("field 'pieces' must be an array", {{"field", "pieces"}});
+  uint64_t end = 0;
+  for (const Json& p : pieces) {
+    if (!p.is_object()) return InvalidArgument("a piece must be an object", {{"field", "pieces"}});
+    Piece piece;
+    ASSIGN_OR_RETURN(piece.tensor, TensorMetaFromJson(p.value("tensor", Json())));
+    ASSIGN_OR_RETURN(piece.device, RequiredInt(p, "device"));
+    ASSIGN_OR_RETURN(piece.offset, RequiredU64(p, "offset"));
+    ASSIGN_OR_RETURN(piece.bytes, RequiredU64(p, "bytes"));
+    ASSIGN_OR_RETURN(int64_t sum, RequiredInt(p, "checksum"));
+    piece.checksum = static_cast<uint64_t>(sum);
+    if (piece.offset != end || piece.bytes > h.bytes - std::min(h.bytes, end)) {
+      return InvalidArgument("piece of tensor '" + piece.tensor.name + "' is not where the share's bytes put it",
+                             {{"field", "pieces"}, {"tensor", piece.tensor.name}});
+    }
+    end += piece.bytes;
+    h.pieces.push_back(std::move(piece));
+  }
+  if (end != h.bytes) {
+    return InvalidArgument("the pieces cover " + std::to_string(end) + " of the share's " +
+                               std::to_string(h.bytes) + " bytes",
+                           {{"field", "bytes"}});
+  }
+  return h;
+}
+
+Json ShareHeader::Tensors() const {
+  Json out = Json::array();
+  std::set<std::string> seen;
+  for (const Piece& p : pieces) {
+    if (seen.insert(p.tensor.name).second) out.push_back(TensorMetaToJson(p.tensor));
+  }
+  return out;
+}
+
+int64_t MeshFingerprint(const MeshPlacement& p) {
+  const std::string def = p.mesh.ToString() + "/" + std::to_string(p.mesh.devices_per_worker) + "/" +
+                          std::to_string(p.workers.size());
+  return static_cast<int64_t>(collectives::HashString(def) >> 1);
+}
+
+ShareHeader DescribeShare(const Snapshot& snap, int64_t step, int64_t rank, int64_t mesh_fingerprint,
+                          int64_t policy_fingerprint, const Json& metadata) {
+  ShareHeader h;
+  h.step = step;
+  h.rank = rank;
+  h.mesh_fingerprint = mesh_fingerprint;
+  h.policy_fingerprint = policy_fingerprint;
+  h.metadata = metadata;
+  for (const Snapshot::Tensor& t : snap.tensors) {
+    for (const Snapshot::Shard& s : t.shards) {
+      ShareHeader::Piece piece;
+      piece.tensor = TensorMeta(t.name, t.desc);
+      piece.device = s.device;
+      piece.offset = h.bytes;
+      piece.bytes = s.buffer->size();
+      piece.checksum = storage::Checksum(s.buffer->data(), s.buffer->size());
+      h.bytes += piece.bytes;
+      h.pieces.push_back(std::move(piece));
+    }
+  }
+  return h;
+}
+
+ShareBytes::ShareBytes(std::shared_ptr<const Snapshot> snap) : snap_(std::move(snap)) {
+  for (const Snapshot::Tensor& t : snap_->tensors) {
+    for (const Snapshot::Shard& s : t.shards) {
+      if (s.buffer->size() == 0) continue;
+      spans_.emplace_back(s.buffer->data(), s.buffer->size());
+      size_ += s.buffer->size();
+    }
+  }
+}
+
+ShareBytes ShareBytes::Allocate(uint64_t n) {
+  ShareBytes b;
+  b.owned_.reset(new uint8_t[std::max<uint64_t>(n, 1)]);  // uninitialised: received into
+  b.size_ = n;
+  if (n > 0) b.spans_.emplace_back(b.owned_.get(), n);
+  return b;
+}
+
+std::vector<Bytes> ShareBytes::Range(uint64_t offset, uint64_t n) const {
+  std::vector<Bytes> out;
+  uint64_t at = 0;
+  for (const Bytes& s : spans_) {
+    const uint64_t lo = std::max(offset, at);
+    const uint64_t hi = std::min(offset + n, at + s.size());
+    if (lo < hi) out.push_back(s.subspan(lo - at, hi - lo));
+    at += s.size();
+    if (at >= offset + n) break;
+  }
+  return out;
+}
+
+void ShareBytes::CopyRange(uint64_t offset, uint64_t n, uint8_t* dst) const {
+  uint64_t done = 0;
+  for (const Bytes& s : Range(offset, n)) {
+    std::memcpy(dst + done, s.data(), s.size());
+    done += s.size();
+  }
+  if (done < n) std::memset(dst + done, 0, n - done);
+}
+
+Status CheckShare(const ShareHeader& header, const ShareBytes& bytes, const std::string& whose) {
+  if (bytes.size() != header.bytes) {
+    return DataLoss(whose + " holds " + std::to_string(bytes.size()) + " bytes where its header says " +
+                        std::to_string(header.bytes),
+                    {{"step", header.step}, {"rank", header.rank}});
+  }
+  std::vector<uint8_t> scratch;
+  for (const ShareHeader::Piece& p : header.pieces) {
+    std::vector<Bytes> parts = bytes.Range(p.offset, p.bytes);
+    uint64_t sum = 0;
+    if (parts.size() == 1) {
+      sum = storage::Checksum(parts[0].data(), parts[0].size());
+    } else {
+      scratch.resize(p.bytes);
+      bytes.CopyRange(p.offset, p.bytes, scratch.data());
+      sum = storage::Checksum(scratch.data(), scratch.size());
+    }
+    if (sum != p.checksum) {
+      return DataLoss("the checksum of tensor '" + p.tensor.name + "' (device " +
+                          std::to_string(p.device) + ") in " + whose + " does not match: its bytes changed",
+                      {{"tensor", p.tensor.name}, {"device", p.device}, {"step", header.step},
+                       {"rank", header.rank}});
+    }
+  }
+  return Status::Ok();
+}
+
+Status InstallShare(TensorStore& store, const std::string& mesh, const ShareHeader& header,
+                    const ShareBytes& bytes, const std::vector<std::string>& names) {
+  const std::set<std::string> wanted(names.begin(), names.end());
+  std::vector<uint8_t> scratch;
+  for (const ShareHeader::Piece& p : header.pieces) {
+    if (!wanted.count(p.tensor.name)) continue;
+    std::vector<Bytes> parts = bytes.Range(p.offset, p.bytes);
+    const void* data = parts.empty() ? nullptr : parts[0].data();
+    if (parts.size() > 1) {
+      scratch.resize(p.bytes);
+      bytes.CopyRange(p.offset, p.bytes, scratch.data());
+      data = scratch.data();
+    }
+    RETURN_IF_ERROR(store.Install(mesh, p.tensor.name, p.tensor.desc(), p.device, data, p.bytes));
+  }
+  return Status::Ok();
+}
+
+}  // namespace tessera::worker

@@ -1,0 +1,86 @@
+// A worker's share of a memory checkpoint: the bytes of its snapshot, laid end to
+// end (tensors by name, shards by device), and the header that describes them
+// with a checksum per piece. The header travels with every copy and every parity,
+// so a copy is checked before it is kept and before it is restored.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "api/json_codec.h"
+#include "api/status.h"
+#include "api/tensor_desc.h"
+#include "worker/tensor_store.h"
+
+namespace tessera::worker {
+
+using Bytes = std::span<const uint8_t>;
+
+struct ShareHeader {
+  struct Piece {
+    TensorMeta tensor;
+    int64_t device = 0;
+    uint64_t offset = 0;  // in the share's bytes
+    uint64_t bytes = 0;
+    uint64_t checksum = 0;  // xxh64
+  };
+  int64_t step = 0;
+  int64_t rank = 0;
+  int64_t mesh_fingerprint = 0;
+  int64_t policy_fingerprint = 0;
+  uint64_t bytes = 0;  // the share's length
+  Json metadata = Json::object();  // the save's
+  std::vector<Piece> pieces;
+
+  Json ToJson() const;
+  // invalid_argument naming the field (the header came from a peer).
+  static Result<ShareHeader> FromJson(const Json& j);
+  // The tensors, once each: [{name, dtype, shape, layout}].
+  Json Tensors() const;
+};
+
+// The mesh's definition as one number: workers that hold shares of another
+// definition (another layout, more workers) do not restore from them.
+int64_t MeshFingerprint(const MeshPlacement& p);
+
+// The header of `snap` (one pass over its bytes for the checksums).
+ShareHeader DescribeShare(const Snapshot& snap, int64_t step, int64_t rank, int64_t mesh_fingerprint,
+                          int64_t policy_fingerprint, const Json& metadata);
+
+// A share's bytes: a snapshot's buffers (no copy) or bytes received from a peer.
+class ShareBytes {
+ public:
+  ShareBytes() = default;
+  explicit ShareBytes(std::shared_ptr<const Snapshot> snap);
+  // `n` bytes, uninitialised, to receive into.
+  static ShareBytes Allocate(uint64_t n);
+
+  // The bytes in order, as spans.
+  const std::vector<Bytes>& spans() const { return spans_; }
+  uint64_t size() const { return size_; }
+  // Received bytes: where to write them (null for a snapshot's).
+  uint8_t* writable() { return owned_.get(); }
+  // The spans covering [offset, offset + n), clipped to the share's end.
+  std::vector<Bytes> Range(uint64_t offset, uint64_t n) const;
+  // Copies [offset, offset + n) into dst, zeros past the end.
+  void CopyRange(uint64_t offset, uint64_t n, uint8_t* dst) const;
+
+ private:
+  std::shared_ptr<const Snapshot> snap_;
+  std::unique_ptr<uint8_t[]> owned_;
+  std::vector<Bytes> spans_;
+  uint64_t size_ = 0;
+};
+
+// data_loss naming the piece (tensor, device) whose checksum does not match, and `whose`
+// ("the copy of rank 2 (w-c) held by w-a").
+Status CheckShare(const ShareHeader& header, const ShareBytes& bytes, const std::string& whose);
+
+// Writes each piece of `bytes` whose tensor is in `names` into the store (mesh `mesh`).
+Status InstallShare(TensorStore& store, const std::string& mesh, const ShareHeader& header,
+                    const ShareBytes& bytes, const std::vector<std::string>& names);
+
+}  // namespace tessera::worker

@@ -1,0 +1,77 @@
+// The memory checkpoints a worker holds (docs/memory-tier.md): per mesh and step,
+// its own share (the snapshot itself), the copies of other ranks' shares it keeps,
+// or its part of a parity group. A checkpoint is added when its exchange begins and
+// counts once committed; the newest `keep` committed ones of a mesh are kept, and an
+// older one is freed only when a newer one commits. Thread-safe: one lock, held for
+// the tables alone (the bytes are shared, never copied under it).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/json_codec.h"
+#include "api/thread_annotations.h"
+#include "worker/memory_layout.h"
+#include "worker/memory_share.h"
+
+namespace tessera::worker {
+
+struct MemoryCheckpoint {
+  std::string mesh;
+  int64_t step = 0;
+  int64_t rank = 0;
+  MemoryPolicy policy;
+  MemoryLayout layout;
+  int64_t mesh_fingerprint = 0;
+  int64_t persisted = -1;  // the newest persisted step when it was taken
+
+  ShareHeader own_header;
+  ShareBytes own;
+  // Replica mode: the shares of other ranks this worker keeps, by rank.
+  struct Copy {
+    ShareHeader header;
+    ShareBytes bytes;
+  };
+  std::map<int64_t, Copy> copies;
+  // Parity mode: this worker's group (ranks in group order), every member's header,
+  // and its parity (stripe_length bytes) with its checksum.
+  std::vector<int> group;
+  std::map<int64_t, ShareHeader> group_headers;
+  ShareBytes parity;
+  uint64_t stripe_length = 0;
+  uint64_t parity_checksum = 0;
+
+  // own + copies + parity.
+  uint64_t bytes() const;
+};
+
+class MemoryTier {
+ public:
+  // Adds `ck` (not committed), replacing an earlier attempt of its step.
+  void Begin(std::shared_ptr<MemoryCheckpoint> ck) EXCLUDES(mu_);
+  // Commits (mesh, step) and frees the committed ones older than the newest
+  // ck.policy.keep. False when it is not there (dropped meanwhile).
+  bool Commit(const std::string& mesh, int64_t step) EXCLUDES(mu_);
+  // Forgets (mesh, step), committed or not.
+  void Drop(const std::string& mesh, int64_t step) EXCLUDES(mu_);
+  // The committed checkpoints of `mesh`, ascending step.
+  std::vector<std::shared_ptr<const MemoryCheckpoint>> Committed(const std::string& mesh) const
+      EXCLUDES(mu_);
+  // Bytes held for `mesh` (all meshes when empty), committed or not.
+  uint64_t Bytes(const std::string& mesh = "") const EXCLUDES(mu_);
+  // {"meshes": {mesh: {"steps": [...], "bytes"}}, "bytes"}: the worker's /healthz.
+  Json Summary() const EXCLUDES(mu_);
+
+ private:
+  struct Entry {
+    std::shared_ptr<const MemoryCheckpoint> ck;
+    bool committed = false;
+  };
+  mutable Mutex mu_;
+  std::map<std::string, std::map<int64_t, Entry>> meshes_ GUARDED_BY(mu_);
+};
+
+}  // namespace tessera::worker
