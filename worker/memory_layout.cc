@@ -70,23 +70,47 @@ std::string HostOfAddress(const std::string& address) {
 
 namespace {
 
+// The ranks host by host in turn: the first rank of each host (in order of first
+// appearance), then the second, ...; neighbours in it are on different hosts.
+std::vector<int> InterleavedByHost(const std::vector<std::string>& hosts) {
+  const int n = static_cast<int>(hosts.size());
+  std::vector<std::string> order_of_hosts;
+  std::map<std::string, std::vector<int>> ranks_of;
+  for (int r = 0; r < n; ++r) {
+    auto& v = ranks_of[hosts[r]];
+    if (v.empty()) order_of_hosts.push_back(hosts[r]);
+    v.push_back(r);
+  }
+  std::vector<int> order;
+  for (size_t round = 0; static_cast<int>(order.size()) < n; ++round) {
+    for (const std::string& h : order_of_hosts) {
+      if (round < ranks_of[h].size()) order.push_back(ranks_of[h][round]);
+    }
+  }
+  return order;
+}
+
 void PlanReplicas(const std::vector<std::string>& hosts, const MemoryPolicy& policy,
                   MemoryLayout& out) {
   const int n = static_cast<int>(hosts.size());
   out.targets.assign(n, {});
   out.sources.assign(n, {});
+  // Each rank's copies go to the ranks after it in the host-interleaved order: with as
+  // many workers on every host, each holds exactly `replicas` copies.
+  const std::vector<int> order = InterleavedByHost(hosts);
   int short_of_hosts = -1;
-  for (int r = 0; r < n; ++r) {
+  for (int i = 0; i < n; ++i) {
+    const int r = order[i];
     std::set<std::string> used = {hosts[r]};
     std::vector<int>& t = out.targets[r];
     for (int s = 1; s < n && static_cast<int64_t>(t.size()) < policy.replicas; ++s) {
-      const int j = (r + s) % n;
+      const int j = order[(i + s) % n];
       if (used.insert(hosts[j]).second) t.push_back(j);
     }
     if (static_cast<int64_t>(t.size()) < policy.replicas && short_of_hosts < 0) short_of_hosts = r;
     // Forced: the next ranks not taken yet, whatever their host.
     for (int s = 1; s < n && static_cast<int64_t>(t.size()) < policy.replicas; ++s) {
-      const int j = (r + s) % n;
+      const int j = order[(i + s) % n];
       if (std::find(t.begin(), t.end(), j) == t.end()) t.push_back(j);
     }
     for (int j : t) out.sources[j].push_back(r);
@@ -102,20 +126,7 @@ void PlanReplicas(const std::vector<std::string>& hosts, const MemoryPolicy& pol
 void PlanParity(const std::vector<std::string>& hosts, const MemoryPolicy& policy,
                 MemoryLayout& out) {
   const int n = static_cast<int>(hosts.size());
-  // Host by host in turn: the first rank of each host, then the second, ...
-  std::vector<std::string> order_of_hosts;
-  std::map<std::string, std::vector<int>> ranks_of;
-  for (int r = 0; r < n; ++r) {
-    auto& v = ranks_of[hosts[r]];
-    if (v.empty()) order_of_hosts.push_back(hosts[r]);
-    v.push_back(r);
-  }
-  std::vector<int> order;
-  for (size_t round = 0; static_cast<int>(order.size()) < n; ++round) {
-    for (const std::string& h : order_of_hosts) {
-      if (round < ranks_of[h].size()) order.push_back(ranks_of[h][round]);
-    }
-  }
+  const std::vector<int> order = InterleavedByHost(hosts);
   const int g = static_cast<int>(policy.group);
   for (int i = 0; i < n; i += g) {
     out.groups.emplace_back(order.begin() + i, order.begin() + std::min(n, i + g));

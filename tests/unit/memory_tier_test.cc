@@ -1,0 +1,431 @@
+// The memory tier's parts without processes: where redundancy goes (layout), which
+// step a restore takes (choice), what a worker keeps (retention), and the transfers
+// themselves over in-process transports: copies and parity are exchanged, a lost
+// share is rebuilt bit for bit, and a damaged copy is named by its checksum.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <set>
+#include <thread>
+
+#include "collectives/transport/in_process_transport.h"
+#include "worker/memory_choice.h"
+#include "worker/memory_exchange.h"
+#include "worker/memory_layout.h"
+#include "worker/memory_tier.h"
+
+namespace tessera::worker {
+namespace {
+
+MemoryPolicy Replica(int64_t k, bool force = false) {
+  MemoryPolicy p;
+  p.replicas = k;
+  p.force = force;
+  return p;
+}
+
+MemoryPolicy Parity(int64_t g, bool force = false) {
+  MemoryPolicy p;
+  p.mode = MemoryPolicy::Mode::kParity;
+  p.group = g;
+  p.force = force;
+  return p;
+}
+
+TEST(MemoryLayout, CopiesGoToOtherHostsAndEveryWorkerHoldsAsMany) {
+  // Two workers per host: rank r's next rank is on its own host, so its copies skip it.
+  const std::vector<std::string> hosts = {"a", "a", "b", "b", "c", "c"};
+  auto l = PlanMemoryLayout(hosts, Replica(2));
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  for (int r = 0; r < 6; ++r) {
+    std::set<std::string> seen = {hosts[r]};
+    for (int t : l->targets[r]) EXPECT_TRUE(seen.insert(hosts[t]).second) << "rank " << r << " → " << t;
+    EXPECT_EQ(l->targets[r].size(), 2u);
+    EXPECT_EQ(l->sources[r].size(), 2u) << "rank " << r;  // balanced
+  }
+  EXPECT_EQ(l->targets[0], (std::vector<int>{2, 4}));
+  EXPECT_TRUE(l->diversity_problem.empty());
+}
+
+TEST(MemoryLayout, OneHostIsRefusedUnlessForced) {
+  const std::vector<std::string> hosts(4, "h");
+  auto refused = PlanMemoryLayout(hosts, Replica(1));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Code::kConflict);
+  EXPECT_EQ(refused.status().details()["reason"], "no_host_diversity");
+  EXPECT_NE(refused.status().message().find("force"), std::string::npos);
+  auto forced = PlanMemoryLayout(hosts, Replica(1, true));
+  ASSERT_TRUE(forced.ok());
+  EXPECT_FALSE(forced->diversity_problem.empty());
+  EXPECT_EQ(forced->targets[3], (std::vector<int>{0}));
+  EXPECT_FALSE(PlanMemoryLayout(hosts, Parity(4)).ok());
+  EXPECT_FALSE(PlanMemoryLayout({"a", "b"}, Replica(2)).ok());  // 3 workers needed
+  EXPECT_FALSE(PlanMemoryLayout({"a"}, Replica(1)).ok());
+}
+
+TEST(MemoryLayout, ParityGroupsSpanHostsAndALastSingleJoinsTheOneBefore) {
+  // 9 ranks on 3 hosts, groups of 3: each group takes one rank of each host.
+  const std::vector<std::string> hosts = {"a", "a", "a", "b", "b", "b", "c", "c", "c"};
+  auto l = PlanMemoryLayout(hosts, Parity(3));
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  ASSERT_EQ(l->groups.size(), 3u);
+  EXPECT_EQ(l->groups[0], (std::vector<int>{0, 3, 6}));
+  EXPECT_EQ(l->group_of[4], 1);
+  // 5 distinct hosts, groups of 4: the fifth rank joins the first group (of 5).
+  auto five = PlanMemoryLayout({"a", "b", "c", "d", "e"}, Parity(4));
+  ASSERT_TRUE(five.ok());
+  ASSERT_EQ(five->groups.size(), 1u);
+  EXPECT_EQ(five->groups[0].size(), 5u);
+}
+
+TEST(MemoryLayout, EachMemberHoldsADifferentStripeOfEveryOther) {
+  for (int m = 2; m <= 6; ++m) {
+    for (int i = 0; i < m; ++i) {
+      std::set<int> stripes;
+      for (int j = 0; j < m; ++j) {
+        if (j == i) continue;
+        const int s = StripeFor(i, j, m);
+        EXPECT_GE(s, 0);
+        EXPECT_LT(s, m - 1);
+        stripes.insert(s);
+      }
+      EXPECT_EQ(static_cast<int>(stripes.size()), m - 1) << "m=" << m << " i=" << i;
+    }
+  }
+  EXPECT_EQ(StripeLength(10, 4), 4u);
+  EXPECT_EQ(StripeLength(9, 4), 3u);
+}
+
+TEST(MemoryPolicy, FieldsAreCheckedAndNamed) {
+  EXPECT_EQ(MemoryPolicy::FromJson({{"redundancy", "raid"}}).status().details()["field"], "redundancy");
+  EXPECT_EQ(MemoryPolicy::FromJson({{"group", 1}}).status().details()["field"], "group");
+  EXPECT_EQ(MemoryPolicy::FromJson({{"keep", 0}}).status().details()["field"], "keep");
+  EXPECT_EQ(MemoryPolicy::FromJson({{"replicas", "2"}}).status().details()["field"], "replicas");
+  auto p = MemoryPolicy::FromJson({{"redundancy", "parity"}, {"group", 3}, {"persist_every_steps", 10}});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->mode, MemoryPolicy::Mode::kParity);
+  EXPECT_NE(p->Fingerprint(), MemoryPolicy().Fingerprint());
+}
+
+HeldStep Held(int64_t step, bool own, MemoryPolicy::Mode mode, std::vector<int> ranks, bool red = true) {
+  HeldStep h;
+  h.step = step;
+  h.own = own;
+  h.redundancy = red;
+  h.mode = mode;
+  h.ranks = std::move(ranks);
+  return h;
+}
+
+std::vector<Inventory> Inventories(int n, int64_t persisted) {
+  std::vector<Inventory> v(n);
+  for (auto& inv : v) {
+    inv.persisted = persisted;
+    inv.mesh_fingerprint = 7;
+  }
+  return v;
+}
+
+const std::vector<std::string> kWorkers = {"w-a", "w-b", "w-c", "w-d"};
+constexpr auto kRep = MemoryPolicy::Mode::kReplica;
+constexpr auto kPar = MemoryPolicy::Mode::kParity;
+
+TEST(MemoryChoice, NewestCompleteStepWinsAndALostShareComesFromItsCopy) {
+  auto inv = Inventories(4, 3);
+  for (int r = 0; r < 4; ++r) {
+    inv[r].steps.push_back(Held(4, true, kRep, {(r + 3) % 4}));
+    // Step 5: rank 2 lost everything (a replacement); rank 3 holds its copy.
+    if (r != 2) inv[r].steps.push_back(Held(5, true, kRep, {(r + 3) % 4}));
+  }
+  RestoreChoice c = ChooseRestore(inv, 7, kWorkers);
+  EXPECT_TRUE(c.memory);
+  EXPECT_EQ(c.step, 5);
+  ASSERT_EQ(c.plan.size(), 1u);
+  EXPECT_EQ(c.plan[0].to, 2);
+  EXPECT_EQ(c.plan[0].from, 3);
+  EXPECT_EQ(c.sources, (std::vector<std::string>{"local", "local", "replica", "local"}));
+}
+
+TEST(MemoryChoice, TwoLossesInAParityGroupFallBackNamingThem) {
+  auto inv = Inventories(4, 3);
+  const std::vector<int> group = {0, 1, 2, 3};
+  inv[0].steps.push_back(Held(6, true, kPar, group));
+  inv[1].steps.push_back(Held(6, true, kPar, group));
+  RestoreChoice c = ChooseRestore(inv, 7, kWorkers);
+  EXPECT_FALSE(c.memory);
+  EXPECT_EQ(c.step, 3);
+  EXPECT_NE(c.fallback.find("step 6"), std::string::npos) << c.fallback;
+  EXPECT_NE(c.fallback.find("w-c"), std::string::npos) << c.fallback;
+  // One loss is rebuilt from the group.
+  inv[2].steps.push_back(Held(6, true, kPar, group));
+  c = ChooseRestore(inv, 7, kWorkers);
+  EXPECT_TRUE(c.memory);
+  ASSERT_EQ(c.plan.size(), 1u);
+  EXPECT_EQ(c.plan[0].kind, ShareTransfer::Kind::kParity);
+  EXPECT_EQ(c.plan[0].to, 3);
+  // A damaged parity on a survivor: not rebuildable.
+  inv[1].steps[0].redundancy = false;
+  c = ChooseRestore(inv, 7, kWorkers);
+  EXPECT_FALSE(c.memory);
+  EXPECT_NE(c.fallback.find("w-b"), std::string::npos) << c.fallback;
+}
+
+TEST(MemoryChoice, PersistedNewerThanMemoryAndOtherMeshDefinitions) {
+  auto inv = Inventories(4, 9);
+  for (int r = 0; r < 4; ++r) inv[r].steps.push_back(Held(8, true, kRep, {}));
+  RestoreChoice c = ChooseRestore(inv, 7, kWorkers);
+  EXPECT_FALSE(c.memory);
+  EXPECT_EQ(c.step, 9);
+  EXPECT_EQ(c.fallback, "");
+  // The same step in both: memory.
+  for (auto& i : inv) i.persisted = 8;
+  EXPECT_TRUE(ChooseRestore(inv, 7, kWorkers).memory);
+  // Shares of another definition of the mesh do not count.
+  inv[1].mesh_fingerprint = 8;
+  EXPECT_FALSE(ChooseRestore(inv, 7, kWorkers).memory);
+  // A worker that saw no persisted step: nothing persisted counts.
+  inv[1].mesh_fingerprint = 7;
+  inv[3].persisted = -1;
+  c = ChooseRestore(inv, 7, kWorkers);
+  EXPECT_TRUE(c.memory);
+  EXPECT_EQ(c.step, 8);
+}
+
+TEST(MemoryChoice, InventoriesTravelAsFixedRecords) {
+  Inventory inv;
+  inv.persisted = 12;
+  inv.mesh_fingerprint = 99;
+  inv.lookup_failed = true;
+  for (int s = 0; s < 12; ++s) inv.steps.push_back(Held(s, s % 2 == 0, kPar, {1, 2, 3}, s % 3 == 0));
+  const std::vector<int64_t> record = EncodeInventory(inv);
+  ASSERT_EQ(record.size(), InventoryRecordSize());
+  Inventory back = DecodeInventory(record.data());
+  EXPECT_EQ(back.persisted, 12);
+  EXPECT_EQ(back.mesh_fingerprint, 99);
+  EXPECT_TRUE(back.lookup_failed);
+  ASSERT_EQ(back.steps.size(), static_cast<size_t>(MemoryPolicy::kMaxKeep + 1));  // the newest
+  EXPECT_EQ(back.steps.back().step, 11);
+  EXPECT_EQ(back.steps.back().ranks, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(back.steps.back().own, false);
+  EXPECT_EQ(back.steps.front().step, 3);
+  EXPECT_EQ(back.steps.front().redundancy, true);
+}
+
+// --- shares over in-process transports
+
+const Mesh kMesh{"m", {{"data", 4}}, 1};
+
+// Rank r's store holds "w" (its shard, of a size that differs by rank through "x",
+// held only by some ranks) filled from `seed`.
+struct Rank {
+  explicit Rank(int r)
+      : store([r](const std::string&) -> Result<MeshPlacement> {
+          return MeshPlacement{kMesh, r, {r}, kWorkers};
+        }) {}
+  TensorStore store;
+};
+
+std::vector<std::unique_ptr<Rank>> MakeRanks(int seed) {
+  std::vector<std::unique_ptr<Rank>> ranks;
+  for (int r = 0; r < 4; ++r) {
+    ranks.push_back(std::make_unique<Rank>(r));
+    std::vector<float> w(1000);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(seed * 10000 + r * 1000 + i);
+    TensorDesc d{DType::kFloat32, {4000}, Layout{{"data"}}};
+    EXPECT_TRUE(ranks[r]->store.Put("m", "w", d, r, std::string_view(reinterpret_cast<char*>(w.data()), 4000)).ok());
+    // Shares of different lengths: rank r also holds r * 37 extra bytes.
+    std::string extra(static_cast<size_t>(r) * 37 + 1, static_cast<char>('a' + r));
+    TensorDesc e{DType::kUInt8, {static_cast<int64_t>(extra.size())}, Layout{{"unsharded"}}};
+    EXPECT_TRUE(ranks[r]->store.Put("m", "x" + std::to_string(r), e, r, extra).ok());
+  }
+  return ranks;
+}
+
+std::vector<std::shared_ptr<MemoryCheckpoint>> Exchange(std::vector<std::unique_ptr<Rank>>& ranks,
+                                                        const MemoryPolicy& policy,
+                                                        std::vector<std::unique_ptr<collectives::Group>>& groups) {
+  auto layout = PlanMemoryLayout({"a", "b", "c", "d"}, policy);
+  EXPECT_TRUE(layout.ok());
+  std::vector<std::shared_ptr<MemoryCheckpoint>> cks(4);
+  std::vector<Status> st(4);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) {
+    auto snap = ranks[r]->store.TakeSnapshot("m");
+    EXPECT_TRUE(snap.ok());
+    auto ck = std::make_shared<MemoryCheckpoint>();
+    ck->mesh = "m";
+    ck->step = 5;
+    ck->rank = r;
+    ck->policy = policy;
+    ck->layout = *layout;
+    ck->mesh_fingerprint = 7;
+    ck->own = ShareBytes(*snap);
+    ck->own_header = DescribeShare(**snap, 5, r, 7, policy.Fingerprint(), Json::object());
+    cks[r] = ck;
+    threads.emplace_back([&, r] {
+      st[r] = ExchangeRedundancy(*groups[r], *cks[r], kWorkers,
+                                 collectives::Clock::now() + std::chrono::seconds(30));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 4; ++r) EXPECT_TRUE(st[r].ok()) << st[r].ToString();
+  return cks;
+}
+
+std::vector<std::unique_ptr<collectives::Group>> Groups() {
+  std::vector<std::unique_ptr<collectives::Group>> groups;
+  for (auto& t : collectives::InProcessTransport::CreateGroup(4)) {
+    groups.push_back(std::make_unique<collectives::Group>(std::move(t), "memory/m"));
+  }
+  return groups;
+}
+
+// Rank `lost` loses its checkpoint; the others rebuild its share per `choice`.
+void Rebuild(std::vector<std::shared_ptr<MemoryCheckpoint>>& cks, int lost, const RestoreChoice& choice,
+             ShareHeader* header, ShareBytes* bytes, std::vector<Status>* st) {
+  auto groups = Groups();
+  std::vector<ShareHeader> headers(4);
+  std::vector<ShareBytes> got(4);
+  std::vector<std::thread> threads;
+  st->assign(4, Status::Ok());
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&, r] {
+      (*st)[r] = RebuildShares(*groups[r], r == lost ? nullptr : cks[r].get(), 5, choice.plan, kWorkers,
+                               collectives::Clock::now() + std::chrono::seconds(30), &headers[r], &got[r]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  *header = std::move(headers[lost]);
+  *bytes = std::move(got[lost]);
+}
+
+std::vector<Inventory> InventoriesOf(const std::vector<std::shared_ptr<MemoryCheckpoint>>& cks, int lost) {
+  auto inv = Inventories(4, -1);
+  for (int r = 0; r < 4; ++r) {
+    if (r == lost) continue;
+    const MemoryCheckpoint& ck = *cks[r];
+    std::vector<int> ranks;
+    if (ck.policy.mode == kRep) {
+      for (const auto& [s, copy] : ck.copies) {
+        if (CheckShare(copy.header, copy.bytes, "copy").ok()) ranks.push_back(static_cast<int>(s));
+      }
+    } else {
+      ranks = ck.group;
+    }
+    inv[r].steps.push_back(Held(5, true, ck.policy.mode, ranks));
+  }
+  return inv;
+}
+
+void ExpectSameShare(const MemoryCheckpoint& original, const ShareHeader& header, const ShareBytes& bytes) {
+  ASSERT_EQ(bytes.size(), original.own.size());
+  std::vector<uint8_t> a(bytes.size()), b(bytes.size());
+  bytes.CopyRange(0, bytes.size(), a.data());
+  original.own.CopyRange(0, original.own.size(), b.data());
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(header.ToJson(), original.own_header.ToJson());
+}
+
+TEST(MemoryExchange, ParityRebuildsALostShareBitForBit) {
+  for (int lost = 0; lost < 4; ++lost) {
+    auto ranks = MakeRanks(lost);
+    auto groups = Groups();
+    auto cks = Exchange(ranks, Parity(4), groups);
+    // Each member keeps a third of the longest share, not a copy.
+    EXPECT_EQ(cks[0]->parity.size(), StripeLength(cks[3]->own.size(), 4));
+    RestoreChoice choice = ChooseRestore(InventoriesOf(cks, lost), 7, kWorkers);
+    ASSERT_TRUE(choice.memory);
+    ShareHeader header;
+    ShareBytes bytes;
+    std::vector<Status> st;
+    Rebuild(cks, lost, choice, &header, &bytes, &st);
+    for (int r = 0; r < 4; ++r) ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].ToString();
+    ExpectSameShare(*cks[lost], header, bytes);
+  }
+}
+
+TEST(MemoryExchange, ADamagedCopyIsNamedAndAnotherIsUsed) {
+  auto ranks = MakeRanks(1);
+  auto groups = Groups();
+  auto cks = Exchange(ranks, Replica(2), groups);
+  // Rank 1's share is copied to ranks 2 and 3; a bit flips in rank 2's copy.
+  ASSERT_TRUE(cks[2]->copies.count(1));
+  MemoryCheckpoint::Copy& copy = cks[2]->copies[1];
+  copy.bytes.writable()[17] ^= 0x04;
+  Status damaged = CheckShare(copy.header, copy.bytes, "the copy of rank 1 held by w-c");
+  EXPECT_EQ(damaged.code(), Code::kDataLoss);
+  EXPECT_NE(damaged.message().find("'w'"), std::string::npos) << damaged.ToString();
+  EXPECT_NE(damaged.message().find("w-c"), std::string::npos) << damaged.ToString();
+  RestoreChoice choice = ChooseRestore(InventoriesOf(cks, 1), 7, kWorkers);
+  ASSERT_TRUE(choice.memory);
+  ASSERT_EQ(choice.plan.size(), 1u);
+  EXPECT_EQ(choice.plan[0].from, 3);  // not the damaged one
+  ShareHeader header;
+  ShareBytes bytes;
+  std::vector<Status> st;
+  Rebuild(cks, 1, choice, &header, &bytes, &st);
+  for (int r = 0; r < 4; ++r) ASSERT_TRUE(st[r].ok()) << st[r].ToString();
+  ExpectSameShare(*cks[1], header, bytes);
+}
+
+TEST(MemoryExchange, ASaveOfAnotherStepIsRefusedNamingTheWorker) {
+  auto ranks = MakeRanks(0);
+  auto groups = Groups();
+  auto layout = PlanMemoryLayout({"a", "b", "c", "d"}, Replica(1));
+  std::vector<Status> st(4);
+  std::vector<std::thread> threads;
+  std::vector<std::shared_ptr<MemoryCheckpoint>> cks(4);
+  for (int r = 0; r < 4; ++r) {
+    auto snap = ranks[r]->store.TakeSnapshot("m");
+    auto ck = std::make_shared<MemoryCheckpoint>();
+    ck->step = r == 1 ? 6 : 5;  // rank 1's trainer is a step ahead
+    ck->layout = *layout;
+    ck->mesh_fingerprint = 7;
+    ck->own = ShareBytes(*snap);
+    ck->own_header = DescribeShare(**snap, ck->step, r, 7, Replica(1).Fingerprint(), Json::object());
+    cks[r] = ck;
+    threads.emplace_back([&, r] {
+      st[r] = ExchangeRedundancy(*groups[r], *cks[r], kWorkers, collectives::Clock::now() + std::chrono::seconds(5));
+      if (!st[r].ok()) groups[r]->transport().Abort(st[r]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  // Rank 2 receives rank 1's copy: step 6 where it takes step 5.
+  EXPECT_EQ(st[2].code(), Code::kConflict) << st[2].ToString();
+  EXPECT_NE(st[2].message().find("w-b"), std::string::npos) << st[2].ToString();
+}
+
+TEST(MemoryTierStore, KeepsTheNewestCommittedAndFreesOldOnesOnlyAfterANewerCommits) {
+  MemoryTier tier;
+  auto add = [&](int64_t step) {
+    auto ck = std::make_shared<MemoryCheckpoint>();
+    ck->mesh = "m";
+    ck->step = step;
+    ck->policy.keep = 2;
+    ck->own = ShareBytes::Allocate(100);
+    tier.Begin(ck);
+  };
+  auto steps = [&] {
+    std::vector<int64_t> out;
+    for (const auto& ck : tier.Committed("m")) out.push_back(ck->step);
+    return out;
+  };
+  add(1);
+  tier.Commit("m", 1);
+  add(2);
+  tier.Commit("m", 2);
+  add(3);  // in flight: 1 and 2 stay
+  EXPECT_EQ(steps(), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(tier.Bytes("m"), 300u);
+  tier.Drop("m", 3);  // failed: nothing else changes
+  EXPECT_EQ(steps(), (std::vector<int64_t>{1, 2}));
+  add(4);
+  EXPECT_TRUE(tier.Commit("m", 4));
+  EXPECT_EQ(steps(), (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(tier.Bytes(), 200u);
+  EXPECT_FALSE(tier.Commit("m", 9));
+  EXPECT_EQ(tier.Summary()["meshes"]["m"]["steps"], Json::array({2, 4}));
+}
+
+}  // namespace
+}  // namespace tessera::worker
