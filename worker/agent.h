@@ -147,6 +147,7 @@ class Agent {
     std::shared_ptr<const Snapshot> snap;
     MemoryPolicy policy;
     SaveRequest request;
+    int64_t deadline_ms = 0;  // from its turn to its commit
   };
   // /v1/save with "tier": "memory": waits for room in the mesh's queue, snapshots,
   // queues the exchange (RunMemorySaves) and answers.

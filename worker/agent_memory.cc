@@ -22,6 +22,11 @@ using Clock = std::chrono::steady_clock;
 // A mesh runs one memory save and keeps one more waiting; a trainer's save beyond
 // that waits for room.
 constexpr size_t kMemorySavesQueued = 2;
+// How long a memory checkpoint may take from its turn to its commit (joining the
+// mesh's memory group included), unless the body's deadline_ms says otherwise: a
+// worker that never takes part fails it, named, once this passed.
+constexpr int64_t kDefaultMemoryDeadlineMs = 60 * 1000;
+constexpr int64_t kMaxMemoryDeadlineMs = 3600 * 1000;
 // The vote of each worker once its exchange is done.
 enum Vote : size_t { kStep, kOwnBytes, kMemoryBytes, kPersist, kPolicy, kVoteSize };
 
@@ -50,6 +55,11 @@ Result<Json> Agent::SaveToMemory(const std::string& mesh, int64_t step, const Js
   ASSIGN_OR_RETURN(MemoryPolicy policy, MemoryPolicy::FromJson(body));
   ASSIGN_OR_RETURN(SaveRequest request, SaveRequest::FromJson(body, step));
   ASSIGN_OR_RETURN(auto names, OptionalNameList(body, "tensors"));
+  ASSIGN_OR_RETURN(std::optional<int64_t> deadline_ms, OptionalInt(body, "deadline_ms"));
+  if (deadline_ms && (*deadline_ms < 1 || *deadline_ms > kMaxMemoryDeadlineMs)) {
+    return InvalidArgument("deadline_ms must be 1.." + std::to_string(kMaxMemoryDeadlineMs) + " for a memory checkpoint",
+                           {{"field", "deadline_ms"}});
+  }
   const auto t0 = Clock::now();
   {
     // Room in the mesh's queue: back-pressure, never a skipped step.
@@ -75,7 +85,7 @@ Result<Json> Agent::SaveToMemory(const std::string& mesh, int64_t step, const Js
   {
     MutexLock lock(mu_);
     MemoryQueue& q = memory_queues_[mesh];
-    q.waiting.push_back({step, snap, policy, request});
+    q.waiting.push_back({step, snap, policy, request, deadline_ms.value_or(kDefaultMemoryDeadlineMs)});
     start = !q.running;
     q.running = true;
   }
@@ -136,7 +146,7 @@ Status Agent::TakeMemoryCheckpoint(const std::string& mesh, const MemorySave& sa
                                    Json* report) {
   const MeshPlacement& p = save.snap->placement;
   const std::string what = "memory checkpoint step " + std::to_string(save.step) + " of mesh " + mesh;
-  const auto timeout = std::chrono::milliseconds(options_.trainer_wait_ms);
+  const auto timeout = std::chrono::milliseconds(save.deadline_ms);
   const auto deadline = Clock::now() + timeout;
   bool wish = false;
   int64_t persisted = -1;

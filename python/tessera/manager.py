@@ -250,7 +250,7 @@ class CheckpointManager(Collectives):
     # -- checkpoints
 
     MEMORY_OPTIONS = ("redundancy", "replicas", "group", "keep", "persist_every_steps",
-                      "persist_every_s", "force")
+                      "persist_every_s", "force", "deadline_ms")
 
     def save(self, step, tensors=None, metadata=None, tier="disk", **memory):
         """Snapshots this worker's tensors of the mesh for checkpoint `step` and
@@ -261,7 +261,8 @@ class CheckpointManager(Collectives):
         tier="memory" keeps the checkpoint in the workers' RAM, with its
         redundancy on other hosts (docs/memory-tier.md); its options, the same on
         every trainer: redundancy ("replica" or "parity"), replicas, group, keep,
-        persist_every_steps, persist_every_s, force."""
+        persist_every_steps, persist_every_s, force; deadline_ms bounds its
+        replication (default 60 s): a worker that takes no part fails it, named."""
         _check_step(step)
         unknown = sorted(set(memory) - set(self.MEMORY_OPTIONS))
         if unknown:

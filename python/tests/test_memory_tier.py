@@ -11,6 +11,7 @@ import pytest
 
 import tessera
 from tessera.local import LocalCluster
+from eventually import eventually
 from test_save_restore import each
 
 N = 4
@@ -116,3 +117,73 @@ def test_without_host_diversity_a_memory_save_is_refused(cluster, mesh):
         assert e.value.code == "conflict"
         assert e.value.details.get("reason") == "no_host_diversity"
         assert "force" in str(e.value)
+
+
+def replace_worker(cluster, ms, arrays, i, mesh):
+    """Worker i dies with its shared memory; a replacement starts under its name and
+    its trainer attaches the same tensors again (zeros)."""
+    ms[i].close()
+    cluster.kill_worker(i)
+    cluster.start_worker(i)
+    ms[i] = tessera.CheckpointManager(mesh, worker=cluster.worker_urls[i], timeout=60)
+    arrays[i] = (ms[i].attach("w", (N * 1024, 64), "float32", ["data", None]),
+                 ms[i].attach("b", (333,), "float32"))
+
+
+def test_a_worker_lost_during_replication_fails_that_checkpoint_and_the_previous_restores(
+        cluster, mesh):
+    ms = open_managers(cluster, mesh)
+    arrays = attach(ms)
+    fill(arrays, 6)
+    save_all(ms, 6)
+    # Step 7: three trainers save, the fourth host is lost before it sends anything.
+    fill(arrays, 7)
+    handles = [m.save(7, tier="memory", force=True, deadline_ms=3000) for m in ms[:3]]
+    replace_worker(cluster, ms, arrays, 3, mesh)
+    for h in handles:
+        with pytest.raises(tessera.TesseraError) as e:
+            h.wait(60)
+        assert "w-host3" in str(e.value), str(e.value)
+    fill(arrays, 99)
+    restored = restore_all(ms)
+    assert [int(s) for s in restored] == [6] * N
+    assert restored[3].source == "replica"
+    expect(arrays, 6)
+
+
+def test_two_losses_in_a_parity_group_fall_back_to_the_persisted_checkpoint(cluster, mesh):
+    ms = open_managers(cluster, mesh)
+    arrays = attach(ms)
+    fill(arrays, 2)
+    for h in [m.save(2) for m in ms]:  # on disk
+        h.wait(60)
+    for step in (3, 4):
+        fill(arrays, step)
+        save_all(ms, step, redundancy="parity")
+    replace_worker(cluster, ms, arrays, 1, mesh)
+    replace_worker(cluster, ms, arrays, 2, mesh)
+    restored = restore_all(ms)
+    assert [int(s) for s in restored] == [2] * N
+    for s in restored:
+        assert (s.tier, s.source) == ("persisted", "root")
+        assert "step 4" in s.fallback and "cannot be rebuilt" in s.fallback, s.fallback
+        assert "w-host1" in s.fallback or "w-host2" in s.fallback, s.fallback
+    expect(arrays, 2)
+
+
+def test_a_policy_persists_memory_checkpoints_from_ram(cluster, mesh):
+    ms = open_managers(cluster, mesh)
+    arrays = attach(ms)
+    client = cluster.client(timeout=30)
+    for step in range(1, 6):
+        fill(arrays, step)
+        save_all(ms, step, persist_every_steps=2)
+    # The first memory checkpoint persists, then one every 2 steps: 1, 3, 5.
+    def persisted():
+        return sorted(c["step"] for c in client.checkpoints(mesh)
+                      if c.get("state") == "committed" and "persisted" in c.get("tiers", ["persisted"]))
+    eventually(lambda: persisted() == [1, 3, 5], lambda: "persisted steps: %s" % persisted())
+    # What was persisted is what the trainers had at that step.
+    fill(arrays, 99)
+    each(ms, lambda r, m: m.restore(3))
+    expect(arrays, 3)
