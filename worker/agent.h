@@ -69,6 +69,9 @@ struct AgentOptions {
   int64_t max_pending_saves = 4;
   uint64_t max_pending_save_bytes = 0;
   TaskRunner around_task;  // null: tasks just run
+  // Called with each memory checkpoint once its exchange is done, before it commits:
+  // the seam for programs that test damaged copies (tests/faults flips a bit).
+  std::function<void(MemoryCheckpoint& ck)> after_memory_exchange;
 };
 
 class Agent {

@@ -184,6 +184,7 @@ Status Agent::TakeMemoryCheckpoint(const std::string& mesh, const MemorySave& sa
                                    save.policy.Fingerprint(), save.request.metadata);
     memory_.Begin(ck);
     RETURN_IF_ERROR(ExchangeRedundancy(group, *ck, p.workers, deadline));
+    if (options_.after_memory_exchange) options_.after_memory_exchange(*ck);
     collectives::Tensor vote = collectives::Tensor::Zeros(DType::kInt64, {static_cast<int64_t>(kVoteSize)});
     auto v = vote.values<int64_t>();
     v[kStep] = save.step;

@@ -52,8 +52,8 @@ Result<ShareHeader> RecvHeader(collectives::Transport& t, int peer, const Memory
   Json details = {{"worker", peer < static_cast<int>(workers.size()) ? workers[peer] : ""},
                   {"rank", peer}};
   if (h->step != step) {
-    return Conflict(from + " sent its share of step " + std::to_string(h->step) + " while this worker takes step " +
-                        std::to_string(step) + ": the mesh's trainers must save the same steps",
+    return Conflict(from + " sent its share of step " + std::to_string(h->step) + " to " + Who(workers, t.rank()) +
+                        ", which takes step " + std::to_string(step) + ": the mesh's trainers must save the same steps",
                     details);
   }
   if (h->rank != rank_of_share) {

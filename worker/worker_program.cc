@@ -199,6 +199,7 @@ int RunWorker(int argc, char** argv, const WorkerSeams& seams) {
 
   tessera::worker::AgentOptions aopts = f.agent;
   aopts.around_task = seams.around_task;
+  aopts.after_memory_exchange = seams.after_memory_exchange;
   aopts.server = f.server;
   aopts.token = token;
   aopts.name = f.name;

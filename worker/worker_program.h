@@ -15,6 +15,7 @@ struct WorkerSeams {
   storage::Env* env = nullptr;                           // null: storage::DefaultEnv()
   std::shared_ptr<storage::s3::Transport> s3_transport;  // null: libcurl
   TaskRunner around_task;                                // null: tasks just run
+  std::function<void(MemoryCheckpoint&)> after_memory_exchange;  // null: nothing
 };
 
 // Parses the command line, serves until SIGINT or SIGTERM; the process's exit status.

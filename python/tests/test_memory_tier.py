@@ -187,3 +187,27 @@ def test_a_policy_persists_memory_checkpoints_from_ram(cluster, mesh):
     fill(arrays, 99)
     each(ms, lambda r, m: m.restore(3))
     expect(arrays, 3)
+
+
+def test_a_damaged_copy_is_named_and_the_other_copy_is_used(cluster):
+    # Worker 1 flips a bit in the copy of rank 0's share it keeps of step 2.
+    cluster.kill_worker(1)
+    cluster.start_worker(1, env={"TESSERA_FAULT_FLIP_MEMORY_COPY": "2"})
+    mesh = "mem-flip"
+    cluster.client(timeout=30).register_mesh(mesh, {"data": N}, workers=cluster.worker_ids)
+    ms = open_managers(cluster, mesh)
+    arrays = attach(ms)
+    for step in (1, 2):
+        fill(arrays, step)
+        save_all(ms, step, replicas=2)
+    eventually(lambda: "flipped a bit in the copy of rank 0" in cluster.workers[1].text(),
+               "worker 1 damaged its copy")
+    replace_worker(cluster, ms, arrays, 0, mesh)
+    fill(arrays, 99)
+    restored = restore_all(ms)
+    assert [int(s) for s in restored] == [2] * N
+    assert restored[0].source == "replica"
+    expect(arrays, 2)
+    log = cluster.workers[1].text()
+    assert "the checksum of tensor 'w' (device 0) in the copy of rank 0 held by w-host1 for step 2 " \
+        "does not match" in log, log[-2000:]

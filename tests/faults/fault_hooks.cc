@@ -79,6 +79,15 @@ Result<FaultHooks> LoadFaultHooks(const std::string& program, bool runs_tasks) {
     hooks.drop_polls = *count;
     Announce(program, "TESSERA_FAULT_DROP_POLLS", n);
   }
+  if (const char* step = std::getenv("TESSERA_FAULT_FLIP_MEMORY_COPY"); step != nullptr && runs_tasks) {
+    const auto n = ParseCount(step);
+    if (!n) {
+      return InvalidArgument(std::string("TESSERA_FAULT_FLIP_MEMORY_COPY='") + step + "' is not a step",
+                             {{"field", "TESSERA_FAULT_FLIP_MEMORY_COPY"}});
+    }
+    hooks.flip_memory_step = static_cast<int64_t>(*n);
+    Announce(program, "TESSERA_FAULT_FLIP_MEMORY_COPY", step);
+  }
   if (const char* text = std::getenv("TESSERA_FAULT_S3"); text != nullptr && *text != '\0') {
     hooks.s3_transport =
         std::make_shared<storage::FaultTransport>(storage::s3::NewCurlTransport(), text);
@@ -116,6 +125,27 @@ std::function<Status(const std::string& worker, size_t tasks)> FaultHooks::DropP
                  worker.c_str(), tasks);
     return Unavailable("fault injection: the poll answer of worker " + worker + " is lost",
                        {{"worker", worker}});
+  };
+}
+
+std::function<void(worker::MemoryCheckpoint&)> FaultHooks::FlipMemoryCopy() const {
+  if (flip_memory_step < 0) return nullptr;
+  return [step = flip_memory_step](worker::MemoryCheckpoint& ck) {
+    if (ck.step != step) return;
+    uint8_t* bytes = nullptr;
+    std::string what;
+    if (!ck.copies.empty() && ck.copies.begin()->second.bytes.size() > 0) {
+      bytes = ck.copies.begin()->second.bytes.writable();
+      what = "the copy of rank " + std::to_string(ck.copies.begin()->first) + "'s share";
+    } else if (ck.parity.size() > 0) {
+      bytes = ck.parity.writable();
+      what = "the parity";
+    }
+    if (bytes == nullptr) return;
+    bytes[0] ^= 0x10;
+    // Tests wait for this line.
+    std::fprintf(stderr, "fault injection: flipped a bit in %s of memory checkpoint step %lld\n",
+                 what.c_str(), static_cast<long long>(step));
   };
 }
 

@@ -15,7 +15,12 @@
 //                                              task long-polls that carry tasks (the
 //                                              worker gets a 503), logging "fault
 //                                              injection: dropped a poll answer ..."
-//                                              (tesserad only).
+//                                              (tesserad only);
+//   TESSERA_FAULT_FLIP_MEMORY_COPY=step         a worker flips a bit in the first copy
+//                                              of another rank's share (or its parity) it
+//                                              keeps of that memory checkpoint, logging
+//                                              "fault injection: flipped a bit in ..."
+//                                              (worker only).
 #pragma once
 
 #include <cstdint>
@@ -35,12 +40,16 @@ struct FaultHooks {
   std::unique_ptr<storage::FaultEnv> env;                // over DefaultEnv(); null: no disk fault
   std::shared_ptr<storage::s3::Transport> s3_transport;  // null: no S3 fault
   int64_t drop_polls = 0;                                // answers with tasks to lose
+  int64_t flip_memory_step = -1;                         // memory checkpoint to damage
 
   // Delays the tasks of task_delay_ms, for a worker's seams; null when there are none.
   worker::TaskRunner TaskDelays() const;
   // Loses the first drop_polls answers that carry tasks, for tesserad's after_poll seam;
   // null when there are none.
   std::function<Status(const std::string& worker, size_t tasks)> DropPolls() const;
+  // Damages a copy of memory checkpoint flip_memory_step, for a worker's
+  // after_memory_exchange seam; null when not asked for.
+  std::function<void(worker::MemoryCheckpoint&)> FlipMemoryCopy() const;
 };
 
 // The hooks set in this process's environment, each announced on stderr with a

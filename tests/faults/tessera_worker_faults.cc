@@ -15,5 +15,6 @@ int main(int argc, char** argv) {
   seams.env = hooks->env.get();
   seams.s3_transport = hooks->s3_transport;
   seams.around_task = hooks->TaskDelays();
+  seams.after_memory_exchange = hooks->FlipMemoryCopy();
   return tessera::worker::RunWorker(argc, argv, seams);
 }
