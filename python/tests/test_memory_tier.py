@@ -209,5 +209,5 @@ def test_a_damaged_copy_is_named_and_the_other_copy_is_used(cluster):
     assert restored[0].source == "replica"
     expect(arrays, 2)
     log = cluster.workers[1].text()
-    assert "the checksum of tensor 'w' (device 0) in the copy of rank 0 held by w-host1 for step 2 " \
+    assert "the checksum of tensor 'b' (device 0) in the copy of rank 0 held by w-host1 for step 2 " \
         "does not match" in log, log[-2000:]
