@@ -184,10 +184,11 @@ class LocalCluster:
             self.stop()
             raise
 
-    def start_worker(self, i, env=None):
-        """(Re)starts worker i under its stable name host<i>; `env`: variables to add."""
+    def start_worker(self, i, env=None, name=None):
+        """(Re)starts worker i under its stable name host<i> (or `name`: a replacement
+        under another name); `env`: variables to add."""
         argv = [os.path.join(self.bin_dir, program("tessera-worker", env)), "--server", self.server,
-                "--name", "host%d" % i,
+                "--name", name or "host%d" % i,
                 "--devices", str(self.devices_per_worker), "--shm-dir", self.shm_dir,
                 "--copy-threads", str(self.copy_threads)]
         if self.tls_ca:

@@ -211,3 +211,26 @@ def test_a_damaged_copy_is_named_and_the_other_copy_is_used(cluster):
     log = cluster.workers[1].text()
     assert "the checksum of tensor 'b' (device 0) in the copy of rank 0 held by w-host1 for step 2 " \
         "does not match" in log, log[-2000:]
+
+
+def test_a_replacement_under_another_name_gets_the_lost_share(cluster, mesh):
+    ms = open_managers(cluster, mesh)
+    arrays = attach(ms)
+    fill(arrays, 4)
+    save_all(ms, 4, redundancy="parity")
+    # Worker 3's host is gone for good; "spare" takes its place in the mesh.
+    for m in ms:
+        m.close()
+    cluster.kill_worker(3)
+    cluster.start_worker(3, name="spare")
+    assert cluster.worker_ids[3] == "w-spare"
+    client = cluster.client(timeout=30)
+    client.delete_mesh(mesh)
+    client.register_mesh(mesh, {"data": N}, workers=cluster.worker_ids)
+    ms = open_managers(cluster, mesh)
+    again = attach(ms)  # the survivors' mappings are still there; spare's are new
+    fill(again[3:], 99)
+    restored = restore_all(ms)
+    assert [int(s) for s in restored] == [4] * N
+    assert [s.source for s in restored] == ["local", "local", "local", "parity"]
+    expect(again, 4)
