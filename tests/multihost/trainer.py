@@ -5,6 +5,10 @@
     trainer.py MESH RANK check STEP           restore STEP, compare with the state of STEP
     trainer.py MESH RANK expect STEP          compare what is attached with the state of STEP
     trainer.py MESH RANK all_reduce           sum of (rank + 1) over the mesh, on its workers
+    trainer.py MESH RANK msave STEP [JSON]    fill the state of STEP, save it to memory
+                                              (JSON: save()'s memory options), wait
+    trainer.py MESH RANK mrestore             zero the state, restore the latest, compare
+                                              with the state of the step restored
 """
 
 import json
@@ -51,6 +55,23 @@ def main():
                 b[...] = 0
                 out["restored"] = m.restore(step)
             want_w, want_b = state(step, rank)
+            out["equal"] = bool(np.array_equal(w, want_w) and np.array_equal(b, want_b))
+        elif action == "msave":
+            step = int(sys.argv[4])
+            options = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
+            w, b = attach(m, ranks)
+            w[...], b[...] = state(step, rank)
+            h = m.save(step, tier="memory", **options)
+            out["snapshot_ms"] = h.snapshot_ms
+            h.wait(timeout=120)
+            out["committed"] = True
+        elif action == "mrestore":
+            w, b = attach(m, ranks)
+            w[...] = 0
+            b[...] = 0
+            r = m.restore(timeout=120)
+            out.update(restored=int(r), tier=r.tier, source=r.source, fallback=r.fallback)
+            want_w, want_b = state(int(r), rank)
             out["equal"] = bool(np.array_equal(w, want_w) and np.array_equal(b, want_b))
         elif action == "all_reduce":
             r = m.all_reduce(np.array([rank + 1.0], dtype=np.float32), reduce="sum")
