@@ -118,7 +118,9 @@ void Agent::Stop() {
 void Agent::HeartbeatLoop() {
   MutexLock lock(mu_);
   while (!stopping_) {
-    cv_.WaitFor(mu_, std::chrono::milliseconds(heartbeat_ms_.load()));
+    // cv_ is shared with the saves: a wake-up before the beat is due is not one.
+    const auto due = std::chrono::steady_clock::now() + std::chrono::milliseconds(heartbeat_ms_.load());
+    while (!stopping_ && std::chrono::steady_clock::now() < due) cv_.WaitUntil(mu_, due);
     if (stopping_) break;
     lock.unlock();
     auto r = control_.Heartbeat(id_);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "storage/chunk_codec.h"
 
 namespace tessera::worker {
 namespace {
@@ -162,7 +161,7 @@ Status ExchangeParity(collectives::Group& group, MemoryCheckpoint& ck,
       XorInto(ck.parity.writable() + c, scratch.data(), n);
     }
   }
-  ck.parity_checksum = L > 0 ? storage::Checksum(ck.parity.writable(), L) : 0;
+  ck.parity_checksum = L > 0 ? ShareChecksum(ck.parity.writable(), L) : 0;
   return Status::Ok();
 }
 

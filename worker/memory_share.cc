@@ -5,7 +5,7 @@
 #include <set>
 
 #include "collectives/hash.h"
-#include "storage/chunk_codec.h"
+#include <xxhash.h>
 
 namespace tessera::worker {
 namespace {
@@ -17,6 +17,8 @@ Result<uint64_t> RequiredU64(const Json& j, const std::string& field) {
 }
 
 }  // namespace
+
+uint64_t ShareChecksum(const void* data, size_t n) { return XXH3_64bits(data, n); }
 
 Json ShareHeader::ToJson() const {
   Json p = Json::array();
@@ -103,7 +105,7 @@ ShareHeader DescribeShare(const Snapshot& snap, int64_t step, int64_t rank, int6
       piece.device = s.device;
       piece.offset = h.bytes;
       piece.bytes = s.buffer->size();
-      piece.checksum = storage::Checksum(s.buffer->data(), s.buffer->size());
+      piece.checksum = ShareChecksum(s.buffer->data(), s.buffer->size());
       h.bytes += piece.bytes;
       h.pieces.push_back(std::move(piece));
     }
@@ -162,11 +164,11 @@ Status CheckShare(const ShareHeader& header, const ShareBytes& bytes, const std:
     std::vector<Bytes> parts = bytes.Range(p.offset, p.bytes);
     uint64_t sum = 0;
     if (parts.size() == 1) {
-      sum = storage::Checksum(parts[0].data(), parts[0].size());
+      sum = ShareChecksum(parts[0].data(), parts[0].size());
     } else {
       scratch.resize(p.bytes);
       bytes.CopyRange(p.offset, p.bytes, scratch.data());
-      sum = storage::Checksum(scratch.data(), scratch.size());
+      sum = ShareChecksum(scratch.data(), scratch.size());
     }
     if (sum != p.checksum) {
       return DataLoss("the checksum of tensor '" + p.tensor.name + "' (device " +

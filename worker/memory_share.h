@@ -25,7 +25,7 @@ struct ShareHeader {
     int64_t device = 0;
     uint64_t offset = 0;  // in the share's bytes
     uint64_t bytes = 0;
-    uint64_t checksum = 0;  // xxh64
+    uint64_t checksum = 0;  // ShareChecksum
   };
   int64_t step = 0;
   int64_t rank = 0;
@@ -41,6 +41,10 @@ struct ShareHeader {
   // The tensors, once each: [{name, dtype, shape, layout}].
   Json Tensors() const;
 };
+
+// The checksum of a share's piece or parity: xxh3-64 (several times faster than the
+// shard files' xxh64, which matters at every restore's check of what a worker holds).
+uint64_t ShareChecksum(const void* data, size_t n);
 
 // The mesh's definition as one number: workers that hold shares of another
 // definition (another layout, more workers) do not restore from them.
