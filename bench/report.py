@@ -664,6 +664,8 @@ def rewrite_section(results, section, out_dir):
     head = SECTION_HEADINGS[section]
     start = next((i for i, x in enumerate(lines) if x.startswith(head)), None)
     if start is None:
+        while lines and not lines[-1].strip():
+            lines.pop()
         lines += [""] + new
     else:
         end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")),
@@ -671,8 +673,9 @@ def rewrite_section(results, section, out_dir):
         tail = lines[end:]
         body = new + ([""] if tail else [])
         lines = lines[:start] + body + tail
+    text = "\n".join(lines)
     with open(results, "w") as f:
-        f.write("\n".join(lines))
+        f.write(text if text.endswith("\n") else text + "\n")
     return 0
 
 
