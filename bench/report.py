@@ -7,13 +7,16 @@ cluster.jsonl (tessera_bench_cluster), s3_cluster.jsonl and s3_boto3_<i>.jsonl (
 cluster on a Ceph RGW, and boto3's transfers to it), the collectives' gloo<i>.jsonl
 (bench/peers/allreduce_torch_gloo.py), mpi<i>.jsonl (bench/peers/allreduce_mpi.sh),
 ours<i>.jsonl and ours_inproc.jsonl (tessera_bench_collectives), rest_barrier.jsonl
-(tessera_bench_rest_barrier), and steps.jsonl (wall time of every step). Our figures
+(tessera_bench_rest_barrier), memory_tier.jsonl (bench/memory_tier.py: the memory tier
+against a memcpy, the POSIX root, S3 and iperf3), and steps.jsonl (wall time of every
+step). Our figures
 and the peers' come from the same session on the same machine, because this VM's disk
 moves by up to 3x between runs (bench/peers/README.md) and only a same-session
 ratio means anything. Medians are used wherever there are several runs; every run is
 shown. With --only storage or --only collectives, only that part is reported.
 
   /usr/bin/python3 bench/report.py --out bench/out --results bench/RESULTS.md
+  /usr/bin/python3 bench/report.py --section memory_tier   # only that section of RESULTS.md
 """
 import argparse
 import glob
@@ -138,7 +141,12 @@ def main():
     ap.add_argument("--peers", default=os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "peers"),
         help="bench/peers, for the peers' reference runs in its results/")
+    ap.add_argument("--section", choices=("memory_tier",), default=None,
+                    help="rewrite only this section of --results, from --out's rows, leaving "
+                         "the rest of the file as it is (appended when it is not there yet)")
     a = ap.parse_args()
+    if a.section:
+        return rewrite_section(a.results, a.section, a.out)
     do_storage = a.only in ("all", "storage")
     do_coll = a.only in ("all", "collectives")
 
@@ -242,6 +250,8 @@ def main():
                    "--repeat 3",
         "export": "TESSERA_BIN=build-bench/bin /usr/bin/python3 bench/export.py --runs 3",
         "worker_loss": "TESSERA_BIN=build-bench/bin /usr/bin/python3 bench/worker_loss.py --runs 3",
+        "memory_tier": "TESSERA_BIN=build-bench/bin /usr/bin/python3 bench/memory_tier.py "
+                       "--fresh",
         "fio_pass2": "DIR=$tmp bench/peers/disk_fio.sh",
         "ours_inproc": "build-bench/bin/tessera_bench_collectives --ranks 4 --transport inproc",
         "rest_barrier": "build-bench/bin/tessera_bench_rest_barrier --ranks 4",
@@ -620,6 +630,11 @@ def main():
         import worker_loss  # noqa: PLC0415 - bench/, beside this script
         L.extend(worker_loss.markdown(load(losses)))
 
+    memory = os.path.join(a.out, "memory_tier.jsonl")
+    if a.only in ("all", "storage") and os.path.exists(memory):
+        import memory_tier  # noqa: PLC0415 - bench/, beside this script
+        L.extend(memory_tier.markdown(load(memory)))
+
     history = os.path.join(a.out, "job_history.json")
     if a.only in ("all", "history") and os.path.exists(history):
         import job_history  # noqa: PLC0415 - bench/, beside this script
@@ -628,6 +643,39 @@ def main():
 
     with open(a.results, "w") as f:
         f.write("\n".join(L))
+    return 0
+
+
+SECTION_HEADINGS = {"memory_tier": "## The memory tier"}
+
+
+def rewrite_section(results, section, out_dir):
+    """Replaces one section of `results` (from its heading to the next "## " heading)
+    with the one made from out_dir's rows; appends it when the file has none."""
+    import memory_tier  # noqa: PLC0415 - bench/, beside this script
+    rows = load(os.path.join(out_dir, "memory_tier.jsonl"))
+    if not rows:
+        sys.exit(f"report.py: no rows in {out_dir}/memory_tier.jsonl")
+    new = memory_tier.markdown(rows)
+    while new and not new[0].strip():
+        new = new[1:]
+    with open(results) as f:
+        lines = f.read().split("\n")
+    head = SECTION_HEADINGS[section]
+    start = next((i for i, x in enumerate(lines) if x.startswith(head)), None)
+    if start is None:
+        while lines and not lines[-1].strip():
+            lines.pop()
+        lines += [""] + new
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")),
+                   len(lines))
+        tail = lines[end:]
+        body = new + ([""] if tail else [])
+        lines = lines[:start] + body + tail
+    text = "\n".join(lines)
+    with open(results, "w") as f:
+        f.write(text if text.endswith("\n") else text + "\n")
     return 0
 
 

@@ -23,6 +23,12 @@
 #      bench/peers/disk_fio.sh      again (pass 2), so the disk's drift is visible
 #      S3: a Ceph RGW from tools/s3/rgw.sh; bench/s3_boto3.py (boto3 upload_file and
 #      download_file of 1 GiB), tessera_bench_cluster with an s3:// root, boto3 again
+#      bench/memory_tier.py         the memory tier, 4 namespace hosts (needs root) × 256 MiB
+#                                   per trainer: the stall of a memory save against a memcpy,
+#                                   a host's loss restored from RAM against the POSIX root and
+#                                   S3 (its own Ceph RGW), iperf3 between the hosts, a trainer
+#                                   restart, the example's loop, tesserad's cost at 4/32/256
+#                                   workers, the workers' memory (about 15 minutes)
 # 3. collectives: 4 ranks on loopback TCP, TESSERA_BENCH_ROUNDS rounds of
 #      bench/peers/allreduce_torch_gloo.py   torch.distributed Gloo
 #      tessera_bench_collectives             ours (4 processes, TcpTransport)
@@ -301,6 +307,9 @@ if want storage; then
     bench/worker_loss.py --runs 3 --out "$out/worker_loss.jsonl" || true
   fio_step fio_pass2
   s3_part
+  # The memory tier against a memcpy, the POSIX root and S3, on namespace hosts.
+  step memory_tier "$out/memory_tier.log" env TESSERA_BIN=build-bench/bin "$py" \
+    bench/memory_tier.py --fresh --out "$out/memory_tier.jsonl" || true
 fi
 
 [ "$only" = s3 ] && s3_part
