@@ -12,7 +12,7 @@ constexpr KindName kKinds[] = {
     {TaskKind::kRestore, "restore"},       {TaskKind::kCollective, "collective"},
     {TaskKind::kMeshInit, "mesh_init"},    {TaskKind::kAbort, "abort"},
     {TaskKind::kSaveEnded, "save_ended"}, {TaskKind::kExport, "export"},
-    {TaskKind::kImport, "import"},
+    {TaskKind::kImport, "import"},         {TaskKind::kMemorySave, "memory_save"},
 };
 
 Result<std::vector<std::string>> StringList(const Json& j, const std::string& field) {
@@ -134,6 +134,7 @@ Json TaskToJson(const Task& t) {
       break;
     case TaskKind::kCollective:
     case TaskKind::kMeshInit:
+    case TaskKind::kMemorySave:
       j["workers"] = t.workers;
       j["request"] = t.request;
       j["timeout_ms"] = t.timeout_ms;
@@ -239,7 +240,8 @@ Result<Task> TaskFromJson(const Json& j) {
       break;
     }
     case TaskKind::kCollective:
-    case TaskKind::kMeshInit: {
+    case TaskKind::kMeshInit:
+    case TaskKind::kMemorySave: {
       const Json workers = j.value("workers", Json::array());
       if (!workers.is_array()) return InvalidArgument("workers must be a list", {{"field", "workers"}});
       for (const Json& w : workers) {

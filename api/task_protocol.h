@@ -29,7 +29,8 @@
 namespace tessera {
 
 enum class TaskKind {
-  kSnapshot, kWrite, kRestore, kCollective, kMeshInit, kAbort, kSaveEnded, kExport, kImport
+  kSnapshot, kWrite, kRestore, kCollective, kMeshInit, kAbort, kSaveEnded, kExport, kImport,
+  kMemorySave
 };
 
 std::string_view TaskKindName(TaskKind kind);

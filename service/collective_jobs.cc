@@ -105,4 +105,21 @@ Result<Json> Service::StartCollective(const std::string& mesh, const Json& body)
   return Json{{"job", job_id}};
 }
 
+Result<Json> Service::StartMemorySave(const std::string& mesh, const Json& body) {
+  ASSIGN_OR_RETURN(int64_t step, RequiredInt(body, "step"));
+  if (step < 0) return InvalidArgument("step must be ≥ 0", {{"field", "step"}});
+  ASSIGN_OR_RETURN(auto deadline, OptionalInt(body, "deadline_ms"));
+  if (deadline && (*deadline < 1 || *deadline > 3600 * 1000)) {
+    return InvalidArgument("deadline_ms must be 1..3600000 for a memory checkpoint", {{"field", "deadline_ms"}});
+  }
+  const std::string job_id = NewJobId();
+  ASSIGN_OR_RETURN(MeshRecord m, meshes_.Hold(mesh, job_id));
+  JobSpec spec = JobSpec::Of(job_id, m, step, options_.job_timeout_ms);
+  spec.holds_mesh = true;
+  CreateJob(spec, "memory_save", mesh, body);
+  Launch(std::make_unique<CollectiveMachine>(std::move(spec), TaskKind::kMemorySave, body,
+                                             deadline.value_or(60000)));
+  return Json{{"job", job_id}, {"checkpoint", {{"mesh", mesh}, {"step", step}, {"tiers", {"memory"}}}}};
+}
+
 }  // namespace tessera::service

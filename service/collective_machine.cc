@@ -17,8 +17,9 @@ Result<JobActions> CollectiveMachine::OnStart(int64_t now) {
     t.request = request_;
     t.timeout_ms = timeout_ms_;
   }
-  const std::string phase =
-      kind_ == TaskKind::kMeshInit ? "self_test" : request_.value("op", "collective");
+  const std::string phase = kind_ == TaskKind::kMeshInit     ? "self_test"
+                            : kind_ == TaskKind::kMemorySave ? "memory_save"
+                                                             : request_.value("op", "collective");
   // The workers' own timeout fires first and names the ranks that did not join;
   // this one only covers a worker that never picks its task up.
   return JobActions{SetPhase(phase), QueueTasks(std::move(tasks), 0, now, timeout_ms_ + 5000)};
@@ -38,6 +39,13 @@ Result<JobActions> CollectiveMachine::OnTasksDone(int64_t, std::map<int64_t, Jso
     }
     return JobActions{
         Finish({{"digest", digest}, {"devices", results.at(0).value("devices", Json::array())}})};
+  }
+  if (kind_ == TaskKind::kMemorySave) {
+    uint64_t bytes = 0;
+    for (const auto& [rank, r] : results) bytes += r.value("bytes", uint64_t{0});
+    return JobActions{Finish({{"checkpoint", results.at(0).value("checkpoint", Json::object())},
+                              {"tier", "memory"},
+                              {"bytes", bytes}})};
   }
   Json result = results.at(0);
   result.erase("bytes");

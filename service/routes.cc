@@ -152,11 +152,17 @@ void Service::AddRoutes(http::Router* router) {
   // Checkpoints (before the plain mesh routes: mesh names may contain '/').
   add("POST", "/api/v1/meshes/{m+}/checkpoints", [this](const Request& req) {
     return WithBody(req, [&](const Json& b) {
+      auto tier = OptionalString(b, "tier");
+      if (!tier.ok()) return Response::Error(tier.status());
+      if (*tier && **tier == "memory") return Reply(StartMemorySave(req.Param("m"), b), 202);
+      if (*tier && **tier != "disk") {
+        return Response::Error(InvalidArgument("tier must be \"disk\" or \"memory\"", {{"field", "tier"}}));
+      }
       auto request = SaveRequest::FromJson(b);
       if (!request.ok()) return Response::Error(request.status());
       return Reply(StartSave(req.Param("m"), *request), 202);
     });
-  }, "start a save {step, tensors?, compression?, level?, metadata?}");
+  }, "start a save {step, tensors?, compression?, level?, metadata?, tier?}");
   add("PUT", "/api/v1/meshes/{m+}/checkpoints/{step}", [this](const Request& req) {
     auto step = ParseStep(req.Param("step"));
     if (!step.ok()) return Response::Error(step.status());

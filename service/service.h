@@ -129,6 +129,10 @@ class Service {
 
   // Checkpoints and jobs.
   Result<Json> StartSave(const std::string& mesh, const SaveRequest& request);
+  // A REST save with "tier": "memory" (docs/memory-tier.md): a memory_save task per
+  // worker, each taking its part as its trainer would; the job succeeds once every
+  // worker's memory checkpoint committed. The workers check the memory fields.
+  Result<Json> StartMemorySave(const std::string& mesh, const Json& body);
   // The in-loop save's create-or-join (save_join.cc): (201, {job, checkpoint}) when
   // this call created the save, (200, ...) when it joined the same save (also when
   // it repeats an earlier join); conflict for a committed step or another save of it.

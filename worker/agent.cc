@@ -232,6 +232,8 @@ Result<Json> Agent::Run(const Task& task) {
       return DoExport(task);
     case TaskKind::kImport:
       return DoImport(task);
+    case TaskKind::kMemorySave:
+      return DoMemorySave(task);
     case TaskKind::kSnapshot:  // Execute runs it: its answer is a join, not a report
     case TaskKind::kWrite:     // a save's write runs at its snapshot, never as a task
     case TaskKind::kAbort:

@@ -162,6 +162,9 @@ class Agent {
   // asks to persist this step; *report (rank 0): tesserad's report, less "steps".
   Status TakeMemoryCheckpoint(const std::string& mesh, const MemorySave& save, bool* persist,
                               Json* report);
+  // A REST save with "tier": "memory": this worker's part, as its trainer's would be
+  // (the task's request is the REST body), answered once it committed.
+  Result<Json> DoMemorySave(const Task& task);
   // Writes a committed memory checkpoint to the root: the disk save's write and join
   // from the RAM copy.
   void PersistFromMemory(const std::string& mesh, const MemorySave& save);

@@ -102,6 +102,15 @@ Result<Json> Agent::SaveToMemory(const std::string& mesh, int64_t step, const Js
   return out;
 }
 
+Result<Json> Agent::DoMemorySave(const Task& task) {
+  ASSIGN_OR_RETURN(int64_t step, RequiredInt(task.request, "step"));
+  const int64_t deadline = task.request.value("deadline_ms", kDefaultMemoryDeadlineMs);
+  ASSIGN_OR_RETURN(Json out, SaveToMemory(task.mesh.name, step, task.request, TrainerSaves::Until::kCommitted,
+                                          std::max<int64_t>(deadline, 1) + options_.trainer_wait_ms));
+  out["bytes"] = out.value("snapshot_bytes", uint64_t{0});
+  return out;
+}
+
 void Agent::RunMemorySaves(const std::string& mesh) {
   while (true) {
     MemorySave save;

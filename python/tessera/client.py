@@ -191,9 +191,14 @@ class Client:
         steps = [c["step"] for c in self.checkpoints(mesh) if c.get("state") == "committed"]
         return max(steps) if steps else None
 
-    def save(self, mesh, step, tensors=None, metadata=None, compression=None, level=None):
-        """Starts a save of what the mesh's workers hold; returns its Job."""
-        body = {"step": step}
+    def save(self, mesh, step, tensors=None, metadata=None, compression=None, level=None,
+             tier=None, **memory):
+        """Starts a save of what the mesh's workers hold; returns its Job. tier="memory":
+        a memory checkpoint (docs/memory-tier.md), with the options of
+        CheckpointManager.save in `memory`."""
+        body = dict(memory, step=step)
+        if tier is not None:
+            body["tier"] = tier
         for key, value in (("tensors", tensors), ("metadata", metadata),
                            ("compression", compression), ("level", level)):
             if value is not None:

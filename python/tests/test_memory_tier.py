@@ -234,3 +234,26 @@ def test_a_replacement_under_another_name_gets_the_lost_share(cluster, mesh):
     assert [int(s) for s in restored] == [4] * N
     assert [s.source for s in restored] == ["local", "local", "local", "parity"]
     expect(again, 4)
+
+
+def test_a_rest_save_can_target_memory(cluster, mesh):
+    ms = open_managers(cluster, mesh)
+    arrays = attach(ms)
+    fill(arrays, 8)
+    client = cluster.client(timeout=30)
+    job = client.save(mesh, 8, tier="memory", force=True, redundancy="parity")
+    done = job.wait(60)
+    assert done["state"] == "succeeded", done
+    assert done["kind"] == "memory_save" and done["result"]["tier"] == "memory", done
+    assert done["result"]["bytes"] == sum(w.nbytes + b.nbytes for w, b in arrays)
+    with pytest.raises(tessera.TesseraError) as e:
+        client.save(mesh, 9, tier="tape")
+    assert e.value.status == 400 and e.value.details.get("field") == "tier"
+    # A field only the workers check fails the job, naming it.
+    with pytest.raises(tessera.TesseraError) as e:
+        client.save(mesh, 9, tier="memory", force=True, group=1).wait(60)
+    assert e.value.details.get("field") == "group" and "group must be 2..16" in str(e.value), e.value
+    fill(arrays, 99)
+    restored = restore_all(ms)
+    assert [(int(s), s.tier) for s in restored] == [(8, "memory")] * N
+    expect(arrays, 8)
