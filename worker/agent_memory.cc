@@ -3,6 +3,10 @@
 // snapshot's redundancy to the other workers, agrees with them that every share and
 // its redundancy are in place, commits, and (rank 0) tells tesserad. A policy
 // persists some of them to the root from the RAM copy.
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -27,6 +31,16 @@ constexpr size_t kMemorySavesQueued = 2;
 // worker that never takes part fails it, named, once this passed.
 constexpr int64_t kDefaultMemoryDeadlineMs = 60 * 1000;
 constexpr int64_t kMaxMemoryDeadlineMs = 3600 * 1000;
+// Replication and persisting run at this nice value: on a host whose cores the
+// trainer keeps busy, they take what the trainer leaves, and the trainer's next
+// snapshot (its stall) is not slowed by the previous checkpoint's traffic.
+constexpr int kBackgroundNice = 10;
+
+void RunInBackground() {
+  // Linux: a thread's nice value is its own (setpriority on its thread id).
+  (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kBackgroundNice);
+}
+
 // The vote of each worker once its exchange is done.
 enum Vote : size_t { kStep, kOwnBytes, kMemoryBytes, kPersist, kPolicy, kVoteSize };
 
@@ -112,6 +126,7 @@ Result<Json> Agent::DoMemorySave(const Task& task) {
 }
 
 void Agent::RunMemorySaves(const std::string& mesh) {
+  RunInBackground();
   while (true) {
     MemorySave save;
     {
@@ -257,6 +272,7 @@ Status Agent::TakeMemoryCheckpoint(const std::string& mesh, const MemorySave& sa
 }
 
 void Agent::PersistFromMemory(const std::string& mesh, const MemorySave& save) {
+  RunInBackground();
   const auto now = Clock::now();
   const auto deadline = now + std::chrono::minutes(30);
   auto staging = SaveStaging(mesh, save.step);
