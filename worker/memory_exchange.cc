@@ -13,6 +13,9 @@ using collectives::Deadline;
 // Parity moves in messages of at most this much, so a receiver buffers little.
 constexpr uint64_t kChunk = uint64_t{16} << 20;
 constexpr uint8_t kReady = 1;
+// A share up to this size follows its header at once: buffered on arrival, it costs
+// the receiver little, and the round trip of "ready" would cost more than it saves.
+constexpr uint64_t kNoReadyBelow = uint64_t{1} << 20;
 
 std::string Who(const std::vector<std::string>& workers, int64_t rank) {
   const std::string id = rank >= 0 && rank < static_cast<int64_t>(workers.size()) ? workers[rank] : "";
@@ -104,13 +107,16 @@ Status ExchangeCopies(collectives::Group& group, MemoryCheckpoint& ck,
   for (int j : targets) RETURN_IF_ERROR(SendText(t, j, header, deadline));
   for (int s : sources) {
     ASSIGN_OR_RETURN(ShareHeader h, RecvHeader(t, s, &ck, ck.step, s, workers, deadline));
-    MemoryCheckpoint::Copy copy{std::move(h), ShareBytes::Allocate(h.bytes)};
-    if (copy.bytes.size() > 0) t.PostRecv(s, std::span<uint8_t>(copy.bytes.writable(), copy.bytes.size()));
+    const uint64_t n = h.bytes;
+    MemoryCheckpoint::Copy copy{std::move(h), ShareBytes::Allocate(n)};
+    if (n >= kNoReadyBelow) {
+      t.PostRecv(s, std::span<uint8_t>(copy.bytes.writable(), copy.bytes.size()));
+      RETURN_IF_ERROR(SendReady(t, s, deadline));
+    }
     ck.copies[s] = std::move(copy);
-    RETURN_IF_ERROR(SendReady(t, s, deadline));
   }
   for (int j : targets) {
-    RETURN_IF_ERROR(AwaitReady(t, j, deadline));
+    if (ck.own.size() >= kNoReadyBelow) RETURN_IF_ERROR(AwaitReady(t, j, deadline));
     if (ck.own.size() > 0) RETURN_IF_ERROR(SendSpans(t, j, ck.own.spans(), deadline));
   }
   for (int s : sources) {
@@ -168,7 +174,7 @@ Status ExchangeParity(collectives::Group& group, MemoryCheckpoint& ck,
 Status SendCopy(collectives::Transport& t, const MemoryCheckpoint& ck, int to, Deadline deadline) {
   const MemoryCheckpoint::Copy& copy = ck.copies.at(to);
   RETURN_IF_ERROR(SendText(t, to, copy.header.ToJson().dump(), deadline));
-  RETURN_IF_ERROR(AwaitReady(t, to, deadline));
+  if (copy.bytes.size() >= kNoReadyBelow) RETURN_IF_ERROR(AwaitReady(t, to, deadline));
   if (copy.bytes.size() == 0) return Status::Ok();
   return SendSpans(t, to, copy.bytes.spans(), deadline);
 }
@@ -178,8 +184,10 @@ Status ReceiveShare(collectives::Transport& t, int from, int64_t step, int me,
                     ShareBytes* bytes) {
   ASSIGN_OR_RETURN(*header, RecvHeader(t, from, nullptr, step, me, workers, deadline));
   *bytes = ShareBytes::Allocate(header->bytes);
-  if (bytes->size() > 0) t.PostRecv(from, std::span<uint8_t>(bytes->writable(), bytes->size()));
-  RETURN_IF_ERROR(SendReady(t, from, deadline));
+  if (bytes->size() >= kNoReadyBelow) {
+    t.PostRecv(from, std::span<uint8_t>(bytes->writable(), bytes->size()));
+    RETURN_IF_ERROR(SendReady(t, from, deadline));
+  }
   if (bytes->size() == 0) return Status::Ok();
   return t.RecvInto(from, std::span<uint8_t>(bytes->writable(), bytes->size()), deadline);
 }

@@ -225,14 +225,17 @@ struct Rank {
   TensorStore store;
 };
 
-std::vector<std::unique_ptr<Rank>> MakeRanks(int seed) {
+// `floats` per rank in "w": small shares follow their header at once, large ones
+// (over 1 MiB) wait for the receiver's "ready".
+std::vector<std::unique_ptr<Rank>> MakeRanks(int seed, int64_t floats = 1000) {
   std::vector<std::unique_ptr<Rank>> ranks;
   for (int r = 0; r < 4; ++r) {
     ranks.push_back(std::make_unique<Rank>(r));
-    std::vector<float> w(1000);
+    std::vector<float> w(static_cast<size_t>(floats));
     for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(seed * 10000 + r * 1000 + i);
-    TensorDesc d{DType::kFloat32, {4000}, Layout{{"data"}}};
-    EXPECT_TRUE(ranks[r]->store.Put("m", "w", d, r, std::string_view(reinterpret_cast<char*>(w.data()), 4000)).ok());
+    TensorDesc d{DType::kFloat32, {4 * floats}, Layout{{"data"}}};
+    EXPECT_TRUE(ranks[r]->store.Put("m", "w", d, r,
+                                    std::string_view(reinterpret_cast<char*>(w.data()), w.size() * 4)).ok());
     // Shares of different lengths: rank r also holds r * 37 extra bytes.
     std::string extra(static_cast<size_t>(r) * 37 + 1, static_cast<char>('a' + r));
     TensorDesc e{DType::kUInt8, {static_cast<int64_t>(extra.size())}, Layout{{"unsharded"}}};
@@ -342,6 +345,21 @@ TEST(MemoryExchange, ParityRebuildsALostShareBitForBit) {
     for (int r = 0; r < 4; ++r) ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].ToString();
     ExpectSameShare(*cks[lost], header, bytes);
   }
+}
+
+TEST(MemoryExchange, LargeCopiesWaitForTheReceiverAndArriveWhole) {
+  auto ranks = MakeRanks(2, 600 * 1000);  // 2.4 MB a share
+  auto groups = Groups();
+  auto cks = Exchange(ranks, Replica(1), groups);
+  RestoreChoice choice = ChooseRestore(InventoriesOf(cks, 2), 7, kWorkers);
+  ASSERT_TRUE(choice.memory);
+  ASSERT_EQ(choice.plan.size(), 1u);
+  ShareHeader header;
+  ShareBytes bytes;
+  std::vector<Status> st;
+  Rebuild(cks, 2, choice, &header, &bytes, &st);
+  for (int r = 0; r < 4; ++r) ASSERT_TRUE(st[r].ok()) << st[r].ToString();
+  ExpectSameShare(*cks[2], header, bytes);
 }
 
 TEST(MemoryExchange, ADamagedCopyIsNamedAndAnotherIsUsed) {
