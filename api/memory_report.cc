@@ -152,7 +152,10 @@ Result<MemoryCheckpointReport> MemoryCheckpointReport::FromJson(const Json& body
                                              return WorkerFromJson(w, where, &ranks);
                                            }));
   ASSIGN_OR_RETURN(r.persisted, OptionalInt(body, "persisted"));
-  if (r.persisted && *r.persisted < 0) return Bad("persisted", "must be a step (≥ 0) or null");
+  if (r.persisted && *r.persisted < -1) {
+    return Bad("persisted", "must be a step (≥ 0), or -1 or null for none");
+  }
+  if (r.persisted == -1) r.persisted.reset();  // the workers' "none"
   return r;
 }
 

@@ -37,7 +37,7 @@ struct MemoryCheckpointReport {
   uint64_t bytes = 0;                  // the checkpoint's bytes
   std::vector<Tensor> tensors;         // names unique
   std::vector<Worker> workers;         // ranks unique
-  std::optional<int64_t> persisted;    // the newest persisted step the workers know
+  std::optional<int64_t> persisted;    // the newest persisted step the workers know (-1: none)
 
   // Required: step, redundancy, steps, bytes, tensors, workers; the rest take the
   // defaults above.

@@ -57,6 +57,8 @@ TEST(MemoryCheckpointReport, DecodesOnceAndRoundTrips) {
   EXPECT_TRUE(r->Holds(11));
   EXPECT_FALSE(r->Holds(10));
   // The save's options take their defaults when absent.
+  body["persisted"] = -1;  // none, as workers say it
+  EXPECT_FALSE(MemoryCheckpointReport::FromJson(body)->persisted.has_value());
   for (const char* key : {"replicas", "group", "keep", "persisted"}) body.erase(key);
   auto defaults = MemoryCheckpointReport::FromJson(body);
   ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
@@ -96,7 +98,7 @@ TEST(MemoryCheckpointReport, EveryBadFieldIsNamedByItsPath) {
       {[](Json& b) { b["workers"][1]["rank"] = -1; }, "workers[1].rank"},
       {[](Json& b) { b["workers"][1]["rank"] = 0; }, "workers[1].rank"},
       {[](Json& b) { b["workers"][0]["memory_bytes"] = -1; }, "workers[0].memory_bytes"},
-      {[](Json& b) { b["persisted"] = -3; }, "persisted"},
+      {[](Json& b) { b["persisted"] = -2; }, "persisted"},
   };
   for (const auto& [spoil, field] : cases) {
     Json body = ReportJson(12, {11, 12});
@@ -167,7 +169,7 @@ std::vector<std::pair<int64_t, Json>> StepsAndTiers(const std::vector<Json>& lis
   return out;
 }
 
-TEST(MemoryTier, TheListShowsBothTiersNewestFirst) {
+TEST(TiersOfCheckpoints, TheListShowsBothTiersNewestFirst) {
   const std::vector<Json> persisted = {Entry(30, "committed"), Entry(20, "writing"),
                                        Entry(12, "committed"), Entry(5, "committed")};
   const MemoryCheckpointReport memory = Report(20, {12, 16, 20});
@@ -196,7 +198,7 @@ TEST(MemoryTier, TheListShowsBothTiersNewestFirst) {
             (Tiers{{20, mem}, {16, mem}, {15, disk}, {12, mem}}));
 }
 
-TEST(MemoryTier, AStepOnlyMemoryHoldsHasARecordWithTheReportsTensors) {
+TEST(TiersOfCheckpoints, AStepOnlyMemoryHoldsHasARecordWithTheReportsTensors) {
   MemoryCheckpointReport memory = Report(20, {16, 20});
   memory.redundancy = "parity";
   memory.group = 3;
