@@ -1,11 +1,14 @@
 // What tesserad knows of the memory tier, end to end over HTTP with real workers: rank 0's
-// report (PUT /api/v1/meshes/{m}/memory-checkpoints) shows in the checkpoint list and
-// records beside the persisted checkpoints, an older report is ignored, the workers list
+// report (PUT /api/v1/meshes/{m}/memory-checkpoints, sent here by the test and by the
+// workers after a memory save) shows in the checkpoint list and records beside the
+// persisted checkpoints, an older report is ignored, the workers list
 // their memory bytes summed over meshes, a deleted mesh's report is forgotten, and a bad
 // report is refused naming its field (or 404 for an unknown mesh).
 #include <httplib.h>
 
+#include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cluster_fixture.h"
@@ -148,6 +151,44 @@ TEST_F(MemoryTierOverHttp, TheListAndRecordsShowBothTiers) {
             std::string::npos);
   EXPECT_NE(metrics->body.find("tessera_memory_checkpoint_reports_total{outcome=\"ignored\"} 1"),
             std::string::npos);
+}
+
+TEST_F(MemoryTierOverHttp, TheWorkersOwnReportOfAMemorySaveShowsUp) {
+  // The trainers of "mem" save step 20 in memory together (every worker is on 127.0.0.1,
+  // hence force); rank 0 reports it once the workers agree.
+  std::vector<Result<http::RawResponse>> answers(2, Status(Code::kInternal, "not sent"));
+  std::vector<std::thread> trainers;
+  for (int i = 0; i < 2; ++i) {
+    trainers.emplace_back([&answers, i] {
+      answers[i] = cluster_->WorkerClient(i).Send("POST", "/v1/save?mesh=mem&step=20",
+                                                  R"({"tier": "memory", "force": true})");
+    });
+  }
+  for (std::thread& t : trainers) t.join();
+  for (const auto& a : answers) {
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    ASSERT_EQ(a->status, 200) << a->body;
+  }
+  Json list;
+  for (int i = 0; i < 1500; ++i) {  // until the report is in (or 30 s)
+    list = Get("/api/v1/meshes/mem/checkpoints");
+    if (!list.empty() && list[0].value("step", 0) == 20) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(list.empty());
+  EXPECT_EQ(list[0]["step"], 20) << list.dump();
+  EXPECT_EQ(list[0]["tiers"], Json({"memory"}));
+  EXPECT_EQ(list[0]["redundancy"], "replica");
+  EXPECT_GE(list[0].value("bytes", uint64_t{0}), 8u * 8u * 4u) << list[0].dump();
+  const Json record = Get("/api/v1/meshes/mem/checkpoints/20");
+  EXPECT_EQ(record["tensors"], Json::parse(R"([{"name":"w","dtype":"float32","shape":[8,8]}])"));
+  // Each worker of the mesh holds its share and a copy of the other's.
+  const std::map<std::string, uint64_t> bytes = MemoryBytes();
+  EXPECT_GE(bytes.at(W(0)), 2u * 4u * 8u * 4u);
+  EXPECT_GE(bytes.at(W(1)), 2u * 4u * 8u * 4u);
+  EXPECT_EQ(bytes.at(W(2)), 0u);
+  // "latest" stays the newest persisted checkpoint.
+  EXPECT_EQ(Get("/api/v1/meshes/mem/checkpoints/latest")["step"], 12);
 }
 
 TEST_F(MemoryTierOverHttp, WorkersShowTheirMemoryBytesSummedOverMeshes) {
