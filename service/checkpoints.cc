@@ -1,5 +1,6 @@
-// The checkpoints of a mesh in the catalog: list, detail and delete (the records live
-// in the CheckpointRegistry, checkpoint_registry.h).
+// The checkpoints of a mesh: list, detail and delete of the catalog's (the records live in
+// the CheckpointRegistry, checkpoint_registry.h), and the reports of its memory tier (kept
+// in MemoryCheckpoints, memory_checkpoints.h), which the list and detail show too.
 #include "api/names.h"
 #include "service/service.h"
 #include "storage/checkpoint_dir.h"
@@ -9,21 +10,74 @@ namespace tessera::service {
 Result<Json> Service::ListCheckpoints(const std::string& mesh) {
   std::vector<Json> list = checkpoints_.Summaries(mesh);
   if (list.empty() && !meshes_.Has(mesh)) return NotFound("no mesh " + mesh, {{"mesh", mesh}});
-  return Json(std::move(list));
+  const MemoryCheckpoints::Report memory = memory_checkpoints_.Get(mesh);
+  return Json(WithMemoryTier(mesh, std::move(list), memory.get()));
 }
 
 Result<Json> Service::GetCheckpoint(const std::string& mesh, const std::string& step) {
+  const MemoryCheckpoints::Report memory = memory_checkpoints_.Get(mesh);
+  auto with_tiers = [&](const CheckpointRecord& c) {
+    Json j = c.ToJson();
+    j["tiers"] = Tiers(memory && memory->Holds(c.step), c.state == CheckpointState::kCommitted);
+    return j;
+  };
+  // Workers restore "latest" from the root: it stays the newest persisted checkpoint.
   if (step == "latest") {
     ASSIGN_OR_RETURN(CheckpointRecord c, checkpoints_.FindCommitted(mesh, step));
-    return c.ToJson();
+    return with_tiers(c);
   }
   ASSIGN_OR_RETURN(int64_t s, ParseStep(step));
-  auto c = checkpoints_.Get(CheckpointRecord::Key(mesh, s));
-  if (!c) {
-    return NotFound("mesh " + mesh + " has no checkpoint at step " + std::to_string(s),
-                    {{"mesh", mesh}, {"step", s}});
+  if (auto c = checkpoints_.Get(CheckpointRecord::Key(mesh, s))) return with_tiers(*c);
+  if (memory && memory->Holds(s)) return MemoryCheckpointRecord(mesh, *memory, s);
+  return NotFound("mesh " + mesh + " has no checkpoint at step " + std::to_string(s),
+                  {{"mesh", mesh}, {"step", s}});
+}
+
+Result<Json> Service::ReportMemoryCheckpoints(const std::string& mesh,
+                                              const Result<MemoryCheckpointReport>& report) {
+  Result<Json> answer = KeepMemoryReport(mesh, report);
+  std::string outcome = OutcomeLabel(answer.status());
+  if (answer.ok() && answer->contains("ignored")) outcome = "outcome=\"ignored\"";
+  metrics_.Count("tessera_memory_checkpoint_reports_total", outcome);
+  return answer;
+}
+
+Result<Json> Service::KeepMemoryReport(const std::string& mesh,
+                                       const Result<MemoryCheckpointReport>& report) {
+  RETURN_IF_ERROR(report.status());
+  ASSIGN_OR_RETURN(MeshRecord m, meshes_.Get(mesh));
+  for (size_t i = 0; i < report->workers.size(); ++i) {
+    const MemoryCheckpointReport::Worker& w = report->workers[i];
+    const std::string where = "workers[" + std::to_string(i) + "]";
+    Json details = {{"mesh", mesh}, {"rank", w.rank}, {"worker", w.worker}};
+    if (w.rank >= static_cast<int64_t>(m.workers.size())) {
+      details["field"] = where + ".rank";
+      return InvalidArgument(where + ": worker " + w.worker + " has rank " +
+                                 std::to_string(w.rank) + ", but mesh " + mesh + " has " +
+                                 std::to_string(m.workers.size()) + " ranks",
+                             details);
+    }
+    const std::string& expected = m.workers[static_cast<size_t>(w.rank)];
+    if (w.worker != expected) {
+      details["field"] = where + ".worker";
+      details["expected"] = expected;
+      return InvalidArgument(where + ": rank " + std::to_string(w.rank) + " of mesh " + mesh +
+                                 " is worker " + expected + ", not " + w.worker,
+                             details);
+    }
   }
-  return c->ToJson();
+  const int64_t step = report->step;
+  const std::vector<int64_t> steps = report->steps;
+  if (std::optional<int64_t> held = memory_checkpoints_.Put(mesh, *report)) {
+    return Json{{"acknowledged", true}, {"ignored", "older than step " + std::to_string(*held)}};
+  }
+  // The mesh may have been deleted meanwhile: what its deletion forgot stays forgotten.
+  if (!meshes_.Has(mesh)) {
+    memory_checkpoints_.Forget(mesh);
+    return NotFound("no mesh " + mesh, {{"mesh", mesh}});
+  }
+  events_.Publish("memory_checkpoint", {{"mesh", mesh}, {"step", step}, {"steps", steps}});
+  return Json{{"acknowledged", true}};
 }
 
 Status Service::DeleteCheckpoint(const std::string& mesh, const std::string& step_text) {

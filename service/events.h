@@ -15,7 +15,7 @@ namespace tessera::service {
 
 struct Event {
   uint64_t seq = 0;
-  std::string type;  // worker, mesh, job, checkpoint, barrier, preemption
+  std::string type;  // worker, mesh, job, checkpoint, memory_checkpoint, barrier, preemption
   Json data;
 };
 

@@ -207,9 +207,11 @@ StateWrite Service::MeshWrite(const std::string& what, const std::string& name,
   } else {
     w.catalog = {{"meshes", name, std::nullopt}, {"retention", name, std::nullopt}};
   }
-  // Workers learn placements from their long-polls (docs/architecture.md).
-  w.memory = [this, memory = std::move(memory)] {
+  // Workers learn placements from their long-polls (docs/architecture.md). A mesh gone
+  // takes its memory tier's report with it: one registered again under the name starts clean.
+  w.memory = [this, name, gone = !after.record, memory = std::move(memory)] {
     memory();
+    if (gone) memory_checkpoints_.Forget(name);
     workers_.PlacementsChanged();
   };
   return w;

@@ -25,6 +25,9 @@ const std::map<std::string, std::string> kCounterHelp = {
     {"tessera_kv_ops_total", "KV store operations by op and outcome."},
     {"tessera_preemption_syncs_total", "Preemption sync-point calls by outcome."},
     {"tessera_catalog_write_failures_total", "Catalog writes that failed, by table."},
+    {"tessera_memory_checkpoint_reports_total",
+     "Reports of meshes' memory tiers by outcome (ok, ignored: older than the one held, or the "
+     "error's code)."},
     {"tessera_http_connections_dropped_total",
      "HTTP connections the server closed unserved: header not in time (408), over a "
      "connection cap, header too large (431), failed TLS handshake."},

@@ -26,9 +26,10 @@ Status CheckName(const Request& req, const std::string& param, const std::string
   return ValidateName(req.Param(param), field);
 }
 
-// A create-or-join lists every tensor of the worker's snapshot: more than the 2 MiB
-// of other JSON bodies for a model of many tensors.
-constexpr uint64_t kMaxSaveJoinBody = 32ull << 20;
+// A save's create-or-join lists every tensor of the worker's snapshot, and a memory tier's
+// report every tensor of its checkpoint: more than the 2 MiB of other JSON bodies for a
+// model of many tensors.
+constexpr uint64_t kMaxTensorListBody = 32ull << 20;
 
 // A task long-poll's query: how long to wait, and what the worker has (ack, meshes, queue).
 Result<PollRequest> PollRequestOf(const Request& req) {
@@ -116,7 +117,7 @@ void Service::AddRoutes(http::Router* router) {
       return write(out);
     };
     return r;
-  }, "Server-Sent Events: worker, mesh, job, checkpoint, barrier, preemption");
+  }, "Server-Sent Events: worker, mesh, job, checkpoint, memory_checkpoint, barrier, preemption");
   // EventSource cannot send a header: this route alone also takes ?token=.
   router->SetQueryToken("GET", "/api/v1/events");
 
@@ -175,7 +176,14 @@ void Service::AddRoutes(http::Router* router) {
     });
   }, "internal: a worker creates (201) or joins (200) the in-loop save of a step "
      "{worker, snapshot, tensors?, compression?, level?, metadata?}",
-     true, kMaxSaveJoinBody);
+     true, kMaxTensorListBody);
+  add("PUT", "/api/v1/meshes/{m+}/memory-checkpoints", [this](const Request& req) {
+    return WithBody(req, [&](const Json& b) {
+      return Reply(ReportMemoryCheckpoints(req.Param("m"), MemoryCheckpointReport::FromJson(b)));
+    });
+  }, "internal: rank 0's report of the mesh's memory tier {step, redundancy, steps, bytes, "
+     "tensors, workers, replicas?, group?, keep?, persisted?}",
+     true, kMaxTensorListBody);
   add("GET", "/api/v1/meshes/{m+}/checkpoints",
       [this](const Request& req) { return Reply(ListCheckpoints(req.Param("m"))); },
       "checkpoints of a mesh, newest first");

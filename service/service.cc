@@ -372,7 +372,7 @@ Json Service::Health() const {
 }
 
 void Service::PublishWorker(const WorkerRecord& w) {
-  events_.Publish("worker", w.ToJson(clock_->MonoMs(), meshes_.MeshesOf(w.id)));
+  events_.Publish("worker", WorkerJson(w, memory_checkpoints_.WorkerBytes()));
 }
 
 Json Service::Cluster() {

@@ -1,7 +1,7 @@
 // tesserad's core: the registries (workers and their liveness, meshes, checkpoints,
-// jobs), the catalog that persists them, and the jobs that drive workers through the
-// protocol of docs/architecture.md. HTTP handlers (routes.cc) are thin wrappers over
-// these methods, which tests call directly.
+// jobs; the meshes' memory tiers, in memory only), the catalog that persists them, and the
+// jobs that drive workers through the protocol of docs/architecture.md. HTTP handlers
+// (routes.cc) are thin wrappers over these methods, which tests call directly.
 //
 // Locking: each registry has its own lock, held for its memory alone; none is held
 // while another registry works or during I/O (catalog writes included), so a
@@ -37,6 +37,7 @@
 #include "service/job_inbox.h"
 #include "service/job_machine.h"
 #include "service/job_registry.h"
+#include "service/memory_checkpoints.h"
 #include "service/mesh_registry.h"
 #include "service/metrics.h"
 #include "service/records.h"
@@ -137,8 +138,17 @@ class Service {
   // this call created the save, (200, ...) when it joined the same save (also when
   // it repeats an earlier join); conflict for a committed step or another save of it.
   Result<std::pair<int, Json>> JoinSave(const std::string& mesh, const SaveJoinRequest& join);
+  // Both tiers: the catalog's checkpoints and what the mesh's memory tier holds, each
+  // entry with its `tiers` (memory_checkpoints.h).
   Result<Json> ListCheckpoints(const std::string& mesh);
+  // A step of the catalog, or one only the memory tier holds; "latest" is the newest
+  // committed in the catalog (what workers restore from the root).
   Result<Json> GetCheckpoint(const std::string& mesh, const std::string& step);
+  // Rank 0's report of the mesh's memory tier, as the route decoded it (a decoding error
+  // is counted, then returned): {"acknowledged": true}, with "ignored" when a report of a
+  // newer step is held. Checks its workers against the mesh's.
+  Result<Json> ReportMemoryCheckpoints(const std::string& mesh,
+                                       const Result<MemoryCheckpointReport>& report);
   Status DeleteCheckpoint(const std::string& mesh, const std::string& step);
   // Removes what failed saves left in the checkpoint root (never a running
   // save's staging): {"removed": [paths]}.
@@ -213,11 +223,16 @@ class Service {
   Status Persist(const std::string& table, const std::string& key, const Json& doc);
   void NoteCatalogFailure(const std::string& table, const Status& st);
   void PublishWorker(const WorkerRecord& w);
+  // A worker as GET /api/v1/workers shows it; `memory_bytes`: memory_checkpoints_.WorkerBytes().
+  Json WorkerJson(const WorkerRecord& w, const std::map<std::string, uint64_t>& memory_bytes) const;
   // Every mesh worker `id` belongs to, as GET /api/v1/meshes/{m} shows it.
   Json MeshesOfWorker(const std::string& id) const;
   // A change of state, root → catalog → memory (state_write.h), and its failures' count.
   Status WriteState(const StateWrite& w);
   void CountStateWriteFailure(const std::string& store, const Status& st);
+  // ReportMemoryCheckpoints but for its count.
+  Result<Json> KeepMemoryReport(const std::string& mesh,
+                                const Result<MemoryCheckpointReport>& report);
   // A mesh as memory holds it now (no record: not registered).
   MeshState MeshStateOf(const std::string& name) const;
   // Writes the mesh's document into the root (storage/root_meta.h), or its tombstone.
@@ -289,6 +304,7 @@ class Service {
   MeshRegistry meshes_;
   WriteTurns mesh_writes_;  // every change of a mesh, one at a time (root → catalog → memory)
   CheckpointRegistry checkpoints_;
+  MemoryCheckpoints memory_checkpoints_;  // in memory only: rank 0 reports it again
   JobRegistry jobs_{&events_, clock_};
 
   storage::ThreadSet job_threads_;

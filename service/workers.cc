@@ -94,17 +94,25 @@ Json Service::MeshesOfWorker(const std::string& id) const {
   return out;
 }
 
+Json Service::WorkerJson(const WorkerRecord& w,
+                         const std::map<std::string, uint64_t>& memory_bytes) const {
+  Json j = w.ToJson(clock_->MonoMs(), meshes_.MeshesOf(w.id));
+  auto bytes = memory_bytes.find(w.id);
+  j["memory_bytes"] = bytes == memory_bytes.end() ? 0 : bytes->second;
+  return j;
+}
+
 Json Service::ListWorkers() {
   Json out = Json::array();
-  const int64_t now = clock_->MonoMs();
-  for (const WorkerRecord& w : workers_.List()) out.push_back(w.ToJson(now, meshes_.MeshesOf(w.id)));
+  const std::map<std::string, uint64_t> memory_bytes = memory_checkpoints_.WorkerBytes();
+  for (const WorkerRecord& w : workers_.List()) out.push_back(WorkerJson(w, memory_bytes));
   return out;
 }
 
 Result<Json> Service::GetWorker(const std::string& id) {
   auto w = workers_.Get(id);
   if (!w) return NotFound("no worker " + id, {{"worker", id}});
-  return w->ToJson(clock_->MonoMs(), meshes_.MeshesOf(id));
+  return WorkerJson(*w, memory_checkpoints_.WorkerBytes());
 }
 
 Status Service::DeleteWorker(const std::string& id) {

@@ -1,7 +1,8 @@
 // The dashboard in a real browser (Debian's chromium, headless, driven by
 // playwright-core) against a real tesserad and 4 workers: the token prompt,
 // workers, registering a mesh, a save watched to the end, the checkpoint, its
-// verification, restore, retention, API errors, a killed worker turning dead,
+// verification, restore, retention, API errors, the memory tier (a rank 0 report:
+// the checkpoints' tiers and the workers' memory bytes), a killed worker turning dead,
 // a save that fails naming it, a narrow screen and the keyboard. Then an HA group
 // (etcd, a leader and a standby): the page names the leader, the standby's address
 // leads to it, and after a takeover the page follows the new leader.
@@ -144,7 +145,8 @@ describe('dashboard', () => {
     const row = page.locator('main table tbody tr').filter({has: page.getByRole('link', {name: '100', exact: true})});
     await row.locator('.badge', {hasText: 'committed'}).waitFor();
     const cells = await row.locator('td').allTextContents();
-    assert.equal(cells[1], '3', `tensors: ${cells}`);
+    assert.equal(cells[1], 'persisted', `tiers: ${cells}`);
+    assert.equal(cells[2], '3', `tensors: ${cells}`);
     await shot('05-save-done');
   });
 
@@ -196,6 +198,53 @@ describe('dashboard', () => {
     assert.deepEqual((await cluster.api('GET', '/api/v1/meshes/web/checkpoints')).map((c) => c.step), [200]);
   });
 
+  test('the memory tier: tiers per checkpoint and each worker\'s memory bytes', async () => {
+    // Rank 0's report, as a worker sends it with the cluster's token: step 200 (persisted
+    // above) is also in memory, step 250 only there.
+    const mesh = await cluster.api('GET', '/api/v1/meshes/web');
+    const GiB = 1024 ** 3;
+    const memoryBytes = [3 * GiB, 2.5 * GiB, 1536 * 1024 ** 2, 768 * 1024 ** 2];
+    const ack = await cluster.api('PUT', '/api/v1/meshes/web/memory-checkpoints', {
+      step: 250, redundancy: 'replica', replicas: 1, group: 4, keep: 2, steps: [200, 250],
+      bytes: 4 * GiB, persisted: 200,
+      tensors: [{name: 'layers/0/w', dtype: 'float32', shape: [2048, 2048]},
+        {name: 'layers/0/b', dtype: 'float32', shape: [512]}, {name: 'embedding', dtype: 'int32', shape: [2048, 256]}],
+      workers: mesh.workers.map((worker, rank) => ({worker, rank, memory_bytes: memoryBytes[rank]})),
+    });
+    assert.deepEqual(ack, {acknowledged: true});
+
+    // The table follows the memory_checkpoint event: 250 in memory, 200 in both.
+    await tab('Checkpoints');
+    const row = (step) => page.locator('main table tbody tr').filter({has: page.getByRole('link', {name: String(step), exact: true})});
+    await row(250).locator('[data-tiers="memory"]').waitFor();
+    await row(200).locator('[data-tiers="memory persisted"]').waitFor();
+    assert.deepEqual(await row(200).locator('.tiers .badge').allTextContents(), ['memory', 'persisted']);
+    const cells = await row(250).locator('td').allTextContents();
+    assert.equal(cells[0], '✓ committed', `state: ${cells}`);
+    assert.equal(cells[2], '3', `tensors: ${cells}`);
+    assert.equal(cells[3], '4 GiB', `bytes: ${cells}`);
+    // Its detail: the report's tensors, its redundancy, and no action of persisted ones.
+    await page.getByRole('link', {name: '250', exact: true}).click();
+    const detail = page.locator('section', {has: page.getByRole('heading', {name: 'Step 250 of web'})});
+    await detail.locator('tr', {hasText: 'layers/0/w'}).waitFor();
+    assert.match(await detail.locator('tr', {hasText: 'layers/0/w'}).textContent(), /float32.*\[2048, 2048\]/);
+    assert.match(await detail.locator('dl').textContent(), /replica, 1 copy/);
+    await detail.locator('[data-memory-only]').waitFor();
+    assert.equal(await detail.getByRole('button', {name: 'Verify'}).count(), 0);
+    await dismissMessages();
+    await shot('08-memory-tier-checkpoints');
+    await page.locator('main').screenshot({path: join(artifacts, 'dashboard-memory-tier.png')});
+
+    // The workers' memory bytes, in human units (and '—' for none).
+    await tab('Overview');
+    for (const [rank, text] of ['3 GiB', '2.50 GiB', '1.50 GiB', '768 MiB'].entries()) {
+      const cell = page.locator('#workers tbody tr', {hasText: mesh.workers[rank]}).locator(`[data-memory-bytes="${memoryBytes[rank]}"]`);
+      await cell.waitFor();
+      assert.equal(await cell.textContent(), text);
+    }
+    await shot('09-memory-tier-workers');
+  });
+
   test('a killed worker turns dead, everywhere', async () => {
     cluster.kill('host3');
     await tab('Overview');
@@ -208,10 +257,10 @@ describe('dashboard', () => {
     await page.locator('#counts', {hasText: '1 dead'}).waitFor();
     await dismissMessages();
     assert.match(await page.locator('main .stat-dead').textContent(), /Workers dead\s*1/i);
-    await shot('08-worker-dead');
+    await shot('10-worker-dead');
     await tab('Meshes');
     await page.locator('article[data-mesh="web"] .device-dead').first().waitFor();
-    await shot('09-mesh-with-dead-worker');
+    await shot('11-mesh-with-dead-worker');
   });
 
   test('a save that needs the dead worker fails, naming it', async () => {
@@ -221,7 +270,7 @@ describe('dashboard', () => {
     // Refused at once (503) or failed as a job: either way the culprit is named.
     const culprit = page.locator('[data-detail="worker"]', {hasText: 'w-host3'}).first();
     await culprit.waitFor();
-    await shot('10-save-fails-naming-the-worker');
+    await shot('12-save-fails-naming-the-worker');
   });
 
   test('a corrupt checkpoint fails verify, naming the tensor and the file', async () => {
@@ -238,7 +287,7 @@ describe('dashboard', () => {
     await card.waitFor();
     assert.match(await card.locator('.error-code').textContent(), /data_loss/);
     assert.match(await card.locator('.job-error').textContent(), new RegExp(shard.replace('.', '\\.')));
-    await shot('11-verify-finds-corruption');
+    await shot('13-verify-finds-corruption');
     await tab('Overview');
     await page.locator('main .job-card[data-state="failed"]', {hasText: 'verify · web · step 200'}).waitFor();
   });
@@ -251,7 +300,7 @@ describe('dashboard', () => {
     await row.waitFor();
     assert.deepEqual(await row.locator('.rank-arrived').allTextContents(), ['0']);
     assert.deepEqual(await row.locator('.rank-missing').allTextContents(), ['1', '2']);
-    await shot('12-coordination');
+    await shot('14-coordination');
   });
 
   test('charts draw throughput, sizes and barrier activity', async () => {
@@ -262,13 +311,13 @@ describe('dashboard', () => {
     assert.ok(await page.locator('.s-logical circle').count() >= 1, 'a point per checkpoint');
     // The barrier arrival of the test before came in as a live event.
     assert.ok(await page.locator('rect.bar.s-arrived').count() >= 1, 'a bar of barrier arrivals');
-    await shot('13-charts');
+    await shot('15-charts');
   });
 
   test('on a narrow screen nothing overflows sideways', async () => {
     await page.setViewportSize({width: 390, height: 844});
-    for (const [label, name] of [['Overview', '14-narrow-overview'], ['Meshes', '15-narrow-meshes'],
-      ['Checkpoints', '16-narrow-checkpoints'], ['Charts', '17-narrow-charts']]) {
+    for (const [label, name] of [['Overview', '16-narrow-overview'], ['Meshes', '17-narrow-meshes'],
+      ['Checkpoints', '18-narrow-checkpoints'], ['Charts', '19-narrow-charts']]) {
       await tab(label);
       await page.locator('main .panel').first().waitFor();
       await shot(name);
@@ -292,7 +341,7 @@ describe('dashboard', () => {
     await page.keyboard.press('Enter');
     await page.waitForFunction(() => location.hash === '#jobs');
     await page.getByRole('heading', {name: 'Jobs', exact: true}).waitFor();
-    await shot('18-jobs');
+    await shot('20-jobs');
   });
 
   test('the page raised no script error', () => {
@@ -347,7 +396,7 @@ describe('dashboard of an HA group', () => {
     assert.equal(health.epoch, 1);
     assert.equal(await leadership(page, cluster.url, 1),
       `Leader ${cluster.url} since ${await clock(page, health.leader_since_ms)} · epoch 1 · HA ${cluster.etcd}`);
-    await shot('20-ha-leader');
+    await shot('22-ha-leader');
   });
 
   test("the standby's address opens the leader's page", async () => {
@@ -361,7 +410,7 @@ describe('dashboard of an HA group', () => {
       assert.equal(new URL(tab.url()).origin, cluster.url);
       assert.match(await leadership(tab, cluster.url, 1), /^Leader /);
       await aliveRows(tab, 2);
-      await shot('21-ha-standby-redirects', tab);
+      await shot('23-ha-standby-redirects', tab);
     } finally {
       await tab.close();
     }
@@ -382,7 +431,7 @@ describe('dashboard of an HA group', () => {
       // Two more polls: it keeps asking, and stays where it is.
       for (let i = 0; i < 2; i++) await page.waitForRequest((r) => r.url().endsWith('/api/v1/cluster'));
       assert.equal(new URL(page.url()).origin, cluster.url);
-      await shot('22-ha-waiting-for-a-leader');
+      await shot('24-ha-waiting-for-a-leader');
     } finally {
       await page.unroute(asStandby, refuse);
     }
@@ -413,7 +462,7 @@ describe('dashboard of an HA group', () => {
     // The workers follow the leader too.
     await aliveRows(page, 2);
     assert.equal(await page.locator('#takeover-banner').isHidden(), true);
-    await shot('23-ha-new-leader');
+    await shot('25-ha-new-leader');
   });
 
   test('the pages raised no script error', () => {

@@ -1,5 +1,5 @@
-// Pieces shown by more than one view: the job card (Overview, Checkpoints, Jobs)
-// and links to a mesh's checkpoints. ui.js has the generic widgets these are made of.
+// Pieces shown by more than one view: the job card (Overview, Checkpoints, Jobs),
+// links to a mesh's checkpoints and the badges of a checkpoint's tiers. ui.js has the generic widgets these are made of.
 
 import {h, table} from './dom.js';
 import * as endpoints from './endpoints.js';
@@ -10,6 +10,17 @@ import {act, badge, errorBox, progress, showNotice} from './ui.js';
 // The Checkpoints section's hash route for a mesh, or for one step of it.
 export const checkpointHref = (mesh, step) =>
   `#checkpoints/${encodeURIComponent(mesh)}${step !== undefined ? `/${step}` : ''}`;
+
+// ---------------------------------------------------------------- tiers
+
+const TIER_TITLES = {memory: "In the workers' memory", persisted: 'Committed in the checkpoint root'};
+
+// Where a checkpoint is held (its `tiers`): a badge per tier, or '—' for neither.
+export function tierBadges(tiers) {
+  if (!tiers || !tiers.length) return '—';
+  return h('span', {class: 'tiers', dataset: {tiers: tiers.join(' ')}},
+    tiers.map((t) => h('span', {class: `badge tier-${t}`, title: TIER_TITLES[t]}, t)));
+}
 
 // ---------------------------------------------------------------- jobs
 

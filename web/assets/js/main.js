@@ -174,6 +174,11 @@ function onEvent(type, data) {
       loader.soon('cluster', () => loader.cluster());
       break;
     }
+    case 'memory_checkpoint':
+      // Rank 0's report: the mesh's memory tier and its workers' memory bytes changed.
+      loader.soon(`checkpoints:${data.mesh}`, () => loader.checkpoints(data.mesh));
+      loader.soon('workers', () => loader.workers());
+      break;
     case 'barrier':
       recordBarrierEvent(data);
       loader.soon('barriers', () => loader.barriers());

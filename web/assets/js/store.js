@@ -88,10 +88,19 @@ export function upsertJob(job) {
 // A checkpoint summary from an event: the list is right at once, before any reload.
 export function upsertCheckpoint(summary) {
   if (!state.checkpoints.has(summary.mesh)) return; // not loaded yet: the load brings it
+  const old = (state.checkpoints.get(summary.mesh) || []).find((c) => c.step === summary.step);
   const list = (state.checkpoints.get(summary.mesh) || []).filter((c) => c.step !== summary.step);
-  if (summary.state !== 'deleted') list.push(summary);
+  if (summary.state !== 'deleted') list.push({...summary, tiers: eventTiers(summary, old)});
   list.sort((a, b) => b.step - a.step);
   state.checkpoints.set(summary.mesh, list);
+}
+
+// An event's summary carries no tiers: the memory tier stays as the list had it (until
+// the reload that follows), and a committed one is persisted.
+function eventTiers(summary, old) {
+  if (summary.tiers) return summary.tiers;
+  const memory = old && old.tiers && old.tiers.includes('memory') ? ['memory'] : [];
+  return memory.concat(summary.state === 'committed' ? ['persisted'] : []);
 }
 
 // A deleted checkpoint's detail must not be shown again from memory.
@@ -112,6 +121,11 @@ export function recordBarrierEvent({action, name}) {
 // ---------------------------------------------------------------- reading
 
 export const finished = (job) => ['succeeded', 'failed', 'cancelled'].includes(job.state);
+
+// Whether a checkpoint is committed in the checkpoint root (tiers holds "persisted"),
+// rather than only in the workers' memory: only those can be restored, verified,
+// deleted or pruned from here.
+export const persisted = (c) => (c.tiers ? c.tiers.includes('persisted') : c.state === 'committed');
 
 export function sortedJobs() {
   return [...state.jobs.values()].sort((a, b) => (b.created_at || 0) - (a.created_at || 0));

@@ -4,7 +4,7 @@
 import {barChart, lineChart} from '../chart.js';
 import {h, renderIf} from '../dom.js';
 import * as fmt from '../format.js';
-import {sortedJobs, state} from '../store.js';
+import {persisted, sortedJobs, state} from '../store.js';
 import {field, section} from '../ui.js';
 
 const BUCKET_MS = 30000;
@@ -27,7 +27,7 @@ function throughput(mesh) {
 
 function sizes(mesh) {
   const list = (mesh ? state.checkpoints.get(mesh) || []
-    : [...state.checkpoints.values()].flat()).filter((c) => c.state === 'committed');
+    : [...state.checkpoints.values()].flat()).filter(persisted);
   const points = (key) => list.map((c) => ({x: c.step, y: c[key]})).sort((a, b) => a.x - b.x);
   return lineChart({
     title: 'Checkpoint size by step', xLabel: 'step', yLabel: 'size', yFormat: fmt.bytes, bytes: true,

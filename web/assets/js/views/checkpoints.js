@@ -1,13 +1,20 @@
-// Checkpoints of a mesh: the table, one checkpoint's detail (tensors and
-// layouts), and the actions: save now, restore to a chosen mesh, verify,
-// delete and retention. Destructive ones ask first.
+// Checkpoints of a mesh, persisted and in the workers' memory: the table (with each
+// one's tiers), one checkpoint's detail (tensors and layouts), and the actions on
+// persisted ones: save now, restore to a chosen mesh, verify, delete and retention.
+// Destructive ones ask first.
 
-import {checkpointHref, jobCard} from '../components.js';
+import {checkpointHref, jobCard, tierBadges} from '../components.js';
 import {h, renderIf, table} from '../dom.js';
 import * as endpoints from '../endpoints.js';
 import * as fmt from '../format.js';
-import {finished, sortedJobs, state} from '../store.js';
+import {finished, persisted, sortedJobs, state} from '../store.js';
 import {act, badge, confirmThenAct, field, section, showNotice} from '../ui.js';
+
+// How a memory checkpoint's redundancy is kept, e.g. "replica, 1 copy".
+function redundancy(c) {
+  if (c.redundancy === 'replica') return `replica, ${fmt.plural(c.replicas ?? 1, 'copy', 'copies')}`;
+  return c.redundancy === 'parity' ? `parity, groups of ${c.group}` : c.redundancy;
+}
 
 // The steps retention would delete now (the service's StepsToPrune).
 function stepsToPrune(steps, keepLast, every) {
@@ -18,15 +25,17 @@ function stepsToPrune(steps, keepLast, every) {
 function checkpointsTable(mesh, list, selected) {
   return table({
     caption: `Checkpoints of ${mesh}`,
-    columns: [{label: 'Step', num: true}, {label: 'State'}, {label: 'Tensors', num: true},
+    columns: [{label: 'Step', num: true}, {label: 'State'}, {label: 'Tiers'}, {label: 'Tensors', num: true},
       {label: 'Logical', num: true}, {label: 'Stored', num: true}, {label: 'Ratio', num: true},
       {label: 'Duration', num: true}, {label: 'Created'}],
     rows: list.map((c) => [
       h('a', {href: checkpointHref(mesh, c.step), dataset: {key: `step-${c.step}`},
         'aria-current': c.step === selected ? 'true' : undefined}, String(c.step)),
       h('span', null, badge(c.state), c.error && c.error.message ? h('small', {class: 'row-error'}, ` ${c.error.message}`) : null),
+      tierBadges(c.tiers),
       c.tensors,
-      fmt.bytes(c.logical_bytes),
+      // A checkpoint only in memory has its bytes, and nothing stored.
+      fmt.bytes(c.logical_bytes ?? c.bytes),
       fmt.bytes(c.stored_bytes),
       fmt.ratio(c.logical_bytes, c.stored_bytes),
       fmt.duration(c.duration_ms),
@@ -68,7 +77,7 @@ export function createCheckpointsView(ctx) {
     onsubmit: async (e) => {
       e.preventDefault();
       const body = {keep_last: Number(keepLast.value || 0), keep_every_n_steps: Number(keepEvery.value || 0)};
-      const steps = (state.checkpoints.get(mesh) || []).filter((c) => c.state === 'committed')
+      const steps = (state.checkpoints.get(mesh) || []).filter(persisted)
         .map((c) => c.step).sort((a, b) => a - b);
       const doomed = stepsToPrune(steps, body.keep_last, body.keep_every_n_steps);
       await confirmThenAct(retentionButton, {
@@ -135,14 +144,29 @@ export function createCheckpointsView(ctx) {
         await ctx.loader.checkpoints(mesh);
       })}, 'Delete…');
     const committed = c.state === 'committed';
+    // Only in the workers' memory: the trainers restore it themselves (restore()), and
+    // its workers free it when newer ones commit.
+    const memoryOnly = committed && !persisted(c);
+    let actions;
+    if (memoryOnly) {
+      actions = h('p', {class: 'muted', dataset: {memoryOnly: ''}}, 'In the workers\' memory only: the trainers restore it ',
+        'with restore(), and the workers free it as newer ones commit. Restore, verify and delete here ',
+        'apply to persisted checkpoints.');
+    } else if (committed) {
+      actions = h('div', {class: 'action-row'}, restoreForm, h('div', {class: 'actions'}, verifyButton, deleteButton));
+    } else {
+      actions = h('div', {class: 'actions'}, h('p', {class: 'muted'}, 'Only committed checkpoints can be restored or verified.'), deleteButton);
+    }
     return section(`Step ${step} of ${mesh}`,
       h('dl', {class: 'facts'},
         h('dt', null, 'State'), h('dd', null, badge(c.state)),
-        h('dt', null, 'Size'), h('dd', null, `${fmt.bytes(c.logical_bytes)} logical, ${fmt.bytes(c.stored_bytes)} stored (${fmt.ratio(c.logical_bytes, c.stored_bytes)})`),
-        h('dt', null, 'Saved'), h('dd', null, `${fmt.clock(c.created_at)} in ${fmt.duration(c.duration_ms)}`),
-        h('dt', null, 'Job'), h('dd', null, h('code', null, c.job || '—'))),
-      committed ? h('div', {class: 'action-row'}, restoreForm, h('div', {class: 'actions'}, verifyButton, deleteButton))
-        : h('div', {class: 'actions'}, h('p', {class: 'muted'}, 'Only committed checkpoints can be restored or verified.'), deleteButton),
+        h('dt', null, 'Tiers'), h('dd', null, tierBadges(c.tiers)),
+        c.redundancy ? [h('dt', null, 'Redundancy'), h('dd', null, redundancy(c))] : null,
+        memoryOnly ? [h('dt', null, 'Size'), h('dd', null, `${fmt.bytes(c.bytes)} in the workers' memory`)] : [
+          h('dt', null, 'Size'), h('dd', null, `${fmt.bytes(c.logical_bytes)} logical, ${fmt.bytes(c.stored_bytes)} stored (${fmt.ratio(c.logical_bytes, c.stored_bytes)})`),
+          h('dt', null, 'Saved'), h('dd', null, `${fmt.clock(c.created_at)} in ${fmt.duration(c.duration_ms)}`),
+          h('dt', null, 'Job'), h('dd', null, h('code', null, c.job || '—'))]),
+      actions,
       lastVerify ? h('div', {class: 'job-list'}, jobCard(lastVerify, ctx)) : null,
       h('h3', null, 'Tensors'),
       d ? table({

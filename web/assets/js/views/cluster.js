@@ -1,5 +1,6 @@
 // Overview: the cluster at a glance (with the tesserad that leads), every worker
-// with its state and heartbeat age, the jobs in progress and the latest failures.
+// with its state, heartbeat age and memory tier bytes, the jobs in progress and the
+// latest failures.
 
 import {jobCard} from '../components.js';
 import {h, render, table} from '../dom.js';
@@ -44,13 +45,16 @@ export function workersTable() {
   return table({
     caption: 'Workers',
     columns: [{label: 'Worker'}, {label: 'State'}, {label: 'Last heartbeat'}, {label: 'Host'},
-      {label: 'Devices', num: true}, {label: 'Meshes'}, {label: 'Local API'}],
+      {label: 'Devices', num: true}, {label: 'Memory tier', num: true}, {label: 'Meshes'},
+      {label: 'Local API'}],
     rows: state.workers.map((w) => [
       h('span', {class: 'worker-id'}, w.id),
       badge(w.state),
       h('span', {class: w.state === 'alive' ? null : 'strong'}, fmt.ago(w.last_heartbeat_ms_ago)),
       w.host,
       w.devices,
+      // What it holds for memory checkpoints, over its meshes.
+      h('span', {dataset: {memoryBytes: w.memory_bytes ?? 0}}, w.memory_bytes ? fmt.bytes(w.memory_bytes) : '—'),
       (w.meshes || []).join(', ') || '—',
       h('code', null, w.local_api),
     ]),
