@@ -245,7 +245,8 @@ Result<Json> Agent::Run(const Task& task) {
 
 void Agent::AddRoutes(http::Router* router) {
   router->Add({"GET", "/healthz", [this](const http::Request&) {
-    const int64_t in_flight = collectives_ != nullptr ? collectives_->in_flight() : 0;
+    const int64_t in_flight = (collectives_ != nullptr ? collectives_->in_flight() : 0) +
+                              (memory_channel_ != nullptr ? memory_channel_->in_flight() : 0);
     return http::Response::Json(200, {{"status", "ok"}, {"worker", id_},
                                       {"collectives_in_flight", in_flight},
                                       {"pending_saves", PendingSaves()},

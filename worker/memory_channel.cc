@@ -38,6 +38,11 @@ std::shared_ptr<MemoryChannel::MeshState> MemoryChannel::StateFor(const std::str
 
 Status MemoryChannel::With(const MeshPlacement& p, std::chrono::milliseconds timeout,
                            const std::string& context, const Body& fn) {
+  ++in_flight_;
+  struct Leave {
+    std::atomic<int64_t>* n;
+    ~Leave() { --*n; }
+  } leave{&in_flight_};
   std::shared_ptr<MeshState> state = StateFor(p.mesh.name);
   MutexLock lock(state->mu);
   const std::string id = ChannelId(p);

@@ -6,6 +6,7 @@
 // join, so a group lost while tesserad is away can be joined again without it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -37,6 +38,9 @@ class MemoryChannel {
   using Body = std::function<Status(collectives::Group& group, const std::vector<std::string>& addresses)>;
   Status With(const MeshPlacement& p, std::chrono::milliseconds timeout, const std::string& context,
               const Body& fn);
+  // Calls of With in progress (joining included): the worker's /healthz counts them
+  // with its collectives, since a restore's agreement is one.
+  int64_t in_flight() const { return in_flight_.load(); }
 
  private:
   struct MeshState {
@@ -49,6 +53,7 @@ class MemoryChannel {
 
   collectives::TcpAcceptor* acceptor_;
   PeerAddresses addresses_;
+  std::atomic<int64_t> in_flight_{0};
   Mutex mu_;
   std::map<std::string, std::shared_ptr<MeshState>> meshes_ GUARDED_BY(mu_);
 };

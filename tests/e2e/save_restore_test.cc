@@ -387,7 +387,7 @@ TEST(SaveRestore, TrainerRoutesRestoreOwnWorkerAndReportFailedSaves) {
   // for worker 0 and names it; together, both restore step 5.
   auto alone = w1.Call("POST", "/v1/restore?mesh=two&timeout_ms=300", Json::object());
   ASSERT_EQ(alone.status().code(), Code::kDeadlineExceeded) << alone.status().ToString();
-  EXPECT_EQ(alone.status().details()["missing_workers"], Json::array({c->worker_id(0)}));
+  EXPECT_EQ(alone.status().details()["missing_workers"], Json::array({c->worker_id(0)})) << alone.status().ToString();
   EXPECT_EQ(shard(w1), changed.Slice(DeviceSlice(two, changed.layout, changed.shape, 1)));
   std::optional<Result<Json>> latest0;
   std::thread first([&] { latest0 = w0.Call("POST", "/v1/restore?mesh=two", Json::object()); });

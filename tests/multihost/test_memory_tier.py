@@ -122,3 +122,28 @@ def test_a_damaged_copy_is_named_and_the_other_copy_is_used(cluster):
     assert out[damaged + 1]["source"] == "replica"
     assert "does not match" in c.workers[2].text()
     lose(c, 2)  # without the fault, for the tests after this one
+
+
+def test_memory_checkpoints_commit_while_tesserad_is_away_and_it_learns_them_back(cluster):
+    c = cluster
+    mesh = "mem-away"
+    c.register(mesh, {"data": WORKERS})
+    msave(c, mesh, 30)
+    eventually(lambda: [ck["step"] for ck in c.client.checkpoints(mesh)] == [30],
+               "tesserad lists memory checkpoint 30")
+    c.server.kill()
+    # The workers agree among themselves: no request to tesserad is needed.
+    msave(c, mesh, 31)
+    msave(c, mesh, 32)
+    c.start_server(log="tesserad-back-%s.log" % os.urandom(3).hex())
+    for i in ALL:
+        c.wait_alive(i)
+
+    def listed():
+        return {ck["step"]: ck.get("tiers") for ck in c.client.checkpoints(mesh)}
+    eventually(lambda: listed() == {31: ["memory"], 32: ["memory"]},
+               lambda: "tesserad lists %s" % listed())
+    workers = {w["id"]: w.get("memory_bytes", 0) for w in c.client.workers()}
+    assert all(workers[c.ids[i]] > 0 for i in ALL), workers
+    out = restore_all(c, mesh)
+    assert {(r["restored"], r["tier"]) for r in out.values()} == {(32, "memory")}, out

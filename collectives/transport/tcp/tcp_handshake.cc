@@ -32,8 +32,16 @@ Status ClientHandshake(int fd, int peer, const std::string& address, const TcpOp
 
   // A challenge, or a reply refusing at once (a data port of another version).
   std::string first(4, '\0');
+  // The peer's data port holds the hello until that rank joins the group: a deadline
+  // passed on the way means it never did.
+  auto missing = [&](const Status& st) {
+    if (st.code() != Code::kDeadlineExceeded) return st;
+    return DeadlineExceeded(self + ": " + st.message() + " (rank " + std::to_string(peer) +
+                                " did not join the group in time)",
+                            {{"peer_rank", peer}, {"missing_ranks", nlohmann::json::array({peer})}});
+  };
   if (Status st = ReadFull(fd, first.data(), first.size(), deadline, what); !st.ok()) {
-    if (st.code() != Code::kUnavailable) return st;
+    if (st.code() != Code::kUnavailable) return missing(st);
     // Dropped unanswered: a data port flooded by strangers makes room that way
     // (handshake_table.h), so ConnectTo tries again.
     return Unavailable(self + ": " + st.message() + " before answering the hello",
@@ -62,8 +70,9 @@ Status ClientHandshake(int fd, int peer, const std::string& address, const TcpOp
     RETURN_IF_ERROR(WriteFull(fd, proof.data(), proof.size(), deadline, what));
     first.clear();
   }
-  ASSIGN_OR_RETURN(wire::Reply reply,
-                   ReadMessage(fd, &wire::DecodeReply, std::move(first), deadline, what));
+  auto read = ReadMessage(fd, &wire::DecodeReply, std::move(first), deadline, what);
+  if (!read.ok()) return missing(read.status());
+  const wire::Reply& reply = *read;
   if (!reply.accepted) {
     return InvalidArgument(self + ": " + them + " refused the connection: " + reply.reason,
                            {{"peer_rank", peer}});
