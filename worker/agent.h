@@ -206,6 +206,9 @@ class Agent {
   Result<std::string> SaveStaging(const std::string& mesh, int64_t step);
 
   // agent_trainer.cc
+  // /v1/save's answer `out`, once `until` holds (with the save's job and state).
+  Result<Json> AnswerSave(const std::string& mesh, int64_t step, Json out, TrainerSaves::Until until,
+                          int64_t timeout_ms);
   // unavailable naming the limit and the pending saves when another in-loop
   // snapshot would pass max_pending_saves or max_pending_save_bytes.
   Status CheckPendingRoom(const std::string& mesh, int64_t step) REQUIRES(mu_);

@@ -104,16 +104,13 @@ Result<Json> Agent::SaveToMemory(const std::string& mesh, int64_t step, const Js
     q.running = true;
   }
   if (start) task_threads_.Spawn([this, mesh] { RunMemorySaves(mesh); });
-  Json out = {{"checkpoint", {{"mesh", mesh}, {"step", step}}},
-              {"tier", "memory"},
-              {"snapshot_ms", std::chrono::duration<double, std::milli>(snapped - waited).count()},
-              {"room_wait_ms", std::chrono::duration<double, std::milli>(waited - t0).count()},
-              {"snapshot_bytes", snap->bytes()}};
-  if (until == TrainerSaves::Until::kNow) return out;
-  ASSIGN_OR_RETURN(Json w, trainer_saves_.Wait(mesh, step, until, timeout_ms));
-  out["job"] = w["job"];
-  out["state"] = w["state"];
-  return out;
+  return AnswerSave(mesh, step,
+                    {{"checkpoint", {{"mesh", mesh}, {"step", step}}},
+                     {"tier", "memory"},
+                     {"snapshot_ms", std::chrono::duration<double, std::milli>(snapped - waited).count()},
+                     {"room_wait_ms", std::chrono::duration<double, std::milli>(waited - t0).count()},
+                     {"snapshot_bytes", snap->bytes()}},
+                    until, timeout_ms);
 }
 
 Result<Json> Agent::DoMemorySave(const Task& task) {

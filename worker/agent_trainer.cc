@@ -146,9 +146,15 @@ Result<Json> Agent::SaveFromTrainer(const std::string& mesh, int64_t step, const
   task_threads_.Spawn([this, mesh, step, request, t0, until_ms, snap, names]() mutable {
     FollowTrainerSave(mesh, step, request, std::move(snap), names, t0, until_ms);
   });
-  Json out = {{"checkpoint", {{"mesh", mesh}, {"step", step}}},
-              {"snapshot_ms", snapshot_ms},
-              {"snapshot_bytes", snap->bytes()}};
+  return AnswerSave(mesh, step,
+                    {{"checkpoint", {{"mesh", mesh}, {"step", step}}},
+                     {"snapshot_ms", snapshot_ms},
+                     {"snapshot_bytes", snap->bytes()}},
+                    until, timeout_ms);
+}
+
+Result<Json> Agent::AnswerSave(const std::string& mesh, int64_t step, Json out, TrainerSaves::Until until,
+                               int64_t timeout_ms) {
   if (until == TrainerSaves::Until::kNow) return out;
   ASSIGN_OR_RETURN(Json w, trainer_saves_.Wait(mesh, step, until, timeout_ms));
   out["job"] = w["job"];

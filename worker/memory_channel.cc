@@ -2,19 +2,8 @@
 
 #include <cstdio>
 
-#include "collectives/hash.h"
-
 namespace tessera::worker {
 namespace {
-
-std::string ChannelId(const MeshPlacement& p) {
-  std::string def = p.mesh.ToString() + "/" + std::to_string(p.mesh.devices_per_worker);
-  for (const std::string& w : p.workers) def += "/" + w;
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx",
-                static_cast<unsigned long long>(collectives::HashString(def)));
-  return "memory/" + p.mesh.name + "#" + hex;
-}
 
 std::vector<int64_t> AllRanks(size_t n) {
   std::vector<int64_t> out(n);
@@ -45,7 +34,7 @@ Status MemoryChannel::With(const MeshPlacement& p, std::chrono::milliseconds tim
   } leave{&in_flight_};
   std::shared_ptr<MeshState> state = StateFor(p.mesh.name);
   MutexLock lock(state->mu);
-  const std::string id = ChannelId(p);
+  const std::string id = GroupId("memory", p);
   // A group kept from an earlier call may have lost a peer that was replaced since
   // (a connection that broke while idle shows only once used): when such a group
   // fails, every survivor joins afresh and tries once more, while the replacement

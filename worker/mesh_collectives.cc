@@ -34,20 +34,14 @@ struct MeshCollectives::MeshState {
   std::deque<std::pair<std::string, Status>> aborted GUARDED_BY(abort_mu);  // newest last
 };
 
-namespace {
-
-// Names the mesh's definition and membership, so that workers disagreeing about
-// either never join one group.
-std::string GroupId(const MeshPlacement& p) {
+std::string GroupId(const std::string& prefix, const MeshPlacement& p) {
   std::string def = p.mesh.ToString() + "/" + std::to_string(p.mesh.devices_per_worker);
   for (const std::string& w : p.workers) def += "/" + w;
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx",
                 static_cast<unsigned long long>(collectives::HashString(def)));
-  return "mesh/" + p.mesh.name + "#" + hex;
+  return prefix + "/" + p.mesh.name + "#" + hex;
 }
-
-}  // namespace
 
 MeshCollectives::MeshCollectives(collectives::TcpAcceptor* acceptor, PeerAddresses addresses)
     : acceptor_(acceptor), addresses_(std::move(addresses)) {}
@@ -79,7 +73,7 @@ std::shared_ptr<MeshCollectives::MeshState> MeshCollectives::StateFor(const std:
 
 Result<Group*> MeshCollectives::MeshGroup(MeshState& state, const MeshPlacement& p,
                                           std::chrono::milliseconds timeout) {
-  const std::string id = GroupId(p);
+  const std::string id = GroupId("mesh", p);
   if (state.group && state.group_id == id && state.group->Poll().ok()) return state.group.get();
   state.subgroups.clear();
   {

@@ -102,6 +102,11 @@ class MeshCollectives {
   std::map<std::string, std::shared_ptr<MeshState>> meshes_ GUARDED_BY(mu_);
 };
 
+// The id of a group over `p`'s mesh: "<prefix>/<mesh>#<hash>", the hash naming the
+// mesh's definition and membership, so that workers disagreeing about either never
+// join one group.
+std::string GroupId(const std::string& prefix, const MeshPlacement& p);
+
 // Rewrites an engine error of a group whose rank i is mesh rank ranks[i] so that
 // it names workers (see above) and says which collective failed.
 Status NameWorkers(const Status& status, const MeshPlacement& p,

@@ -92,12 +92,7 @@ def test_lost_worker_is_rebuilt_from_peers(cluster, mesh, redundancy):
         save_all(ms, step, redundancy=redundancy)
     # Worker 2 dies with its shared memory; a replacement starts under its name.
     lost = 2
-    ms[lost].close()
-    cluster.kill_worker(lost)
-    cluster.start_worker(lost)
-    ms[lost] = tessera.CheckpointManager(mesh, worker=cluster.worker_urls[lost], timeout=60)
-    arrays[lost] = (ms[lost].attach("w", (N * 1024, 64), "float32", ["data", None]),
-                    ms[lost].attach("b", (333,), "float32"))
+    replace_worker(cluster, ms, arrays, lost, mesh)
     fill([a for i, a in enumerate(arrays) if i != lost], 99)
     restored = restore_all(ms)
     assert [int(s) for s in restored] == [6] * N

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from hosts import Hosts, can_run  # noqa: E402
-from test_multihost import WORKERS, Cluster, PosixStore, S3Store  # noqa: E402
+from hosts import can_run  # noqa: E402
+from test_multihost import WORKERS, cluster_on  # noqa: E402
 from eventually import eventually  # noqa: E402  (test_multihost puts python/tests on the path)
 
 WHY_NOT = can_run()
@@ -23,14 +23,8 @@ ALL = list(range(1, WORKERS + 1))
 
 @pytest.fixture(scope="module", params=["bind", "s3"])
 def cluster(request):
-    with Hosts(WORKERS + 1, share="bind") as hosts:
-        store = S3Store(hosts) if request.param == "s3" else PosixStore(hosts)
-        try:
-            c = Cluster(hosts, store)
-            yield c
-            c.client.close()
-        finally:
-            store.close()
+    with cluster_on(request.param) as c:
+        yield c
 
 
 def msave(c, mesh, step, hosts=None, **options):

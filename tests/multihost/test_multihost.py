@@ -4,6 +4,7 @@ they share only the network and the checkpoint store: one directory (bind), one
 exported over SSH (sshfs), or an S3 bucket on a Ceph RGW outside the hosts (s3).
 Needs root."""
 
+import contextlib
 import json
 import os
 import re
@@ -172,20 +173,27 @@ class Cluster:
                    "worker %s did not come back alive" % self.ids[i], timeout)
 
 
-@pytest.fixture(scope="module", params=SHARES)
-def cluster(request):
-    why = can_run(request.param)
+@contextlib.contextmanager
+def cluster_on(root):
+    """A Cluster whose checkpoint root is shared by `root` (one of SHARES)."""
+    why = can_run(root)
     if why:
-        pytest.skip("multi-host tests with the root shared by %s: %s" % (request.param, why))
-    share = "bind" if request.param == "s3" else request.param
+        pytest.skip("multi-host tests with the root shared by %s: %s" % (root, why))
+    share = "bind" if root == "s3" else root
     with Hosts(WORKERS + 1, share=share) as hosts:
-        store = S3Store(hosts) if request.param == "s3" else PosixStore(hosts)
+        store = S3Store(hosts) if root == "s3" else PosixStore(hosts)
         try:
             c = Cluster(hosts, store)
             yield c
             c.client.close()
         finally:
             store.close()
+
+
+@pytest.fixture(scope="module", params=SHARES)
+def cluster(request):
+    with cluster_on(request.param) as c:
+        yield c
 
 
 def test_workers_advertise_what_their_peers_can_reach(cluster):
