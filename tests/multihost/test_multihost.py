@@ -124,12 +124,12 @@ class Cluster:
             "--heartbeat-ms", str(HEARTBEAT_MS), "--lease-ms", str(LEASE_MS)] +
             self.store.server_args, log, env=self.secret_env())
 
-    def start_worker(self, i, env=None, log=None):
-        """(Re)starts the worker of host i under its name h<i> (tessera-worker-faults when
-        `env` sets a TESSERA_FAULT_* hook)."""
+    def start_worker(self, i, env=None, log=None, name=None):
+        """(Re)starts the worker of host i under its name h<i>, or `name` (a replacement
+        under another name); tessera-worker-faults when `env` sets a TESSERA_FAULT_* hook."""
         p = self.hosts.start(i, [
             bin_path(tessera.local.program("tessera-worker", env)), "--server", self.url,
-            "--name", "h%d" % i, "--local-listen", "127.0.0.1:7071",
+            "--name", name or "h%d" % i, "--local-listen", "127.0.0.1:7071",
             "--data-listen", "%s:7072" % self.hosts.addr(i), "--copy-threads", "1",
             "--io-threads", "1"],
             log or "worker-%d.log" % i, env=self.secret_env(env))
