@@ -7,7 +7,8 @@ import os
 import subprocess
 import tempfile
 import time
-import urllib.request
+
+from request_counts import request_counts
 
 import memory_tier_cluster as mtc
 from memory_tier_cluster import (LOCAL, PY, PYTHON, TRAINER, WORKERS, Rank, Trainer, all_do,
@@ -291,20 +292,4 @@ class Bench:
 def requests(cluster, heartbeats=False):
     """'METHOD route' → requests tesserad answered, less /metrics and (unless
     `heartbeats`, then only they) the heartbeats."""
-    req = urllib.request.Request(cluster.server + "/metrics",
-                                 headers={"Authorization": "Bearer " + cluster.token})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        text = r.read().decode()
-    out = {}
-    prefix = 'tessera_http_requests_total{route="'
-    for line in text.splitlines():
-        if not line.startswith(prefix):
-            continue
-        route = line[len(prefix):line.index('"', len(prefix))]
-        method = line.split('method="')[1].split('"')[0]
-        if ("heartbeat" in route) != heartbeats or route == "/metrics" or (
-                method == "PUT" and route == "/api/v1/meshes/{name}"):
-            continue
-        key = method + " " + route
-        out[key] = out.get(key, 0) + float(line.rsplit(" ", 1)[1])
-    return out
+    return request_counts(cluster, lambda method, route: ("heartbeat" in route) != heartbeats)

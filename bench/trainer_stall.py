@@ -38,7 +38,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import urllib.request
+
+from request_counts import request_counts
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON = os.environ.get("TESSERA_PYTHON", os.path.join(HERE, "..", "python"))
@@ -97,27 +98,7 @@ def pct(xs, q):
 
 def worker_requests(cluster):
     """'METHOD route' → requests tesserad answered, the workers' alone (see the doc)."""
-    req = urllib.request.Request(cluster.server + "/metrics",
-                                 headers={"Authorization": "Bearer " + cluster.token})
-    ctx = None
-    if cluster.server.startswith("https"):
-        import ssl  # noqa: PLC0415
-        ctx = ssl.create_default_context(cafile=cluster.tls_ca)
-    with urllib.request.urlopen(req, timeout=30, context=ctx) as r:
-        text = r.read().decode()
-    out = {}
-    prefix = 'tessera_http_requests_total{route="'
-    for line in text.splitlines():
-        if not line.startswith(prefix):
-            continue
-        route = line[len(prefix):line.index('"', len(prefix))]
-        method = line.split('method="')[1].split('"')[0]
-        if ("heartbeat" in route or "barrier" in route or route == "/metrics"
-                or (method == "PUT" and route == "/api/v1/meshes/{name}")):
-            continue
-        key = method + " " + route
-        out[key] = out.get(key, 0) + float(line.rsplit(" ", 1)[1])
-    return out
+    return request_counts(cluster, lambda method, route: "heartbeat" in route or "barrier" in route)
 
 
 def measure(cluster, size_mb, saves, scratch, trainers, late_ms=0, idle_s=0, idle_saves=0):
