@@ -259,8 +259,13 @@ Status RebuildFromParity(collectives::Transport& t, const MemoryCheckpoint* ck, 
 
 Status ExchangeRedundancy(collectives::Group& group, MemoryCheckpoint& ck,
                           const std::vector<std::string>& workers, Deadline deadline) {
-  return ck.layout.mode == MemoryPolicy::Mode::kReplica ? ExchangeCopies(group, ck, workers, deadline)
-                                                         : ExchangeParity(group, ck, workers, deadline);
+  // Small shares make an exchange bound by latency: a waiting thread then stops
+  // spinning once the CPU turns out to be shared (Transport::SetLatencyBound).
+  group.transport().SetLatencyBound(ck.own.size() < kNoReadyBelow);
+  Status st = ck.layout.mode == MemoryPolicy::Mode::kReplica ? ExchangeCopies(group, ck, workers, deadline)
+                                                              : ExchangeParity(group, ck, workers, deadline);
+  group.transport().SetLatencyBound(false);
+  return st;
 }
 
 Status RebuildShares(collectives::Group& group, const MemoryCheckpoint* ck, int64_t step,
