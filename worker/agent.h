@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "http/router.h"
+#include "api/memory_report.h"
 #include "api/requests.h"
 #include "api/task_protocol.h"
 #include "api/thread_annotations.h"
@@ -161,7 +162,7 @@ class Agent {
   // Sends the redundancy, agrees with the other workers; *persist when any of them
   // asks to persist this step; *report (rank 0): tesserad's report, less "steps".
   Status TakeMemoryCheckpoint(const std::string& mesh, const MemorySave& save, bool* persist,
-                              Json* report);
+                              std::optional<MemoryCheckpointReport>* report);
   // A REST save with "tier": "memory": this worker's part, as its trainer's would be
   // (the task's request is the REST body), answered once it committed.
   Result<Json> DoMemorySave(const Task& task);

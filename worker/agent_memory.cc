@@ -140,7 +140,7 @@ void Agent::RunMemorySaves(const std::string& mesh) {
     cv_.NotifyAll();  // room for a trainer waiting in SaveToMemory
     trainer_saves_.Started(mesh, save.step, "memory");
     bool persist = false;
-    Json report;
+    std::optional<MemoryCheckpointReport> report;
     Status st = TakeMemoryCheckpoint(mesh, save, &persist, &report);
     if (!st.ok()) {
       memory_.Drop(mesh, save.step);
@@ -151,11 +151,9 @@ void Agent::RunMemorySaves(const std::string& mesh) {
     }
     memory_.Commit(mesh, save.step);
     trainer_saves_.Ended(mesh, save.step, Status::Ok());
-    if (!report.is_null()) {
-      Json steps = Json::array();
-      for (const auto& ck : memory_.Committed(mesh)) steps.push_back(ck->step);
-      report["steps"] = steps;
-      memory_reports_->Post(mesh, std::move(report));
+    if (report) {
+      for (const auto& ck : memory_.Committed(mesh)) report->steps.push_back(ck->step);
+      memory_reports_->Post(mesh, report->ToJson());
     }
     if (persist) {
       task_threads_.Spawn([this, mesh, save]() { PersistFromMemory(mesh, save); });
@@ -164,7 +162,7 @@ void Agent::RunMemorySaves(const std::string& mesh) {
 }
 
 Status Agent::TakeMemoryCheckpoint(const std::string& mesh, const MemorySave& save, bool* persist,
-                                   Json* report) {
+                                   std::optional<MemoryCheckpointReport>* report) {
   const MeshPlacement& p = save.snap->placement;
   const std::string what = "memory checkpoint step " + std::to_string(save.step) + " of mesh " + mesh;
   const auto timeout = std::chrono::milliseconds(save.deadline_ms);
@@ -188,10 +186,6 @@ Status Agent::TakeMemoryCheckpoint(const std::string& mesh, const MemorySave& sa
     std::vector<std::string> hosts;
     for (const std::string& a : addresses) hosts.push_back(HostOfAddress(a));
     ASSIGN_OR_RETURN(MemoryLayout layout, PlanMemoryLayout(hosts, save.policy));
-    if (!layout.diversity_problem.empty() && save.step % 100 == 0) {
-      std::fprintf(stderr, "worker %s: %s is forced without host diversity: %s\n", id_.c_str(), what.c_str(),
-                   layout.diversity_problem.c_str());
-    }
     auto ck = std::make_shared<MemoryCheckpoint>();
     ck->mesh = mesh;
     ck->step = save.step;
@@ -241,30 +235,21 @@ Status Agent::TakeMemoryCheckpoint(const std::string& mesh, const MemorySave& sa
     q.persist_asked_ms = MonoMs();
   }
   if (p.rank != 0) return Status::Ok();
-  Json workers = Json::array();
-  uint64_t bytes = 0;
-  for (size_t r = 0; r < n; ++r) {
-    const int64_t* v = votes.data() + r * kVoteSize;
-    bytes += static_cast<uint64_t>(v[kOwnBytes]);
-    workers.push_back({{"worker", MeshCollectives::WorkerName(p, static_cast<int64_t>(r))},
-                       {"rank", r},
-                       {"memory_bytes", v[kMemoryBytes]}});
+  MemoryCheckpointReport r;
+  r.step = save.step;
+  r.redundancy = save.policy.ModeName();
+  r.replicas = save.policy.replicas;
+  r.group = save.policy.group;
+  r.keep = save.policy.keep;
+  if (persisted >= 0) r.persisted = persisted;
+  for (size_t rank = 0; rank < n; ++rank) {
+    const int64_t* v = votes.data() + rank * kVoteSize;
+    r.bytes += static_cast<uint64_t>(v[kOwnBytes]);
+    r.workers.push_back({MeshCollectives::WorkerName(p, static_cast<int64_t>(rank)),
+                         static_cast<int64_t>(rank), static_cast<uint64_t>(v[kMemoryBytes])});
   }
-  Json tensors = Json::array();
-  for (const auto& t : save.snap->tensors) {
-    tensors.push_back({{"name", t.name},
-                       {"dtype", std::string(DTypeName(t.desc.dtype))},
-                       {"shape", ShapeToJson(t.desc.shape)}});
-  }
-  *report = {{"step", save.step},
-             {"redundancy", save.policy.ModeName()},
-             {"replicas", save.policy.replicas},
-             {"group", save.policy.group},
-             {"keep", save.policy.keep},
-             {"bytes", bytes},
-             {"tensors", std::move(tensors)},
-             {"workers", std::move(workers)},
-             {"persisted", persisted}};
+  for (const auto& t : save.snap->tensors) r.tensors.push_back({t.name, t.desc.dtype, t.desc.shape});
+  *report = std::move(r);
   return Status::Ok();
 }
 

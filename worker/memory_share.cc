@@ -16,6 +16,16 @@ Result<uint64_t> RequiredU64(const Json& j, const std::string& field) {
   return static_cast<uint64_t>(v);
 }
 
+// [offset, offset + n) of `bytes` in one span: in place when it lies in one of its
+// spans, else copied into *scratch.
+Bytes Contiguous(const ShareBytes& bytes, uint64_t offset, uint64_t n, std::vector<uint8_t>* scratch) {
+  std::vector<Bytes> parts = bytes.Range(offset, n);
+  if (parts.size() == 1) return parts[0];
+  scratch->resize(n);
+  bytes.CopyRange(offset, n, scratch->data());
+  return Bytes(scratch->data(), n);
+}
+
 }  // namespace
 
 uint64_t ShareChecksum(const void* data, size_t n) { return XXH3_64bits(data, n); }
@@ -161,16 +171,8 @@ Status CheckShare(const ShareHeader& header, const ShareBytes& bytes, const std:
   }
   std::vector<uint8_t> scratch;
   for (const ShareHeader::Piece& p : header.pieces) {
-    std::vector<Bytes> parts = bytes.Range(p.offset, p.bytes);
-    uint64_t sum = 0;
-    if (parts.size() == 1) {
-      sum = ShareChecksum(parts[0].data(), parts[0].size());
-    } else {
-      scratch.resize(p.bytes);
-      bytes.CopyRange(p.offset, p.bytes, scratch.data());
-      sum = ShareChecksum(scratch.data(), scratch.size());
-    }
-    if (sum != p.checksum) {
+    const Bytes piece = Contiguous(bytes, p.offset, p.bytes, &scratch);
+    if (ShareChecksum(piece.data(), piece.size()) != p.checksum) {
       return DataLoss("the checksum of tensor '" + p.tensor.name + "' (device " +
                           std::to_string(p.device) + ") in " + whose + " does not match: its bytes changed",
                       {{"tensor", p.tensor.name}, {"device", p.device}, {"step", header.step},
@@ -186,14 +188,8 @@ Status InstallShare(TensorStore& store, const std::string& mesh, const ShareHead
   std::vector<uint8_t> scratch;
   for (const ShareHeader::Piece& p : header.pieces) {
     if (!wanted.count(p.tensor.name)) continue;
-    std::vector<Bytes> parts = bytes.Range(p.offset, p.bytes);
-    const void* data = parts.empty() ? nullptr : parts[0].data();
-    if (parts.size() > 1) {
-      scratch.resize(p.bytes);
-      bytes.CopyRange(p.offset, p.bytes, scratch.data());
-      data = scratch.data();
-    }
-    RETURN_IF_ERROR(store.Install(mesh, p.tensor.name, p.tensor.desc(), p.device, data, p.bytes));
+    const Bytes piece = Contiguous(bytes, p.offset, p.bytes, &scratch);
+    RETURN_IF_ERROR(store.Install(mesh, p.tensor.name, p.tensor.desc(), p.device, piece.data(), p.bytes));
   }
   return Status::Ok();
 }
