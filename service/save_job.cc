@@ -36,8 +36,9 @@ Result<CheckpointRecord> Service::CreateSaveJob(const std::string& job_id, const
     auto w = workers_.Get(wid);
     if (!w || w->state == WorkerState::kDead) {
       ReleaseHolds(spec);
+      // Unknown here: a tesserad that just took over, before the worker registered again.
       return Unavailable("worker " + wid + " (rank " + std::to_string(rank) + ") of mesh " + mesh +
-                             " is dead",
+                             (w ? " is dead" : " has not registered with this tesserad"),
                          {{"worker", wid}, {"rank", rank}});
     }
   }

@@ -201,6 +201,9 @@ class Agent {
                                    std::chrono::steady_clock::time_point snapped,
                                    std::chrono::steady_clock::time_point deadline,
                                    Json* sent = nullptr);
+  // Removes the files a refused join's `fragment` (its written.fragment) names in
+  // `staging`: nothing will commit them.
+  void RemoveWritten(const std::string& staging, const Json& fragment);
   // A REST save's snapshot task: snapshot, write, join.
   void SaveForJob(const Task& task);
   // The staging dir of `step` of `mesh` under the root tesserad gave at registration.

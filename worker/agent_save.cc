@@ -133,14 +133,20 @@ Result<std::string> Agent::WriteAndJoin(const std::string& mesh, int64_t step,
   }
   if (sent) *sent = join.ToJson();
   auto joined = CreateOrJoinSave(mesh, step, join.ToJson(), snapped, deadline);
-  if (!joined.ok() && join.written) {
-    // Refused (or never answered): nothing will commit this file. The dir stays: a new
-    // attempt at the step may be writing into it; tesserad's collector removes it.
-    std::set<std::string> files;
-    for (const auto& s : join.written->fragment) files.insert(s.value("file", ""));
-    for (const auto& f : files) (void)env_->DeleteFile(storage::JoinPath(staging, f));
-  }
+  if (!joined.ok() && join.written) RemoveWritten(staging, join.written->fragment);
   return joined;
+}
+
+void Agent::RemoveWritten(const std::string& staging, const Json& fragment) {
+  // The dir stays: a new attempt at the step may be writing into it; tesserad's
+  // collector removes it.
+  if (!fragment.is_array()) return;
+  std::set<std::string> files;
+  for (const auto& s : fragment) {
+    if (s.is_object()) files.insert(s.value("file", ""));
+  }
+  files.erase("");
+  for (const auto& f : files) (void)env_->DeleteFile(storage::JoinPath(staging, f));
 }
 
 void Agent::SaveForJob(const Task& task) {

@@ -260,7 +260,16 @@ void Agent::FollowTrainerSave(const std::string& mesh, int64_t step, const SaveR
         trainer_saves_.JobEnded(*job, Status::Ok());
         continue;
       }
-      // Unavailable: saving again is right.
+      // Refused: nothing will commit what this worker wrote. Unavailable: saving
+      // again is right.
+      std::fprintf(stderr,
+                   "worker %s: job %s of the save of mesh %s step %lld was lost; joining again was "
+                   "refused: %s\n",
+                   id_.c_str(), job->c_str(), mesh.c_str(), static_cast<long long>(step),
+                   again.status().ToString().c_str());
+      if (sent.is_object() && sent.contains("written") && sent["written"].is_object()) {
+        RemoveWritten(*staging, sent["written"].value("fragment", Json()));
+      }
       trainer_saves_.JobEnded(
           *job, Unavailable("the save of step " + std::to_string(step) + " of mesh " + mesh + " (job " + *job +
                                 ") did not commit: tesserad no longer knows the job (it restarted, or "
