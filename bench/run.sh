@@ -88,7 +88,7 @@ packages=(
   # The build: the C++ dependencies of tools/setup.sh (which also builds build/, so it
   # is not called here); keep in step with its list.
   build-essential cmake ninja-build pkg-config libcpp-httplib-dev nlohmann-json3-dev
-  libsqlite3-dev libzstd-dev libxxhash-dev libcli11-dev libgtest-dev libgmock-dev
+  libsqlite3-dev libzstd-dev libxxhash-dev libisal-dev libcli11-dev libgtest-dev libgmock-dev
   libssl-dev libcurl4-openssl-dev
   # bench/report.py, bench/job_history.py and the Python peers use Debian's python3.
   python3

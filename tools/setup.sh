@@ -19,7 +19,7 @@ esac
 
 packages=(
   build-essential cmake ninja-build pkg-config git curl jq
-  libcpp-httplib-dev nlohmann-json3-dev libsqlite3-dev libzstd-dev libxxhash-dev
+  libcpp-httplib-dev nlohmann-json3-dev libsqlite3-dev libzstd-dev libxxhash-dev libisal-dev
   libcli11-dev libgtest-dev libgmock-dev libssl-dev
   # The S3 checkpoint store: HTTP with libcurl (signing with OpenSSL, above).
   libcurl4-openssl-dev

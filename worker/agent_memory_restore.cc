@@ -46,8 +46,9 @@ Inventory TakeInventory(const std::vector<std::shared_ptr<const MemoryCheckpoint
       h.redundancy = true;
     } else {
       h.ranks = ck->group;
-      const uint64_t sum = ck->stripe_length > 0 && check
-                               ? ShareChecksum(ck->parity.Range(0, ck->stripe_length)[0].data(), ck->stripe_length)
+      h.parity = ck->layout.parity;
+      const uint64_t sum = ck->parity.size() > 0 && check
+                               ? ShareChecksum(ck->parity.spans()[0].data(), ck->parity.size())
                                : ck->parity_checksum;
       h.redundancy = sum == ck->parity_checksum;
       if (!h.redundancy) {

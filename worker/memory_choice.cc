@@ -42,34 +42,50 @@ bool Complete(const std::vector<Inventory>& inv, int64_t step, const std::vector
     // A copy, from the lowest rank that holds one.
     int holder = -1;
     std::vector<int> group;
+    int parity = 1;
     for (int j = 0; j < n && holder < 0; ++j) {
       const HeldStep* h = Find(inv[j], step);
       if (h == nullptr || j == r) continue;
       if (h->mode == MemoryPolicy::Mode::kReplica && Contains(h->ranks, r)) holder = j;
-      if (h->mode == MemoryPolicy::Mode::kParity && Contains(h->ranks, r) && group.empty()) group = h->ranks;
+      if (h->mode == MemoryPolicy::Mode::kParity && Contains(h->ranks, r) && group.empty()) {
+        group = h->ranks;
+        parity = h->parity;
+      }
     }
     if (holder >= 0) {
-      plan.push_back({ShareTransfer::Kind::kCopy, r, holder, {}});
+      plan.push_back({ShareTransfer::Kind::kCopy, r, holder, {}, {}, {}, 1});
       sources[r] = "replica";
       continue;
     }
     if (!group.empty()) {
+      // The group's members that lack their share or parity: no more than it survives.
+      // Those that lost their share get it rebuilt; those that hold it but not their
+      // parity (or another group's) only take no part.
+      std::vector<int> lost, unusable;
       std::vector<std::string> lacking;
       for (int i : group) {
-        if (i == r) continue;
         const HeldStep* h = Find(inv[i], step);
-        if (h == nullptr || !h->own || !h->redundancy || h->ranks != group) lacking.push_back(Who(workers, i));
+        if (h == nullptr || !h->own) {
+          lost.push_back(i);
+        } else if (!h->redundancy || h->ranks != group) {
+          unusable.push_back(i);
+        } else {
+          continue;
+        }
+        if (i != r) lacking.push_back(Who(workers, i));
       }
-      if (lacking.empty() && groups_rebuilt.insert(group).second) {
-        plan.push_back({ShareTransfer::Kind::kParity, r, -1, group});
+      if (static_cast<int>(lost.size() + unusable.size()) <= parity) {
         sources[r] = "parity";
+        if (groups_rebuilt.insert(group).second) {
+          plan.push_back({ShareTransfer::Kind::kParity, r, -1, group, lost, unusable, parity});
+        }
         continue;
       }
       std::string others;
       for (const std::string& w : lacking) others += (others.empty() ? "" : ", ") + w;
       *why = "memory checkpoint step " + std::to_string(step) + " cannot be rebuilt: " + Who(workers, r) +
-             " lost its share, and its parity group also lacks " +
-             (others.empty() ? std::string("a second member") : others);
+             " lost its share, and its parity group (which survives " + std::to_string(parity) +
+             " loss" + (parity == 1 ? "" : "es") + ") also lacks " + others;
       return false;
     }
     *why = "memory checkpoint step " + std::to_string(step) + " cannot be rebuilt: " + Who(workers, r) +
@@ -99,7 +115,7 @@ std::vector<int64_t> EncodeInventory(const Inventory& inv) {
     s[0] = h.step;
     s[1] = h.own;
     s[2] = h.redundancy;
-    s[3] = h.mode == MemoryPolicy::Mode::kParity;
+    s[3] = h.mode == MemoryPolicy::Mode::kParity ? h.parity : 0;  // 0: replica
     const size_t count = std::min(h.ranks.size(), kMaxRanks);
     s[4] = static_cast<int64_t>(count);
     for (size_t k = 0; k < count; ++k) s[5 + k] = h.ranks[k];
@@ -120,7 +136,8 @@ Inventory DecodeInventory(const int64_t* record) {
     h.step = s[0];
     h.own = s[1] != 0;
     h.redundancy = s[2] != 0;
-    h.mode = s[3] != 0 ? MemoryPolicy::Mode::kParity : MemoryPolicy::Mode::kReplica;
+    h.mode = s[3] > 0 ? MemoryPolicy::Mode::kParity : MemoryPolicy::Mode::kReplica;
+    h.parity = static_cast<int>(std::clamp<int64_t>(s[3], 1, MemoryPolicy::kMaxParity));
     const size_t count = static_cast<size_t>(std::clamp<int64_t>(s[4], 0, static_cast<int64_t>(kMaxRanks)));
     for (size_t k = 0; k < count; ++k) h.ranks.push_back(static_cast<int>(s[5 + k]));
     inv.steps.push_back(std::move(h));

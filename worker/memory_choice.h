@@ -17,6 +17,7 @@ struct HeldStep {
   bool own = false;         // its own share, checked
   bool redundancy = false;  // parity: its parity, checked
   MemoryPolicy::Mode mode = MemoryPolicy::Mode::kReplica;
+  int parity = 1;  // parity mode: the losses its group survives
   // Replica: the ranks whose copies it holds, checked. Parity: its group, in order.
   std::vector<int> ranks;
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "worker/parity_code.h"
 
 namespace tessera::worker {
 namespace {
@@ -74,18 +75,6 @@ Result<ShareHeader> RecvHeader(collectives::Transport& t, int peer, const Memory
   return h;
 }
 
-void XorInto(uint8_t* dst, const uint8_t* src, uint64_t n) {
-  uint64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t a, b;
-    std::memcpy(&a, dst + i, 8);
-    std::memcpy(&b, src + i, 8);
-    a ^= b;
-    std::memcpy(dst + i, &a, 8);
-  }
-  for (; i < n; ++i) dst[i] ^= src[i];
-}
-
 // Sends [offset, offset + n) of `bytes`, zero-padded past its end, as one message.
 Status SendRange(collectives::Transport& t, int peer, const ShareBytes& bytes, uint64_t offset, uint64_t n,
                  Deadline deadline) {
@@ -129,6 +118,9 @@ Status ExchangeCopies(collectives::Group& group, MemoryCheckpoint& ck,
   return Status::Ok();
 }
 
+// Each member sends each stripe of its share to the holders of its codeword's parity
+// rows, chunk by chunk, and adds what it receives into its own parity rows
+// (parity_code.h).
 Status ExchangeParity(collectives::Group& group, MemoryCheckpoint& ck,
                       const std::vector<std::string>& workers, Deadline deadline) {
   collectives::Transport& t = group.transport();
@@ -136,6 +128,8 @@ Status ExchangeParity(collectives::Group& group, MemoryCheckpoint& ck,
   ck.group = ck.layout.groups.at(ck.layout.group_of.at(me));
   const std::vector<int>& g = ck.group;
   const int m = static_cast<int>(g.size());
+  const int p = ck.layout.parity;
+  const int k = m - p;
   const int mine = static_cast<int>(std::find(g.begin(), g.end(), me) - g.begin());
   const std::string header = ck.own_header.ToJson().dump();
   for (int j : g) {
@@ -149,25 +143,33 @@ Status ExchangeParity(collectives::Group& group, MemoryCheckpoint& ck,
     longest = std::max(longest, h.bytes);
     ck.group_headers[i] = std::move(h);
   }
-  const uint64_t L = StripeLength(longest, m);
+  const ParityCode code(k, p);
+  const uint64_t L = StripeLength(longest, k);
   ck.stripe_length = L;
-  ck.parity = ShareBytes::Allocate(L);
-  if (L > 0) std::memset(ck.parity.writable(), 0, L);
+  ck.parity = ShareBytes::Allocate(static_cast<uint64_t>(p) * L);
+  if (L > 0) std::memset(ck.parity.writable(), 0, ck.parity.size());
   std::vector<uint8_t> scratch(std::min(L, kChunk));
   for (uint64_t c = 0; c < L; c += kChunk) {
     const uint64_t n = std::min(kChunk, L - c);
-    for (int jj = 0; jj < m; ++jj) {
-      if (jj == mine) continue;
-      const uint64_t stripe = static_cast<uint64_t>(StripeFor(mine, jj, m));
-      RETURN_IF_ERROR(SendRange(t, g[jj], ck.own, stripe * L + c, n, deadline));
+    for (int r = 0; r < m; ++r) {
+      const int d = SymbolOf(r, mine, m, p);
+      if (d >= k) continue;
+      for (int q = 0; q < p; ++q) {
+        RETURN_IF_ERROR(SendRange(t, g[ParityHolder(r, q, m)], ck.own, d * L + c, n, deadline));
+      }
     }
-    for (int ii = 0; ii < m; ++ii) {
-      if (ii == mine) continue;
-      RETURN_IF_ERROR(t.RecvInto(g[ii], std::span<uint8_t>(scratch.data(), n), deadline));
-      XorInto(ck.parity.writable() + c, scratch.data(), n);
+    for (int r = 0; r < m; ++r) {
+      const int q = SymbolOf(r, mine, m, p) - k;
+      if (q < 0) continue;
+      for (int i = 0; i < m; ++i) {
+        const int d = SymbolOf(r, i, m, p);
+        if (d >= k) continue;
+        RETURN_IF_ERROR(t.RecvInto(g[i], std::span<uint8_t>(scratch.data(), n), deadline));
+        MulAdd(code.Coefficient(q, d), scratch.data(), ck.parity.writable() + q * L + c, n);
+      }
     }
   }
-  ck.parity_checksum = L > 0 ? ShareChecksum(ck.parity.writable(), L) : 0;
+  ck.parity_checksum = L > 0 ? ShareChecksum(ck.parity.writable(), ck.parity.size()) : 0;
   return Status::Ok();
 }
 
@@ -192,65 +194,102 @@ Status ReceiveShare(collectives::Transport& t, int from, int64_t step, int me,
   return t.RecvInto(from, std::span<uint8_t>(bytes->writable(), bytes->size()), deadline);
 }
 
-// One lost member `x` of a parity group: every other member j XORs its parity with
-// the stripes the others hold of it, which gives x's stripe that j covers.
+// [offset, offset + n) of member `mine`'s symbol of codeword r (zero past a share's end).
+Status SendSymbol(collectives::Transport& t, int peer, const MemoryCheckpoint& ck, int r, int mine, int m,
+                  int p, uint64_t c, uint64_t n, Deadline deadline) {
+  const int s = SymbolOf(r, mine, m, p);
+  const int k = m - p;
+  const uint64_t L = ck.stripe_length;
+  if (s < k) return SendRange(t, peer, ck.own, s * L + c, n, deadline);
+  return SendRange(t, peer, ck.parity, (s - k) * L + c, n, deadline);
+}
+
+// The lost members of a parity group (tr.lost, at most tr.parity of them) get their
+// shares back. For each lost member x and each codeword where x held a stripe, k of
+// the survivors' symbols determine it (ParityCode::Decoder): one survivor, the
+// aggregator, receives the others' symbols, combines them with its own and sends x the
+// stripe, so x receives no more than its share. The aggregator rotates with the
+// codeword, spreading that work over the group.
 Status RebuildFromParity(collectives::Transport& t, const MemoryCheckpoint* ck, int64_t step,
                          const ShareTransfer& tr, const std::vector<std::string>& workers, int me,
                          Deadline deadline, ShareHeader* header, ShareBytes* bytes) {
   const std::vector<int>& g = tr.group;
   const int m = static_cast<int>(g.size());
-  const int x = static_cast<int>(tr.to);
-  const int ix = static_cast<int>(std::find(g.begin(), g.end(), x) - g.begin());
-  const int mine = static_cast<int>(std::find(g.begin(), g.end(), me) - g.begin());
-  const int first = g[ix == 0 ? 1 : 0];  // sends x's header
-  if (me == x) {
-    ASSIGN_OR_RETURN(*header, RecvHeader(t, first, nullptr, step, x, workers, deadline));
+  const int p = tr.parity;
+  const int k = m - p;
+  auto position = [&g](int rank) { return static_cast<int>(std::find(g.begin(), g.end(), rank) - g.begin()); };
+  std::vector<int> survivors;  // positions in g
+  auto in = [](const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); };
+  for (int i = 0; i < m; ++i) {
+    if (!in(tr.lost, g[i]) && !in(tr.unusable, g[i])) survivors.push_back(i);
+  }
+  if (k < 1 || static_cast<int>(survivors.size()) < k) {
+    return Internal("a parity group of " + std::to_string(m) + " with parity " + std::to_string(p) +
+                    " cannot rebuild with " + std::to_string(m - static_cast<int>(survivors.size())) +
+                    " members out");
+  }
+  const int first = g[survivors[0]];  // sends each lost member its header and stripe length
+  const int mine = position(me);
+  const bool lost = in(tr.lost, me);
+  if (in(tr.unusable, me)) return Status::Ok();
+  if (!lost && (mine == m || ck == nullptr)) {
+    return Internal("rank " + std::to_string(me) + " is not in the parity group it serves");
+  }
+  uint64_t L = lost ? 0 : ck->stripe_length;
+  if (lost) {
+    ASSIGN_OR_RETURN(*header, RecvHeader(t, first, nullptr, step, me, workers, deadline));
     collectives::Buffer l;
     RETURN_IF_ERROR(t.Recv(first, &l, deadline));
-    uint64_t L = 0;
     if (l.size() != sizeof(L)) return Internal("a stripe length of the wrong size from " + Who(workers, first));
     std::memcpy(&L, l.data(), sizeof(L));
     *bytes = ShareBytes::Allocate(header->bytes);
-    std::vector<uint8_t> scratch(std::min(L, kChunk));
-    for (int jj = 0; jj < m; ++jj) {
-      if (jj == ix) continue;
-      const uint64_t base = static_cast<uint64_t>(StripeFor(ix, jj, m)) * L;
+  } else if (me == first) {
+    for (int x : tr.lost) {
+      RETURN_IF_ERROR(SendText(t, x, ck->group_headers.at(x).ToJson().dump(), deadline));
+      RETURN_IF_ERROR(t.Send(x, ConstBytes(reinterpret_cast<const uint8_t*>(&L), sizeof(L)), deadline));
+    }
+  }
+  const ParityCode code(k, p);
+  std::vector<uint8_t> scratch(std::min(L, kChunk)), sum(lost ? 0 : std::min(L, kChunk));
+  for (int x : tr.lost) {
+    const int ix = position(x);
+    for (int r = 0; r < m; ++r) {
+      const int want = SymbolOf(r, ix, m, p);
+      if (want >= k) continue;  // x held parity there: not rebuilt
+      std::vector<int> from(k), have(k);  // positions, and their symbols in codeword r
+      for (int j = 0; j < k; ++j) {
+        from[j] = survivors[(static_cast<size_t>(r) + j) % survivors.size()];
+        have[j] = SymbolOf(r, from[j], m, p);
+      }
+      const int aggregator = from[0];
+      std::vector<uint8_t> coef;
+      if (mine == aggregator) {
+        ASSIGN_OR_RETURN(coef, code.Decoder(have, want));
+      }
       for (uint64_t c = 0; c < L; c += kChunk) {
         const uint64_t n = std::min(kChunk, L - c);
-        RETURN_IF_ERROR(t.RecvInto(g[jj], std::span<uint8_t>(scratch.data(), n), deadline));
-        const uint64_t at = base + c;
-        if (at < header->bytes) std::memcpy(bytes->writable() + at, scratch.data(), std::min(n, header->bytes - at));
+        if (me == x) {
+          RETURN_IF_ERROR(t.RecvInto(g[aggregator], std::span<uint8_t>(scratch.data(), n), deadline));
+          const uint64_t at = want * L + c;
+          if (at < header->bytes) std::memcpy(bytes->writable() + at, scratch.data(), std::min(n, header->bytes - at));
+        } else if (mine == aggregator) {
+          std::memset(sum.data(), 0, n);
+          for (int j = 0; j < k; ++j) {
+            if (j == 0) {
+              const int s = have[0];
+              const ShareBytes& src = s < k ? ck->own : ck->parity;
+              src.CopyRange((s < k ? s : s - k) * L + c, n, scratch.data());
+            } else {
+              RETURN_IF_ERROR(t.RecvInto(g[from[j]], std::span<uint8_t>(scratch.data(), n), deadline));
+            }
+            MulAdd(coef[j], scratch.data(), sum.data(), n);
+          }
+          RETURN_IF_ERROR(t.Send(x, ConstBytes(sum.data(), n), deadline));
+        } else if (std::find(from.begin() + 1, from.end(), mine) != from.end()) {
+          RETURN_IF_ERROR(SendSymbol(t, g[aggregator], *ck, r, mine, m, p, c, n, deadline));
+        }
       }
     }
-    return Status::Ok();
-  }
-  if (mine == m || ck == nullptr) return Internal("rank " + std::to_string(me) + " is not in the parity group it serves");
-  const uint64_t L = ck->stripe_length;
-  if (me == first) {
-    RETURN_IF_ERROR(SendText(t, x, ck->group_headers.at(x).ToJson().dump(), deadline));
-    RETURN_IF_ERROR(t.Send(x, ConstBytes(reinterpret_cast<const uint8_t*>(&L), sizeof(L)), deadline));
-  }
-  // The stripes this member holds that the others need.
-  for (int jj = 0; jj < m; ++jj) {
-    if (jj == mine || jj == ix) continue;
-    const uint64_t base = static_cast<uint64_t>(StripeFor(mine, jj, m)) * L;
-    for (uint64_t c = 0; c < L; c += kChunk) {
-      RETURN_IF_ERROR(SendRange(t, g[jj], ck->own, base + c, std::min(kChunk, L - c), deadline));
-    }
-  }
-  ShareBytes rebuilt = ShareBytes::Allocate(L);
-  if (L > 0) ck->parity.CopyRange(0, L, rebuilt.writable());
-  std::vector<uint8_t> scratch(std::min(L, kChunk));
-  for (int ii = 0; ii < m; ++ii) {
-    if (ii == mine || ii == ix) continue;
-    for (uint64_t c = 0; c < L; c += kChunk) {
-      const uint64_t n = std::min(kChunk, L - c);
-      RETURN_IF_ERROR(t.RecvInto(g[ii], std::span<uint8_t>(scratch.data(), n), deadline));
-      XorInto(rebuilt.writable() + c, scratch.data(), n);
-    }
-  }
-  for (uint64_t c = 0; c < L; c += kChunk) {
-    RETURN_IF_ERROR(SendRange(t, x, rebuilt, c, std::min(kChunk, L - c), deadline));
   }
   return Status::Ok();
 }

@@ -28,6 +28,9 @@ struct ShareTransfer {
   int64_t to = 0;    // the rank that lost its share
   int64_t from = 0;  // kCopy: the holder
   std::vector<int> group;  // kParity: the group, in group order
+  std::vector<int> lost;      // kParity: its members that lost their shares (to is the first)
+  std::vector<int> unusable;  // kParity: members that hold their share but no usable parity
+  int parity = 1;          // kParity: the losses the group survives
 };
 
 // Carries out `plan` for checkpoint `ck` (this worker's, or null when it holds none of

@@ -28,6 +28,7 @@ Result<MemoryPolicy> MemoryPolicy::FromJson(const Json& body) {
   };
   for (const Bounded& b : {Bounded{"replicas", &p.replicas, 1, kMaxReplicas},
                            Bounded{"group", &p.group, 2, kMaxGroup},
+                           Bounded{"parity", &p.parity, 1, kMaxParity},
                            Bounded{"keep", &p.keep, 1, kMaxKeep},
                            Bounded{"persist_every_steps", &p.persist_every_steps, 0, int64_t{1} << 40},
                            Bounded{"persist_every_s", &p.persist_every_s, 0, int64_t{1} << 30}}) {
@@ -49,6 +50,7 @@ Json MemoryPolicy::ToJson() const {
   return {{"redundancy", ModeName()},
           {"replicas", replicas},
           {"group", group},
+          {"parity", parity},
           {"keep", keep},
           {"persist_every_steps", persist_every_steps},
           {"persist_every_s", persist_every_s},
@@ -171,6 +173,16 @@ Result<MemoryLayout> PlanMemoryLayout(const std::vector<std::string>& hosts,
     PlanReplicas(hosts, policy, out);
   } else {
     PlanParity(hosts, policy, out);
+    out.parity = static_cast<int>(policy.parity);
+    for (size_t gi = 0; gi < out.groups.size(); ++gi) {
+      if (static_cast<int64_t>(out.groups[gi].size()) <= policy.parity) {
+        return InvalidArgument("parity " + std::to_string(policy.parity) + " needs groups of at least " +
+                                   std::to_string(policy.parity + 1) + " workers; parity group " +
+                                   std::to_string(gi) + " of this mesh has " +
+                                   std::to_string(out.groups[gi].size()),
+                               {{"field", "parity"}});
+      }
+    }
   }
   if (!out.diversity_problem.empty() && !policy.force) {
     return Conflict(

@@ -17,6 +17,7 @@ struct MemoryPolicy {
   Mode mode = Mode::kReplica;
   int64_t replicas = 1;  // replica mode: copies on other hosts
   int64_t group = 4;     // parity mode: workers per group
+  int64_t parity = 1;    // parity mode: losses per group it survives (1: XOR; more: Reed–Solomon)
   int64_t keep = 2;      // memory checkpoints kept per mesh
   int64_t persist_every_steps = 0;
   int64_t persist_every_s = 0;
@@ -24,6 +25,7 @@ struct MemoryPolicy {
 
   static constexpr int64_t kMaxReplicas = 3;
   static constexpr int64_t kMaxGroup = 16;
+  static constexpr int64_t kMaxParity = 3;
   static constexpr int64_t kMaxKeep = 8;
 
   // The memory fields of a /v1/save body (docs/memory-tier.md); invalid_argument
@@ -41,7 +43,9 @@ struct MemoryLayout {
   // copies it holds (ascending).
   std::vector<std::vector<int>> targets;
   std::vector<std::vector<int>> sources;
-  // Parity mode: the groups' members (each in its own order), and by rank its group.
+  // Parity mode: the groups' members (each in its own order), and by rank its group;
+  // each group survives the loss of `parity` members.
+  int parity = 1;
   std::vector<std::vector<int>> groups;
   std::vector<int> group_of;
   // Empty when the redundancy spans hosts as asked; else why not (for the refusal,
@@ -54,17 +58,9 @@ std::string HostOfAddress(const std::string& address);
 
 // The layout for ranks on `hosts` (by rank). failed_precondition ("no host
 // diversity") when the hosts cannot give what `policy` asks and it is not forced;
-// invalid_argument when the mesh is too small for it (one worker, or fewer than
-// replicas + 1 workers).
+// invalid_argument when the mesh is too small for it (one worker, fewer than
+// replicas + 1 workers, or a parity group of no more workers than `parity`).
 Result<MemoryLayout> PlanMemoryLayout(const std::vector<std::string>& hosts,
                                       const MemoryPolicy& policy);
-
-// Parity: the stripe of member `i`'s share that member `j` holds in its parity, in a
-// group of `m` (i != j): ((j - i) mod m) - 1, in 0..m-2.
-inline int StripeFor(int i, int j, int m) { return ((j - i) % m + m) % m - 1; }
-// Parity: the length of each stripe for shares of at most `longest` bytes in a group of `m`.
-inline uint64_t StripeLength(uint64_t longest, int m) {
-  return m <= 1 ? longest : (longest + static_cast<uint64_t>(m) - 2) / static_cast<uint64_t>(m - 1);
-}
 
 }  // namespace tessera::worker

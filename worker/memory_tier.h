@@ -37,7 +37,7 @@ struct MemoryCheckpoint {
   };
   std::map<int64_t, Copy> copies;
   // Parity mode: this worker's group (ranks in group order), every member's header,
-  // and its parity (stripe_length bytes) with its checksum.
+  // and its parity (layout.parity rows of stripe_length bytes) with its checksum.
   std::vector<int> group;
   std::map<int64_t, ShareHeader> group_headers;
   ShareBytes parity;

@@ -13,6 +13,7 @@
 #include "worker/memory_exchange.h"
 #include "worker/memory_layout.h"
 #include "worker/memory_tier.h"
+#include "worker/parity_code.h"
 
 namespace tessera::worker {
 namespace {
@@ -24,10 +25,11 @@ MemoryPolicy Replica(int64_t k, bool force = false) {
   return p;
 }
 
-MemoryPolicy Parity(int64_t g, bool force = false) {
+MemoryPolicy Parity(int64_t g, bool force = false, int64_t parity = 1) {
   MemoryPolicy p;
   p.mode = MemoryPolicy::Mode::kParity;
   p.group = g;
+  p.parity = parity;
   p.force = force;
   return p;
 }
@@ -78,29 +80,17 @@ TEST(MemoryLayout, ParityGroupsSpanHostsAndALastSingleJoinsTheOneBefore) {
   EXPECT_EQ(five->groups[0].size(), 5u);
 }
 
-TEST(MemoryLayout, EachMemberHoldsADifferentStripeOfEveryOther) {
-  for (int m = 2; m <= 6; ++m) {
-    for (int i = 0; i < m; ++i) {
-      std::set<int> stripes;
-      for (int j = 0; j < m; ++j) {
-        if (j == i) continue;
-        const int s = StripeFor(i, j, m);
-        EXPECT_GE(s, 0);
-        EXPECT_LT(s, m - 1);
-        stripes.insert(s);
-      }
-      EXPECT_EQ(static_cast<int>(stripes.size()), m - 1) << "m=" << m << " i=" << i;
-    }
-  }
-  EXPECT_EQ(StripeLength(10, 4), 4u);
-  EXPECT_EQ(StripeLength(9, 4), 3u);
-}
-
 TEST(MemoryPolicy, FieldsAreCheckedAndNamed) {
   EXPECT_EQ(MemoryPolicy::FromJson({{"redundancy", "raid"}}).status().details()["field"], "redundancy");
   EXPECT_EQ(MemoryPolicy::FromJson({{"group", 1}}).status().details()["field"], "group");
   EXPECT_EQ(MemoryPolicy::FromJson({{"keep", 0}}).status().details()["field"], "keep");
   EXPECT_EQ(MemoryPolicy::FromJson({{"replicas", "2"}}).status().details()["field"], "replicas");
+  EXPECT_EQ(MemoryPolicy::FromJson({{"parity", 4}}).status().details()["field"], "parity");
+  // A group must outnumber the losses it survives.
+  auto small = PlanMemoryLayout({"a", "b", "c", "d", "e", "f"}, Parity(4, false, 2));
+  ASSERT_FALSE(small.ok());  // groups of 4 and 2
+  EXPECT_EQ(small.status().details()["field"], "parity");
+  EXPECT_NE(small.status().message().find("group 1 of this mesh has 2"), std::string::npos) << small.status().ToString();
   auto p = MemoryPolicy::FromJson({{"redundancy", "parity"}, {"group", 3}, {"persist_every_steps", 10}});
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->mode, MemoryPolicy::Mode::kParity);
@@ -168,6 +158,28 @@ TEST(MemoryChoice, TwoLossesInAParityGroupFallBackNamingThem) {
   c = ChooseRestore(inv, 7, kWorkers);
   EXPECT_FALSE(c.memory);
   EXPECT_NE(c.fallback.find("w-b"), std::string::npos) << c.fallback;
+  // With parity 2 the group survives both: rank 3's loss and rank 1's damaged parity.
+  for (auto& i : inv) {
+    for (auto& h : i.steps) h.parity = 2;
+  }
+  c = ChooseRestore(inv, 7, kWorkers);
+  ASSERT_TRUE(c.memory) << c.fallback;
+  ASSERT_EQ(c.plan.size(), 1u);
+  EXPECT_EQ(c.plan[0].lost, (std::vector<int>{3}));
+  EXPECT_EQ(c.plan[0].unusable, (std::vector<int>{1}));
+  EXPECT_EQ(c.plan[0].parity, 2);
+  // Two lost shares with parity 2: both rebuilt in one transfer; a third loss is one too many.
+  inv[1].steps[0].redundancy = true;
+  inv[2].steps.clear();
+  c = ChooseRestore(inv, 7, kWorkers);
+  ASSERT_TRUE(c.memory) << c.fallback;
+  ASSERT_EQ(c.plan.size(), 1u);
+  EXPECT_EQ(c.plan[0].lost, (std::vector<int>{2, 3}));
+  EXPECT_EQ(c.sources, (std::vector<std::string>{"local", "local", "parity", "parity"}));
+  inv[1].steps.clear();
+  c = ChooseRestore(inv, 7, kWorkers);
+  EXPECT_FALSE(c.memory);
+  EXPECT_NE(c.fallback.find("survives 2 losses"), std::string::npos) << c.fallback;
 }
 
 TEST(MemoryChoice, PersistedNewerThanMemoryAndOtherMeshDefinitions) {
@@ -283,29 +295,35 @@ std::vector<std::unique_ptr<collectives::Group>> Groups() {
   return groups;
 }
 
-// Rank `lost` loses its checkpoint; the others rebuild its share per `choice`.
-void Rebuild(std::vector<std::shared_ptr<MemoryCheckpoint>>& cks, int lost, const RestoreChoice& choice,
-             ShareHeader* header, ShareBytes* bytes, std::vector<Status>* st) {
+// The ranks in `lost` lose their checkpoints; the others rebuild their shares per
+// `choice`: what each rank received.
+struct Rebuilt {
+  std::vector<ShareHeader> headers = std::vector<ShareHeader>(4);
+  std::vector<ShareBytes> bytes = std::vector<ShareBytes>(4);
+  std::vector<Status> st = std::vector<Status>(4);
+};
+
+Rebuilt Rebuild(std::vector<std::shared_ptr<MemoryCheckpoint>>& cks, const std::set<int>& lost,
+                const RestoreChoice& choice) {
   auto groups = Groups();
-  std::vector<ShareHeader> headers(4);
-  std::vector<ShareBytes> got(4);
+  Rebuilt out;
   std::vector<std::thread> threads;
-  st->assign(4, Status::Ok());
   for (int r = 0; r < 4; ++r) {
     threads.emplace_back([&, r] {
-      (*st)[r] = RebuildShares(*groups[r], r == lost ? nullptr : cks[r].get(), 5, choice.plan, kWorkers,
-                               collectives::Clock::now() + std::chrono::seconds(30), &headers[r], &got[r]);
+      out.st[r] = RebuildShares(*groups[r], lost.count(r) ? nullptr : cks[r].get(), 5, choice.plan, kWorkers,
+                                collectives::Clock::now() + std::chrono::seconds(30), &out.headers[r],
+                                &out.bytes[r]);
     });
   }
   for (auto& t : threads) t.join();
-  *header = std::move(headers[lost]);
-  *bytes = std::move(got[lost]);
+  return out;
 }
 
-std::vector<Inventory> InventoriesOf(const std::vector<std::shared_ptr<MemoryCheckpoint>>& cks, int lost) {
+std::vector<Inventory> InventoriesOf(const std::vector<std::shared_ptr<MemoryCheckpoint>>& cks,
+                                     const std::set<int>& lost) {
   auto inv = Inventories(4, -1);
   for (int r = 0; r < 4; ++r) {
-    if (r == lost) continue;
+    if (lost.count(r)) continue;
     const MemoryCheckpoint& ck = *cks[r];
     std::vector<int> ranks;
     if (ck.policy.mode == kRep) {
@@ -316,6 +334,7 @@ std::vector<Inventory> InventoriesOf(const std::vector<std::shared_ptr<MemoryChe
       ranks = ck.group;
     }
     inv[r].steps.push_back(Held(5, true, ck.policy.mode, ranks));
+    inv[r].steps.back().parity = ck.layout.parity;
   }
   return inv;
 }
@@ -335,31 +354,45 @@ TEST(MemoryExchange, ParityRebuildsALostShareBitForBit) {
     auto groups = Groups();
     auto cks = Exchange(ranks, Parity(4), groups);
     // Each member keeps a third of the longest share, not a copy.
-    EXPECT_EQ(cks[0]->parity.size(), StripeLength(cks[3]->own.size(), 4));
-    RestoreChoice choice = ChooseRestore(InventoriesOf(cks, lost), 7, kWorkers);
+    EXPECT_EQ(cks[0]->parity.size(), StripeLength(cks[3]->own.size(), 3));
+    RestoreChoice choice = ChooseRestore(InventoriesOf(cks, {lost}), 7, kWorkers);
     ASSERT_TRUE(choice.memory);
-    ShareHeader header;
-    ShareBytes bytes;
-    std::vector<Status> st;
-    Rebuild(cks, lost, choice, &header, &bytes, &st);
-    for (int r = 0; r < 4; ++r) ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].ToString();
-    ExpectSameShare(*cks[lost], header, bytes);
+    Rebuilt got = Rebuild(cks, {lost}, choice);
+    for (int r = 0; r < 4; ++r) ASSERT_TRUE(got.st[r].ok()) << "rank " << r << ": " << got.st[r].ToString();
+    ExpectSameShare(*cks[lost], got.headers[lost], got.bytes[lost]);
   }
+}
+
+TEST(MemoryExchange, ReedSolomonParityRebuildsAnyTwoLostSharesBitForBit) {
+  auto ranks = MakeRanks(3, 20000);  // 80 kB a share: ISA-L's vector kernels and their tails
+  auto groups = Groups();
+  auto cks = Exchange(ranks, Parity(4, false, 2), groups);
+  // Each member keeps two parity rows of half the longest share.
+  EXPECT_EQ(cks[0]->parity.size(), 2 * StripeLength(cks[3]->own.size(), 2));
+  for (int a = 0; a < 4; ++a) {
+    for (int b = a + 1; b < 4; ++b) {
+      RestoreChoice choice = ChooseRestore(InventoriesOf(cks, {a, b}), 7, kWorkers);
+      ASSERT_TRUE(choice.memory) << choice.fallback;
+      Rebuilt got = Rebuild(cks, {a, b}, choice);
+      for (int r = 0; r < 4; ++r) ASSERT_TRUE(got.st[r].ok()) << "rank " << r << ": " << got.st[r].ToString();
+      ExpectSameShare(*cks[a], got.headers[a], got.bytes[a]);
+      ExpectSameShare(*cks[b], got.headers[b], got.bytes[b]);
+    }
+  }
+  // Three lost: one too many.
+  EXPECT_FALSE(ChooseRestore(InventoriesOf(cks, {0, 1, 2}), 7, kWorkers).memory);
 }
 
 TEST(MemoryExchange, LargeCopiesWaitForTheReceiverAndArriveWhole) {
   auto ranks = MakeRanks(2, 600 * 1000);  // 2.4 MB a share
   auto groups = Groups();
   auto cks = Exchange(ranks, Replica(1), groups);
-  RestoreChoice choice = ChooseRestore(InventoriesOf(cks, 2), 7, kWorkers);
+  RestoreChoice choice = ChooseRestore(InventoriesOf(cks, {2}), 7, kWorkers);
   ASSERT_TRUE(choice.memory);
   ASSERT_EQ(choice.plan.size(), 1u);
-  ShareHeader header;
-  ShareBytes bytes;
-  std::vector<Status> st;
-  Rebuild(cks, 2, choice, &header, &bytes, &st);
-  for (int r = 0; r < 4; ++r) ASSERT_TRUE(st[r].ok()) << st[r].ToString();
-  ExpectSameShare(*cks[2], header, bytes);
+  Rebuilt got = Rebuild(cks, {2}, choice);
+  for (int r = 0; r < 4; ++r) ASSERT_TRUE(got.st[r].ok()) << got.st[r].ToString();
+  ExpectSameShare(*cks[2], got.headers[2], got.bytes[2]);
 }
 
 TEST(MemoryExchange, ADamagedCopyIsNamedAndAnotherIsUsed) {
@@ -374,16 +407,13 @@ TEST(MemoryExchange, ADamagedCopyIsNamedAndAnotherIsUsed) {
   EXPECT_EQ(damaged.code(), Code::kDataLoss);
   EXPECT_NE(damaged.message().find("'w'"), std::string::npos) << damaged.ToString();
   EXPECT_NE(damaged.message().find("w-c"), std::string::npos) << damaged.ToString();
-  RestoreChoice choice = ChooseRestore(InventoriesOf(cks, 1), 7, kWorkers);
+  RestoreChoice choice = ChooseRestore(InventoriesOf(cks, {1}), 7, kWorkers);
   ASSERT_TRUE(choice.memory);
   ASSERT_EQ(choice.plan.size(), 1u);
   EXPECT_EQ(choice.plan[0].from, 3);  // not the damaged one
-  ShareHeader header;
-  ShareBytes bytes;
-  std::vector<Status> st;
-  Rebuild(cks, 1, choice, &header, &bytes, &st);
-  for (int r = 0; r < 4; ++r) ASSERT_TRUE(st[r].ok()) << st[r].ToString();
-  ExpectSameShare(*cks[1], header, bytes);
+  Rebuilt got = Rebuild(cks, {1}, choice);
+  for (int r = 0; r < 4; ++r) ASSERT_TRUE(got.st[r].ok()) << got.st[r].ToString();
+  ExpectSameShare(*cks[1], got.headers[1], got.bytes[1]);
 }
 
 TEST(MemoryExchange, ASaveOfAnotherStepIsRefusedNamingTheWorker) {
