@@ -127,7 +127,7 @@ Result<MemoryCheckpointReport> MemoryCheckpointReport::FromJson(const Json& body
   };
   for (const Option& o :
        {Option{"replicas", 1, INT64_MAX, &r.replicas}, Option{"group", 2, INT64_MAX, &r.group},
-        Option{"keep", 1, 16, &r.keep}}) {
+        Option{"parity", 1, INT64_MAX, &r.parity}, Option{"keep", 1, 16, &r.keep}}) {
     ASSIGN_OR_RETURN(std::optional<int64_t> v, OptionalInt(body, o.name));
     if (!v) continue;
     if (*v < o.min || *v > o.max) {
@@ -178,6 +178,7 @@ Json MemoryCheckpointReport::ToJson() const {
           {"redundancy", redundancy},
           {"replicas", replicas},
           {"group", group},
+          {"parity", parity},
           {"keep", keep},
           {"steps", steps},
           {"bytes", bytes},

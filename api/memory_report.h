@@ -32,6 +32,7 @@ struct MemoryCheckpointReport {
   std::string redundancy = "replica";  // "replica" | "parity"
   int64_t replicas = 1;                // copies of each share (replica), 1 or more
   int64_t group = 4;                   // workers per parity group (parity), 2 or more
+  int64_t parity = 1;                  // losses each parity group survives (parity), 1 or more
   int64_t keep = 2;                    // memory checkpoints kept, 1 to 16
   std::vector<int64_t> steps;          // every one the workers hold: ascending, holds `step`
   uint64_t bytes = 0;                  // the checkpoint's bytes

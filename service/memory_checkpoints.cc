@@ -20,6 +20,7 @@ Json MemoryEntry(const std::string& mesh, const MemoryCheckpointReport& memory, 
     entry["replicas"] = memory.replicas;
   } else {
     entry["group"] = memory.group;
+    entry["parity"] = memory.parity;
   }
   return entry;
 }

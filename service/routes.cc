@@ -182,7 +182,7 @@ void Service::AddRoutes(http::Router* router) {
       return Reply(ReportMemoryCheckpoints(req.Param("m"), MemoryCheckpointReport::FromJson(b)));
     });
   }, "internal: rank 0's report of the mesh's memory tier {step, redundancy, steps, bytes, "
-     "tensors, workers, replicas?, group?, keep?, persisted?}",
+     "tensors, workers, replicas?, group?, parity?, keep?, persisted?}",
      true, kMaxTensorListBody);
   add("GET", "/api/v1/meshes/{m+}/checkpoints",
       [this](const Request& req) { return Reply(ListCheckpoints(req.Param("m"))); },

@@ -240,6 +240,7 @@ Status Agent::TakeMemoryCheckpoint(const std::string& mesh, const MemorySave& sa
   r.redundancy = save.policy.ModeName();
   r.replicas = save.policy.replicas;
   r.group = save.policy.group;
+  r.parity = save.policy.parity;
   r.keep = save.policy.keep;
   if (persisted >= 0) r.persisted = persisted;
   for (size_t rank = 0; rank < n; ++rank) {

@@ -66,7 +66,7 @@ Result<ShareHeader> RecvHeader(collectives::Transport& t, int peer, const Memory
   }
   if (ck != nullptr && h->policy_fingerprint != ck->own_header.policy_fingerprint) {
     return Conflict(from + " took step " + std::to_string(step) +
-                        " with other memory settings (redundancy, replicas, group, keep, persist_*) than this worker",
+                        " with other memory settings (redundancy, replicas, group, parity, keep, persist_*) than this worker",
                     details);
   }
   if (ck != nullptr && h->mesh_fingerprint != ck->mesh_fingerprint) {

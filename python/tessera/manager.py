@@ -249,7 +249,7 @@ class CheckpointManager(Collectives):
 
     # -- checkpoints
 
-    MEMORY_OPTIONS = ("redundancy", "replicas", "group", "keep", "persist_every_steps",
+    MEMORY_OPTIONS = ("redundancy", "replicas", "group", "parity", "keep", "persist_every_steps",
                       "persist_every_s", "force", "deadline_ms")
 
     def save(self, step, tensors=None, metadata=None, tier="disk", **memory):
@@ -260,7 +260,7 @@ class CheckpointManager(Collectives):
 
         tier="memory" keeps the checkpoint in the workers' RAM, with its
         redundancy on other hosts (docs/memory-tier.md); its options, the same on
-        every trainer: redundancy ("replica" or "parity"), replicas, group, keep,
+        every trainer: redundancy ("replica" or "parity"), replicas, group, parity, keep,
         persist_every_steps, persist_every_s, force; deadline_ms bounds its
         replication (default 60 s): a worker that takes no part fails it, named."""
         _check_step(step)

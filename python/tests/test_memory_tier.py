@@ -1,7 +1,8 @@
 """The memory tier (docs/memory-tier.md) through the Python client, on a cluster of
 its own: memory checkpoints commit on every worker and restore from the workers'
 RAM; a worker killed with its shared memory and started again gets its share back
-from a copy or from its group's parity, without reading the root; with too many
+from a copy or from its group's parity (XOR, or Reed–Solomon for two losses),
+without reading the root; with too many
 losses the restore falls back to the persisted checkpoint and says why. Every
 worker of this cluster is on 127.0.0.1, so the saves pass force=True (and one test
 checks that they are refused without it)."""
@@ -164,6 +165,21 @@ def test_two_losses_in_a_parity_group_fall_back_to_the_persisted_checkpoint(clus
         assert "step 4" in s.fallback and "cannot be rebuilt" in s.fallback, s.fallback
         assert "w-host1" in s.fallback or "w-host2" in s.fallback, s.fallback
     expect(arrays, 2)
+
+
+def test_reed_solomon_parity_rebuilds_two_losses_in_a_group(cluster, mesh):
+    ms = open_managers(cluster, mesh)
+    arrays = attach(ms)
+    for step in (3, 4):
+        fill(arrays, step)
+        save_all(ms, step, redundancy="parity", parity=2)
+    replace_worker(cluster, ms, arrays, 1, mesh)
+    replace_worker(cluster, ms, arrays, 2, mesh)
+    restored = restore_all(ms)
+    assert [int(s) for s in restored] == [4] * N
+    assert [(s.tier, s.source) for s in restored] == [
+        ("memory", "local"), ("memory", "parity"), ("memory", "parity"), ("memory", "local")]
+    expect(arrays, 4)
 
 
 def test_a_policy_persists_memory_checkpoints_from_ram(cluster, mesh):

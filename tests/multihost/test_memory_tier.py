@@ -100,6 +100,19 @@ def test_two_hosts_lost_in_a_parity_group_fall_back_to_the_persisted_checkpoint(
         assert "w-h2" in r["fallback"] or "w-h3" in r["fallback"], r
 
 
+def test_reed_solomon_parity_rebuilds_two_lost_hosts_of_a_group(cluster):
+    c = cluster
+    mesh = "mem-rs"
+    c.register(mesh, {"data": WORKERS})
+    msave(c, mesh, 12, redundancy="parity", parity=2)
+    lose(c, 1)
+    lose(c, 4)
+    out = restore_all(c, mesh)
+    assert {(r["restored"], r["tier"]) for r in out.values()} == {(12, "memory")}, out
+    assert [out[i]["source"] for i in ALL] == ["parity", "local", "local", "parity"], out
+    assert c.store.steps(mesh) == []
+
+
 def test_a_damaged_copy_is_named_and_the_other_copy_is_used(cluster):
     c = cluster
     mesh = "mem-flip"

@@ -26,6 +26,7 @@ Json ReportJson(int64_t step, std::vector<int64_t> steps,
           {"redundancy", "replica"},
           {"replicas", 1},
           {"group", 4},
+          {"parity", 1},
           {"keep", 2},
           {"steps", steps},
           {"bytes", 4096},
@@ -59,11 +60,12 @@ TEST(MemoryCheckpointReport, DecodesOnceAndRoundTrips) {
   // The save's options take their defaults when absent.
   body["persisted"] = -1;  // none, as workers say it
   EXPECT_FALSE(MemoryCheckpointReport::FromJson(body)->persisted.has_value());
-  for (const char* key : {"replicas", "group", "keep", "persisted"}) body.erase(key);
+  for (const char* key : {"replicas", "group", "parity", "keep", "persisted"}) body.erase(key);
   auto defaults = MemoryCheckpointReport::FromJson(body);
   ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
   EXPECT_EQ(defaults->replicas, 1);
   EXPECT_EQ(defaults->group, 4);
+  EXPECT_EQ(defaults->parity, 1);
   EXPECT_EQ(defaults->keep, 2);
   EXPECT_FALSE(defaults->persisted.has_value());
 }
@@ -202,6 +204,7 @@ TEST(TiersOfCheckpoints, AStepOnlyMemoryHoldsHasARecordWithTheReportsTensors) {
   MemoryCheckpointReport memory = Report(20, {16, 20});
   memory.redundancy = "parity";
   memory.group = 3;
+  memory.parity = 2;
   for (int64_t step : {16, 20}) {
     const Json record = MemoryCheckpointRecord("m", memory, step);
     EXPECT_EQ(record["step"], step);
@@ -209,6 +212,7 @@ TEST(TiersOfCheckpoints, AStepOnlyMemoryHoldsHasARecordWithTheReportsTensors) {
     EXPECT_EQ(record["tiers"], Json({"memory"}));
     EXPECT_EQ(record["redundancy"], "parity");
     EXPECT_EQ(record["group"], 3);
+    EXPECT_EQ(record["parity"], 2);
     EXPECT_FALSE(record.contains("replicas"));
     EXPECT_EQ(record["tensors"],
               Json::parse(R"([{"name": "w", "dtype": "float32", "shape": [32, 32]}])"));
