@@ -7,7 +7,8 @@ each of hosts 1-4 (--copy-threads 1), one trainer process per worker
 (bench/memory_tier_trainer.py: tessera.CheckpointManager, MIB MiB of attach()ed
 float32 state in 4 tensors sharded over the mesh {data: 4}). Needs root.
 
-  stall     per mode (memory replica, memory parity g=4, disk for reference): fresh
+  stall     per mode (memory replica, memory parity g=4 (XOR) and parity2 (g=4,
+            surviving 2 losses: Reed–Solomon), disk for reference): fresh
             workers, the trainers' memcpy of their state (np.copyto, warmed, all four
             at once as they save), then --steps saves (after one warm-up), each
             stamped into the state, save() timed, handle.wait() to the commit
@@ -17,7 +18,7 @@ float32 state in 4 tensors sharded over the mesh {data: 4}). Needs root.
             restore(): from the workers' RAM (memory modes) or the POSIX root (disk)
   host loss a worker and its trainer SIGKILLed, its host's /dev/shm emptied, a worker
             started under the same name, its trainer attaches, every trainer
-            restore()s: from peers (replica, parity), the POSIX root (disk), and, on a
+            restore()s: from peers (replica, parity, parity2), the POSIX root (disk), and, on a
             cluster whose root is an S3 bucket of a Ceph RGW (tools/s3/rgw.sh), from S3.
             The page cache is dropped before each kill. Every restore is checked:
             its tier and source, and the bytes against the state saved.
@@ -128,7 +129,7 @@ def main():
                    help="checkpoints timed, at least (20)")
     p.add_argument("--control-s", type=float, default=None,
                    help="seconds of checkpoints timed, at least (10)")
-    p.add_argument("--modes", default="replica,parity,disk,replica_keep1")
+    p.add_argument("--modes", default="replica,parity,parity2,disk,replica_keep1")
     p.add_argument("--parts", default="iperf,posix,s3,training,control")
     p.add_argument("--run", type=int, default=None,
                    help="the run's number in --out (default: one more than the last there)")

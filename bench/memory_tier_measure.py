@@ -17,6 +17,8 @@ from memory_tier_cluster import (LOCAL, PY, PYTHON, TRAINER, WORKERS, Rank, Trai
 MODES = {  # mode -> (tier, save options)
     "replica": ("memory", {"redundancy": "replica", "replicas": 1}),
     "parity": ("memory", {"redundancy": "parity", "group": 4}),
+    # Reed–Solomon: groups of 4 that survive 2 losses.
+    "parity2": ("memory", {"redundancy": "parity", "group": 4, "parity": 2}),
     "disk": ("disk", {}),
     # keep=1: one committed checkpoint held (the default keeps 2); stall and memory only.
     "replica_keep1": ("memory", {"redundancy": "replica", "replicas": 1, "keep": 1}),

@@ -72,7 +72,7 @@ def markdown(rows):
     # The memcpy of every mode pooled: four copies at once on this machine's cores move
     # by 2x from one mode's ten to the next's.
     mc = [x for r in by("memcpy") for x in r["together_ms"]]
-    for mode in ("replica", "parity", "replica_keep1"):
+    for mode in ("replica", "parity", "parity2", "replica_keep1"):
         st = by("stall", mode=mode)
         if not st or not mc:
             continue
@@ -110,9 +110,9 @@ def markdown(rows):
                                    _range([r["commit_ms"] for r in disk])))
 
     # 2. host loss
-    loss = {m: by("host_loss", mode=m) for m in ("replica", "parity", "disk", "s3")}
+    loss = {m: by("host_loss", mode=m) for m in ("replica", "parity", "parity2", "disk", "s3")}
     tot = {m: [r["total_s"] for r in v] for m, v in loss.items()}
-    for m in ("replica", "parity"):
+    for m in ("replica", "parity", "parity2"):
         if not tot[m]:
             continue
         for other, goal, label in (("s3", RAM_VS_S3, "S3"), ("disk", RAM_VS_POSIX, "POSIX root")):
@@ -123,7 +123,7 @@ def markdown(rows):
                      "| %.2f | %.2f× | %s | ≥ %g× | %s |" % (
                          m, label, _med(tot[m]), _med(tot[other]), r, _range(tot[m], "%.2f"),
                          goal, _verdict(r >= goal)))
-    for m in ("replica", "parity"):
+    for m in ("replica", "parity", "parity2"):
         rs = [r["restore_s"] for r in loss[m]]
         for other, goal, label in (("s3", RAM_VS_S3, "S3"), ("disk", RAM_VS_POSIX, "POSIX root")):
             ors = [r["restore_s"] for r in loss[other]]
@@ -158,8 +158,8 @@ def markdown(rows):
                                          _med(whole) / _med(ip),
                                          _range([x / 1e6 for x in whole], "%.0f")))
     # 3. restart on a live host
-    rst = {m: by("restart", mode=m) for m in ("replica", "parity", "disk")}
-    for m in ("replica", "parity"):
+    rst = {m: by("restart", mode=m) for m in ("replica", "parity", "parity2", "disk")}
+    for m in ("replica", "parity", "parity2"):
         if not rst[m] or not rst["disk"]:
             continue
         a = [r["total_s"] for r in rst[m]]
@@ -186,7 +186,7 @@ def markdown(rows):
                      "%s |" % (_med(mem), _med(none), ratio * 100, _range(mem), TRAIN_RATIO * 100,
                                _verdict(ratio >= TRAIN_RATIO)))
     # 6. memory per worker
-    for m in ("replica", "parity", "replica_keep1", "disk"):
+    for m in ("replica", "parity", "parity2", "replica_keep1", "disk"):
         mem = by("worker_memory", mode=m)
         if not mem:
             continue
@@ -256,7 +256,7 @@ def markdown(rows):
               "multiples of the state):", "",
               "| mode | VmHWM | VmRSS | RssAnon | RssShmem | RssFile | host's /dev/shm |",
               "|---|---|---|---|---|---|---|"]
-        for m in ("replica", "parity", "replica_keep1", "disk"):
+        for m in ("replica", "parity", "parity2", "replica_keep1", "disk"):
             rs = by("worker_memory", mode=m)
             if rs:
                 f = lambda k: _spread([r[k] * 1024 / r["state_bytes"] for r in rs], "%.2f")  # noqa
@@ -336,7 +336,8 @@ def markdown(rows):
     if by("worker_memory"):
         notes.append("- Memory: a worker keeps `keep` committed memory checkpoints (2 by "
                      "default; `replica_keep1` is keep=1), each its own share plus what it "
-                     "holds for its peers (a copy: 1×; parity of 4: 1/3×), and the one being "
+                     "holds for its peers (a copy: 1×; parity of 4: 1/3×; parity2, of 4 "
+                     "surviving 2 losses: 1×), and the one being "
                      "taken; the trainer's tensors are the host's /dev/shm mapping, which the "
                      "worker does not map (RssShmem 0), counted once in the host's figure.")
     L += notes

@@ -8,7 +8,8 @@ cluster on a Ceph RGW, and boto3's transfers to it), the collectives' gloo<i>.js
 (bench/peers/allreduce_torch_gloo.py), mpi<i>.jsonl (bench/peers/allreduce_mpi.sh),
 ours<i>.jsonl and ours_inproc.jsonl (tessera_bench_collectives), rest_barrier.jsonl
 (tessera_bench_rest_barrier), memory_tier.jsonl (bench/memory_tier.py: the memory tier
-against a memcpy, the POSIX root, S3 and iperf3), and steps.jsonl (wall time of every
+against a memcpy, the POSIX root, S3 and iperf3), float_codec.jsonl (bench/float_codec.py:
+the float codec against python3-blosc and zstd-1), and steps.jsonl (wall time of every
 step). Our figures
 and the peers' come from the same session on the same machine, because this VM's disk
 moves by up to 3x between runs (bench/peers/README.md) and only a same-session
@@ -17,6 +18,7 @@ shown. With --only storage or --only collectives, only that part is reported.
 
   /usr/bin/python3 bench/report.py --out bench/out --results bench/RESULTS.md
   /usr/bin/python3 bench/report.py --section memory_tier   # only that section of RESULTS.md
+  /usr/bin/python3 bench/report.py --section float_codec
 """
 import argparse
 import glob
@@ -141,7 +143,7 @@ def main():
     ap.add_argument("--peers", default=os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "peers"),
         help="bench/peers, for the peers' reference runs in its results/")
-    ap.add_argument("--section", choices=("memory_tier",), default=None,
+    ap.add_argument("--section", choices=tuple(SECTIONS), default=None,
                     help="rewrite only this section of --results, from --out's rows, leaving "
                          "the rest of the file as it is (appended when it is not there yet)")
     a = ap.parse_args()
@@ -252,6 +254,7 @@ def main():
         "worker_loss": "TESSERA_BIN=build-bench/bin /usr/bin/python3 bench/worker_loss.py --runs 3",
         "memory_tier": "TESSERA_BIN=build-bench/bin /usr/bin/python3 bench/memory_tier.py "
                        "--fresh",
+        "float_codec": "TESSERA_BIN=build-bench/bin /usr/bin/python3 bench/float_codec.py",
         "fio_pass2": "DIR=$tmp bench/peers/disk_fio.sh",
         "ours_inproc": "build-bench/bin/tessera_bench_collectives --ranks 4 --transport inproc",
         "rest_barrier": "build-bench/bin/tessera_bench_rest_barrier --ranks 4",
@@ -635,6 +638,12 @@ def main():
         import memory_tier  # noqa: PLC0415 - bench/, beside this script
         L.extend(memory_tier.markdown(load(memory)))
 
+    codec = os.path.join(a.out, "float_codec.jsonl")
+    if a.only in ("all", "storage") and os.path.exists(codec):
+        import float_codec  # noqa: PLC0415 - bench/, beside this script
+        L.append("")
+        L.extend(float_codec.markdown(load(codec)))
+
     history = os.path.join(a.out, "job_history.json")
     if a.only in ("all", "history") and os.path.exists(history):
         import job_history  # noqa: PLC0415 - bench/, beside this script
@@ -646,22 +655,25 @@ def main():
     return 0
 
 
-SECTION_HEADINGS = {"memory_tier": "## The memory tier"}
+# section: (its heading in RESULTS.md, the bench/ module whose markdown(rows) makes it,
+# the rows' file in --out)
+SECTIONS = {"memory_tier": ("## The memory tier", "memory_tier", "memory_tier.jsonl"),
+            "float_codec": ("## The float codec", "float_codec", "float_codec.jsonl")}
 
 
 def rewrite_section(results, section, out_dir):
     """Replaces one section of `results` (from its heading to the next "## " heading)
     with the one made from out_dir's rows; appends it when the file has none."""
-    import memory_tier  # noqa: PLC0415 - bench/, beside this script
-    rows = load(os.path.join(out_dir, "memory_tier.jsonl"))
+    import importlib  # noqa: PLC0415
+    head, module, jsonl = SECTIONS[section]
+    rows = load(os.path.join(out_dir, jsonl))
     if not rows:
-        sys.exit(f"report.py: no rows in {out_dir}/memory_tier.jsonl")
-    new = memory_tier.markdown(rows)
+        sys.exit(f"report.py: no rows in {out_dir}/{jsonl}")
+    new = importlib.import_module(module).markdown(rows)
     while new and not new[0].strip():
         new = new[1:]
     with open(results) as f:
         lines = f.read().split("\n")
-    head = SECTION_HEADINGS[section]
     start = next((i for i, x in enumerate(lines) if x.startswith(head)), None)
     if start is None:
         while lines and not lines[-1].strip():

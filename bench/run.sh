@@ -20,6 +20,7 @@
 #                                   500-worker heartbeats, a save across 64 ranks
 #      bench/export.py              safetensors export (REST job, `tessera export`)
 #      bench/worker_loss.py         a worker frozen mid-save: time until the save fails
+#      bench/float_codec.py         the float codec against python3-blosc and zstd-1
 #      bench/peers/disk_fio.sh      again (pass 2), so the disk's drift is visible
 #      S3: a Ceph RGW from tools/s3/rgw.sh; bench/s3_boto3.py (boto3 upload_file and
 #      download_file of 1 GiB), tessera_bench_cluster with an s3:// root, boto3 again
@@ -94,7 +95,8 @@ packages=(
   python3
 )
 # disk_fio.sh (fio, numpy's memcpy, iperf3 on loopback) and save_torch.py.
-want storage && packages+=(fio iperf3 python3-numpy python3-torch)
+# python3-blosc: the peer of the float codec (bench/float_codec.py).
+want storage && packages+=(fio iperf3 python3-numpy python3-torch python3-blosc)
 # The S3 comparison: a Ceph RGW (tools/s3/rgw.sh) and bench/s3_boto3.py.
 { want storage || [ "$only" = s3 ]; } &&
   packages+=(ceph-mon ceph-osd radosgw ceph-common python3-boto3 python3-numpy)
@@ -305,6 +307,10 @@ if want storage; then
   rm -f "$out/worker_loss.jsonl"
   step worker_loss "$out/worker_loss.log" env TESSERA_BIN=build-bench/bin "$py" \
     bench/worker_loss.py --runs 3 --out "$out/worker_loss.jsonl" || true
+  # The float codec against python3-blosc and plain zstd-1 on the same bytes.
+  rm -f "$out/float_codec.jsonl"
+  step float_codec "$out/float_codec.log" env TESSERA_BIN=build-bench/bin "$py" \
+    bench/float_codec.py --out "$out/float_codec.jsonl" || true
   fio_step fio_pass2
   s3_part
   # The memory tier against a memcpy, the POSIX root and S3, on namespace hosts.

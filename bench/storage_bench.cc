@@ -209,14 +209,15 @@ Result<SaveRun> TimedSave(Env* env, const State& state, bool compress, ThreadPoo
   return run;
 }
 
-// How many chunks the writer stored compressed and raw: it may store a slice raw
-// when a sample shows zstd does not pay, so "zstd-1" alone does not say what was done.
+// How many chunks the writer stored compressed (zstd, or the float codec's planes) and
+// raw: it may store a slice raw when a sample shows compression does not pay, so
+// "zstd-1" alone does not say what was done.
 Result<std::pair<int64_t, int64_t>> CountChunkCodecs(Env* env, const std::string& dir) {
   ASSIGN_OR_RETURN(auto index, storage::CheckpointIndex::Open(env, dir));
   int64_t zstd = 0, raw = 0;
   for (const auto& t : index.tensors()) {
     for (const auto& s : t.slices) {
-      for (const auto& c : s.chunks) (c.loc.codec == storage::Codec::kZstd ? zstd : raw) += 1;
+      for (const auto& c : s.chunks) (c.loc.codec != storage::Codec::kRaw ? zstd : raw) += 1;
     }
   }
   return std::make_pair(zstd, raw);

@@ -31,7 +31,7 @@ Result<SliceChunk> ChunkFromJson(const Json& j, size_t i, const std::string& ten
   c.loc.length = j[2].get<uint64_t>();
   c.loc.raw_length = j[3].get<uint64_t>();
   const uint64_t codec = j[4].get<uint64_t>();
-  if (codec != static_cast<uint64_t>(Codec::kRaw) && codec != static_cast<uint64_t>(Codec::kZstd)) {
+  if (!IsCodec(codec)) {
     return Bad("unknown chunk codec " + std::to_string(codec), i, tensor);
   }
   c.loc.codec = static_cast<Codec>(codec);

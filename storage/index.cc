@@ -237,7 +237,7 @@ Status CheckpointIndex::LoadChunks(
              static_cast<Codec>(stmt->Int(5))};
     if (stmt->Int(1) < 0 || stmt->Int(2) < 0 || stmt->Int(3) < 0 || stmt->Int(4) < 0 ||
         c.loc.raw_length > kMaxChunkSize || c.loc.length > 2 * kMaxChunkSize ||
-        (c.loc.codec != Codec::kRaw && c.loc.codec != Codec::kZstd)) {
+        !IsCodec(static_cast<uint64_t>(c.loc.codec))) {
       return fail("a chunk of tensor '" + tensor.meta.name + "' is malformed");
     }
     tensor.stored_bytes += c.loc.length;

@@ -18,7 +18,7 @@ Result<ShardWritten> WriteShard(Env* env, const std::string& staging, const std:
   std::vector<size_t> handles;
   handles.reserve(slices.size());
   for (const auto& s : slices) {
-    ASSIGN_OR_RETURN(size_t h, writer->Add(s.data, s.bytes));
+    ASSIGN_OR_RETURN(size_t h, writer->Add(s.data, s.bytes, PlaneWidth(s.tensor.dtype)));
     handles.push_back(h);
   }
   RETURN_IF_ERROR(writer->Finish());

@@ -42,7 +42,7 @@ void ShardWriter::Drain() {
   pending_.clear();
 }
 
-Result<size_t> ShardWriter::Add(const void* data, size_t n) {
+Result<size_t> ShardWriter::Add(const void* data, size_t n, int width) {
   if (!error_.ok()) return error_;
   if (finished_) return Internal("ShardWriter::Add after Finish for " + path_);
   size_t handle = slices_.size();
@@ -54,8 +54,8 @@ Result<size_t> ShardWriter::Add(const void* data, size_t n) {
     // The sample uses the buffer the next chunk will take, before it is queued.
     EncodedChunk sample = EncodeChunk(src, m, true, options_.level,
                                       buffers_[next_buffer_ % buffers_.size()].get(),
-                                      buffer_capacity_);
-    compress = sample.codec == Codec::kZstd &&
+                                      buffer_capacity_, 0, width);
+    compress = sample.codec != Codec::kRaw &&
                sample.length <= static_cast<size_t>(m * (1 - options_.min_savings));
   }
   for (uint64_t off = 0; off < n || (n == 0 && off == 0); off += options_.chunk_size) {
@@ -68,12 +68,12 @@ Result<size_t> ShardWriter::Add(const void* data, size_t n) {
     const size_t cap = buffer_capacity_;
     const double min_savings = options_.min_savings;
     if (options_.pool) {
-      p.encoded = options_.pool->Submit([s = p.src, len, compress, level, out, cap, min_savings] {
-        return EncodeChunk(s, len, compress, level, out, cap, min_savings);
+      p.encoded = options_.pool->Submit([s = p.src, len, compress, level, out, cap, min_savings, width] {
+        return EncodeChunk(s, len, compress, level, out, cap, min_savings, width);
       });
     } else {
       std::promise<EncodedChunk> done;
-      done.set_value(EncodeChunk(p.src, len, compress, level, out, cap, min_savings));
+      done.set_value(EncodeChunk(p.src, len, compress, level, out, cap, min_savings, width));
       p.encoded = done.get_future();
     }
     pending_.push_back(std::move(p));

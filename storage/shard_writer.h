@@ -47,9 +47,10 @@ class ShardWriter {
   // Waits for encodes still running (they read caller memory). Does not Finish.
   ~ShardWriter();
 
-  // Queues one slice's raw bytes. REQUIRES: `data` stays valid until Finish()
+  // Queues one slice's raw bytes, of `width`-byte floats for the float codec
+  // (PlaneWidth; 0: not floats). REQUIRES: `data` stays valid until Finish()
   // returns. Returns the slice's handle for chunks(). Errors are sticky.
-  Result<size_t> Add(const void* data, size_t n);
+  Result<size_t> Add(const void* data, size_t n, int width = 0);
   // Writes the remaining chunks, the table and trailer, then fsyncs and closes.
   Status Finish();
 

@@ -198,6 +198,33 @@ def test_a_second_tesserad_without_ha_is_refused_naming_the_holder(ha):
     assert "is held by the tesserad at %s" % c.urls[leader] in r.stderr, r.stderr
 
 
+def test_a_standby_that_takes_over_learns_the_memory_checkpoints(ha):
+    # Memory checkpoints live in the workers' RAM, and the leader knows them only from
+    # rank 0's reports: the new leader's catalog is empty, so rank 0 reports again.
+    c = ha
+    mesh = "hm"
+    c.register(mesh, {"data": WORKERS})
+
+    def msave(step):
+        out = c.trainers(mesh, "msave", step, "{}")
+        assert all(r.get("committed") for r in out.values()), out
+
+    def listed():
+        return {ck["step"]: ck.get("tiers") for ck in c.client.checkpoints(mesh)}
+    msave(1)
+    eventually(lambda: listed() == {1: ["memory"]}, lambda: "the leader lists %s" % listed())
+    old = c.leader()
+    c.procs[old].kill()
+    c.wait_leader(exclude=old)
+    for i in range(1, WORKERS + 1):
+        c.wait_alive(i, timeout=60)
+    eventually(lambda: listed() == {1: ["memory"]}, lambda: "the new leader lists %s" % listed())
+    msave(2)
+    eventually(lambda: listed() == {1: ["memory"], 2: ["memory"]},
+               lambda: "the new leader lists %s" % listed())
+    restart_as_standby(c, old)
+
+
 def test_leader_killed_mid_save(ha):
     c = ha
     old, savers = mid_save(c, "hk", 2)
