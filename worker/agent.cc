@@ -125,9 +125,11 @@ void Agent::HeartbeatLoop() {
     lock.unlock();
     auto r = control_.Heartbeat(id_);
     if (!r.ok() && r.status().code() == Code::kNotFound) {
-      // tesserad lost us (a fresh catalog): register again under the same id.
+      // tesserad lost us (a fresh catalog): register again under the same id. What it
+      // was told of the memory tier went with its catalog: rank 0 tells it again.
       Status st = Register(1000);
       std::fprintf(stderr, "worker %s: re-registered: %s\n", id_.c_str(), st.ToString().c_str());
+      if (st.ok() && memory_reports_) memory_reports_->SendAgain();
     }
     lock.lock();
   }

@@ -17,6 +17,14 @@ void MemoryReports::Post(const std::string& mesh, Json body) {
   cv_.NotifyAll();
 }
 
+void MemoryReports::SendAgain() {
+  {
+    MutexLock lock(mu_);
+    for (const auto& [mesh, body] : delivered_) pending_.try_emplace(mesh, body);
+  }
+  cv_.NotifyAll();
+}
+
 size_t MemoryReports::pending() const {
   MutexLock lock(mu_);
   return pending_.size();
@@ -48,10 +56,18 @@ void MemoryReports::Loop() {
     }
     Status st = send_(mesh, body);
     failed = !st.ok() && st.code() == Code::kUnavailable;
-    if (failed) {
+    if (st.ok()) {
+      MutexLock lock(mu_);
+      auto& last = delivered_[mesh];
+      if (!last.is_object() || last.value("step", int64_t{-1}) <= body.value("step", int64_t{-1})) last = body;
+    } else if (failed) {
       MutexLock lock(mu_);
       pending_.try_emplace(mesh, std::move(body));  // unless a newer one came meanwhile
-    } else if (!st.ok()) {
+    } else {
+      {
+        MutexLock lock(mu_);
+        delivered_.erase(mesh);  // refused (the mesh is gone): nothing to send again
+      }
       std::fprintf(stderr, "the report of memory checkpoint step %lld of mesh %s was refused: %s\n",
                    static_cast<long long>(body.value("step", int64_t{-1})), mesh.c_str(),
                    st.ToString().c_str());
