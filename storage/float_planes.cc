@@ -1,5 +1,7 @@
 #include "storage/float_planes.h"
 
+// ZSTD_c_literalCompressionMode is in zstd's experimental API (stable since 1.5.0).
+#define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 
 #include <cstring>
@@ -28,6 +30,18 @@ ZSTD_CCtx* PlanesCCtx() {
 ZSTD_DCtx* PlanesDCtx() {
   thread_local std::unique_ptr<ZSTD_DCtx, ZstdFree> dctx(ZSTD_createDCtx());
   return dctx.get();
+}
+
+// One plane as a zstd frame. A float plane has almost no repeats worth a match search:
+// what pays is the entropy coding of its literals. So at the default level 1 the
+// frame is made at zstd's fastest level with its literals Huffman-coded all the same
+// (zstd leaves them raw at negative levels otherwise); a higher level is honoured.
+size_t CompressPlane(char* dst, size_t capacity, const uint8_t* src, size_t n, int level) {
+  ZSTD_CCtx* c = PlanesCCtx();
+  ZSTD_CCtx_reset(c, ZSTD_reset_session_and_parameters);
+  ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, level <= 1 ? ZSTD_minCLevel() : level);
+  ZSTD_CCtx_setParameter(c, ZSTD_c_literalCompressionMode, ZSTD_ps_enable);
+  return ZSTD_compress2(c, dst, capacity, src, n);
 }
 
 // The scratch planes of this thread, at least `bytes` long.
@@ -103,11 +117,11 @@ size_t EncodePlanes(const void* data, size_t n, int w, int level, char* out, siz
     size_t len = m;
     bool try_zstd = m > 0;
     if (m > kSample) {
-      const size_t s = ZSTD_compressCCtx(PlanesCCtx(), out + at, out_capacity - at, planes[b], kSample, level);
+      const size_t s = CompressPlane(out + at, out_capacity - at, planes[b], kSample, level);
       try_zstd = !ZSTD_isError(s) && s < static_cast<size_t>(kSample * (1 - kPlaneSavings));
     }
     if (try_zstd) {
-      const size_t z = ZSTD_compressCCtx(PlanesCCtx(), out + at, std::min(out_capacity - at, m), planes[b], m, level);
+      const size_t z = CompressPlane(out + at, std::min(out_capacity - at, m), planes[b], m, level);
       if (!ZSTD_isError(z) && z < m) len = z;
     }
     if (len == m) std::memcpy(out + at, planes[b], m);
