@@ -8,27 +8,9 @@
 #include <zstd.h>
 
 #include "storage/float_planes.h"
+#include "storage/zstd_context.h"
 
 namespace tessera::storage {
-namespace {
-
-// One context per thread: creating one per chunk costs more than small chunks compress.
-struct ZstdFree {
-  void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
-  void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
-};
-
-ZSTD_CCtx* ThreadCCtx() {
-  thread_local std::unique_ptr<ZSTD_CCtx, ZstdFree> cctx(ZSTD_createCCtx());
-  return cctx.get();
-}
-
-ZSTD_DCtx* ThreadDCtx() {
-  thread_local std::unique_ptr<ZSTD_DCtx, ZstdFree> dctx(ZSTD_createDCtx());
-  return dctx.get();
-}
-
-}  // namespace
 
 std::string_view CodecName(Codec codec) { return codec == Codec::kZstd ? "zstd" : "none"; }
 
@@ -70,7 +52,7 @@ EncodedChunk EncodeChunk(const void* data, size_t n, bool compress, int level, c
     e.length = len;
     return e;
   }
-  size_t len = ZSTD_compressCCtx(ThreadCCtx(), out, out_capacity, data, n, level);
+  size_t len = ZSTD_compressCCtx(ThreadZstdCCtx(), out, out_capacity, data, n, level);
   if (ZSTD_isError(len) || len > worth) return e;  // does not pay: store raw
   e.codec = Codec::kZstd;
   e.length = len;
@@ -86,7 +68,7 @@ Status DecodeChunk(Codec codec, std::string_view stored, uint64_t raw_length, ui
     }
     std::memcpy(out, stored.data(), raw_length);
   } else if (codec == Codec::kZstd) {
-    size_t len = ZSTD_decompressDCtx(ThreadDCtx(), out, raw_length, stored.data(), stored.size());
+    size_t len = ZSTD_decompressDCtx(ThreadZstdDCtx(), out, raw_length, stored.data(), stored.size());
     if (ZSTD_isError(len)) {
       return DataLoss(std::string("zstd frame does not decode: ") + ZSTD_getErrorName(len));
     }

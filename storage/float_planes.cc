@@ -4,6 +4,8 @@
 #define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 
+#include "storage/zstd_context.h"
+
 #include <cstring>
 #include <memory>
 #include <string>
@@ -17,27 +19,12 @@ namespace {
 constexpr size_t kSample = 16 << 10;
 constexpr double kPlaneSavings = 0.03;
 
-struct ZstdFree {
-  void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
-  void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
-};
-
-ZSTD_CCtx* PlanesCCtx() {
-  thread_local std::unique_ptr<ZSTD_CCtx, ZstdFree> cctx(ZSTD_createCCtx());
-  return cctx.get();
-}
-
-ZSTD_DCtx* PlanesDCtx() {
-  thread_local std::unique_ptr<ZSTD_DCtx, ZstdFree> dctx(ZSTD_createDCtx());
-  return dctx.get();
-}
-
 // One plane as a zstd frame. A float plane has almost no repeats worth a match search:
 // what pays is the entropy coding of its literals. So at the default level 1 the
 // frame is made at zstd's fastest level with its literals Huffman-coded all the same
 // (zstd leaves them raw at negative levels otherwise); a higher level is honoured.
 size_t CompressPlane(char* dst, size_t capacity, const uint8_t* src, size_t n, int level) {
-  ZSTD_CCtx* c = PlanesCCtx();
+  ZSTD_CCtx* c = ThreadZstdCCtx();
   ZSTD_CCtx_reset(c, ZSTD_reset_session_and_parameters);
   ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, level <= 1 ? ZSTD_minCLevel() : level);
   ZSTD_CCtx_setParameter(c, ZSTD_c_literalCompressionMode, ZSTD_ps_enable);
@@ -153,7 +140,7 @@ Status DecodePlanes(std::string_view stored, uint64_t raw_length, int w, void* o
     if (len == m) {
       planes[b] = reinterpret_cast<const uint8_t*>(stored.data() + at);  // raw: read in place
     } else {
-      const size_t got = ZSTD_decompressDCtx(PlanesDCtx(), plane, m, stored.data() + at, len);
+      const size_t got = ZSTD_decompressDCtx(ThreadZstdDCtx(), plane, m, stored.data() + at, len);
       if (ZSTD_isError(got) || got != m) {
         return DataLoss("float chunk plane " + std::to_string(b) + " does not decode to " + std::to_string(m) +
                         " bytes" + (ZSTD_isError(got) ? std::string(": ") + ZSTD_getErrorName(got) : ""));
