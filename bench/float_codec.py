@@ -48,9 +48,8 @@ def trained_state(hidden, steps):
     import train  # noqa: PLC0415
     torch.manual_seed(1234)
     torch.set_num_threads(1)
-    model = torch.nn.Sequential(torch.nn.Linear(8, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 1))
-    if hidden == 32:
-        model = train.build_model(1234)
+    model = train.build_model(1234) if hidden == 32 else torch.nn.Sequential(
+        torch.nn.Linear(8, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 1))
     optim = torch.optim.Adam(model.parameters(), lr=0.01)
     for step in range(1, steps + 1):
         x, y = train.batch(1234, step, 0, 16)

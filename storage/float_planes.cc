@@ -7,7 +7,6 @@
 #include "storage/zstd_context.h"
 
 #include <cstring>
-#include <memory>
 #include <string>
 #include <vector>
 

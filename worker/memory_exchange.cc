@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "worker/parity_code.h"
 
@@ -194,14 +195,12 @@ Status ReceiveShare(collectives::Transport& t, int from, int64_t step, int me,
   return t.RecvInto(from, std::span<uint8_t>(bytes->writable(), bytes->size()), deadline);
 }
 
-// [offset, offset + n) of member `mine`'s symbol of codeword r (zero past a share's end).
-Status SendSymbol(collectives::Transport& t, int peer, const MemoryCheckpoint& ck, int r, int mine, int m,
-                  int p, uint64_t c, uint64_t n, Deadline deadline) {
-  const int s = SymbolOf(r, mine, m, p);
-  const int k = m - p;
+// Where this member's symbol s (a stripe, or k + a parity row) lies: the bytes holding
+// it and the offset of its first byte there.
+std::pair<const ShareBytes*, uint64_t> SymbolBytes(const MemoryCheckpoint& ck, int s, int k) {
   const uint64_t L = ck.stripe_length;
-  if (s < k) return SendRange(t, peer, ck.own, s * L + c, n, deadline);
-  return SendRange(t, peer, ck.parity, (s - k) * L + c, n, deadline);
+  if (s < k) return {&ck.own, static_cast<uint64_t>(s) * L};
+  return {&ck.parity, static_cast<uint64_t>(s - k) * L};
 }
 
 // The lost members of a parity group (tr.lost, at most tr.parity of them) get their
@@ -273,20 +272,19 @@ Status RebuildFromParity(collectives::Transport& t, const MemoryCheckpoint* ck, 
           const uint64_t at = want * L + c;
           if (at < header->bytes) std::memcpy(bytes->writable() + at, scratch.data(), std::min(n, header->bytes - at));
         } else if (mine == aggregator) {
+          // Its own symbol's term, then each other survivor's.
+          const auto [held, at] = SymbolBytes(*ck, have[0], k);
+          held->CopyRange(at + c, n, scratch.data());
           std::memset(sum.data(), 0, n);
-          for (int j = 0; j < k; ++j) {
-            if (j == 0) {
-              const int s = have[0];
-              const ShareBytes& src = s < k ? ck->own : ck->parity;
-              src.CopyRange((s < k ? s : s - k) * L + c, n, scratch.data());
-            } else {
-              RETURN_IF_ERROR(t.RecvInto(g[from[j]], std::span<uint8_t>(scratch.data(), n), deadline));
-            }
+          MulAdd(coef[0], scratch.data(), sum.data(), n);
+          for (int j = 1; j < k; ++j) {
+            RETURN_IF_ERROR(t.RecvInto(g[from[j]], std::span<uint8_t>(scratch.data(), n), deadline));
             MulAdd(coef[j], scratch.data(), sum.data(), n);
           }
           RETURN_IF_ERROR(t.Send(x, ConstBytes(sum.data(), n), deadline));
         } else if (std::find(from.begin() + 1, from.end(), mine) != from.end()) {
-          RETURN_IF_ERROR(SendSymbol(t, g[aggregator], *ck, r, mine, m, p, c, n, deadline));
+          const auto [held, at] = SymbolBytes(*ck, SymbolOf(r, mine, m, p), k);
+          RETURN_IF_ERROR(SendRange(t, g[aggregator], *held, at + c, n, deadline));
         }
       }
     }
