@@ -63,6 +63,14 @@ Result<SaveRequest> SaveRequest::FromJson(const Json& body, std::optional<int64_
     return InvalidArgument("level must be 1..19", {{"field", "level"}});
   }
   r.level = level.value_or(1);
+  ASSIGN_OR_RETURN(auto full, OptionalBool(body, "full"));
+  r.full = full.value_or(false);
+  ASSIGN_OR_RETURN(auto full_every, OptionalInt(body, "full_every"));
+  if (full_every && (*full_every < 1 || *full_every > 1000000)) {
+    return InvalidArgument("full_every must be 1..1000000 (1: every save writes every chunk)",
+                           {{"field", "full_every"}});
+  }
+  r.full_every = full_every.value_or(10);
   if (body.contains("metadata") && !body["metadata"].is_null()) {
     if (!body["metadata"].is_object()) {
       return InvalidArgument("field 'metadata' must be a JSON object", {{"field", "metadata"}});
@@ -78,7 +86,9 @@ Json SaveRequest::ToJson() const {
   Json j = {{"step", step},
             {"compression", compress ? "zstd" : "none"},
             {"level", level},
+            {"full_every", full_every},
             {"metadata", metadata}};
+  if (full) j["full"] = true;
   if (tensors) j["tensors"] = *tensors;
   if (wait_for_trainer) j["wait_for_trainer"] = true;
   return j;
@@ -137,6 +147,19 @@ Result<SaveJoinRequest> SaveJoinRequest::FromJson(const Json& body, int64_t step
     }
     *out = w[field].get<uint64_t>();
   }
+  if (w.contains("reused_bytes")) {
+    if (!w["reused_bytes"].is_number_integer() || w["reused_bytes"].get<int64_t>() < 0) {
+      return InvalidArgument("field 'written.reused_bytes' must be a byte count",
+                             {{"field", "written.reused_bytes"}});
+    }
+    written.reused_bytes = w["reused_bytes"].get<uint64_t>();
+  }
+  if (w.contains("base") && !w["base"].is_null()) {
+    if (!w["base"].is_number_integer() || w["base"].get<int64_t>() < 0) {
+      return InvalidArgument("field 'written.base' must be a step", {{"field", "written.base"}});
+    }
+    written.base = w["base"].get<int64_t>();
+  }
   if (!w.contains("fragment") || !w["fragment"].is_array()) {
     return InvalidArgument("field 'written.fragment' must be a list of slices",
                            {{"field", "written.fragment"}});
@@ -157,6 +180,10 @@ Json SaveJoinRequest::ToJson() const {
     j["written"] = {{"bytes", written->bytes},
                     {"stored_bytes", written->stored_bytes},
                     {"fragment", written->fragment}};
+    if (written->base) {
+      j["written"]["base"] = *written->base;
+      j["written"]["reused_bytes"] = written->reused_bytes;
+    }
   } else {
     j["error"] = ErrorBody(error)["error"];
   }

@@ -23,6 +23,11 @@ struct SaveRequest {
   std::optional<std::vector<std::string>> tensors;  // absent: every tensor the workers hold
   bool compress = true;                             // "compression": "zstd" | "none"
   int64_t level = 1;                                // zstd level, 1..19
+  // Incremental saves (docs/semantics.md, "Incremental checkpoints"): a worker writes
+  // only the chunks that changed since its last committed save, and all of them every
+  // `full_every`-th save, or when `full`.
+  bool full = false;
+  int64_t full_every = 10;
   Json metadata = Json::object();
   // The workers snapshot when their trainer calls save(), not when the job asks.
   bool wait_for_trainer = false;
@@ -39,8 +44,10 @@ struct SaveRequest {
 // decodes and checks it).
 struct SaveWritten {
   uint64_t bytes = 0;         // raw bytes of its slices
-  uint64_t stored_bytes = 0;  // after compression
+  uint64_t stored_bytes = 0;  // after compression, of the chunks it wrote
   Json fragment = Json::array();
+  uint64_t reused_bytes = 0;  // raw bytes of unchanged chunks, referring to `base`
+  std::optional<int64_t> base;  // the committed step its unchanged chunks refer to
 };
 
 // PUT /api/v1/meshes/{mesh}/checkpoints/{step}: a worker's join of a save, which is

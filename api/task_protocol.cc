@@ -1,5 +1,7 @@
 #include "api/task_protocol.h"
 
+#include <algorithm>
+
 namespace tessera {
 namespace {
 
@@ -95,6 +97,8 @@ Json TaskToJson(const Task& t) {
       j["staging"] = t.staging;
       j["compression"] = t.compress ? "zstd" : "none";
       j["level"] = t.level;
+      j["full"] = t.full;
+      j["full_every"] = t.full_every;
       break;
     case TaskKind::kWrite: {
       j["step"] = t.step;
@@ -185,6 +189,10 @@ Result<Task> TaskFromJson(const Json& j) {
       t.compress = compression.value_or("zstd") == "zstd";
       ASSIGN_OR_RETURN(std::optional<int64_t> level, OptionalInt(j, "level"));
       t.level = level.value_or(1);
+      ASSIGN_OR_RETURN(std::optional<bool> full, OptionalBool(j, "full"));
+      t.full = full.value_or(false);
+      ASSIGN_OR_RETURN(std::optional<int64_t> full_every, OptionalInt(j, "full_every"));
+      t.full_every = std::max<int64_t>(1, full_every.value_or(10));
       break;
     }
     case TaskKind::kWrite: {

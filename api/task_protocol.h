@@ -63,6 +63,8 @@ struct Task {
   std::vector<WriteSlice> slices;   // write
   bool compress = true;             // snapshot, write, import: zstd, else raw chunks
   int64_t level = 1;                // snapshot, write, import: zstd level
+  bool full = false;                // snapshot: write every chunk (SaveRequest::full)
+  int64_t full_every = 10;          // snapshot: SaveRequest::full_every
   std::string dir;                  // restore, export: the committed checkpoint's dir
   std::vector<TensorMeta> tensors;  // restore: what to read, in the target layout;
                                     // import: the tensors planned from `sources`

@@ -327,7 +327,7 @@ Result<std::vector<std::string>> BuildFragments(Env* env, const std::string& dir
                                      DType::kFloat32, {256}, Layout::Replicated(1)};
             const uint64_t offset = 32 + 1024 * static_cast<uint64_t>(i);
             storage::SliceChunk chunk{
-                0, {offset, 1024, 1024, 0x9e3779b97f4a7c15ULL * (i + 1), storage::Codec::kRaw}};
+                0, {offset, 1024, 1024, 0x9e3779b97f4a7c15ULL * (i + 1), storage::Codec::kRaw}, {}};
             RETURN_IF_ERROR(builder.AddSlice(meta, FullSlice(meta.shape), shard, {chunk}));
           }
           return builder.WriteTo(env, JoinPath(dir, names[f]));

@@ -106,6 +106,24 @@ void CheckpointRegistry::Release(const std::string& key, const std::string& job)
   if (h != it->second.holders.end()) it->second.holders.erase(h);
 }
 
+Status CheckpointRegistry::HoldBase(const std::string& mesh, int64_t step, const std::string& job) {
+  MutexLock lock(mu_);
+  auto e = FindCommittedLocked(mesh, std::to_string(step));
+  if (!e.ok()) return e.status();
+  auto& holders = checkpoints_.at((*e)->record.key()).holders;
+  if (!holders.count(job)) holders.insert(job);
+  return Status::Ok();
+}
+
+void CheckpointRegistry::ReleaseBases(const std::string& mesh, int64_t step, const std::string& job) {
+  MutexLock lock(mu_);
+  for (auto& [key, e] : checkpoints_) {
+    if (e.record.mesh != mesh || e.record.step == step) continue;
+    auto h = e.holders.find(job);
+    if (h != e.holders.end()) e.holders.erase(h);
+  }
+}
+
 Result<CheckpointRecord> CheckpointRegistry::BeginDelete(const std::string& mesh, int64_t step) {
   MutexLock lock(mu_);
   auto it = checkpoints_.find(CheckpointRecord::Key(mesh, step));

@@ -37,6 +37,11 @@ class CheckpointRegistry {
   Result<CheckpointRecord> Hold(const std::string& mesh, const std::string& step,
                                 const std::string& job);
   void Release(const std::string& key, const std::string& job);
+  // Holds a committed step of `mesh` for `job` unless the job holds it already: a save's
+  // base (the checkpoint its unchanged chunks refer to), from its merge to its commit.
+  Status HoldBase(const std::string& mesh, int64_t step, const std::string& job);
+  // Releases every hold of `job` on a checkpoint of `mesh` other than `step`.
+  void ReleaseBases(const std::string& mesh, int64_t step, const std::string& job);
 
   // Marks a committed or failed checkpoint as being deleted (no job may hold it then):
   // not_found, or conflict while it is being saved or held. EndDelete erases it

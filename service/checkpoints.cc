@@ -4,6 +4,7 @@
 #include "api/names.h"
 #include "service/service.h"
 #include "storage/checkpoint_dir.h"
+#include "storage/shared_chunks.h"
 
 namespace tessera::service {
 

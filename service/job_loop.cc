@@ -99,7 +99,18 @@ Result<Json> Service::RunJobIo(const JobSpec& spec, const JobAction& a) {
       auto c = checkpoints_.Get(CheckpointRecord::Key(mesh, spec.step));
       if (!c) return Internal("the record of checkpoint " + mesh + " step " + std::to_string(spec.step) + " is gone");
       if (!a.slices.empty()) {
-        RETURN_IF_ERROR(SaveTransactionOf(spec).MergeSlices(a.slices, c->metadata));
+        // The checkpoints its unchanged chunks refer to stay until it commits.
+        for (int64_t base : a.bases) {
+          Status held = checkpoints_.HoldBase(mesh, base, spec.id);
+          if (!held.ok()) {
+            return Conflict(
+                "the unchanged chunks of this save refer to step " + std::to_string(base) +
+                    " of mesh " + mesh + ", which is no longer committed (" + held.message() +
+                    "); its workers write every chunk in the next save",
+                {{"mesh", mesh}, {"step", base}});
+          }
+        }
+        RETURN_IF_ERROR(SaveTransactionOf(spec).MergeSlices(a.slices, c->metadata, a.bases));
       } else {
         RETURN_IF_ERROR(SaveTransactionOf(spec).Merge(a.fragments, c->metadata));
       }
@@ -108,6 +119,8 @@ Result<Json> Service::RunJobIo(const JobSpec& spec, const JobAction& a) {
     case IoKind::kCommit: {
       RETURN_IF_ERROR(Fence("commit step " + std::to_string(spec.step) + " of mesh " + mesh));
       ASSIGN_OR_RETURN(std::string dir, SaveTransactionOf(spec).Commit());
+      // Committed, it keeps what it refers to itself: its bases may go.
+      if (!a.bases.empty()) checkpoints_.ReleaseBases(mesh, spec.step, spec.id);
       ASSIGN_OR_RETURN(Json summary, storage::ReadSummary(env_, dir));
       return RecordCommitted(spec, summary, a.plan);
     }

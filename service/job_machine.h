@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -104,6 +105,9 @@ struct JobAction {
   IoKind io = IoKind::kCreateStaging;
   std::vector<std::string> fragments;                        // merge: files in staging
   std::vector<std::vector<storage::FragmentSlice>> slices;  // merge: the joins' fragments
+  // merge, commit of a save: the committed steps its unchanged chunks refer to, held
+  // from the merge until the commit (docs/semantics.md, "Incremental checkpoints").
+  std::set<int64_t> bases;
   std::vector<storage::PlannedSlice> plan;
   Json io_input;  // what an I/O step reads besides the job's spec
   Status status;

@@ -81,6 +81,7 @@ Json CheckpointRecord::Summary() const {
           {"tensors", tensors.size()},
           {"logical_bytes", logical_bytes},
           {"stored_bytes", stored_bytes},
+          {"referenced_bytes", referenced_bytes},
           {"created_at", created_ms},
           {"duration_ms", duration_ms},
           {"error", error}};
@@ -102,6 +103,7 @@ CheckpointRecord CheckpointRecord::FromJson(const Json& j) {
   c.tensors = j.value("tensors", Json::array());
   c.logical_bytes = j.value("logical_bytes", uint64_t{0});
   c.stored_bytes = j.value("stored_bytes", uint64_t{0});
+  c.referenced_bytes = j.value("referenced_bytes", uint64_t{0});
   c.created_ms = j.value("created_at", int64_t{0});
   c.duration_ms = j.value("duration_ms", int64_t{0});
   c.metadata = j.value("metadata", Json::object());
@@ -214,6 +216,7 @@ void CheckpointRecord::TakeSummary(const Json& summary) {
   tensors = summary.value("tensors", Json::array());
   logical_bytes = summary.value("logical_bytes", uint64_t{0});
   stored_bytes = summary.value("stored_bytes", uint64_t{0});
+  referenced_bytes = summary.value("referenced_bytes", uint64_t{0});
 }
 
 std::string NewId(const std::string& prefix) {

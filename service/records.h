@@ -54,6 +54,7 @@ struct CheckpointRecord {
   Json tensors = Json::array();   // [{name, dtype, shape, layout, logical_bytes, stored_bytes}]
   uint64_t logical_bytes = 0;
   uint64_t stored_bytes = 0;
+  uint64_t referenced_bytes = 0;  // of stored_bytes, in earlier checkpoints' files
   int64_t created_ms = 0;
   int64_t duration_ms = 0;
   Json metadata = Json::object();

@@ -30,6 +30,8 @@ Result<JobActions> SaveMachine::OnStart(int64_t now) {
       t.staging = spec_.staging;
       t.compress = request_.compress;
       t.level = request_.level;
+      t.full = request_.full;
+      t.full_every = request_.full_every;
     }
     out.push_back(SendTasks(std::move(snap)));
   }
@@ -92,8 +94,12 @@ Result<JobActions> SaveMachine::Merge() {
   plan_ = storage::PlanSave(spec_.mesh.mesh, metas);
   ASSIGN_OR_RETURN(auto fragments, CheckFragments(spec_.mesh, metas, plan_, joins_));
   stage_ = Stage::kMerge;
+  for (const auto& [rank, join] : joins_) {
+    if (join.written && join.written->base) bases_.insert(*join.written->base);
+  }
   JobAction merge = RunIo(IoKind::kMerge);
   merge.slices = std::move(fragments);
+  merge.bases = bases_;
   return JobActions{SetPhase("merge"), SetCheckpointState(CheckpointState::kMerging),
                     std::move(merge)};
 }
@@ -101,8 +107,12 @@ Result<JobActions> SaveMachine::Merge() {
 Result<JobActions> SaveMachine::OnIoDone(int64_t, Json result) {
   switch (stage_) {
     case Stage::kMerge:
+    {
       stage_ = Stage::kCommit;
-      return CommitStep(plan_);
+      JobActions commit = CommitStep(plan_);
+      commit.back().bases = bases_;
+      return commit;
+    }
     case Stage::kCommit:
       stage_ = Stage::kRetention;
       result_ = std::move(result);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 
 #include "service/job_machine.h"
 
@@ -45,6 +46,7 @@ class SaveMachine : public JobMachine {
   uint64_t done_bytes_ = 0;   // what the joins say was written
   uint64_t total_bytes_ = 0;  // the state's logical bytes, from the first join
   std::vector<storage::PlannedSlice> plan_;
+  std::set<int64_t> bases_;  // the joins' bases (SaveWritten::base)
   Json result_;
 };
 

@@ -9,6 +9,7 @@
 #include "storage/checkpoint_dir.h"
 #include "storage/root_epoch.h"
 #include "storage/root_meta.h"
+#include "storage/shared_chunks.h"
 #include "storage/thread_pool.h"
 
 namespace tessera::service {
@@ -218,6 +219,8 @@ Status Service::Recover() {
   auto removed = storage::CollectGarbage(
       env_, options_.checkpoint_root, [this](const storage::StagingRef& s) { return KeepStaging(s); });
   if (!removed.ok()) return removed.status().WithContext("garbage collection at startup");
+  auto swept = storage::SweepRetired(env_, options_.checkpoint_root);
+  if (!swept.ok()) return swept.status().WithContext("garbage collection at startup");
   return RebuildFromRoot();
 }
 
@@ -274,6 +277,9 @@ Result<Json> Service::CollectGarbage() {
   RETURN_IF_ERROR(Fence("collect garbage"));
   auto keep = [this](const storage::StagingRef& s) { return KeepStaging(s); };
   ASSIGN_OR_RETURN(auto removed, storage::CollectGarbage(env_, options_.checkpoint_root, keep));
+  // Retired checkpoints' files that no committed checkpoint refers to any more.
+  ASSIGN_OR_RETURN(auto swept, storage::SweepRetired(env_, options_.checkpoint_root));
+  removed.insert(removed.end(), swept.begin(), swept.end());
   ASSIGN_OR_RETURN(auto docs, storage::PruneMeshDocs(env_, options_.checkpoint_root));
   removed.insert(removed.end(), docs.begin(), docs.end());
   // Epoch files: this one and the one before it stay.

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <charconv>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 namespace tessera::storage {
@@ -185,6 +186,7 @@ Result<std::vector<std::string>> CollectObjectGarbage(Env* env, const std::strin
         continue;
       }
       const std::string path = JoinPath(dir, n);
+      if (IsRetired(env, path)) continue;  // SweepRetired's (shared_chunks.h)
       RETURN_IF_ERROR(env->DeleteTree(path));
       removed.push_back(path);
     }
@@ -210,6 +212,11 @@ std::string StagingDir(const std::string& root, const std::string& mesh, int64_t
   return JoinPath(MeshDir(root, mesh), StagingName(step, id));
 }
 
+std::string SaveDirName(Env* env, const std::string& root, int64_t step) {
+  return env->IsObjectStore(root) ? StagingName(step, kSaveStagingId)
+                                  : std::string(kStepPrefix) + std::to_string(step);
+}
+
 Result<std::string> CommittedDir(Env* env, const std::string& root, const std::string& mesh,
                                  int64_t step) {
   if (env->IsObjectStore(root)) {
@@ -217,7 +224,7 @@ Result<std::string> CommittedDir(Env* env, const std::string& root, const std::s
     return JoinPath(MeshDir(root, mesh), name);
   }
   std::string dir = CheckpointDir(root, mesh, step);
-  if (!env->IsDirectory(dir)) return NotCommitted(mesh, step);
+  if (!env->IsDirectory(dir) || IsRetired(env, dir)) return NotCommitted(mesh, step);
   return dir;
 }
 
@@ -245,9 +252,11 @@ Status CreateStaging(Env* env, const std::string& root, const std::string& mesh,
     if (there.ok()) return AlreadyCommitted(mesh, step);
     if (there.status().code() != Code::kNotFound) return there.status();
   } else if (env->Exists(CheckpointDir(root, mesh, step))) {
+    RETURN_IF_ERROR(CheckNotRetired(env, root, mesh, step));
     return AlreadyCommitted(mesh, step);
   }
   const std::string staging = StagingDir(root, mesh, step, id);
+  if (IsRetired(env, staging)) return CheckNotRetired(env, root, mesh, step);
   RETURN_IF_ERROR(env->DeleteTree(staging));  // (on an object store this also checks the bucket)
   return env->CreateDirs(staging);
 }
@@ -271,7 +280,55 @@ Status Commit(Env* env, const std::string& root, const std::string& mesh, int64_
   return st;
 }
 
-Status DeleteCheckpoint(Env* env, const std::string& root, const std::string& mesh, int64_t step) {
+bool IsRetired(Env* env, const std::string& dir) { return env->Exists(JoinPath(dir, kRetiredFile)); }
+
+Result<std::string> RetireCheckpoint(Env* env, const std::string& root, const std::string& mesh,
+                                     int64_t step) {
+  ASSIGN_OR_RETURN(std::string dir, CommittedDir(env, root, mesh, step));
+  Status marked = env->PublishFile(JoinPath(dir, kRetiredFile), "");
+  if (!marked.ok() && marked.code() != Code::kConflict) return marked;  // conflict: marked before
+  if (env->IsObjectStore(root)) RETURN_IF_ERROR(env->DeleteFile(ManifestPath(root, mesh, step)));
+  return dir;
+}
+
+Result<std::vector<std::string>> RetiredDirs(Env* env, const std::string& root,
+                                             const std::string& mesh) {
+  std::vector<std::string> out;
+  const std::string dir = MeshDir(root, mesh);
+  if (!env->IsObjectStore(root) && !env->IsDirectory(dir)) return out;
+  ASSIGN_OR_RETURN(auto names, env->ListDir(dir));
+  if (env->IsObjectStore(root)) {
+    // A step with a manifest is committed: only the prefixes of other steps may be retired.
+    std::set<int64_t> committed;
+    for (const auto& n : names) {
+      int64_t step;
+      if (ParseStep(n, &step, kManifestSuffix)) committed.insert(step);
+    }
+    for (const auto& n : names) {
+      const int64_t step = StagingStep(n);
+      if (step >= 0 && !committed.count(step) && IsRetired(env, JoinPath(dir, n))) {
+        out.push_back(JoinPath(dir, n));
+      }
+    }
+    return out;
+  }
+  for (const auto& n : names) {
+    int64_t step;
+    if (ParseStep(n, &step) && IsRetired(env, JoinPath(dir, n))) out.push_back(JoinPath(dir, n));
+  }
+  return out;
+}
+
+Status CheckNotRetired(Env* env, const std::string& root, const std::string& mesh, int64_t step) {
+  const std::string dir = JoinPath(MeshDir(root, mesh), SaveDirName(env, root, step));
+  if (!IsRetired(env, dir)) return Status::Ok();
+  return Conflict("step " + std::to_string(step) + " of mesh " + mesh +
+                      " was deleted, and later checkpoints still refer to its files in " + dir +
+                      ": save it again once they are deleted",
+                  {{"step", step}, {"file", dir}});
+}
+
+Status RemoveCheckpoint(Env* env, const std::string& root, const std::string& mesh, int64_t step) {
   if (env->IsObjectStore(root)) return DeleteObjects(env, root, mesh, step);
   const std::string dir = CheckpointDir(root, mesh, step);
   if (!env->IsDirectory(dir)) return NotCommitted(mesh, step);
@@ -300,7 +357,9 @@ Result<std::vector<int64_t>> ListSteps(Env* env, const std::string& root, const 
   ASSIGN_OR_RETURN(auto names, env->ListDir(dir));
   for (const auto& n : names) {
     int64_t step;
-    if (ParseStep(n, &step) && env->IsDirectory(JoinPath(dir, n))) steps.push_back(step);
+    if (ParseStep(n, &step) && env->IsDirectory(JoinPath(dir, n)) && !IsRetired(env, JoinPath(dir, n))) {
+      steps.push_back(step);
+    }
   }
   std::sort(steps.begin(), steps.end());
   return steps;

@@ -41,6 +41,9 @@ std::string StagingDir(const std::string& root, const std::string& mesh, int64_t
 // The id of a save's staging dir: every worker of the mesh writes its shard of `step`
 // there at its snapshot, before any job exists, so the name is one they all know.
 inline constexpr const char* kSaveStagingId = "w";
+// The name in the mesh dir of the dir that holds a worker save's files of `step` once
+// committed: "step-<step>" on a file system, its staging prefix on an object store.
+std::string SaveDirName(Env* env, const std::string& root, int64_t step);
 // The directory of the checkpoint a user names by `path`: on an object store,
 // ".../<mesh>/step-<N>" is the prefix its manifest names (not_found naming the
 // manifest when the step is not committed); any other path is itself.
@@ -57,9 +60,26 @@ Status CreateStaging(Env* env, const std::string& root, const std::string& mesh,
 Status Commit(Env* env, const std::string& root, const std::string& mesh, int64_t step,
               const std::string& id);
 
-// Removes a committed checkpoint: first renamed out of sight (so a crash mid-delete
-// never leaves a partial "step-N"), then deleted. not_found if absent.
-Status DeleteCheckpoint(Env* env, const std::string& root, const std::string& mesh, int64_t step);
+// Removes a committed checkpoint whole: first renamed out of sight (so a crash mid-delete
+// never leaves a partial "step-N"), then deleted. not_found if absent. A checkpoint whose
+// files later ones may refer to goes through DeleteCheckpoint (shared_chunks.h) instead.
+Status RemoveCheckpoint(Env* env, const std::string& root, const std::string& mesh, int64_t step);
+
+// A deleted checkpoint whose files later checkpoints still refer to is "retired": its dir
+// stays, holding the marker `retired` and only the files referred to, and it is no step
+// any more (docs/format.md, "Incremental checkpoints").
+inline constexpr const char* kRetiredFile = "retired";
+bool IsRetired(Env* env, const std::string& dir);
+// Retires committed `step`: the marker is published in its dir (from then on the step is
+// gone), and on an object store its manifest deleted. Its dir, whose files the caller
+// removes but those referred to.
+Result<std::string> RetireCheckpoint(Env* env, const std::string& root, const std::string& mesh,
+                                     int64_t step);
+// The retired dirs of a mesh.
+Result<std::vector<std::string>> RetiredDirs(Env* env, const std::string& root,
+                                             const std::string& mesh);
+// conflict when the dir a save of `step` commits into is a retired checkpoint's.
+Status CheckNotRetired(Env* env, const std::string& root, const std::string& mesh, int64_t step);
 
 // Committed steps of a mesh, ascending.
 Result<std::vector<int64_t>> ListSteps(Env* env, const std::string& root, const std::string& mesh);
@@ -72,7 +92,9 @@ struct StagingRef {
 };
 
 // Removes staging and half-deleted dirs of every mesh under `root`, except
-// staging dirs that `keep` keeps (saves still running). Returns the removed paths.
+// staging dirs that `keep` keeps (saves still running) and retired dirs (SweepRetired,
+// shared_chunks.h, removes what of them is no longer referred to). Returns the removed
+// paths.
 // `keep` is asked at the moment a staging dir is found, so a save that
 // starts while the collection runs is seen.
 Result<std::vector<std::string>> CollectGarbage(Env* env, const std::string& root,

@@ -39,10 +39,17 @@ size_t MaxEncodedSize(size_t n) { return ZSTD_compressBound(n); }
 
 EncodedChunk EncodeChunk(const void* data, size_t n, bool compress, int level, char* out,
                          size_t out_capacity, double min_savings, int width) {
+  return EncodeSummedChunk(data, n, Checksum(data, n), compress, level, out, out_capacity,
+                           min_savings, width);
+}
+
+EncodedChunk EncodeSummedChunk(const void* data, size_t n, uint64_t checksum, bool compress,
+                               int level, char* out, size_t out_capacity, double min_savings,
+                               int width) {
   EncodedChunk e;
   e.length = n;
   e.raw_length = n;
-  e.checksum = Checksum(data, n);
+  e.checksum = checksum;
   if (!compress || n == 0 || out == nullptr) return e;
   const size_t worth = std::min<size_t>(n - n / 64, static_cast<size_t>(n * (1 - min_savings)));
   if (width == 2 || width == 4) {

@@ -44,6 +44,10 @@ size_t MaxEncodedSize(size_t n);
 // REQUIRES: out_capacity >= MaxEncodedSize(n) when compress.
 EncodedChunk EncodeChunk(const void* data, size_t n, bool compress, int level, char* out,
                          size_t out_capacity, double min_savings = 0, int width = 0);
+// The same for a chunk whose checksum the caller computed already.
+EncodedChunk EncodeSummedChunk(const void* data, size_t n, uint64_t checksum, bool compress,
+                               int level, char* out, size_t out_capacity, double min_savings,
+                               int width);
 
 // Decodes `stored` into `out` (exactly raw_length bytes) and verifies the checksum.
 // Errors are data_loss; the caller adds which tensor/file/offset.

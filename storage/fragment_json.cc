@@ -2,11 +2,12 @@
 
 #include "api/names.h"
 #include "api/shape.h"
+#include "storage/chunk_ref.h"
 
 namespace tessera::storage {
 namespace {
 
-constexpr size_t kChunkFields = 6;
+constexpr size_t kChunkFields = 6;  // a 7th: the file of a chunk that refers to a base
 
 Status Bad(const std::string& what, size_t i, const std::string& tensor = "") {
   Json details = {{"field", "fragment"}, {"slice", i}};
@@ -17,15 +18,24 @@ Status Bad(const std::string& what, size_t i, const std::string& tensor = "") {
 }
 
 Result<SliceChunk> ChunkFromJson(const Json& j, size_t i, const std::string& tensor) {
-  if (!j.is_array() || j.size() != kChunkFields) {
-    return Bad("a chunk must be [raw_offset, offset, length, raw_length, codec, checksum]", i, tensor);
+  if (!j.is_array() || (j.size() != kChunkFields && j.size() != kChunkFields + 1)) {
+    return Bad("a chunk must be [raw_offset, offset, length, raw_length, codec, checksum] "
+               "and, for one in an earlier checkpoint, its file",
+               i, tensor);
   }
-  for (const Json& v : j) {
+  for (size_t f = 0; f < kChunkFields; ++f) {
+    const Json& v = j[f];
     if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0)) {
       return Bad("chunk fields must be unsigned integers", i, tensor);
     }
   }
   SliceChunk c;
+  if (j.size() > kChunkFields) {
+    if (!j[kChunkFields].is_string() || !ParseChunkRef(j[kChunkFields].get<std::string>())) {
+      return Bad("a chunk's file must be \"../<checkpoint dir>/<shard file>\"", i, tensor);
+    }
+    c.file = j[kChunkFields].get<std::string>();
+  }
   c.raw_offset = j[0].get<uint64_t>();
   c.loc.offset = j[1].get<uint64_t>();
   c.loc.length = j[2].get<uint64_t>();
@@ -46,8 +56,10 @@ Json FragmentToJson(const std::vector<FragmentSlice>& slices) {
   for (const FragmentSlice& s : slices) {
     Json chunks = Json::array();
     for (const SliceChunk& c : s.chunks) {
-      chunks.push_back({c.raw_offset, c.loc.offset, c.loc.length, c.loc.raw_length,
-                        static_cast<uint64_t>(c.loc.codec), c.loc.checksum});
+      Json chunk = {c.raw_offset, c.loc.offset, c.loc.length, c.loc.raw_length,
+                    static_cast<uint64_t>(c.loc.codec), c.loc.checksum};
+      if (!c.file.empty()) chunk.push_back(c.file);
+      chunks.push_back(std::move(chunk));
     }
     out.push_back({{"tensor", TensorMetaToJson(s.tensor)},
                    {"slice", SliceToJson(s.slice)},

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "storage/chunk_codec.h"
+#include "storage/chunk_ref.h"
 
 namespace tessera::storage {
 namespace {
@@ -136,11 +137,12 @@ Status CheckpointIndex::LoadMeta(SqliteDb& db, const std::string& path, bool sea
   }
   if (!kv.count("format_version")) return fail("no format_version");
   format_version_ = std::atoi(kv["format_version"].c_str());
-  if (format_version_ == kIndexFormatVersion && !sealed) {
+  if (format_version_ >= kSealedIndexFormatVersion && format_version_ <= kIndexFormatVersion &&
+      !sealed) {
     return fail("it has no checksum trailer, which its format version " +
-                std::to_string(kIndexFormatVersion) + " requires");
+                std::to_string(format_version_) + " requires");
   }
-  if (format_version_ != kIndexFormatVersion &&
+  if ((format_version_ < kSealedIndexFormatVersion || format_version_ > kIndexFormatVersion) &&
       !(format_version_ == kUnsealedIndexFormatVersion && !sealed)) {
     return InvalidArgument(path + " has index format version " + kv["format_version"] +
                                "; this build reads version " +
@@ -220,9 +222,10 @@ Status CheckpointIndex::LoadChunks(
     SqliteDb& db, const std::string& path,
     const std::map<int64_t, std::pair<size_t, size_t>>& slice_pos) {
   auto fail = [&](const std::string& why) { return Corrupt(path, why); };
-  auto stmt = db.Prepare(
-      "SELECT slice_id, raw_offset, offset, length, raw_length, codec, checksum FROM chunks "
-      "ORDER BY slice_id, raw_offset");
+  // Before version 3 every chunk is in its slice's file.
+  const std::string file_column = format_version_ >= 3 ? "file" : "NULL";
+  auto stmt = db.Prepare("SELECT slice_id, raw_offset, offset, length, raw_length, codec, checksum, " +
+                         file_column + " FROM chunks ORDER BY slice_id, raw_offset");
   if (!stmt.ok()) return fail("no chunks table");
   while (true) {
     ASSIGN_OR_RETURN(bool row, StepIn(*stmt, path));
@@ -239,6 +242,13 @@ Status CheckpointIndex::LoadChunks(
         c.loc.raw_length > kMaxChunkSize || c.loc.length > 2 * kMaxChunkSize ||
         !IsCodec(static_cast<uint64_t>(c.loc.codec))) {
       return fail("a chunk of tensor '" + tensor.meta.name + "' is malformed");
+    }
+    if (!stmt->IsNull(7)) {
+      c.file = stmt->Text(7);
+      if (!ParseChunkRef(c.file)) {
+        return fail("a chunk of tensor '" + tensor.meta.name + "' refers to '" + c.file +
+                    "', not to a shard file of another checkpoint of its mesh");
+      }
     }
     tensor.stored_bytes += c.loc.length;
     tensor.slices[s->second.second].chunks.push_back(c);
@@ -311,9 +321,38 @@ uint64_t CheckpointIndex::stored_bytes() const {
 std::vector<std::string> CheckpointIndex::files() const {
   std::set<std::string> files;
   for (const auto& t : tensors_) {
-    for (const auto& s : t.slices) files.insert(s.file);
+    for (const auto& s : t.slices) {
+      for (const auto& c : s.chunks) {
+        if (c.file.empty()) files.insert(s.file);
+      }
+      if (s.chunks.empty()) files.insert(s.file);
+    }
   }
   return {files.begin(), files.end()};
+}
+
+std::vector<std::string> CheckpointIndex::referenced_files() const {
+  std::set<std::string> files;
+  for (const auto& t : tensors_) {
+    for (const auto& s : t.slices) {
+      for (const auto& c : s.chunks) {
+        if (!c.file.empty()) files.insert(c.file);
+      }
+    }
+  }
+  return {files.begin(), files.end()};
+}
+
+uint64_t CheckpointIndex::referenced_bytes() const {
+  uint64_t n = 0;
+  for (const auto& t : tensors_) {
+    for (const auto& s : t.slices) {
+      for (const auto& c : s.chunks) {
+        if (!c.file.empty()) n += c.loc.length;
+      }
+    }
+  }
+  return n;
 }
 
 }  // namespace tessera::storage

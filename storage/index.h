@@ -26,8 +26,11 @@ namespace tessera::storage {
 
 // Version 2: the file is the SQLite image followed by a 16-byte trailer, the
 // magic "TSRXSUM1" and the xxh64 of the image (little-endian), so that any
-// changed bit is caught on open. Version 1 (no trailer) is still read.
-inline constexpr int kIndexFormatVersion = 2;
+// changed bit is caught on open. Version 3 adds chunks.file, a chunk of an
+// incremental checkpoint in an earlier checkpoint's file (chunk_ref.h). Versions 1
+// (no trailer) and 2 are still read.
+inline constexpr int kIndexFormatVersion = 3;
+inline constexpr int kSealedIndexFormatVersion = 2;  // the first with the trailer
 inline constexpr int kUnsealedIndexFormatVersion = 1;
 inline constexpr const char* kIndexFile = "index.sqlite";
 inline constexpr char kIndexSealMagic[] = "TSRXSUM1";  // 8 bytes, without its NUL
@@ -108,8 +111,12 @@ class CheckpointIndex {
   int format_version() const { return format_version_; }
   uint64_t logical_bytes() const;
   uint64_t stored_bytes() const;
-  // Shard files the index refers to.
+  // Shard files of its own dir the index refers to (plain names).
   std::vector<std::string> files() const;
+  // Files of earlier checkpoints' dirs it refers to ("../<dir>/<name>", chunk_ref.h).
+  std::vector<std::string> referenced_files() const;
+  // Stored bytes of its chunks in earlier checkpoints' files (in stored_bytes too).
+  uint64_t referenced_bytes() const;
 
  private:
   // The steps of Open, each reading one table of the index's database (index.cc).

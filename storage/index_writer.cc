@@ -18,7 +18,7 @@ CREATE TABLE slices(id INTEGER PRIMARY KEY, tensor TEXT NOT NULL, offsets TEXT N
 CREATE TABLE chunks(slice_id INTEGER NOT NULL, raw_offset INTEGER NOT NULL,
                     offset INTEGER NOT NULL, length INTEGER NOT NULL,
                     raw_length INTEGER NOT NULL, codec INTEGER NOT NULL,
-                    checksum INTEGER NOT NULL);
+                    checksum INTEGER NOT NULL, file TEXT);
 )sql";
 
 constexpr const char* kIndexSchema = R"sql(
@@ -30,7 +30,7 @@ CREATE TABLE slices(id INTEGER PRIMARY KEY, tensor_id INTEGER NOT NULL, offsets 
 CREATE TABLE chunks(slice_id INTEGER NOT NULL, raw_offset INTEGER NOT NULL,
                     offset INTEGER NOT NULL, length INTEGER NOT NULL,
                     raw_length INTEGER NOT NULL, codec INTEGER NOT NULL,
-                    checksum INTEGER NOT NULL);
+                    checksum INTEGER NOT NULL, file TEXT);
 )sql";
 
 Status Corrupt(const std::string& file, const std::string& why) {
@@ -71,8 +71,13 @@ Status FragmentBuilder::AddSlice(const TensorMeta& t, const SliceSpec& slice,
                       .Bind(5, slice.NumElements())
                       .Bind(6, file)
                       .Run());
-  ASSIGN_OR_RETURN(auto ins_chunk, db_.Prepare("INSERT INTO chunks VALUES(?1,?2,?3,?4,?5,?6,?7)"));
+  ASSIGN_OR_RETURN(auto ins_chunk, db_.Prepare("INSERT INTO chunks VALUES(?1,?2,?3,?4,?5,?6,?7,?8)"));
   for (const auto& c : chunks) {
+    if (c.file.empty()) {
+      ins_chunk.BindNull(8);
+    } else {
+      ins_chunk.Bind(8, std::string_view(c.file));
+    }
     RETURN_IF_ERROR(ins_chunk.Bind(1, id)
                         .Bind(2, static_cast<int64_t>(c.raw_offset))
                         .Bind(3, static_cast<int64_t>(c.loc.offset))
@@ -143,7 +148,7 @@ Status MergeImages(Env* env, const std::string& dir, const std::vector<FragmentI
         "INSERT INTO main.slices SELECT s.id + " + base + ", t.id, s.offsets, s.lengths, "
         "s.elements, s.file FROM f.slices s JOIN main.tensors t ON t.name = s.tensor;"
         "INSERT INTO main.chunks SELECT slice_id + " + base + ", raw_offset, offset, length, "
-        "raw_length, codec, checksum FROM f.chunks;"
+        "raw_length, codec, checksum, file FROM f.chunks;"
         "COMMIT;");
     if (!st.ok()) return Corrupt(name, st.message());
     RETURN_IF_ERROR(db.Detach("f"));

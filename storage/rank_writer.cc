@@ -18,11 +18,12 @@ Result<ShardWritten> WriteShard(Env* env, const std::string& staging, const std:
   std::vector<size_t> handles;
   handles.reserve(slices.size());
   for (const auto& s : slices) {
-    ASSIGN_OR_RETURN(size_t h, writer->Add(s.data, s.bytes, PlaneWidth(s.tensor.dtype)));
+    ASSIGN_OR_RETURN(size_t h, writer->Add(s.data, s.bytes, PlaneWidth(s.tensor.dtype), s.base));
     handles.push_back(h);
   }
   RETURN_IF_ERROR(writer->Finish());
-  ShardWritten out{writer->raw_bytes(), writer->stored_bytes(), {}};
+  ShardWritten out{writer->raw_bytes(), writer->stored_bytes(), writer->reused_bytes(),
+                   writer->written(), {}};
   out.fragment.reserve(slices.size());
   for (size_t i = 0; i < slices.size(); ++i) {
     out.fragment.push_back({slices[i].tensor, slices[i].slice, file, writer->chunks(handles[i])});

@@ -20,6 +20,9 @@ struct SliceToWrite {
   SliceSpec slice;
   const void* data = nullptr;  // the slice's row-major bytes
   size_t bytes = 0;
+  // The slice's chunks in the checkpoint an incremental save builds on (ShardWriter::Add);
+  // null: every chunk is written.
+  const std::vector<SliceChunk>* base = nullptr;
 };
 
 struct RankWriteResult {
@@ -30,11 +33,13 @@ struct RankWriteResult {
 struct ShardWritten {
   uint64_t raw_bytes = 0;
   uint64_t stored_bytes = 0;
-  std::vector<FragmentSlice> fragment;  // the slices, as stored in `file`
+  uint64_t reused_bytes = 0;  // raw bytes of chunks that refer to a base
+  bool wrote_file = false;    // false when every chunk refers to a base
+  std::vector<FragmentSlice> fragment;  // the slices, as stored in `file` (or their base)
 };
 
 // Writes `slices` into `staging`/`file` and fsyncs it. REQUIRES: `staging` exists;
-// every `data` stays valid during the call.
+// every `data` (and `base`) stays valid during the call.
 Result<ShardWritten> WriteShard(Env* env, const std::string& staging, const std::string& file,
                                 const std::vector<SliceToWrite>& slices,
                                 const ShardOptions& options);

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <future>
 
+#include "storage/chunk_ref.h"
+
 namespace tessera::storage {
 Result<ReadPlan> PlanRead(const TensorEntry& tensor, const SliceSpec& target) {
   const auto& meta = tensor.meta;
@@ -53,10 +55,10 @@ Result<const ShardReader*> ShardCache::Get(const std::string& file) {
   MutexLock lock(mu_);
   auto it = readers_.find(file);
   if (it != readers_.end()) return it->second.get();
-  auto reader = ShardReader::Open(env_, JoinPath(dir_, file));
+  auto reader = ShardReader::Open(env_, ResolveChunkFile(dir_, file));
   if (!reader.ok()) {
     if (reader.status().code() == Code::kNotFound) {
-      return DataLoss("shard file " + JoinPath(dir_, file) + " named by the index is missing",
+      return DataLoss("shard file " + ResolveChunkFile(dir_, file) + " named by the index is missing",
                       {{"file", file}});
     }
     return reader.status();
@@ -72,7 +74,7 @@ const MappedFile* ShardCache::Map(const std::string& file) {
     auto it = maps_.find(file);
     if (it != maps_.end()) return it->second.get();
   }
-  auto mapped = env_->MapFile(JoinPath(dir_, file));  // outside the lock: it opens the file
+  auto mapped = env_->MapFile(ResolveChunkFile(dir_, file));  // outside the lock: it opens the file
   MutexLock lock(mu_);
   auto& slot = maps_[file];
   if (slot == nullptr && mapped.ok()) slot = std::move(*mapped);
@@ -104,7 +106,7 @@ std::vector<DirectChunk> DirectChunks(const ReadPlan& plan) {
     if (r.chunk.loc.codec != Codec::kRaw || r.chunk.loc.length != r.chunk.loc.raw_length) return {};
     const int64_t direct = DirectOffset(r, plan.target, esize);
     if (direct < 0) return {};
-    out.push_back({&r.source->file, r.chunk.loc, static_cast<uint64_t>(direct)});
+    out.push_back({&ChunkFile(*r.source, r.chunk), r.chunk.loc, static_cast<uint64_t>(direct)});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.target_offset < b.target_offset; });
   uint64_t end = 0;
@@ -127,7 +129,7 @@ Status ExecuteRead(const ReadPlan& plan, ShardCache* shards, void* out, size_t o
   }
   char* dst = static_cast<char*>(out);
   auto one = [&](const ChunkRead& r) -> Status {
-    ASSIGN_OR_RETURN(const ShardReader* shard, shards->Get(r.source->file));
+    ASSIGN_OR_RETURN(const ShardReader* shard, shards->Get(ChunkFile(*r.source, r.chunk)));
     const uint64_t c0 = r.chunk.raw_offset, c1 = c0 + r.chunk.loc.raw_length;
     // When the whole chunk lands in one contiguous run of the target (reading
     // a slice as saved), decode it straight there: no second copy.

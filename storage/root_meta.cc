@@ -142,14 +142,21 @@ Json SummaryOf(const CheckpointIndex& index) {
     tensors.push_back(std::move(tj));
   }
   const CheckpointMeta& meta = index.meta();
-  return {{"format", kSummaryFormat},
-          {"mesh", meta.mesh.name},
-          {"step", meta.step},
-          {"created_at", meta.created_at_ms},
-          {"metadata", meta.metadata},
-          {"tensors", std::move(tensors)},
-          {"logical_bytes", index.logical_bytes()},
-          {"stored_bytes", index.stored_bytes()}};
+  Json summary = {{"format", kSummaryFormat},
+                  {"mesh", meta.mesh.name},
+                  {"step", meta.step},
+                  {"created_at", meta.created_at_ms},
+                  {"metadata", meta.metadata},
+                  {"tensors", std::move(tensors)},
+                  {"logical_bytes", index.logical_bytes()},
+                  {"stored_bytes", index.stored_bytes()}};
+  // An incremental checkpoint: what of earlier checkpoints' files it needs, which
+  // deletes and garbage collection keep (storage/shared_chunks.h).
+  if (std::vector<std::string> refs = index.referenced_files(); !refs.empty()) {
+    summary["referenced_bytes"] = index.referenced_bytes();
+    summary["references"] = refs;
+  }
+  return summary;
 }
 
 Status WriteSummary(Env* env, const std::string& dir) {

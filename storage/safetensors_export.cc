@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "storage/chunk_codec.h"
+#include "storage/chunk_ref.h"
 #include "storage/safetensors_format.h"
 
 namespace tessera::storage {
@@ -157,7 +158,7 @@ Status WriteExportFile(Env* env, const CheckpointIndex& index, ShardCache* shard
     const std::vector<DirectChunk> chunks = DirectChunks(plan);
     if (chunks.empty() && plan.target.NumElements() > 0) return Status::Ok();
     auto bad_chunk = [&](const DirectChunk& c, const std::string& what) {
-      const std::string file = JoinPath(shards->dir(), *c.file);
+      const std::string file = ResolveChunkFile(shards->dir(), *c.file);
       return DataLoss("tensor '" + b.tensor->meta.name + "': chunk at offset " + std::to_string(c.loc.offset) +
                           " of " + file + ": " + what,
                       {{"file", file}, {"tensor", b.tensor->meta.name}, {"offset", c.loc.offset}});

@@ -6,9 +6,19 @@
 
 #include "api/clock.h"
 #include "storage/checkpoint_dir.h"
+#include "storage/chunk_ref.h"
 #include "storage/root_meta.h"
 
 namespace tessera::storage {
+namespace {
+
+std::string JoinSteps(const std::set<int64_t>& steps) {
+  std::string out;
+  for (int64_t s : steps) out += (out.empty() ? "" : ", ") + std::to_string(s);
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
 
 SaveTransaction::SaveTransaction(Env* env, std::string root, Mesh mesh, int64_t step,
                                  std::string id)
@@ -29,21 +39,39 @@ Status SaveTransaction::Merge(const std::vector<std::string>& fragments, const J
 }
 
 Status SaveTransaction::MergeSlices(const std::vector<std::vector<FragmentSlice>>& fragments,
-                                    const Json& metadata) {
+                                    const Json& metadata, const std::set<int64_t>& bases) {
   CheckpointMeta meta{mesh_, step_, metadata.is_null() ? Json::object() : metadata, WallMs()};
+  // A retired step's dir keeps files that later checkpoints refer to (an object store's
+  // is this very staging prefix): no save of that step commits until they are deleted.
+  RETURN_IF_ERROR(CheckNotRetired(env_, root_, mesh_.name, step_));
+  // What the bases hold: a reference elsewhere could name a file nothing keeps.
+  std::set<std::string> referable;
+  for (int64_t base : bases) {
+    ASSIGN_OR_RETURN(std::string dir, CommittedDir(env_, root_, mesh_.name, base));
+    ASSIGN_OR_RETURN(CheckpointIndex index, CheckpointIndex::Open(env_, dir));
+    const std::string name = dir.substr(ParentDir(dir).size() + 1);
+    for (const std::string& f : index.files()) referable.insert(ChunkRef{name, f}.ToString());
+    for (const std::string& f : index.referenced_files()) referable.insert(f);
+  }
   // Every file the joins name is there and holds its chunks: the index never refers to
   // a file that is gone (removed by the collector, say) or was cut short.
   std::map<std::string, uint64_t> needed;  // file → bytes its chunks reach
   for (const auto& fragment : fragments) {
     for (const FragmentSlice& s : fragment) {
       for (const SliceChunk& c : s.chunks) {
-        uint64_t& end = needed[s.file];
+        if (!c.file.empty() && !referable.count(c.file)) {
+          return InvalidArgument("a chunk of tensor '" + s.tensor.name + "' refers to " + c.file +
+                                     ", which no checkpoint this save builds on (steps " +
+                                     JoinSteps(bases) + ") holds",
+                                 {{"tensor", s.tensor.name}, {"file", c.file}});
+        }
+        uint64_t& end = needed[c.file.empty() ? s.file : c.file];
         end = std::max(end, c.loc.offset + c.loc.length);
       }
     }
   }
   for (const auto& [file, end] : needed) {
-    const std::string path = JoinPath(staging_, file);
+    const std::string path = ResolveChunkFile(staging_, file);
     auto size = env_->FileSize(path);
     if (!size.ok()) {
       return DataLoss("shard file " + path + " that a worker's join names cannot be read: " +
@@ -59,8 +87,8 @@ Status SaveTransaction::MergeSlices(const std::vector<std::vector<FragmentSlice>
   RETURN_IF_ERROR(storage::MergeSlices(env_, staging_, fragments, meta));
   RETURN_IF_ERROR(WriteSummary(env_, staging_));
   std::set<std::string> keep = {kIndexFile, kSummaryFile};
-  for (const auto& fragment : fragments) {
-    for (const FragmentSlice& s : fragment) keep.insert(s.file);
+  for (const auto& [file, end] : needed) {
+    if (!ParseChunkRef(file)) keep.insert(file);
   }
   ASSIGN_OR_RETURN(std::vector<std::string> names, env_->ListDir(staging_));
   for (const std::string& n : names) {
@@ -76,6 +104,11 @@ Result<std::string> SaveTransaction::Commit() {
   return CommittedDir(env_, root_, mesh_.name, step_);
 }
 
-void SaveTransaction::Abandon() { (void)env_->DeleteTree(staging_); }
+void SaveTransaction::Abandon() {
+  // A retired checkpoint's dir (an object store's staging prefix) keeps the files later
+  // checkpoints refer to: the garbage collector sweeps it, never wholesale.
+  if (IsRetired(env_, staging_)) return;
+  (void)env_->DeleteTree(staging_);
+}
 
 }  // namespace tessera::storage

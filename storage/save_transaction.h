@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,9 +37,10 @@ class SaveTransaction {
   // Merges the writers' fragments as their joins carried them into the index, then
   // removes what else the staging dir holds (a late writer's files of an abandoned
   // attempt at the same step): only the index, its summary and the shards it names
-  // are committed.
+  // are committed. A chunk that refers to an earlier checkpoint's file must refer to
+  // one that a checkpoint of `bases` (committed steps the caller holds) refers to.
   Status MergeSlices(const std::vector<std::vector<FragmentSlice>>& fragments,
-                     const Json& metadata);
+                     const Json& metadata, const std::set<int64_t>& bases = {});
   // Makes the checkpoint visible; the committed dir.
   Result<std::string> Commit();
   // Removes the staging dir (nothing if it is gone). Never fails the caller: what

@@ -8,17 +8,11 @@ Result<std::unique_ptr<ShardWriter>> ShardWriter::Create(Env* env, const std::st
                                                          ShardOptions options) {
   options.chunk_size =
       std::clamp<uint64_t>(options.chunk_size & ~uint64_t{7}, 8, kMaxChunkSize);
-  ASSIGN_OR_RETURN(auto file, env->NewWritableFile(path));
-  std::unique_ptr<ShardWriter> w(new ShardWriter(std::move(file), path, std::move(options)));
-  std::string header = EncodeShardHeader(w->options_.chunk_size);
-  RETURN_IF_ERROR(w->file_->Append(header.data(), header.size()));
-  w->offset_ = header.size();
-  return w;
+  return std::unique_ptr<ShardWriter>(new ShardWriter(env, path, std::move(options)));
 }
 
-ShardWriter::ShardWriter(std::unique_ptr<WritableFile> file, std::string path,
-                         ShardOptions options)
-    : file_(std::move(file)), path_(std::move(path)), options_(std::move(options)) {
+ShardWriter::ShardWriter(Env* env, std::string path, ShardOptions options)
+    : env_(env), path_(std::move(path)), options_(std::move(options)) {
   // Enough chunks in flight to keep every pool thread busy while one is written.
   max_inflight_ = options_.pool ? 2 * options_.pool->size() + 1 : 1;
   if (options_.compress) {
@@ -28,6 +22,14 @@ ShardWriter::ShardWriter(std::unique_ptr<WritableFile> file, std::string path,
       buffers_.emplace_back(new char[buffer_capacity_]);
     }
   }
+}
+
+Status ShardWriter::Open() {
+  ASSIGN_OR_RETURN(file_, env_->NewWritableFile(path_));
+  std::string header = EncodeShardHeader(options_.chunk_size);
+  RETURN_IF_ERROR(file_->Append(header.data(), header.size()));
+  offset_ = header.size();
+  return Status::Ok();
 }
 
 ShardWriter::~ShardWriter() {
@@ -42,7 +44,21 @@ void ShardWriter::Drain() {
   pending_.clear();
 }
 
-Result<size_t> ShardWriter::Add(const void* data, size_t n, int width) {
+namespace {
+
+// The base chunk at `raw_offset` of `n` bytes, or null.
+const SliceChunk* BaseChunkAt(const std::vector<SliceChunk>* base, uint64_t raw_offset, size_t n) {
+  if (base == nullptr) return nullptr;
+  auto it = std::lower_bound(base->begin(), base->end(), raw_offset,
+                             [](const SliceChunk& c, uint64_t off) { return c.raw_offset < off; });
+  if (it == base->end() || it->raw_offset != raw_offset || it->loc.raw_length != n) return nullptr;
+  return &*it;
+}
+
+}  // namespace
+
+Result<size_t> ShardWriter::Add(const void* data, size_t n, int width,
+                                const std::vector<SliceChunk>* base) {
   if (!error_.ok()) return error_;
   if (finished_) return Internal("ShardWriter::Add after Finish for " + path_);
   size_t handle = slices_.size();
@@ -67,13 +83,19 @@ Result<size_t> ShardWriter::Add(const void* data, size_t n, int width) {
     const int level = options_.level;
     const size_t cap = buffer_capacity_;
     const double min_savings = options_.min_savings;
+    const SliceChunk* was = BaseChunkAt(base, off, len);
+    auto encode = [s = p.src, len, compress, level, out, cap, min_savings, width, was] {
+      const uint64_t sum = Checksum(s, len);
+      if (was != nullptr && was->loc.checksum == sum) {
+        return Encoded{EncodedChunk{Codec::kRaw, 0, len, sum}, was};
+      }
+      return Encoded{EncodeSummedChunk(s, len, sum, compress, level, out, cap, min_savings, width)};
+    };
     if (options_.pool) {
-      p.encoded = options_.pool->Submit([s = p.src, len, compress, level, out, cap, min_savings, width] {
-        return EncodeChunk(s, len, compress, level, out, cap, min_savings, width);
-      });
+      p.encoded = options_.pool->Submit(std::move(encode));
     } else {
-      std::promise<EncodedChunk> done;
-      done.set_value(EncodeChunk(p.src, len, compress, level, out, cap, min_savings, width));
+      std::promise<Encoded> done;
+      done.set_value(encode());
       p.encoded = done.get_future();
     }
     pending_.push_back(std::move(p));
@@ -89,7 +111,16 @@ Result<size_t> ShardWriter::Add(const void* data, size_t n, int width) {
 Status ShardWriter::WriteFront() {
   Pending p = std::move(pending_.front());
   pending_.pop_front();
-  EncodedChunk e = p.encoded.get();
+  Encoded got = p.encoded.get();
+  const EncodedChunk& e = got.chunk;
+  if (got.reused != nullptr) {
+    raw_done_ += e.raw_length;
+    reused_ += e.raw_length;
+    slices_[p.slice].push_back(*got.reused);
+    if (options_.on_progress) options_.on_progress(raw_done_);
+    return Status::Ok();
+  }
+  if (!file_) RETURN_IF_ERROR(Open());
   const char* bytes = e.codec == Codec::kRaw ? p.src : p.out;
   const size_t len = e.length;
   RETURN_IF_ERROR(file_->Append(bytes, len));
@@ -97,7 +128,7 @@ Status ShardWriter::WriteFront() {
   offset_ += len;
   raw_done_ += e.raw_length;
   table_.push_back(loc);
-  slices_[p.slice].push_back({p.raw_offset, loc});
+  slices_[p.slice].push_back({p.raw_offset, loc, {}});
   if (options_.on_progress) options_.on_progress(raw_done_);
   return Status::Ok();
 }
@@ -107,6 +138,9 @@ Status ShardWriter::Finish() {
   finished_ = true;
   while (error_.ok() && !pending_.empty()) error_ = WriteFront();
   Drain();
+  if (!error_.ok()) return error_;
+  if (!file_ && reused_ > 0) return error_;  // every chunk refers to a base: no file
+  if (!file_) error_ = Open();  // a writer of empty slices still writes its file
   if (!error_.ok()) return error_;
   std::string footer = EncodeShardFooter(table_, offset_);
   error_ = file_->Append(footer.data(), footer.size());

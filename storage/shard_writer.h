@@ -34,10 +34,13 @@ struct ShardOptions {
 };
 
 // One chunk of a slice: the raw byte range [raw_offset, raw_offset + loc.raw_length)
-// of the slice's row-major bytes, stored at `loc`.
+// of the slice's row-major bytes, stored at `loc` of the slice's shard file, or, for a
+// chunk an incremental save did not write again, of `file`: "../<dir>/<name>", a shard
+// file of an earlier checkpoint of the mesh (docs/format.md, "Incremental checkpoints").
 struct SliceChunk {
   uint64_t raw_offset = 0;
   ChunkLocation loc;
+  std::string file;  // empty: the slice's own file
 };
 
 class ShardWriter {
@@ -50,30 +53,45 @@ class ShardWriter {
   // Queues one slice's raw bytes, of `width`-byte floats for the float codec
   // (PlaneWidth; 0: not floats). REQUIRES: `data` stays valid until Finish()
   // returns. Returns the slice's handle for chunks(). Errors are sticky.
-  Result<size_t> Add(const void* data, size_t n, int width = 0);
-  // Writes the remaining chunks, the table and trailer, then fsyncs and closes.
+  // `base`: the same slice's chunks in an earlier checkpoint (their `file` set, cut at
+  // the same chunk size); a chunk whose checksum equals the base chunk at its place is
+  // not written but refers to it.
+  Result<size_t> Add(const void* data, size_t n, int width = 0,
+                     const std::vector<SliceChunk>* base = nullptr);
+  // Writes the remaining chunks, the table and trailer, then fsyncs and closes. The file
+  // is created at the first chunk written: when every chunk refers to a base, there is
+  // none (written() is false).
   Status Finish();
 
   // Chunks of slice `handle`, valid after Finish().
   const std::vector<SliceChunk>& chunks(size_t handle) const { return slices_[handle]; }
   uint64_t stored_bytes() const { return offset_; }
   uint64_t raw_bytes() const { return raw_done_; }
+  // Raw bytes of the chunks that refer to a base instead of being written.
+  uint64_t reused_bytes() const { return reused_; }
+  bool written() const { return file_ != nullptr || !table_.empty(); }
   const std::string& path() const { return path_; }
 
  private:
+  struct Encoded {
+    EncodedChunk chunk;
+    const SliceChunk* reused = nullptr;  // the base chunk it equals
+  };
   struct Pending {
     size_t slice;
     uint64_t raw_offset;
     const char* src;
     size_t n;
     char* out;  // one of buffers_, holding the compressed bytes
-    std::future<EncodedChunk> encoded;
+    std::future<Encoded> encoded;
   };
 
-  ShardWriter(std::unique_ptr<WritableFile> file, std::string path, ShardOptions options);
+  ShardWriter(Env* env, std::string path, ShardOptions options);
+  Status Open();  // creates the file and writes its header
   Status WriteFront();
   void Drain();
 
+  Env* env_;
   std::unique_ptr<WritableFile> file_;
   std::string path_;
   ShardOptions options_;
@@ -87,6 +105,7 @@ class ShardWriter {
   std::vector<ChunkLocation> table_;
   uint64_t offset_ = 0;
   uint64_t raw_done_ = 0;
+  uint64_t reused_ = 0;
   Status error_;
   bool finished_ = false;
 };

@@ -38,6 +38,7 @@
 #include "worker/memory_tier.h"
 #include "worker/mesh_placement.h"
 #include "worker/placements.h"
+#include "worker/save_bases.h"
 #include "worker/task_feed.h"
 #include "worker/tensor_store.h"
 #include "worker/trainer_saves.h"
@@ -269,6 +270,7 @@ class Agent {
   Placements placements_;  // its own lock
   TaskFeed feed_;          // its own lock
   TrainerSaves trainer_saves_;
+  SaveBases save_bases_;  // its own lock
   storage::ThreadSet task_threads_;
   std::thread heartbeat_, tasks_;
 };

@@ -71,6 +71,11 @@ Result<SaveWritten> Agent::WriteAtSnapshot(const Snapshot& snap, int64_t step,
     }
     todo.push_back({meta, planned.slice, buf->data(), buf->size()});
   }
+  // An incremental save: each slice's chunks in this worker's last committed save.
+  std::shared_ptr<const SaveBase> base = save_bases_.For(p.mesh.name, request);
+  if (base) {
+    for (storage::SliceToWrite& s : todo) s.base = base->Find(s.tensor, s.slice);
+  }
   SaveWritten out;
   Task write;  // what the task seam (AgentOptions::around_task) is shown of the write
   write.kind = TaskKind::kWrite;
@@ -96,7 +101,18 @@ Result<SaveWritten> Agent::WriteAtSnapshot(const Snapshot& snap, int64_t step,
   if (todo.empty()) return out;
   out.bytes = w->raw_bytes;
   out.stored_bytes = w->stored_bytes;
+  if (w->reused_bytes > 0) {
+    out.base = base->step;
+    out.reused_bytes = w->reused_bytes;
+  }
   out.fragment = storage::FragmentToJson(w->fragment);
+  std::string root;
+  {
+    MutexLock lock(mu_);
+    root = checkpoint_root_;
+  }
+  save_bases_.Wrote(p.mesh.name, step, storage::SaveDirName(env_, root, step), w->fragment,
+                    base.get());
   return out;
 }
 
@@ -156,6 +172,8 @@ void Agent::SaveForJob(const Task& task) {
   request.tensors = task.tensor_names;
   request.compress = task.compress;
   request.level = task.level;
+  request.full = task.full;
+  request.full_every = task.full_every;
   const auto snapped = std::chrono::steady_clock::now();
   auto snap = store_->TakeSnapshot(PlacementFromTask(task), task.tensor_names);
   std::shared_ptr<const Snapshot> taken;

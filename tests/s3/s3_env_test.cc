@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "storage/checkpoint_dir.h"
+#include "storage/shared_chunks.h"
 #include "storage/local_checkpoint.h"
 #include "storage/s3/client.h"
 #include "storage/testing/fault_transport.h"

@@ -8,6 +8,7 @@
 
 #include "checkpoint_fixture.h"
 #include "storage/checkpoint_dir.h"
+#include "storage/shared_chunks.h"
 #include "storage/testing/fault_env.h"
 #include "storage/index.h"
 #include "storage/testing/mem_env.h"

@@ -42,8 +42,8 @@ SaveJoinRequest Join(int64_t rank) {
   s.tensor = t.meta;
   s.slice = SliceSpec{{2 * rank}, {2}};
   s.file = "shard-" + std::to_string(rank) + "-t.tsr";
-  s.chunks.push_back({0, {0, 8, 8, 42, storage::Codec::kRaw}});
-  j.written = SaveWritten{8, 8, storage::FragmentToJson({s})};
+  s.chunks.push_back({0, {0, 8, 8, 42, storage::Codec::kRaw}, {}});
+  j.written = SaveWritten{8, 8, storage::FragmentToJson({s}), 0, std::nullopt};
   return j;
 }
 

@@ -71,7 +71,7 @@ std::vector<storage::FragmentSlice> Written(const std::vector<TensorMeta>& tenso
     s.slice = p.slice;
     s.file = "shard-" + std::to_string(rank) + "-t.tsr";
     const uint64_t bytes = SliceBytes(s.tensor, s.slice);
-    s.chunks.push_back({0, storage::ChunkLocation{offset, bytes, bytes, 0, storage::Codec::kRaw}});
+    s.chunks.push_back({0, storage::ChunkLocation{offset, bytes, bytes, 0, storage::Codec::kRaw}, {}});
     offset += bytes;
     out.push_back(std::move(s));
   }
@@ -352,7 +352,7 @@ Result<SaveJoinRequest> JobScript::JoinOf(ScriptCommand& cmd, int64_t rank) {
   }
   uint64_t bytes = 0;
   for (const storage::FragmentSlice& s : slices) bytes += SliceBytes(s.tensor, s.slice);
-  join.written = SaveWritten{bytes, bytes, storage::FragmentToJson(slices)};
+  join.written = SaveWritten{bytes, bytes, storage::FragmentToJson(slices), 0, std::nullopt};
   return join;
 }
 

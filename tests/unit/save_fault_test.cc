@@ -78,7 +78,8 @@ Json Answer(Service* service, storage::Env* env, const State& state, const Json&
                   : Result<storage::ShardWritten>(made);
   }
   if (w.ok()) {
-    join.written = SaveWritten{w->raw_bytes, w->stored_bytes, storage::FragmentToJson(w->fragment)};
+    join.written = SaveWritten{w->raw_bytes, w->stored_bytes, storage::FragmentToJson(w->fragment), 0,
+                               std::nullopt};
   } else {
     join.error = w.status();
   }

@@ -17,6 +17,7 @@
 #include "storage/save_plan.h"
 #include "storage/shard_reader.h"
 #include "storage/shard_writer.h"
+#include "storage/shared_chunks.h"
 #include "storage/verify.h"
 
 namespace tessera::storage {
@@ -281,7 +282,7 @@ TEST(Index, MergeRejectsDisagreeingWritersNamingTheTensor) {
   TensorMeta a{"t", DType::kFloat32, {4}, Layout{{"d"}}};
   TensorMeta b = a;
   b.dtype = DType::kInt32;
-  SliceChunk c{0, {32, 8, 8, 0, Codec::kRaw}};
+  SliceChunk c{0, {32, 8, 8, 0, Codec::kRaw}, {}};
   auto f0 = FragmentBuilder::Create();
   ASSERT_TRUE(f0->AddSlice(a, {{0}, {2}}, "shard-0.tsr", {c}).ok());
   ASSERT_TRUE(f0->WriteTo(&env, "s/fragment-0.sqlite").ok());
@@ -300,7 +301,7 @@ TEST(Index, MergeRejectsUncoveredTensor) {
   ASSERT_TRUE(env.CreateDirs("s").ok());
   TensorMeta a{"t", DType::kFloat32, {4}, Layout{{"d"}}};
   auto f0 = FragmentBuilder::Create();
-  ASSERT_TRUE(f0->AddSlice(a, {{0}, {2}}, "shard-0.tsr", {{0, {32, 8, 8, 0, Codec::kRaw}}}).ok());
+  ASSERT_TRUE(f0->AddSlice(a, {{0}, {2}}, "shard-0.tsr", {{0, {32, 8, 8, 0, Codec::kRaw}, {}}}).ok());
   ASSERT_TRUE(f0->WriteTo(&env, "s/fragment-0.sqlite").ok());
   Status st = MergeFragments(&env, "s", {"fragment-0.sqlite"},
                              {Mesh{"m", {{"d", 2}}, 1}, 1, Json::object(), 0});
