@@ -17,18 +17,24 @@ JobRecord Service::CreateJob(const JobSpec& spec, const std::string& kind, const
 void Service::ReleaseHolds(const JobSpec& spec) {
   if (spec.holds_mesh) meshes_.Release(spec.mesh.mesh.name, spec.id);
   if (!spec.held_checkpoint.empty()) checkpoints_.Release(spec.held_checkpoint, spec.id);
+  // A save's bases (job_loop.cc), however it ended.
+  checkpoints_.ReleaseBases(spec.mesh.mesh.name, spec.step, spec.id);
 }
 
 void Service::FinishJob(const JobSpec& spec, const Status& status, Json result) {
+  // Released before anyone can see the job ended: a delete that follows it finds the
+  // checkpoints free.
+  ReleaseHolds(spec);
   JobRegistry::Ended ended = jobs_.Finish(spec.id, status, std::move(result));
   const JobRecord& job = ended.record;
   (void)PersistJob(job);
-  ReleaseHolds(spec);
   if (job.kind == "restore" && status.ok()) {
     metrics_.ObserveRestore((job.ended_ms - job.started_ms) / 1000.0,
                             job.result.value("bytes", uint64_t{0}));
   }
-  if (ended.joined) TellSaveEnded(spec, status);
+  // Every save's workers hear its end: a trainer waits for it, and a worker's next save
+  // builds on this one once it committed (worker/save_bases.h).
+  if (ended.joined || job.kind == "save") TellSaveEnded(spec, status);
   std::fprintf(stderr, "job %s (%s %s step %lld) %s%s\n", job.id.c_str(), job.kind.c_str(),
                job.mesh.c_str(), static_cast<long long>(job.step), StateString(job.state).c_str(),
                status.ok() ? "" : (": " + status.message()).c_str());

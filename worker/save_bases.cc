@@ -58,4 +58,10 @@ void SaveBases::Ended(const std::string& mesh, int64_t step, bool committed) {
   }
 }
 
+int64_t SaveBases::BaseStep(const std::string& mesh) {
+  MutexLock lock(mu_);
+  auto it = bases_.find(mesh);
+  return it == bases_.end() ? -1 : it->second.base->step;
+}
+
 }  // namespace tessera::worker

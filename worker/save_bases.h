@@ -44,6 +44,8 @@ class SaveBases {
   // tesserad's word on the save of `step`: committed, its chunks are the base; else the
   // base goes.
   void Ended(const std::string& mesh, int64_t step, bool committed) EXCLUDES(mu_);
+  // The step of the mesh's base; -1 for none.
+  int64_t BaseStep(const std::string& mesh) EXCLUDES(mu_);
 
  private:
   struct Written {

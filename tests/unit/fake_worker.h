@@ -19,9 +19,11 @@ namespace tessera::service {
 class FakeWorker {
  public:
   using Answer = std::function<Json(const Json& task)>;
-  FakeWorker(Service* service, std::string id, Answer answer)
+  // `ended`, when given, is shown each save_ended task (a save's end).
+  FakeWorker(Service* service, std::string id, Answer answer,
+             std::function<void(const Json& task)> ended = nullptr)
       : service_(service), id_(std::move(id)), answer_(std::move(answer)),
-        thread_([this] { Loop(); }) {}
+        ended_(std::move(ended)), thread_([this] { Loop(); }) {}
   ~FakeWorker() {
     stop_ = true;
     thread_.join();
@@ -45,6 +47,7 @@ class FakeWorker {
           kinds_.push_back(task.value("kind", ""));
         }
         const std::string kind = task.value("kind", "");
+        if (kind == "save_ended" && ended_) ended_(task);
         if (kind == "abort" || kind == "save_ended") continue;
         const Json report = answer_(task);
         if (report.is_null()) continue;
@@ -80,6 +83,7 @@ class FakeWorker {
   Service* service_;
   std::string id_;
   Answer answer_;
+  std::function<void(const Json&)> ended_;
   PollRequest poll_{100, 0, std::nullopt, ""};  // the loop's alone
   std::atomic<bool> stop_{false};
   std::mutex mu_;
