@@ -192,15 +192,17 @@ class Client:
         return max(steps) if steps else None
 
     def save(self, mesh, step, tensors=None, metadata=None, compression=None, level=None,
-             tier=None, **memory):
-        """Starts a save of what the mesh's workers hold; returns its Job. tier="memory":
+             tier=None, full=None, full_every=None, **memory):
+        """Starts a save of what the mesh's workers hold; returns its Job. Incremental
+        unless full=True or every full_every-th save (CheckpointManager.save). tier="memory":
         a memory checkpoint (docs/memory-tier.md), with the options of
         CheckpointManager.save in `memory`."""
         body = dict(memory, step=step)
         if tier is not None:
             body["tier"] = tier
         for key, value in (("tensors", tensors), ("metadata", metadata),
-                           ("compression", compression), ("level", level)):
+                           ("compression", compression), ("level", level),
+                           ("full", full), ("full_every", full_every)):
             if value is not None:
                 body[key] = list(value) if key == "tensors" else value
         answer = self._call("POST", "/meshes/%s/checkpoints" % quote(mesh), body)

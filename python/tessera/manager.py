@@ -252,11 +252,16 @@ class CheckpointManager(Collectives):
     MEMORY_OPTIONS = ("redundancy", "replicas", "group", "parity", "keep", "persist_every_steps",
                       "persist_every_s", "force", "deadline_ms")
 
-    def save(self, step, tensors=None, metadata=None, tier="disk", **memory):
+    def save(self, step, tensors=None, metadata=None, tier="disk", full=None, full_every=None,
+             **memory):
         """Snapshots this worker's tensors of the mesh for checkpoint `step` and
         returns a SaveHandle as soon as they are copied: the trainer may then
         overwrite them. The trainers of the mesh calling save(step) together
         make one save job. tensors: names to save (default all); metadata: JSON.
+
+        A disk save is incremental: a worker writes only the chunks that changed
+        since its last committed save, and every chunk each full_every-th save
+        (default 10), or when full=True (docs/semantics.md, "Incremental checkpoints").
 
         tier="memory" keeps the checkpoint in the workers' RAM, with its
         redundancy on other hosts (docs/memory-tier.md); its options, the same on
@@ -272,6 +277,10 @@ class CheckpointManager(Collectives):
         body = dict(memory)
         if tier != "disk":
             body["tier"] = tier
+        if full is not None:
+            body["full"] = bool(full)
+        if full_every is not None:
+            body["full_every"] = full_every
         if tensors is not None:
             body["tensors"] = list(tensors)
         if metadata is not None:
