@@ -168,6 +168,42 @@ def test_save_restore_verify_delete_and_gc_in_a_bucket(rgw, cluster):
         t.close()
 
 
+def test_incremental_saves_share_chunks_and_a_retired_step_keeps_only_them(rgw, cluster):
+    _, s3 = rgw
+    t = Trainers(cluster, "inc")
+    try:
+        t.commit(1)
+        for w, b in t.arrays:
+            b[:] = 42.0  # only b changes: w's chunks are step 1's
+        assert all(r["state"] == "committed" for r in t.save(2))
+        assert t.client.checkpoint("inc", 2)["referenced_bytes"] > 0
+        # Step 1 is retired: its manifest goes, its prefix keeps the shards step 2 uses.
+        t.client.delete_checkpoint("inc", 1)
+        assert [c["step"] for c in t.client.checkpoints("inc")] == [2]
+        step1 = sorted(n for n in keys(s3, "main/inc/") if n.startswith(".staging-1-w/"))
+        assert "step-1.commit" not in keys(s3, "main/inc/")
+        assert step1[0] == ".staging-1-w/retired" and len(step1) == 5, step1
+        assert all("/shard-" in n for n in step1[1:]), step1
+        t.fill(0)
+        assert each(t.ms, lambda r, m: m.restore(2)) == [2] * 4
+        assert all((w == t.values(1, rank)).all() and (b == 42.0).all()
+                   for rank, (w, b) in enumerate(t.arrays))
+        assert t.client.verify("inc", 2).wait(60)["state"] == "succeeded"
+        # Its step cannot be saved again while its files are in use; what that attempt
+        # wrote into the retired prefix is collected, what step 2 uses is not.
+        failed = t.save(1)
+        assert all(isinstance(e, tessera.TesseraError) and e.code == "conflict" for e in failed), failed
+        assert "was deleted" in str(failed[0]), failed[0]
+        t.client.collect_garbage()
+        assert sorted(n for n in keys(s3, "main/inc/") if n.startswith(".staging-1-w/")) == step1
+        # The last checkpoint that uses them goes: so do they.
+        t.client.delete_checkpoint("inc", 2)
+        assert not [n for n in keys(s3, "main/inc/") if n.startswith(".staging-")]
+        assert uploads(s3, "main/inc/") == []
+    finally:
+        t.close()
+
+
 def test_safetensors_export_into_a_bucket_and_import_into_its_root(rgw, cluster, tmp_path):
     """A REST export job writes into an s3:// prefix, each worker its files; a REST
     import job and `tessera import` make checkpoints in the bucket from a local folder."""
