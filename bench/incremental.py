@@ -83,6 +83,17 @@ def tree_bytes(root):
     return n, size, alloc
 
 
+def chunks_touched(lo, total, per, chunk):
+    """Chunks (of `chunk` elements, each tensor of `per` cut on its own) that hold some of
+    the flat positions [lo, total)."""
+    n = 0
+    for t in range(0, total, per):
+        x, y = max(lo, t), min(total, t + per)
+        if x < y:
+            n += (y - 1 - t) // chunk - (x - t) // chunk + 1
+    return n
+
+
 def machine_ticks():
     """user + nice + system of the whole machine, in clock ticks (/proc/stat)."""
     with open("/proc/stat") as f:
@@ -145,6 +156,7 @@ class Bench:
         self.client.register_mesh(mesh, {"data": 1}, workers=self.cluster.worker_ids[:1])
         rec = {"kind": kind, "mode": mode, "run": run, "mesh": mesh,
                "changed_bytes": (total - lo) * 4, "state_bytes": total * 4,
+               "changed_chunks": chunks_touched(lo, total, per, chunk_size() // 4),
                "loadavg_before": os.getloadavg()[0], "saves": []}
         cpu0 = self.cpu()
         t_start = time.monotonic()
