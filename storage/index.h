@@ -75,7 +75,7 @@ struct CheckpointMeta {
 };
 
 // Merges the fragments in `dir` into `dir`/index.sqlite (fsynced) and deletes
-// the fragments. Tensors recorded differently by two writers, or whose slices
+// the fragments (the commit's sync of `dir` makes that durable). Tensors recorded differently by two writers, or whose slices
 // do not cover them exactly once, are errors naming the tensor.
 Status MergeFragments(Env* env, const std::string& dir, const std::vector<std::string>& fragments,
                       const CheckpointMeta& meta);
