@@ -12,21 +12,24 @@ saves, one per step, the state changed in place between them:
             contiguous region (the trained layers), gets fresh values every step
   pretrain  every byte gets fresh values every step
 
-Each workload runs as two series of saves, on a fresh mesh each: "full" (save(step,
-full=True): every chunk written) and "incremental" (save(step, full_every=100): the
-first save is full, as there is nothing to refer to, the next ones write only the chunks
-whose xxh64 differs from the last committed save's). Compression is the default, zstd
-(the float codec on float32). Per save: the time from save() to the commit
-(handle.wait()), save() alone, the worker's snapshot_ms, the checkpoint's
-stored_bytes and referenced_bytes from tesserad (written = stored − referenced), and
-how much the checkpoint root grew on disk (st_size of every file, os.walk) from before
-save() to after the commit. After each series the last step is restored into zeroed
-tensors and compared with what was saved, then the series' checkpoints are deleted
-and the root checked to be empty again. --runs repetitions, ordered full, incremental,
-incremental, full, ... (ABBA) so the disk's drift hits both.
+Each workload runs as two series of saves at once, on a fresh mesh each: "full"
+(save(step, full=True): every chunk written) and "incremental" (save(step,
+full_every=100): the first save is full, as there is nothing to refer to, the next ones
+write only the chunks whose xxh64 differs from the last committed save's). Both meshes
+hold the same state and get the same updates; their saves alternate step by step
+(full first at odd steps of odd runs, incremental first at even ones, the other way in
+even runs), so that both meet the same disk: this VM's disk moves between ~1 GB/s and
+~0.35 GB/s within a series of 1 GiB saves, which one series after the other cannot tell
+from a 3 % difference. Compression is the default, zstd (the float codec on float32).
+Per save: the time from save() to the commit (handle.wait()), save() alone, the worker's
+snapshot_ms, the checkpoint's stored_bytes and referenced_bytes from tesserad (written =
+stored − referenced), and how much the checkpoint root grew on disk (st_size of every
+file, os.walk) from before save() to after the commit. After the saves, each mesh's last
+step is restored into zeroed tensors and compared with what was saved, then its
+checkpoints are deleted and the root checked to be empty again. --runs repetitions.
 
 "Fresh values": the state is a window of one pool of N(0, 0.02) float32 made once; the
-changed region of step s is the pool shifted by s × (1 MiB + 4 bytes), so every chunk
+changed region of step s is the pool shifted by (s − 1) × (1 MiB + 4 bytes), so every chunk
 there differs from the step before at the same statistics (drawing 1 GiB of normals per
 step would cost ~5 s of this VM's CPU each time).
 
@@ -55,6 +58,7 @@ from incremental_report import markdown
 
 SHIFT = (1 << 18) + 1  # elements the changed region moves along the pool per step
 FULL_EVERY = 100       # every save after the first incremental in a series of --saves
+MODES = ("full", "incremental")
 
 
 def log(*a):
@@ -145,69 +149,83 @@ class Bench:
                 "bench_s": own.user + own.system,
                 "tesserad_s": cpu_s(self.pids[0]), "worker_s": cpu_s(self.pids[1])}
 
-    def series(self, kind, mode, run):
-        """One series of --saves saves on a fresh mesh; returns its record."""
+    def pair(self, kind, run):
+        """The full and the incremental series of one workload at once: a fresh mesh each,
+        the same state and updates, their saves interleaved step by step (which one goes
+        first alternates), so both meet the same disk. Returns the pair's record."""
         import tessera  # noqa: PLC0415
         a = self.a
-        mesh = "%s-%s-%d" % (kind, mode, run)
         per = a.tensor_elems
         total = per * a.tensors
         lo = total - int(round(total * a.changed)) if kind == "finetune" else 0
-        self.client.register_mesh(mesh, {"data": 1}, workers=self.cluster.worker_ids[:1])
-        rec = {"kind": kind, "mode": mode, "run": run, "mesh": mesh,
-               "changed_bytes": (total - lo) * 4, "state_bytes": total * 4,
+        rec = {"kind": kind, "run": run, "changed_bytes": (total - lo) * 4,
+               "state_bytes": total * 4,
                "changed_chunks": chunks_touched(lo, total, per, chunk_size() // 4),
-               "loadavg_before": os.getloadavg()[0], "saves": []}
+               "loadavg_before": os.getloadavg()[0], "series": []}
+        names = ["layer%02d" % i for i in range(a.tensors)]
+        sides = []
+        for mode in MODES:
+            mesh = "%s-%s-%d" % (kind, mode, run)
+            self.client.register_mesh(mesh, {"data": 1}, workers=self.cluster.worker_ids[:1])
+            ck = tessera.CheckpointManager(mesh, worker=self.cluster.worker_urls[0], timeout=600)
+            state = State(self.pool, [ck.attach(n, (per,), "float32") for n in names], lo)
+            sides.append((mode, mesh, ck, state, {"kind": kind, "mode": mode, "run": run,
+                                                  "mesh": mesh, "saves": []}))
         cpu0 = self.cpu()
         t_start = time.monotonic()
-        with tessera.CheckpointManager(mesh, worker=self.cluster.worker_urls[0],
-                                       timeout=600) as ck:
-            names = ["layer%02d" % i for i in range(a.tensors)]
-            state = State(self.pool, [ck.attach(n, (per,), "float32") for n in names], lo)
-            for step in range(1, a.saves + 1):
-                state.set(step)  # the training step: outside the timed save
-                files0, size0, alloc0 = tree_bytes(self.root)
-                t0 = time.perf_counter()
-                h = (ck.save(step, full=True) if mode == "full"
-                     else ck.save(step, full_every=FULL_EVERY))
-                t1 = time.perf_counter()
-                h.wait(timeout=600)
-                t2 = time.perf_counter()
-                files1, size1, alloc1 = tree_bytes(self.root)
-                c = self.client.checkpoint(mesh, step)
-                row = {"save": step, "commit_s": t2 - t0, "save_call_s": t1 - t0,
-                       "snapshot_ms": h.snapshot_ms, "logical_bytes": c.get("logical_bytes"),
-                       "stored_bytes": c["stored_bytes"],
-                       "referenced_bytes": c["referenced_bytes"],
-                       "written_bytes": c["stored_bytes"] - c["referenced_bytes"],
-                       "disk_growth_bytes": size1 - size0,
-                       "disk_growth_alloc_bytes": alloc1 - alloc0,
-                       "new_files": files1 - files0}
-                rec["saves"].append(row)
+        for step in range(1, a.saves + 1):
+            for _, _, _, state, _ in sides:
+                state.set(step)  # the training step: outside the timed saves
+            order = (0, 1) if (step + run) % 2 == 0 else (1, 0)  # run 1: full first
+            for pos, i in enumerate(order):
+                mode, mesh, ck, _, series = sides[i]
+                row = self.save(ck, mesh, mode, step)
+                row["first"] = pos == 0
+                series["saves"].append(row)
                 log("%s %s run %d save %d: %.3f s, wrote %.1f MiB (disk +%.1f MiB)" % (
                     kind, mode, run, step, row["commit_s"], row["written_bytes"] / 2**20,
                     row["disk_growth_bytes"] / 2**20))
-            rec["wall_s"] = time.monotonic() - t_start
-            cpu1 = self.cpu()
-            rec["loadavg_after"] = os.getloadavg()[0]
-            rec["cpu_s"] = {k: cpu1[k] - cpu0[k] for k in cpu0}
-            rec["cpu_s"]["other_s"] = max(0.0, rec["cpu_s"]["machine_s"] - sum(
-                v for k, v in rec["cpu_s"].items() if k != "machine_s"))
+        rec["wall_s"] = time.monotonic() - t_start
+        cpu1 = self.cpu()
+        rec["loadavg_after"] = os.getloadavg()[0]
+        rec["cpu_s"] = {k: cpu1[k] - cpu0[k] for k in cpu0}
+        rec["cpu_s"]["other_s"] = max(0.0, rec["cpu_s"]["machine_s"] - sum(
+            v for k, v in rec["cpu_s"].items() if k != "machine_s"))
+        for mode, mesh, ck, state, series in sides:
             # The last step, restored into zeroed tensors, must be what was saved: for an
             # incremental series most of its chunks lie in the first save's file.
             for arr in state.arrays:
                 arr.fill(0)
             t0 = time.perf_counter()
             ck.restore(a.saves)
-            rec["restore_s"] = time.perf_counter() - t0
-            rec["restore_equal"] = state.holds(a.saves)
+            series["restore_s"] = time.perf_counter() - t0
+            series["restore_equal"] = state.holds(a.saves)
             for n in names:
                 ck.detach(n)
-        rec["reclaim"] = self.clear(mesh)
-        log("%s %s run %d: restore %s, %.1f MiB left in the root after deleting" % (
-            kind, mode, run, "equal" if rec["restore_equal"] else "DIFFERENT",
-            rec["reclaim"]["left_bytes"] / 2**20))
+            ck.close()
+            series["reclaim"] = self.clear(mesh)
+            log("%s %s run %d: restore %s, %.1f MiB left in the root after deleting" % (
+                kind, mode, run, "equal" if series["restore_equal"] else "DIFFERENT",
+                series["reclaim"]["left_bytes"] / 2**20))
+            rec["series"].append(series)
         return rec
+
+    def save(self, ck, mesh, mode, step):
+        """One timed save, from save() to its commit, with what it wrote."""
+        files0, size0, alloc0 = tree_bytes(self.root)
+        t0 = time.perf_counter()
+        h = ck.save(step, full=True) if mode == "full" else ck.save(step, full_every=FULL_EVERY)
+        t1 = time.perf_counter()
+        h.wait(timeout=600)
+        t2 = time.perf_counter()
+        files1, size1, alloc1 = tree_bytes(self.root)
+        c = self.client.checkpoint(mesh, step)
+        return {"save": step, "commit_s": t2 - t0, "save_call_s": t1 - t0,
+                "snapshot_ms": h.snapshot_ms, "logical_bytes": c.get("logical_bytes"),
+                "stored_bytes": c["stored_bytes"], "referenced_bytes": c["referenced_bytes"],
+                "written_bytes": c["stored_bytes"] - c["referenced_bytes"],
+                "disk_growth_bytes": size1 - size0, "disk_growth_alloc_bytes": alloc1 - alloc0,
+                "new_files": files1 - files0}
 
     def clear(self, mesh):
         """Deletes the mesh's checkpoints (newest first), waits until the root has given
@@ -261,7 +279,7 @@ def measure(a):
         "full_every": FULL_EVERY, "compression": "zstd (the default; the float codec on float32)",
         "copy_threads": 1, "quick": a.quick,
         "command": " ".join(["/usr/bin/python3", "bench/incremental.py"] + sys.argv[1:])},
-        "series": []}
+        "pairs": []}
     scratch = tempfile.mkdtemp(prefix="tessera-incr-", dir="/dev/shm")
     root = os.path.join(a.dir, "tessera-incr-root-%d" % os.getpid())
     os.makedirs(root)
@@ -271,11 +289,9 @@ def measure(a):
                                lease_ms=10000)
         b = Bench(a, cluster, root, pool)
         for run in range(1, a.runs + 1):
-            order = ("full", "incremental") if run % 2 else ("incremental", "full")
             for kind in a.kinds.split(","):
-                for mode in order:
-                    doc["series"].append(b.series(kind, mode, run))
-                    write(a.out, doc)  # what is measured so far survives a later failure
+                doc["pairs"].append(b.pair(kind, run))
+                write(a.out, doc)  # what is measured so far survives a later failure
     except BaseException:
         if cluster is not None:
             for name in ("tesserad.log", "worker-0.log"):
@@ -313,7 +329,7 @@ def main():
     p.add_argument("--saves", type=int, default=10, help="saves per series")
     p.add_argument("--runs", type=int, default=2, help="series of each kind and mode")
     p.add_argument("--kinds", default="finetune,pretrain")
-    p.add_argument("--quick", action="store_true", help="16 × 4 MiB, 4 saves, 1 run")
+    p.add_argument("--quick", action="store_true", help="16 × 4 MiB, 4 saves")
     p.add_argument("--report", action="store_true", help="measure nothing: print the section")
     a = p.parse_args()
     if a.report:
@@ -321,7 +337,7 @@ def main():
             print("\n".join(markdown([json.loads(f.read())])))
         return
     if a.quick:
-        a.tensor_mib, a.saves, a.runs = 4, 4, 1
+        a.tensor_mib, a.saves = 4, 4
     a.tensor_elems = int(a.tensor_mib * (1 << 20)) // 4
     if not 0 < a.changed <= 1 or a.saves < 2 or a.runs < 1:
         p.error("--changed must be in (0, 1], --saves at least 2, --runs at least 1")

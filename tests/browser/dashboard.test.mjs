@@ -187,6 +187,11 @@ describe('dashboard', () => {
     await page.getByRole('button', {name: 'Save now'}).click();
     await page.locator('main table tbody tr', {has: page.getByRole('link', {name: '200', exact: true})})
       .locator('.badge', {hasText: 'committed'}).waitFor();
+    // Nothing changed since step 100: the save is incremental, its chunks are step 100's.
+    await page.getByRole('link', {name: '200', exact: true}).click();
+    const detail = page.locator('section', {has: page.getByRole('heading', {name: 'Step 200 of web'})});
+    await detail.getByText(/incremental: .* written, .* in earlier checkpoints' files/).waitFor();
+    await shot('08-incremental');
     await page.getByLabel('Keep last').fill('1');
     await page.getByRole('button', {name: 'Apply retention…'}).click();
     await page.locator('dialog[open]', {hasText: 'This deletes step 100 now.'}).waitFor();
@@ -232,7 +237,7 @@ describe('dashboard', () => {
     await detail.locator('[data-memory-only]').waitFor();
     assert.equal(await detail.getByRole('button', {name: 'Verify'}).count(), 0);
     await dismissMessages();
-    await shot('08-memory-tier-checkpoints');
+    await shot('09-memory-tier-checkpoints');
     await page.locator('main').screenshot({path: join(artifacts, 'dashboard-memory-tier.png')});
 
     // The workers' memory bytes, in human units (and '—' for none).
@@ -242,7 +247,7 @@ describe('dashboard', () => {
       await cell.waitFor();
       assert.equal(await cell.textContent(), text);
     }
-    await shot('09-memory-tier-workers');
+    await shot('10-memory-tier-workers');
   });
 
   test('a killed worker turns dead, everywhere', async () => {
@@ -274,8 +279,10 @@ describe('dashboard', () => {
   });
 
   test('a corrupt checkpoint fails verify, naming the tensor and the file', async () => {
-    // Flip bytes in the middle of a shard file of step 200, behind tesserad's back.
-    const dir = join(cluster.dir, 'data/checkpoints/web/step-200');
+    // Flip bytes in the middle of a shard file step 200 uses, behind tesserad's back:
+    // its own, or (incremental, nothing changed) retired step 100's.
+    const dirs = ['step-200', 'step-100'].map((d) => join(cluster.dir, 'data/checkpoints/web', d));
+    const dir = dirs.find((d) => existsSync(d) && readdirSync(d).some((f) => f.startsWith('shard-')));
     const shard = readdirSync(dir).find((f) => f.startsWith('shard-'));
     const bytes = readFileSync(join(dir, shard));
     for (let i = 0; i < 64; i++) bytes[Math.floor(bytes.length / 3) + i] ^= 0xff;

@@ -22,12 +22,17 @@ function stepsToPrune(steps, keepLast, every) {
   return steps.slice(0, Math.max(0, steps.length - keepLast)).filter((s) => !(every > 0 && s % every === 0));
 }
 
+// What a save wrote itself: an incremental one's other chunks are earlier checkpoints'.
+function written(c) {
+  return c.stored_bytes === undefined ? undefined : c.stored_bytes - (c.referenced_bytes || 0);
+}
+
 function checkpointsTable(mesh, list, selected) {
   return table({
     caption: `Checkpoints of ${mesh}`,
     columns: [{label: 'Step', num: true}, {label: 'State'}, {label: 'Tiers'}, {label: 'Tensors', num: true},
-      {label: 'Logical', num: true}, {label: 'Stored', num: true}, {label: 'Ratio', num: true},
-      {label: 'Duration', num: true}, {label: 'Created'}],
+      {label: 'Logical', num: true}, {label: 'Stored', num: true}, {label: 'Written', num: true},
+      {label: 'Ratio', num: true}, {label: 'Duration', num: true}, {label: 'Created'}],
     rows: list.map((c) => [
       h('a', {href: checkpointHref(mesh, c.step), dataset: {key: `step-${c.step}`},
         'aria-current': c.step === selected ? 'true' : undefined}, String(c.step)),
@@ -37,6 +42,7 @@ function checkpointsTable(mesh, list, selected) {
       // A checkpoint only in memory has its bytes, and nothing stored.
       fmt.bytes(c.logical_bytes ?? c.bytes),
       fmt.bytes(c.stored_bytes),
+      fmt.bytes(written(c)),
       fmt.ratio(c.logical_bytes, c.stored_bytes),
       fmt.duration(c.duration_ms),
       fmt.clock(c.created_at),
@@ -163,7 +169,8 @@ export function createCheckpointsView(ctx) {
         h('dt', null, 'Tiers'), h('dd', null, tierBadges(c.tiers)),
         c.redundancy ? [h('dt', null, 'Redundancy'), h('dd', null, redundancy(c))] : null,
         memoryOnly ? [h('dt', null, 'Size'), h('dd', null, `${fmt.bytes(c.bytes)} in the workers' memory`)] : [
-          h('dt', null, 'Size'), h('dd', null, `${fmt.bytes(c.logical_bytes)} logical, ${fmt.bytes(c.stored_bytes)} stored (${fmt.ratio(c.logical_bytes, c.stored_bytes)})`),
+          h('dt', null, 'Size'), h('dd', null, `${fmt.bytes(c.logical_bytes)} logical, ${fmt.bytes(c.stored_bytes)} stored (${fmt.ratio(c.logical_bytes, c.stored_bytes)})` +
+            (c.referenced_bytes > 0 ? `; incremental: ${fmt.bytes(written(c))} written, ${fmt.bytes(c.referenced_bytes)} in earlier checkpoints' files` : '')),
           h('dt', null, 'Saved'), h('dd', null, `${fmt.clock(c.created_at)} in ${fmt.duration(c.duration_ms)}`),
           h('dt', null, 'Job'), h('dd', null, h('code', null, c.job || '—'))]),
       actions,
