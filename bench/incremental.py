@@ -228,18 +228,19 @@ class Bench:
                 "new_files": files1 - files0}
 
     def clear(self, mesh):
-        """Deletes the mesh's checkpoints (newest first), waits until the root has given
-        their space back (at most 120 s), then the mesh."""
-        before = tree_bytes(self.root)[1]
+        """Deletes the mesh's checkpoints (newest first), waits until its directory in the
+        root has given their space back (at most 120 s), then the mesh."""
+        where = os.path.join(self.root, mesh)
+        before = tree_bytes(where)[1]
         t0 = time.monotonic()
         for c in sorted(self.client.checkpoints(mesh), key=lambda c: -c["step"]):
             self.client.delete_checkpoint(mesh, c["step"])
         self.client.collect_garbage()
-        left = tree_bytes(self.root)[1]
+        left = tree_bytes(where)[1]
         while left > (1 << 20) and time.monotonic() - t0 < 120:
             time.sleep(0.5)
             self.client.collect_garbage()
-            left = tree_bytes(self.root)[1]
+            left = tree_bytes(where)[1]
         out = {"before_bytes": before, "left_bytes": left, "s": time.monotonic() - t0}
         try:
             self.client.delete_mesh(mesh)

@@ -65,10 +65,10 @@ def _same_step(pairs, kind, key, run=None):
 # text, met(figure), same-step figure from an incr/full ratio, whether a verdict counts)
 GOALS = [
     ("finetune", "bytes written per save (stored − referenced), MiB", "written_bytes", MIB, 1,
-     lambda f, i: i / f, lambda r: "%.1f %% of full" % (100 * r),
+     lambda f, i: i / f, lambda r: "%.1f %%" % (100 * r),
      "≤ %.0f %% of full" % (100 * WRITTEN_GOAL), lambda r: r <= WRITTEN_GOAL, lambda q: q, True),
     ("finetune", "growth of the checkpoint root on disk per save, MiB", "disk_growth_bytes", MIB,
-     1, lambda f, i: i / f, lambda r: "%.1f %% of full" % (100 * r),
+     1, lambda f, i: i / f, lambda r: "%.1f %%" % (100 * r),
      "(≤ %.0f %%: the same goal, on disk)" % (100 * WRITTEN_GOAL), lambda r: r <= WRITTEN_GOAL,
      lambda q: q, False),
     ("finetune", "save() → commit, s", "commit_s", 1.0, 3, lambda f, i: f / i,

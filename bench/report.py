@@ -9,7 +9,8 @@ cluster on a Ceph RGW, and boto3's transfers to it), the collectives' gloo<i>.js
 ours<i>.jsonl and ours_inproc.jsonl (tessera_bench_collectives), rest_barrier.jsonl
 (tessera_bench_rest_barrier), memory_tier.jsonl (bench/memory_tier.py: the memory tier
 against a memcpy, the POSIX root, S3 and iperf3), float_codec.jsonl (bench/float_codec.py:
-the float codec against python3-blosc and zstd-1), and steps.jsonl (wall time of every
+the float codec against python3-blosc and zstd-1), incremental.json (bench/incremental.py:
+incremental saves against full ones), and steps.jsonl (wall time of every
 step). Our figures
 and the peers' come from the same session on the same machine, because this VM's disk
 moves by up to 3x between runs (bench/peers/README.md) and only a same-session
@@ -19,6 +20,7 @@ shown. With --only storage or --only collectives, only that part is reported.
   /usr/bin/python3 bench/report.py --out bench/out --results bench/RESULTS.md
   /usr/bin/python3 bench/report.py --section memory_tier   # only that section of RESULTS.md
   /usr/bin/python3 bench/report.py --section float_codec
+  /usr/bin/python3 bench/report.py --section incremental
 """
 import argparse
 import glob
@@ -255,6 +257,8 @@ def main():
         "memory_tier": "TESSERA_BIN=build-bench/bin /usr/bin/python3 bench/memory_tier.py "
                        "--fresh",
         "float_codec": "TESSERA_BIN=build-bench/bin /usr/bin/python3 bench/float_codec.py",
+        "incremental": "TESSERA_BIN=build-bench/bin /usr/bin/python3 bench/incremental.py "
+                       "--dir $tmp",
         "fio_pass2": "DIR=$tmp bench/peers/disk_fio.sh",
         "ours_inproc": "build-bench/bin/tessera_bench_collectives --ranks 4 --transport inproc",
         "rest_barrier": "build-bench/bin/tessera_bench_rest_barrier --ranks 4",
@@ -644,6 +648,12 @@ def main():
         L.append("")
         L.extend(float_codec.markdown(load(codec)))
 
+    incremental = os.path.join(a.out, "incremental.json")
+    if a.only in ("all", "storage") and os.path.exists(incremental):
+        import incremental_report  # noqa: PLC0415 - bench/, beside this script
+        L.append("")
+        L.extend(incremental_report.markdown(load(incremental)))
+
     history = os.path.join(a.out, "job_history.json")
     if a.only in ("all", "history") and os.path.exists(history):
         import job_history  # noqa: PLC0415 - bench/, beside this script
@@ -658,7 +668,9 @@ def main():
 # section: (its heading in RESULTS.md, the bench/ module whose markdown(rows) makes it,
 # the rows' file in --out)
 SECTIONS = {"memory_tier": ("## The memory tier", "memory_tier", "memory_tier.jsonl"),
-            "float_codec": ("## The float codec", "float_codec", "float_codec.jsonl")}
+            "float_codec": ("## The float codec", "float_codec", "float_codec.jsonl"),
+            # incremental.json is one JSON object on one line: load() reads it as one row.
+            "incremental": ("## Incremental saves", "incremental_report", "incremental.json")}
 
 
 def rewrite_section(results, section, out_dir):

@@ -24,6 +24,9 @@
 #      bench/peers/disk_fio.sh      again (pass 2), so the disk's drift is visible
 #      S3: a Ceph RGW from tools/s3/rgw.sh; bench/s3_boto3.py (boto3 upload_file and
 #      download_file of 1 GiB), tessera_bench_cluster with an s3:// root, boto3 again
+#      bench/incremental.py         incremental saves against full ones: 1 GiB on one worker,
+#                                   10 saves, 5 % or all of the bytes changed per step, the
+#                                   two interleaved save by save, 2 runs (about 4 minutes)
 #      bench/memory_tier.py         the memory tier, 4 namespace hosts (needs root) × 256 MiB
 #                                   per trainer: the stall of a memory save against a memcpy,
 #                                   a host's loss restored from RAM against the POSIX root and
@@ -313,6 +316,11 @@ if want storage; then
     bench/float_codec.py --out "$out/float_codec.jsonl" || true
   fio_step fio_pass2
   s3_part
+  # Incremental saves against full ones, 1 GiB on one worker: a fine-tuning run (5 % of
+  # the bytes change per step) and a pre-training run (all of them).
+  rm -f "$out/incremental.json"
+  step incremental "$out/incremental.log" env TESSERA_BIN=build-bench/bin "$py" \
+    bench/incremental.py --dir "$tmp" --out "$out/incremental.json" || true
   # The memory tier against a memcpy, the POSIX root and S3, on namespace hosts.
   step memory_tier "$out/memory_tier.log" env TESSERA_BIN=build-bench/bin "$py" \
     bench/memory_tier.py --fresh --out "$out/memory_tier.jsonl" || true

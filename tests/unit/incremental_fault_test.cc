@@ -143,10 +143,7 @@ TEST_F(IncrementalFaults, PowerLossAfterAnyIoOfAChainKeepsEveryCheckpointWhole) 
     env_.FailAt(n, storage::FaultEnv::Kind::kIoError, /*sticky=*/true);
     (void)Operations(s);
     const bool fired = env_.fired();
-    Close();
-    env_.Reset();
-    mem_.SimulateCrash();
-    Open();  // tesserad starts again on what the disk kept
+    LosePowerAndRestart();
     ASSERT_NE(service_, nullptr);
     const std::string when = "power lost at I/O " + std::to_string(n);
     ExpectConsistent(s, when);

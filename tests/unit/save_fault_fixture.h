@@ -134,6 +134,13 @@ class SaveFaults : public ::testing::Test {
     workers_.clear();
     service_.reset();
   }
+  // The power goes: what was not synced is lost, and tesserad starts again on the rest.
+  void LosePowerAndRestart() {
+    Close();
+    env_.Reset();
+    mem_.SimulateCrash();
+    Open();
+  }
   // The workers answer for `state` from now on; incrementally when `incremental`, each
   // with its SaveBases (kept across Serve calls, as an agent's across saves).
   void Serve(const State& state, bool incremental = false) {

@@ -52,10 +52,7 @@ TEST_F(SaveFaults, PowerLossAfterAnyIoOfTesseradsSaveKeepsCheckpointsWhole) {
     env_.FailAt(n, storage::FaultEnv::Kind::kIoError, /*sticky=*/true);
     Json job = Save(step);
     const bool fired = env_.fired();
-    Close();
-    env_.Reset();
-    mem_.SimulateCrash();
-    Open();  // tesserad starts again on what the disk kept
+    LosePowerAndRestart();
     ASSERT_NE(service_, nullptr);
     const std::string when = "power lost at I/O " + std::to_string(n);
     ExpectWhole(1, before, when);
