@@ -16,22 +16,23 @@ Each workload runs as two series of saves at once, on a fresh mesh each: "full"
 (save(step, full=True): every chunk written) and "incremental" (save(step,
 full_every=100): the first save is full, as there is nothing to refer to, the next ones
 write only the chunks whose xxh64 differs from the last committed save's). Both meshes
-hold the same state and get the same updates; their saves alternate step by step
-(full first at odd steps of odd runs, incremental first at even ones, the other way in
-even runs), so that both meet the same disk: this VM's disk moves between ~1 GB/s and
-~0.35 GB/s within a series of 1 GiB saves, which one series after the other cannot tell
-from a 3 % difference. Compression is the default, zstd (the float codec on float32).
-Per save: the time from save() to the commit (handle.wait()), save() alone, the worker's
-snapshot_ms, the checkpoint's stored_bytes and referenced_bytes from tesserad (written =
-stored − referenced), and how much the checkpoint root grew on disk (st_size of every
-file, os.walk) from before save() to after the commit. After the saves, each mesh's last
-step is restored into zeroed tensors and compared with what was saved, then its
-checkpoints are deleted and the root checked to be empty again. --runs repetitions.
+hold the same state and get the same updates; their saves alternate step by step (full
+first at odd steps of odd runs, incremental first at even ones, the other way round in
+even runs, which also make the incremental mesh first), so that both meet the same
+disk: this VM's disk moves between ~1 GB/s and ~0.35 GB/s within a series of 1 GiB
+saves, which one series after the other cannot tell from a 3 % difference. Compression
+is the default, zstd (the float codec on float32). Per save: the time from save() to
+the commit (handle.wait()), save() alone, the worker's snapshot_ms, the checkpoint's
+stored_bytes and referenced_bytes from tesserad (written = stored − referenced), and
+how much the checkpoint root grew on disk (st_size of every file, os.walk) from before
+save() to after the commit. After the saves, each mesh's last step is restored into
+zeroed tensors and compared with what was saved, then its checkpoints are deleted and
+its directory in the root checked to be empty again. --runs repetitions.
 
 "Fresh values": the state is a window of one pool of N(0, 0.02) float32 made once; the
-changed region of step s is the pool shifted by (s − 1) × (1 MiB + 4 bytes), so every chunk
-there differs from the step before at the same statistics (drawing 1 GiB of normals per
-step would cost ~5 s of this VM's CPU each time).
+changed region of step s is the pool shifted by (s − 1) × (1 MiB + 4 bytes), so every
+chunk there differs from the step before at the same statistics (drawing 1 GiB of
+normals per step would cost ~5 s of this VM's CPU each time).
 
     TESSERA_BIN=build-bench/bin /usr/bin/python3 bench/incremental.py \\
         [--out bench/out/incremental.json] [--dir DIR] [--quick]
@@ -163,24 +164,25 @@ class Bench:
                "changed_chunks": chunks_touched(lo, total, per, chunk_size() // 4),
                "loadavg_before": os.getloadavg()[0], "series": []}
         names = ["layer%02d" % i for i in range(a.tensors)]
-        sides = []
-        for mode in MODES:
+        sides = {}
+        for mode in MODES if run % 2 else MODES[::-1]:  # which mesh is made first alternates
             mesh = "%s-%s-%d" % (kind, mode, run)
             self.client.register_mesh(mesh, {"data": 1}, workers=self.cluster.worker_ids[:1])
             ck = tessera.CheckpointManager(mesh, worker=self.cluster.worker_urls[0], timeout=600)
             state = State(self.pool, [ck.attach(n, (per,), "float32") for n in names], lo)
-            sides.append((mode, mesh, ck, state, {"kind": kind, "mode": mode, "run": run,
-                                                  "mesh": mesh, "saves": []}))
+            sides[mode] = (mesh, ck, state, {"kind": kind, "mode": mode, "run": run,
+                                              "mesh": mesh, "saves": []})
         cpu0 = self.cpu()
         t_start = time.monotonic()
         for step in range(1, a.saves + 1):
-            for _, _, _, state, _ in sides:
+            for _, _, state, _ in sides.values():
                 state.set(step)  # the training step: outside the timed saves
-            order = (0, 1) if (step + run) % 2 == 0 else (1, 0)  # run 1: full first
-            for pos, i in enumerate(order):
-                mode, mesh, ck, _, series = sides[i]
+            # Run 1: full first at odd steps, second at even ones; run 2 the other way.
+            order = MODES if (step + run) % 2 == 0 else MODES[::-1]
+            for mode in order:
+                mesh, ck, _, series = sides[mode]
                 row = self.save(ck, mesh, mode, step)
-                row["first"] = pos == 0
+                row["first"] = mode == order[0]
                 series["saves"].append(row)
                 log("%s %s run %d save %d: %.3f s, wrote %.1f MiB (disk +%.1f MiB)" % (
                     kind, mode, run, step, row["commit_s"], row["written_bytes"] / 2**20,
@@ -191,7 +193,8 @@ class Bench:
         rec["cpu_s"] = {k: cpu1[k] - cpu0[k] for k in cpu0}
         rec["cpu_s"]["other_s"] = max(0.0, rec["cpu_s"]["machine_s"] - sum(
             v for k, v in rec["cpu_s"].items() if k != "machine_s"))
-        for mode, mesh, ck, state, series in sides:
+        for mode in MODES:
+            mesh, ck, state, series = sides[mode]
             # The last step, restored into zeroed tensors, must be what was saved: for an
             # incremental series most of its chunks lie in the first save's file.
             for arr in state.arrays:

@@ -101,11 +101,11 @@ def _goals(pairs, n):
         split = [run for run, x in per_run if ok(x) != verdict]
         note = " (run %s alone: %s)" % (", ".join(str(x) for x in split),
                                         "not met" if verdict else "met") if split else ""
-        rows.append("| %s: %s, saves 2..%d | %s | %s | **%s** | %s | %s (%s – %s) | %s | %s%s |" % (
-            kind, label, n, _cell(fv, digits), _cell(iv, digits), text(r),
-            " / ".join(text(x) for _, x in per_run),
-            text(_med(steps)), text(min(steps)), text(max(steps)), goal,
-            "met" if verdict else "**not met**", note))
+        rows.append("| %s: %s, saves 2..%d | %s | %s | **%s** | %s | %s (%s – %s) | %s | %s%s |"
+                    % (kind, label, n, _cell(fv, digits), _cell(iv, digits), text(r),
+                       " / ".join(text(x) for _, x in per_run), text(_med(steps)),
+                       text(min(steps)), text(max(steps)), goal,
+                       "met" if verdict else "**not met**", note))
         if counts:
             verdicts.append(verdict)
     return rows, verdicts
@@ -124,7 +124,8 @@ def _detail(pairs, n):
              incr.save1("commit_s"), 3),
             ("save 1: bytes written, MiB", full.save1("written_bytes", MIB),
              incr.save1("written_bytes", MIB), 1),
-            ("%s: save() → commit, s" % later, full.values("commit_s"), incr.values("commit_s"), 3),
+            ("%s: save() → commit, s" % later, full.values("commit_s"),
+             incr.values("commit_s"), 3),
             ("%s going first in their step: save() → commit, s" % later,
              full.values("commit_s", first=True), incr.values("commit_s", first=True), 3),
             ("%s going second in their step: save() → commit, s" % later,
@@ -159,10 +160,11 @@ def _detail(pairs, n):
 
 def _pairs_table(pairs, n):
     L = ["| # | workload | run | save() → commit, saves 2..%d, median s: full / incremental | "
+         "save() returns, saves 2..%d, median ms: full / incremental | "
          "all %d saves, s: full / incremental | written, all saves, MiB: full / incremental | "
          "last step restored bit for bit | root after deleting, MiB | 1-min load before → after "
-         "| CPU s: worker / tesserad / this process / other processes |" % (n, n),
-         "|---:|---|---:|---|---|---|---|---|---|---|"]
+         "| CPU s: worker / tesserad / this process / other processes |" % (n, n, n),
+         "|---:|---|---:|---|---|---|---|---|---|---|---|"]
     for i, p in enumerate(pairs, 1):
         by = {s["mode"]: s for s in p["series"]}
         f, inc = by.get("full"), by.get("incremental")
@@ -172,9 +174,12 @@ def _pairs_table(pairs, n):
         def both(fn, digits):
             return " / ".join(_num(fn(s), digits) for s in (f, inc))
         c = p.get("cpu_s", {})
-        L.append("| %d | %s | %d | %s | %s | %s | %s | %s | %.2f → %.2f | %.1f / %.1f / %.1f / %.1f |"
-                 % (i, p["kind"], p["run"],
+        L.append("| %d | %s | %d | %s | %s | %s | %s | %s | %s | %.2f → %.2f | "
+                 "%.1f / %.1f / %.1f / %.1f |" % (
+                    i, p["kind"], p["run"],
                     both(lambda s: _med([r["commit_s"] for r in s["saves"] if r["save"] > 1]), 3),
+                    both(lambda s: _med([r["save_call_s"] * 1e3 for r in s["saves"]
+                                         if r["save"] > 1]), 1),
                     both(lambda s: sum(r["commit_s"] for r in s["saves"]), 2),
                     both(lambda s: sum(r["written_bytes"] for r in s["saves"]) / MIB, 0),
                     " / ".join("yes" if s.get("restore_equal") else "**no**" for s in (f, inc)),
@@ -195,6 +200,8 @@ def markdown(rows):
     n, state, cs = m["saves"], m["state_bytes"], m.get("chunk_size") or 0
     ft = next((p for p in pairs if p["kind"] == "finetune"), {})
     goal_rows, verdicts = _goals(pairs, n)
+    full_s = [x for kind in ("finetune", "pretrain")
+              for x in Side(pairs, kind, "full").values("commit_s", later=False)]
     L = [HEAD, ""]
     if m.get("quick") or state < (1 << 30) or m["runs"] < 2:
         L += ["> **Not the issue's configuration** (%.0f MiB of state, %d run(s)%s): the "
@@ -220,16 +227,18 @@ def markdown(rows):
           "only the chunks whose xxh64 differs from the last committed save's. Each workload runs "
           "both series at once on two fresh meshes of the one worker, with the same state and "
           "updates, their saves interleaved step by step: full first at odd steps of run 1 and "
-          "second at even ones, the other way round in run 2, so that both meet the same disk "
-          "(this VM's disk takes a 1 GiB save in about 1 s or 2.6 s, switching within a series; "
-          "one series after the other cannot tell that from 3 %%). Per save: the time from "
+          "second at even ones, the other way round in run 2 (whose incremental mesh is also "
+          "made first), so that both meet the same disk: a full save took %.2f–%.2f s here, "
+          "the same bytes, moving within a series, which one series after the other could not "
+          "tell from 3 %%. Per save: the time from "
           "`save()` to the commit (`handle.wait()`); bytes written = tesserad's `stored_bytes − "
           "referenced_bytes` of the checkpoint; root growth = the checkpoint root's files "
           "(`os.walk`, `st_size`) after the commit less before `save()` (the new shard, its index "
           "and summary). %d run(s); medians over the saves of every run, spread min–max; "
           "\"same step\" = the median (min–max) of the ratio between the two saves of each step. "
           "MiB = 2^20 bytes. After the saves each mesh's last step is restored into zeroed "
-          "tensors and compared, and its checkpoints are deleted." % (m["full_every"], m["runs"]),
+          "tensors and compared, and its checkpoints are deleted." % (
+              m["full_every"], min(full_s), max(full_s), m["runs"]),
           "",
           "Run: %s to %s (UTC) on `nproc` = %s (%s); memory %s; disk %s; kernel %s; %s; %s; "
           "/usr/bin/python3 %s; the product code at `%s`; 1-min load average %.2f at the start. "
@@ -262,4 +271,12 @@ def markdown(rows):
           "CPU s: user + system during the run's saves and state updates (not the restores): the "
           "worker's and tesserad's from /proc, this process's (the trainer updating the state), "
           "and everything else on the machine (/proc/stat less those)."]
+    busy = [(i, p) for i, p in enumerate(pairs, 1) if p.get("cpu_s", {}).get("other_s", 0) >
+            0.1 * max(1.0, p.get("wall_s", 0))]
+    if busy:
+        L += ["", "**Other processes shared the 2 vCPUs** during %s: %s CPU s in all, while the "
+              "worker used %s; those figures are slower and noisier than a quiet machine's." % (
+                  ", ".join("#%d (%s, run %d)" % (i, p["kind"], p["run"]) for i, p in busy),
+                  " + ".join("%.1f" % p["cpu_s"]["other_s"] for _, p in busy),
+                  " + ".join("%.1f" % p["cpu_s"]["worker_s"] for _, p in busy))]
     return L

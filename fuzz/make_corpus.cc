@@ -105,6 +105,9 @@ const std::vector<std::pair<std::string, std::string>> kIndexEdits = {
     {"sql-insert-slice", "INSERT INTO slices SELECT id + 100, tensor_id, offsets, lengths, elements, file "
                          "FROM slices WHERE id = 1"},
     {"sql-drop-index", "DROP INDEX chunks_by_slice"},
+    // An incremental checkpoint's chunk in an earlier checkpoint's file, and one that escapes.
+    {"sql-chunk-ref", "UPDATE chunks SET file = '../step-1/shard-0.tsr' WHERE rowid = 2"},
+    {"sql-chunk-ref-escape", "UPDATE chunks SET file = '../../etc/passwd' WHERE rowid = 3"},
 };
 
 // Bytes of `values` as the local API's bodies carry them (host order).
