@@ -5,6 +5,8 @@ checkpoints, and deleting the one whose files later saves use keeps those files.
 import glob
 import os
 
+import numpy as np
+from safetensors_files import read_safetensors
 from test_save_restore import each
 
 
@@ -65,6 +67,15 @@ def test_a_save_writes_what_changed_and_restores_whole(cluster, client, mesh4):
     assert each(ms, lambda rank, m: m.restore(2)) == [2] * 4
     assert all((head == 1.0 + rank).all() for rank, (_, head) in enumerate(arrays))
     assert client.verify(mesh, 2).wait(timeout=30)["result"]["ok"]
+    # An export reads it whole too, its base's chunks from the retired dir.
+    out = os.path.join(cluster.dir, "export-%s" % mesh)
+    assert client.export(mesh, 2, out).wait(timeout=60)["state"] == "succeeded"
+    tensors = {}
+    for f in glob.glob(os.path.join(out, "*.safetensors")):
+        tensors.update(read_safetensors(f)[0])
+    want_base = np.concatenate([np.full((16, 256), r + 0.5, np.float32) for r in range(4)])
+    want_head = np.concatenate([np.full((2, 16), 1.0 + r, np.float32) for r in range(4)])
+    assert (tensors["base"][1] == want_base).all() and (tensors["head"][1] == want_head).all()
 
     # A full save refers to nothing; once step 2 goes too, step 1's files go.
     save(ms, 3, full=True)
