@@ -54,8 +54,10 @@ Json IndexJson(const std::string& dir, const CheckpointIndex& index) {
           {"created_at_ms", m.created_at_ms},
           {"metadata", m.metadata},
           {"files", index.files()},
+          {"referenced_files", index.referenced_files()},
           {"logical_bytes", index.logical_bytes()},
           {"stored_bytes", index.stored_bytes()},
+          {"referenced_bytes", index.referenced_bytes()},
           {"tensors", tensors}};
 }
 
@@ -90,6 +92,10 @@ int RunInspect(const std::string& path, bool json) {
               index->tensors().size(), index->files().size(),
               HumanBytes(index->logical_bytes()).c_str(), HumanBytes(index->stored_bytes()).c_str(),
               Ratio(index->logical_bytes(), index->stored_bytes()));
+  if (const auto refs = index->referenced_files(); !refs.empty()) {
+    std::printf("  incremental: %s of it in %zu files of earlier checkpoints (%s ...)\n\n",
+                HumanBytes(index->referenced_bytes()).c_str(), refs.size(), refs[0].c_str());
+  }
   std::printf("%-28s %-9s %-14s %-20s %6s %6s %10s %10s %6s\n", "TENSOR", "DTYPE", "SHAPE",
               "LAYOUT", "SLICES", "CHUNKS", "LOGICAL", "STORED", "RATIO");
   for (const auto& t : index->tensors()) {
