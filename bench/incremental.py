@@ -22,7 +22,8 @@ even runs, which also make the incremental mesh first), so that both meet the sa
 disk: this VM's disk moves between ~1 GB/s and ~0.35 GB/s within a series of 1 GiB
 saves, which one series after the other cannot tell from a 3 % difference. Compression
 is the default, zstd (the float codec on float32). Per save: the time from save() to
-the commit (handle.wait()), save() alone, the worker's snapshot_ms, the checkpoint's
+the commit (handle.wait()), save() alone, the worker's snapshot_ms and its CPU time
+(user + system, /proc) from save() to the commit, the checkpoint's
 stored_bytes and referenced_bytes from tesserad (written = stored − referenced), and
 how much the checkpoint root grew on disk (st_size of every file, os.walk) from before
 save() to after the commit. After the saves, each mesh's last step is restored into
@@ -216,14 +217,17 @@ class Bench:
     def save(self, ck, mesh, mode, step):
         """One timed save, from save() to its commit, with what it wrote."""
         files0, size0, alloc0 = tree_bytes(self.root)
+        cpu0 = cpu_s(self.pids[1])
         t0 = time.perf_counter()
         h = ck.save(step, full=True) if mode == "full" else ck.save(step, full_every=FULL_EVERY)
         t1 = time.perf_counter()
         h.wait(timeout=600)
         t2 = time.perf_counter()
+        cpu1 = cpu_s(self.pids[1])
         files1, size1, alloc1 = tree_bytes(self.root)
         c = self.client.checkpoint(mesh, step)
         return {"save": step, "commit_s": t2 - t0, "save_call_s": t1 - t0,
+                "worker_cpu_s": cpu1 - cpu0,
                 "snapshot_ms": h.snapshot_ms, "logical_bytes": c.get("logical_bytes"),
                 "stored_bytes": c["stored_bytes"], "referenced_bytes": c["referenced_bytes"],
                 "written_bytes": c["stored_bytes"] - c["referenced_bytes"],

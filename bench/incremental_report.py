@@ -74,7 +74,7 @@ GOALS = [
     ("finetune", "save() → commit, s", "commit_s", 1.0, 3, lambda f, i: f / i,
      lambda r: "%.2f× faster" % r, "≥ %.0f× faster" % SPEEDUP_GOAL,
      lambda r: r >= SPEEDUP_GOAL, lambda q: 1 / q, True),
-    ("pretrain", "(every byte changes) save() → commit, s", "commit_s", 1.0, 3,
+    ("pretrain", "save() → commit (every byte changes), s", "commit_s", 1.0, 3,
      lambda f, i: i / f, lambda r: "%+.1f %%" % (100 * (r - 1)),
      "≤ +%.0f %%" % (100 * (OVERHEAD_GOAL - 1)), lambda r: r <= OVERHEAD_GOAL, lambda q: q, True),
 ]
@@ -134,6 +134,8 @@ def _detail(pairs, n):
              full.values("save_call_s", scale=1e-3), incr.values("save_call_s", scale=1e-3), 1),
             ("%s: the worker's snapshot_ms" % later, full.values("snapshot_ms"),
              incr.values("snapshot_ms"), 1),
+            ("%s: the worker's CPU from save() to the commit, s" % later,
+             full.values("worker_cpu_s"), incr.values("worker_cpu_s"), 3),
             ("%s: bytes written (stored − referenced), MiB" % later,
              full.values("written_bytes", scale=MIB), incr.values("written_bytes", scale=MIB), 1),
             ("%s: referenced_bytes, MiB" % later, full.values("referenced_bytes", scale=MIB),
@@ -228,9 +230,9 @@ def markdown(rows):
           "both series at once on two fresh meshes of the one worker, with the same state and "
           "updates, their saves interleaved step by step: full first at odd steps of run 1 and "
           "second at even ones, the other way round in run 2 (whose incremental mesh is also "
-          "made first), so that both meet the same disk: a full save took %.2f–%.2f s here, "
-          "the same bytes, moving within a series, which one series after the other could not "
-          "tell from 3 %%. Per save: the time from "
+          "made first), so that both meet the same disk: a full save of the same bytes took "
+          "anywhere from %.2f to %.2f s in this run, moving within a series, which one series "
+          "after the other could not tell from a 3 %% difference. Per save: the time from "
           "`save()` to the commit (`handle.wait()`); bytes written = tesserad's `stored_bytes − "
           "referenced_bytes` of the checkpoint; root growth = the checkpoint root's files "
           "(`os.walk`, `st_size`) after the commit less before `save()` (the new shard, its index "
@@ -255,8 +257,16 @@ def markdown(rows):
           "(run 1 / 2 …) | same step | goal | verdict |",
           "|---|---:|---:|---:|---|---|---|---|"]
     L += goal_rows
-    L += ["", "%d of %d goals met." % (sum(1 for v in verdicts if v), len(verdicts)), "",
-          "### Full and incremental side by side", ""]
+    L += ["", "%d of %d goals met." % (sum(1 for v in verdicts if v), len(verdicts))]
+    steps = _same_step(pairs, "pretrain", "commit_s")
+    if steps and (max(steps) - 1 > 3 * (OVERHEAD_GOAL - 1) or 1 - min(steps) > 3 * (
+            OVERHEAD_GOAL - 1)):
+        L += ["", "The pretrain goal allows +%.0f %%, while the two saves of one step (the same "
+              "bytes, back to back) differed by %+.0f %% to %+.0f %% in this run: its verdict "
+              "lies within this VM's noise, and another run may well flip it (more saves or "
+              "--runs narrow it)." % (
+                  100 * (OVERHEAD_GOAL - 1), 100 * (min(steps) - 1), 100 * (max(steps) - 1))]
+    L += ["", "### Full and incremental side by side", ""]
     L += _detail(pairs, n)
     L += ["", "### Every run, in the order run", ""]
     L += _pairs_table(pairs, n)
