@@ -55,10 +55,11 @@ TEST(TaskDelivery, LostPollAnswersAreAnsweredAgainAndEachTaskRunsOnce) {
   const std::string log = ReadLog(c->server_log());
   EXPECT_EQ(CountLines(log, "fault injection: dropped a poll answer"), kDropped) << log;
   // Each worker's tasks: the self-test's mesh_init, the save's snapshot (which writes, and
-  // whose answer is the join), the restore.
+  // whose answer is the join), the save's end (save_ended: its next save builds on this
+  // one), the restore.
   for (int w = 0; w < 2; ++w) {
     const Json h = Health(*c, w);
-    EXPECT_EQ(h.value("tasks_started", -1), 3) << "worker " << w << ": " << h.dump();
+    EXPECT_EQ(h.value("tasks_started", -1), 4) << "worker " << w << ": " << h.dump();
     EXPECT_EQ(h.value("tasks_repeated", -1), 0) << "worker " << w << ": " << h.dump();
   }
 }
