@@ -106,8 +106,16 @@ Result<std::string> SaveTransaction::Commit() {
 
 void SaveTransaction::Abandon() {
   // A retired checkpoint's dir (an object store's staging prefix) keeps the files later
-  // checkpoints refer to: the garbage collector sweeps it, never wholesale.
-  if (IsRetired(env_, staging_)) return;
+  // checkpoints refer to: the garbage collector sweeps it, never wholesale. One listing
+  // tells; a store that cannot be listed now leaves it to the collector too.
+  auto names = env_->ListDir(staging_);
+  if (!names.ok()) {
+    if (names.status().code() != Code::kNotFound && !env_->IsObjectStore(staging_)) {
+      (void)env_->DeleteTree(staging_);
+    }
+    return;
+  }
+  if (std::find(names->begin(), names->end(), kRetiredFile) != names->end()) return;
   (void)env_->DeleteTree(staging_);
 }
 

@@ -43,8 +43,8 @@ class SaveTransaction {
                      const Json& metadata, const std::set<int64_t>& bases = {});
   // Makes the checkpoint visible; the committed dir.
   Result<std::string> Commit();
-  // Removes the staging dir (nothing if it is gone). Never fails the caller: what
-  // cannot be removed now is the garbage collector's.
+  // Removes the staging dir (nothing if it is gone; never a retired checkpoint's). Never
+  // fails the caller: what cannot be removed now is the garbage collector's.
   void Abandon();
 
  private:

@@ -119,6 +119,11 @@ def wait_writing(c, mesh, host):
                lambda: c.client.jobs(mesh=mesh))
 
 
+# How long a deposed or cut-off leader may take to stop: its store requests in flight
+# give up within their retry budget (30 s each), two of them one after the other at most.
+STOP_S = 120
+
+
 def mid_save(c, mesh, host):
     """Step 1 of `mesh` committed, then every trainer's save of step 2 started, with
     `host`'s worker holding its write for 3 s: (the leader's host, the trainers), once
@@ -240,7 +245,7 @@ def test_leader_paused_mid_save_then_resumed(ha):
     # Resumed after the takeover, it commits, deletes and collects nothing: it stops.
     before = len(c.procs[old].text())
     c.procs[old].kill(signal.SIGCONT)
-    assert c.procs[old].popen.wait(60) == 3, c.procs[old].text()[-3000:]
+    assert c.procs[old].popen.wait(STOP_S) == 3, c.procs[old].text()[-3000:]
     resumed = c.procs[old].text()[before:]
     assert "garbage collected" not in resumed, resumed
     expect_taken_over(c, "hp", savers, new)
@@ -253,8 +258,10 @@ def test_leader_cut_off_mid_save(ha):
     c.hosts.link_down(old)
     try:
         new = c.wait_leader(exclude=old)
-        # Cut off from etcd for a whole lease, it stops on its own.
-        assert c.procs[old].popen.wait(60) == 3, c.procs[old].text()[-3000:]
+        # Cut off from etcd for a whole lease, it stops on its own, once the requests to its
+        # store that it has in flight (the failed save's cleanup, a fence check) have given
+        # up: each within the S3 client's 30 s budget (TESSERA_S3_RETRY_MS).
+        assert c.procs[old].popen.wait(STOP_S) == 3, c.procs[old].text()[-3000:]
     finally:
         c.hosts.link_up(old)
     assert re.search(r"etcd|deposed", c.procs[old].text()), c.procs[old].text()[-2000:]
