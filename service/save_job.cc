@@ -244,7 +244,6 @@ void Service::AbandonSave(const JobSpec& spec, const Status& st) {
     events_.Publish("checkpoint", c->Summary());
   }
   if (spec.staging_id.empty()) AbortOnWorkers(spec.mesh, spec.id, /*collective=*/false, st);
-  checkpoints_.ReleaseBases(spec.mesh.mesh.name, spec.step, spec.id);
   SaveTransactionOf(spec).Abandon();
   // Workers still writing when the job failed may leave files behind it.
   CollectGarbageSoon();

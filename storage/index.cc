@@ -207,7 +207,7 @@ Status CheckpointIndex::LoadSlices(SqliteDb& db, const std::string& path,
     if (!offsets.ok() || !lengths.ok() || offsets->size() != tensor.meta.shape.size() ||
         lengths->size() != tensor.meta.shape.size() ||
         !Contains(FullSlice(tensor.meta.shape), SliceSpec{*offsets, *lengths}) ||
-        s.file.empty() || s.file.find('/') != std::string::npos || s.file[0] == '.') {
+        !IsPlainFileName(s.file)) {
       return fail("slice " + std::to_string(stmt->Int(0)) + " of tensor '" + tensor.meta.name +
                   "' is malformed");
     }

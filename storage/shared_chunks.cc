@@ -103,14 +103,14 @@ Status DeleteCheckpoint(Env* env, const std::string& root, const std::string& me
   const std::string prefix = dir + "/";
   auto first = live.lower_bound(prefix);
   const bool shared = first != live.end() && first->starts_with(prefix);
-  std::vector<std::string> removed;
-  if (!shared) {
-    RETURN_IF_ERROR(RemoveCheckpoint(env, root, mesh, step));
+  if (shared) {
+    RETURN_IF_ERROR(RetireCheckpoint(env, root, mesh, step).status());
   } else {
-    ASSIGN_OR_RETURN(dir, RetireCheckpoint(env, root, mesh, step));
-    RETURN_IF_ERROR(Sweep(env, {dir}, live, &removed));
+    RETURN_IF_ERROR(RemoveCheckpoint(env, root, mesh, step));
   }
-  // What the step alone referred to in retired dirs goes with it.
+  // The sweep of every retired dir: the step's own (what nothing uses goes), and what the
+  // step alone referred to in others.
+  std::vector<std::string> removed;
   ASSIGN_OR_RETURN(std::vector<std::string> retired, RetiredDirs(env, root, mesh));
   return Sweep(env, retired, live, &removed);
 }
