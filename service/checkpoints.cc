@@ -1,6 +1,9 @@
 // The checkpoints of a mesh: list, detail and delete of the catalog's (the records live in
 // the CheckpointRegistry, checkpoint_registry.h), and the reports of its memory tier (kept
 // in MemoryCheckpoints, memory_checkpoints.h), which the list and detail show too.
+#include <cstdio>
+#include <set>
+
 #include "api/names.h"
 #include "service/service.h"
 #include "storage/checkpoint_dir.h"
@@ -83,14 +86,33 @@ Result<Json> Service::KeepMemoryReport(const std::string& mesh,
 
 Status Service::DeleteCheckpoint(const std::string& mesh, const std::string& step_text) {
   ASSIGN_OR_RETURN(int64_t step, ParseStep(step_text));
+  MeshRoots::Turn turn = mesh_roots_.Take(mesh);
+  return DeleteInTurn(turn, step);
+}
+
+Status Service::DeleteInTurn(const MeshRoots::Turn& turn, int64_t step) {
+  const std::string& mesh = turn.mesh();
+  const std::string& root = options_.checkpoint_root;
   const std::string key = CheckpointRecord::Key(mesh, step);
   // From here no job can hold it, and no save can take its step, until EndDelete.
   RETURN_IF_ERROR(checkpoints_.BeginDelete(mesh, step).status());
+  std::set<std::string> live;
+  bool swept_ready = false;
   StateWrite w;
   w.what = "delete step " + std::to_string(step) + " of mesh " + mesh;  // fenced by WriteState
   w.root = [&]() -> Status {
-    Status st = storage::DeleteCheckpoint(env_, options_.checkpoint_root, mesh, step);
-    return st.code() == Code::kNotFound ? Status::Ok() : st;  // gone already: deleted
+    Status st = storage::RetireOrRemove(env_, root, mesh, step, &live);
+    swept_ready = st.ok();
+    if (st.ok() || st.code() == Code::kNotFound) return Status::Ok();  // gone already: deleted
+    // A failure after the change landed (the sync of a rename, say) still deleted the step:
+    // the catalog and memory follow the root, and the collector finishes the rest.
+    if (storage::CommittedDir(env_, root, mesh, step).status().code() == Code::kNotFound) {
+      std::fprintf(stderr, "%s: the step is gone from the root, though %s\n", w.what.c_str(),
+                   st.ToString().c_str());
+      CollectGarbageSoon();
+      return Status::Ok();
+    }
+    return st;
   };
   // No undo: deleted files do not come back, so memory follows the root.
   w.catalog = {{"checkpoints", key, std::nullopt}};
@@ -100,6 +122,16 @@ Status Service::DeleteCheckpoint(const std::string& mesh, const std::string& ste
   checkpoints_.EndDelete(key, deleted);
   RETURN_IF_ERROR(st);
   events_.Publish("checkpoint", {{"mesh", mesh}, {"step", step}, {"state", "deleted"}});
+  // The sweep decides from `live`, read in this turn: no checkpoint of the mesh committed
+  // or went since. Its failure leaves files the collector removes later, nothing more.
+  if (swept_ready) {
+    std::vector<std::string> removed;
+    if (Status swept = storage::SweepRetired(env_, root, mesh, live, &removed); !swept.ok()) {
+      std::fprintf(stderr, "%s: its sweep is left to the collector: %s\n", w.what.c_str(),
+                   swept.ToString().c_str());
+      CollectGarbageSoon();
+    }
+  }
   return Status::Ok();
 }
 

@@ -117,6 +117,9 @@ Result<Json> Service::RunJobIo(const JobSpec& spec, const JobAction& a) {
       return Json::object();
     }
     case IoKind::kCommit: {
+      // In the mesh's root turn: no delete's sweep decides from a root read before this
+      // commit, and no retention chooses between it and the release of its bases.
+      MeshRoots::Turn turn = mesh_roots_.Take(mesh);
       RETURN_IF_ERROR(Fence("commit step " + std::to_string(spec.step) + " of mesh " + mesh));
       ASSIGN_OR_RETURN(std::string dir, SaveTransactionOf(spec).Commit());
       // Committed, it keeps what it refers to itself: its bases may go.

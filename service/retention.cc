@@ -32,11 +32,15 @@ Result<Json> Service::PutRetention(const std::string& mesh, const Json& body) {
 }
 
 Status Service::ApplyRetention(const std::string& mesh) {
+  // The steps to prune are chosen in the turn that deletes them: a delete or a commit
+  // that came first is seen, and none comes between the choice and the deletes.
+  MeshRoots::Turn turn = mesh_roots_.Take(mesh);
   auto p = meshes_.Retention(mesh);
   if (!p) return Status::Ok();
   const std::vector<int64_t> doomed = StepsToPrune(checkpoints_.CommittedSteps(mesh), *p);
   for (int64_t step : doomed) {
-    RETURN_IF_ERROR(DeleteCheckpoint(mesh, std::to_string(step)));
+    Status st = DeleteInTurn(turn, step);
+    if (!st.ok() && st.code() != Code::kNotFound) return st;
   }
   return Status::Ok();
 }

@@ -219,7 +219,7 @@ Status Service::Recover() {
   auto removed = storage::CollectGarbage(
       env_, options_.checkpoint_root, [this](const storage::StagingRef& s) { return KeepStaging(s); });
   if (!removed.ok()) return removed.status().WithContext("garbage collection at startup");
-  auto swept = storage::SweepRetired(env_, options_.checkpoint_root);
+  auto swept = SweepRetiredDirs();
   if (!swept.ok()) return swept.status().WithContext("garbage collection at startup");
   return RebuildFromRoot();
 }
@@ -278,7 +278,7 @@ Result<Json> Service::CollectGarbage() {
   auto keep = [this](const storage::StagingRef& s) { return KeepStaging(s); };
   ASSIGN_OR_RETURN(auto removed, storage::CollectGarbage(env_, options_.checkpoint_root, keep));
   // Retired checkpoints' files that no committed checkpoint refers to any more.
-  ASSIGN_OR_RETURN(auto swept, storage::SweepRetired(env_, options_.checkpoint_root));
+  ASSIGN_OR_RETURN(auto swept, SweepRetiredDirs());
   removed.insert(removed.end(), swept.begin(), swept.end());
   ASSIGN_OR_RETURN(auto docs, storage::PruneMeshDocs(env_, options_.checkpoint_root));
   removed.insert(removed.end(), docs.begin(), docs.end());
@@ -287,6 +287,19 @@ Result<Json> Service::CollectGarbage() {
   removed.insert(removed.end(), epochs.begin(), epochs.end());
   for (const auto& path : removed) std::fprintf(stderr, "garbage collected %s\n", path.c_str());
   return Json{{"removed", removed}};
+}
+
+Result<std::vector<std::string>> Service::SweepRetiredDirs() {
+  std::vector<std::string> removed;
+  const std::string& root = options_.checkpoint_root;
+  if (!env_->IsObjectStore(root) && !env_->IsDirectory(root)) return removed;
+  ASSIGN_OR_RETURN(std::vector<std::string> meshes, storage::ListMeshDirs(env_, root));
+  for (const std::string& mesh : meshes) {
+    MeshRoots::Turn turn = mesh_roots_.Take(mesh);
+    ASSIGN_OR_RETURN(std::vector<std::string> swept, storage::SweepRetired(env_, root, mesh));
+    removed.insert(removed.end(), swept.begin(), swept.end());
+  }
+  return removed;
 }
 
 Status Service::Fence(const std::string& what) const {

@@ -38,6 +38,7 @@
 #include "service/job_machine.h"
 #include "service/job_registry.h"
 #include "service/memory_checkpoints.h"
+#include "service/mesh_roots.h"
 #include "service/mesh_registry.h"
 #include "service/metrics.h"
 #include "service/records.h"
@@ -149,7 +150,11 @@ class Service {
   // newer step is held. Checks its workers against the mesh's.
   Result<Json> ReportMemoryCheckpoints(const std::string& mesh,
                                        const Result<MemoryCheckpointReport>& report);
+  // In the mesh's root turn (mesh_roots.h), so no commit, retention or sweep of the mesh
+  // runs meanwhile.
   Status DeleteCheckpoint(const std::string& mesh, const std::string& step);
+  // Root turns of `mesh` taken and not yet passed: tests wait on it to see a writer queued.
+  uint64_t RootTurnsQueued(const std::string& mesh) { return mesh_roots_.Queued(mesh); }
   // Removes what failed saves left in the checkpoint root (never a running
   // save's staging): {"removed": [paths]}.
   Result<Json> CollectGarbage();
@@ -288,7 +293,14 @@ class Service {
   void SetCheckpointState(const std::string& key, CheckpointState state);
   // Pushes an in-loop save's end (committed, or its error) to every worker of its mesh.
   void TellSaveEnded(const JobSpec& spec, const Status& st);
+  // Takes the mesh's root turn, chooses the steps to prune and deletes them in it.
   Status ApplyRetention(const std::string& mesh);
+  // The delete of committed `step`, in `turn` (its mesh's): the root, then the catalog,
+  // then memory; then the sweep of the mesh's retired dirs, whose failure is logged and
+  // left to the collector (the step is deleted either way).
+  Status DeleteInTurn(const MeshRoots::Turn& turn, int64_t step);
+  // The collector's sweep of every mesh's retired dirs, each in its mesh's turn.
+  Result<std::vector<std::string>> SweepRetiredDirs();
 
   ServiceOptions options_;
   Clock* const clock_;
@@ -304,6 +316,7 @@ class Service {
   MeshRegistry meshes_;
   WriteTurns mesh_writes_;  // every change of a mesh, one at a time (root → catalog → memory)
   CheckpointRegistry checkpoints_;
+  MeshRoots mesh_roots_;  // every change of a mesh's checkpoints in the root, one at a time
   MemoryCheckpoints memory_checkpoints_;  // in memory only: rank 0 reports it again
   JobRegistry jobs_{&events_, clock_};
 

@@ -97,9 +97,11 @@ Result<std::vector<FragmentSlice>> FragmentFromJson(const Json& j) {
     auto file = RequiredString(e, "file");
     if (!file.ok()) return Bad(file.status().message(), i, name);
     s.file = std::move(*file);
-    if (s.file.empty() || s.file.size() > 255 || s.file.find('/') != std::string::npos ||
-        s.file == "." || s.file == "..") {
-      return Bad("file must be a plain file name", i, name);
+    // The index reader's rule (chunk_ref.h): what a merge takes, a reader opens.
+    if (!IsPlainFileName(s.file)) {
+      return Bad("file must be a plain file name (not empty, no '/', not starting with '.', at "
+                 "most 255 bytes)",
+                 i, name);
     }
     const Json& chunks = e["chunks"];
     if (!chunks.is_array()) return Bad("chunks must be a list", i, name);

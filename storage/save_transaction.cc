@@ -33,6 +33,8 @@ Status SaveTransaction::Stage() { return CreateStaging(env_, root_, mesh_.name, 
 
 Status SaveTransaction::Merge(const std::vector<std::string>& fragments, const Json& metadata) {
   CheckpointMeta meta{mesh_, step_, metadata.is_null() ? Json::object() : metadata, WallMs()};
+  // As MergeSlices: an import (or a local save) commits no step that is retired.
+  RETURN_IF_ERROR(CheckNotRetired(env_, root_, mesh_.name, step_));
   RETURN_IF_ERROR(MergeFragments(env_, staging_, fragments, meta));
   // What a control plane rebuilding its catalog reads instead of the index.
   return WriteSummary(env_, staging_);

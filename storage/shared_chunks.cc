@@ -97,22 +97,29 @@ Result<std::set<std::string>> LiveReferences(Env* env, const std::string& root,
   return live;
 }
 
-Status DeleteCheckpoint(Env* env, const std::string& root, const std::string& mesh, int64_t step) {
+Status RetireOrRemove(Env* env, const std::string& root, const std::string& mesh, int64_t step,
+                      std::set<std::string>* live) {
   ASSIGN_OR_RETURN(std::string dir, CommittedDir(env, root, mesh, step));
-  ASSIGN_OR_RETURN(std::set<std::string> live, LiveReferences(env, root, mesh, step));
+  ASSIGN_OR_RETURN(*live, LiveReferences(env, root, mesh, step));
   const std::string prefix = dir + "/";
-  auto first = live.lower_bound(prefix);
-  const bool shared = first != live.end() && first->starts_with(prefix);
-  if (shared) {
-    RETURN_IF_ERROR(RetireCheckpoint(env, root, mesh, step).status());
-  } else {
-    RETURN_IF_ERROR(RemoveCheckpoint(env, root, mesh, step));
+  auto first = live->lower_bound(prefix);
+  if (first != live->end() && first->starts_with(prefix)) {
+    return RetireCheckpoint(env, root, mesh, step).status();
   }
-  // The sweep of every retired dir: the step's own (what nothing uses goes), and what the
-  // step alone referred to in others.
-  std::vector<std::string> removed;
+  return RemoveCheckpoint(env, root, mesh, step);
+}
+
+Status SweepRetired(Env* env, const std::string& root, const std::string& mesh,
+                    const std::set<std::string>& live, std::vector<std::string>* removed) {
   ASSIGN_OR_RETURN(std::vector<std::string> retired, RetiredDirs(env, root, mesh));
-  return Sweep(env, retired, live, &removed);
+  return Sweep(env, retired, live, removed);
+}
+
+Status DeleteCheckpoint(Env* env, const std::string& root, const std::string& mesh, int64_t step) {
+  std::set<std::string> live;
+  RETURN_IF_ERROR(RetireOrRemove(env, root, mesh, step, &live));
+  std::vector<std::string> removed;
+  return SweepRetired(env, root, mesh, live, &removed);
 }
 
 Result<std::vector<std::string>> SweepRetired(Env* env, const std::string& root,

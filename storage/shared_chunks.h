@@ -25,10 +25,24 @@ Result<std::set<std::string>> LiveReferences(Env* env, const std::string& root,
                                              const std::string& mesh,
                                              std::optional<int64_t> except = std::nullopt);
 
-// Deletes committed `step` of `mesh`. When later checkpoints refer to some of its files,
-// it is retired (checkpoint_dir.h) and only those files stay; then every retired dir of
-// the mesh loses what nothing refers to any more (what `step` alone referred to).
-// not_found when the step is not committed.
+// Every function here that changes the root REQUIRES the mesh's root turn
+// (service/mesh_roots.h) or a process that alone uses the root: a sweep decides from the
+// committed checkpoints it reads, which must not change until it is done.
+
+// The root change of a delete of committed `step` of `mesh`: when later checkpoints
+// refer to some of its files, it is retired (checkpoint_dir.h) and only those files stay;
+// else it is removed whole. `*live` is then what the mesh's other committed checkpoints
+// refer to: what the sweep after it keeps. not_found when the step is not committed.
+Status RetireOrRemove(Env* env, const std::string& root, const std::string& mesh, int64_t step,
+                      std::set<std::string>* live);
+
+// Removes from every retired dir of `mesh` the files not in `live`, and the dir itself
+// once none is left; appends the paths removed to `removed`.
+Status SweepRetired(Env* env, const std::string& root, const std::string& mesh,
+                    const std::set<std::string>& live, std::vector<std::string>* removed);
+
+// RetireOrRemove, then the sweep of every retired dir of the mesh: the step's own (what
+// nothing uses goes), and what the step alone referred to in others.
 Status DeleteCheckpoint(Env* env, const std::string& root, const std::string& mesh, int64_t step);
 
 // Removes from every retired dir under `root` (or of `mesh`) the files no committed

@@ -87,7 +87,18 @@ void FaultEnv::Reset() {
   ops_ = 0;
 }
 
+void FaultEnv::SetHook(Hook hook) {
+  MutexLock lock(hook_mu_);
+  hook_ = hook ? std::make_shared<const Hook>(std::move(hook)) : nullptr;
+}
+
 Status FaultEnv::Tick(Op op, const std::string& path, uint64_t bytes) {
+  std::shared_ptr<const Hook> hook;
+  {
+    MutexLock lock(hook_mu_);
+    hook = hook_;
+  }
+  if (hook) (*hook)(op, path);
   const uint64_t n = ++ops_;
   const uint64_t fail_at = fail_at_.load();
   if (fail_at != 0 && (n == fail_at || (n > fail_at && sticky_.load()))) {

@@ -4,7 +4,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
 
+#include "api/thread_annotations.h"
 #include "storage/env.h"
 
 namespace tessera::storage {
@@ -27,6 +31,11 @@ class FaultEnv : public EnvWrapper {
   // Every Append fails with ENOSPC once `bytes` in total have been appended.
   void FailAfterBytes(uint64_t bytes);
   void Reset();
+  // Called with every mutating operation before it reaches the base Env (and before the
+  // fault choice), on the thread that makes it: an interleaving test pauses one
+  // operation at one of its steps here while another runs. Null: none. Reset keeps it.
+  using Hook = std::function<void(Op op, const std::string& path)>;
+  void SetHook(Hook hook) EXCLUDES(hook_mu_);
   // Mutating operations seen since construction or Reset().
   uint64_t ops() const { return ops_.load(); }
   // True once an injected failure has fired.
@@ -55,6 +64,8 @@ class FaultEnv : public EnvWrapper {
   std::atomic<bool> fired_{false};
   std::atomic<uint64_t> byte_limit_{0};
   std::atomic<uint64_t> bytes_{0};
+  Mutex hook_mu_;  // for the pointer alone: the hook runs outside it
+  std::shared_ptr<const Hook> hook_ GUARDED_BY(hook_mu_);
 };
 
 }  // namespace tessera::storage

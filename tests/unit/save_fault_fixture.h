@@ -11,10 +11,13 @@
 
 #include <chrono>
 #include <memory>
+#include <set>
 #include <thread>
 
 #include "api/clock.h"
 #include "storage/checkpoint_dir.h"
+#include "storage/chunk_ref.h"
+#include "storage/index.h"
 #include "storage/local_checkpoint.h"
 #include "storage/rank_writer.h"
 #include "storage/save_plan.h"
@@ -212,6 +215,38 @@ class SaveFaults : public ::testing::Test {
     auto names = env_.ListDir(storage::MeshDir(opts_.checkpoint_root, "m"));
     ASSERT_TRUE(names.ok()) << when;
     for (const auto& n : *names) EXPECT_NE(n[0], '.') << when << ": " << n;
+  }
+
+  // The shard files on disk are exactly those the committed checkpoints refer to.
+  void ExpectOnlyReferenced(const std::string& when) {
+    const std::string mesh_dir = storage::MeshDir(opts_.checkpoint_root, "m");
+    std::set<std::string> referenced;
+    auto steps = storage::ListSteps(&env_, opts_.checkpoint_root, "m");
+    ASSERT_TRUE(steps.ok()) << when;
+    for (int64_t step : *steps) {
+      auto dir = storage::CommittedDir(&env_, opts_.checkpoint_root, "m", step);
+      ASSERT_TRUE(dir.ok()) << when;
+      auto index = storage::CheckpointIndex::Open(&env_, *dir);
+      ASSERT_TRUE(index.ok()) << when << ": " << index.status().ToString();
+      for (const auto& f : index->files()) referenced.insert(storage::JoinPath(*dir, f));
+      for (const auto& f : index->referenced_files()) {
+        referenced.insert(storage::ResolveChunkFile(*dir, f));
+      }
+    }
+    std::set<std::string> on_disk;
+    auto names = env_.ListDir(mesh_dir);
+    ASSERT_TRUE(names.ok()) << when;
+    for (const std::string& n : *names) {
+      EXPECT_NE(n[0], '.') << when << ": " << n;
+      const std::string dir = storage::JoinPath(mesh_dir, n);
+      if (!env_.IsDirectory(dir)) continue;
+      auto files = env_.ListDir(dir);
+      ASSERT_TRUE(files.ok()) << when;
+      for (const std::string& f : *files) {
+        if (f.ends_with(".tsr")) on_disk.insert(storage::JoinPath(dir, f));
+      }
+    }
+    EXPECT_EQ(on_disk, referenced) << when;
   }
 
   ::tessera::testing::TempDir tmp_{"tessera_save_faults"};  // goes last

@@ -1,0 +1,236 @@
+// Interleavings of the changes of one mesh's checkpoints in the root (docs/semantics.md,
+// S9), through the seam of the root's Env: one operation is paused at one of its steps
+// (FaultEnv's hook) while another runs, then let go. Whatever the order, every checkpoint
+// listed as committed restores bit for bit, and what a retention or delete reports is
+// what happened. On the path tesserad takes (save_fault_fixture.h: the Service with three
+// in-process workers that write incrementally, as agents do).
+#include <atomic>
+#include <future>
+#include <string>
+
+#include "tests/unit/eventually.h"
+#include "tests/unit/save_fault_fixture.h"
+
+namespace tessera::service {
+namespace {
+
+using storage::FaultEnv;
+using testing::SaveFaults;
+using testing::State;
+using ::tessera::testing::Eventually;
+
+// Holds the first mutating operation that `match` picks until Release(): its thread waits
+// in the Env, in the middle of whatever it was doing. The hook owns what it uses, so an
+// operation that comes after the Pause is gone finds nothing to wait for.
+class Pause {
+ public:
+  using Match = std::function<bool(FaultEnv::Op, const std::string&)>;
+  Pause(FaultEnv* env, Match match) : env_(env), gate_(std::make_shared<Gate>()) {
+    gate_->match = std::move(match);
+    env_->SetHook([gate = gate_](FaultEnv::Op op, const std::string& path) { gate->Hold(op, path); });
+  }
+  ~Pause() {
+    env_->SetHook(nullptr);
+    Release();
+  }
+  // True once an operation is held (false after the test's patience ran out).
+  bool WaitHeld() {
+    MutexLock lock(gate_->mu);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!gate_->held) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      gate_->cv.WaitFor(gate_->mu, std::chrono::milliseconds(50));
+    }
+    return true;
+  }
+  void Release() {
+    {
+      MutexLock lock(gate_->mu);
+      gate_->released = true;
+    }
+    gate_->cv.NotifyAll();
+  }
+
+ private:
+  struct Gate {
+    Match match;
+    Mutex mu;
+    CondVar cv;
+    bool held GUARDED_BY(mu) = false;
+    bool released GUARDED_BY(mu) = false;
+    void Hold(FaultEnv::Op op, const std::string& path) {
+      MutexLock lock(mu);
+      if (held || released || !match(op, path)) return;
+      held = true;
+      cv.NotifyAll();
+      while (!released) cv.Wait(mu);
+    }
+  };
+  FaultEnv* env_;
+  std::shared_ptr<Gate> gate_;
+};
+
+bool Removing(FaultEnv::Op op, const std::string& path, const std::string& what) {
+  return op == FaultEnv::Op::kDelete && path.find(what) != std::string::npos;
+}
+
+class RootInterleavings : public SaveFaults {
+ protected:
+  // x changes from a to b, r never does: b's saves refer to a's file for r.
+  const State zero_{7, 3}, a_{1, 9}, b_{2, 9};
+
+  void SetPolicy(int64_t keep_last, int64_t every) {
+    auto set = service_->PutRetention("m", {{"keep_last", keep_last}, {"keep_every_n_steps", every}});
+    ASSERT_TRUE(set.ok()) << set.status().ToString();
+  }
+  void SaveOk(int64_t step, const State& state, bool full) {
+    Serve(state, /*incremental=*/true);
+    Json job = Save(step, full);
+    ASSERT_EQ(job["state"], "succeeded") << job.dump();
+    WaitForBases(step);
+  }
+  // Until `done` or another writer of the mesh's root waits for the held one's turn.
+  void WaitQueuedOrDone(const std::future<Json>& done) {
+    ASSERT_TRUE(Eventually([&] {
+      return done.wait_for(std::chrono::seconds(0)) == std::future_status::ready ||
+             service_->RootTurnsQueued("m") >= 2;
+    }));
+  }
+};
+
+// A delete's sweep decides from the references it read; a save that commits meanwhile
+// refers to its base's own files, and its retention retires that base. Swept with what
+// the delete read, the base's files would go, and the new checkpoint with them.
+TEST_F(RootInterleavings, ADeletesSweepNeverRemovesFilesACommitMeanwhileReferredTo) {
+  SetPolicy(/*keep_last=*/1, /*every=*/100);  // step 0 stays; the rest keep one
+  SaveOk(0, zero_, /*full=*/true);
+  SaveOk(1, a_, true);
+  SaveOk(2, b_, false);  // refers to step 1's r; retention retires step 1
+  Serve(b_, true);       // step 3 changes nothing: it refers to step 2's x and step 1's r
+
+  // The delete of step 0 (nothing refers to it: removed whole) is held after it read the
+  // live references, at the removal of its dir, before its sweep.
+  Pause pause(&env_, [](FaultEnv::Op op, const std::string& path) {
+    return Removing(op, path, "/.deleting-0-");
+  });
+  auto deleted = std::async(std::launch::async, [&] { return service_->DeleteCheckpoint("m", "0"); });
+  ASSERT_TRUE(pause.WaitHeld());
+  auto saved = std::async(std::launch::async, [&] { return Save(3); });
+  WaitQueuedOrDone(saved);
+  pause.Release();
+  ASSERT_TRUE(deleted.get().ok());
+  Json job = saved.get();
+  ASSERT_EQ(job["state"], "succeeded") << job.dump();
+
+  ExpectWhole(3, b_, "after the delete's sweep");
+  EXPECT_EQ(storage::CommittedDir(&env_, opts_.checkpoint_root, "m", 2).status().code(),
+            Code::kNotFound)
+      << "retention kept step 2";
+  ASSERT_TRUE(service_->CollectGarbage().ok());
+  ExpectWhole(3, b_, "after a collection");
+  ExpectOnlyReferenced("after a collection");
+}
+
+// The collector's sweep reads the retired dirs and the references; a commit and its
+// retention meanwhile retire the base the commit refers to.
+TEST_F(RootInterleavings, TheCollectorsSweepNeverRemovesFilesACommitMeanwhileReferredTo) {
+  SetPolicy(1, 0);
+  SaveOk(1, a_, true);
+  SaveOk(2, b_, false);  // step 1 retired: step 2 refers to its r
+  // A leftover for the collector to remove first: it is held there, mid-collection.
+  ASSERT_TRUE(env_.CreateDirs(storage::StagingDir(opts_.checkpoint_root, "m", 1, "gone")).ok());
+  Serve(b_, true);
+  Pause pause(&env_, [](FaultEnv::Op op, const std::string& path) {
+    return (op == FaultEnv::Op::kDelete || op == FaultEnv::Op::kRename) &&
+           path.find(".staging-1-gone") != std::string::npos;
+  });
+  auto collected = std::async(std::launch::async, [&] { return service_->CollectGarbage(); });
+  ASSERT_TRUE(pause.WaitHeld());
+  auto saved = std::async(std::launch::async, [&] { return Save(3); });
+  WaitQueuedOrDone(saved);
+  pause.Release();
+  ASSERT_TRUE(collected.get().ok());
+  Json job = saved.get();
+  ASSERT_EQ(job["state"], "succeeded") << job.dump();
+  ExpectWhole(3, b_, "after the collection");
+  ASSERT_TRUE(service_->CollectGarbage().ok());
+  ExpectWhole(3, b_, "after another collection");
+  ExpectOnlyReferenced("after another collection");
+}
+
+// Retention chooses its steps in the turn that deletes them: a REST delete of one of them
+// that came first is seen, not met half-way (a 404 from the retention's PUT before).
+TEST_F(RootInterleavings, RetentionAfterADeleteOfOneOfItsStepsPrunesTheRestWithoutError) {
+  SaveOk(1, a_, true);
+  SaveOk(2, b_, true);
+  SaveOk(3, a_, true);
+  Pause pause(&env_, [](FaultEnv::Op op, const std::string& path) {
+    return Removing(op, path, "/.deleting-1-");
+  });
+  auto deleted = std::async(std::launch::async, [&] { return service_->DeleteCheckpoint("m", "1"); });
+  ASSERT_TRUE(pause.WaitHeld());
+  auto retained = std::async(std::launch::async, [&] {
+    auto r = service_->PutRetention("m", {{"keep_last", 1}});
+    return r.ok() ? Json() : ErrorBody(r.status());
+  });
+  ASSERT_TRUE(Eventually([&] {
+    return retained.wait_for(std::chrono::seconds(0)) == std::future_status::ready ||
+           service_->RootTurnsQueued("m") >= 2;
+  }));
+  pause.Release();
+  ASSERT_TRUE(deleted.get().ok());
+  Json error = retained.get();
+  EXPECT_TRUE(error.is_null()) << error.dump();
+  EXPECT_EQ(*storage::ListSteps(&env_, opts_.checkpoint_root, "m"), std::vector<int64_t>{3});
+  ExpectWhole(3, a_, "after retention");
+}
+
+// A commit whose retention prunes a step a REST delete is removing: the save's result
+// carries no retention error, and retention does not prune past its policy.
+TEST_F(RootInterleavings, ACommitsRetentionAfterADeleteOfItsStepKeepsThePolicy) {
+  SetPolicy(2, 0);
+  SaveOk(1, a_, true);
+  SaveOk(2, b_, true);
+  Serve(a_, true);
+  Pause pause(&env_, [](FaultEnv::Op op, const std::string& path) {
+    return Removing(op, path, "/.deleting-2-");
+  });
+  auto deleted = std::async(std::launch::async, [&] { return service_->DeleteCheckpoint("m", "2"); });
+  ASSERT_TRUE(pause.WaitHeld());
+  auto saved = std::async(std::launch::async, [&] { return Save(3, /*full=*/true); });
+  WaitQueuedOrDone(saved);
+  pause.Release();
+  ASSERT_TRUE(deleted.get().ok());
+  Json job = saved.get();
+  ASSERT_EQ(job["state"], "succeeded") << job.dump();
+  EXPECT_FALSE(job["result"].contains("retention_error")) << job.dump();
+  // Deleted 2 first, then 3 committed: keep_last 2 keeps 1 and 3.
+  EXPECT_EQ(*storage::ListSteps(&env_, opts_.checkpoint_root, "m"), (std::vector<int64_t>{1, 3}));
+}
+
+// A delete whose change of the root landed but whose sync failed: the step is gone from
+// the root, so the catalog and memory say so too (they said committed before).
+TEST_F(RootInterleavings, ADeleteWhoseRenameLandedButWhoseSyncFailedIsADelete) {
+  SaveOk(1, a_, true);
+  SaveOk(2, b_, true);
+  std::atomic<bool> renamed{false};
+  env_.SetHook([&](FaultEnv::Op op, const std::string& path) {
+    if (op == FaultEnv::Op::kRename && path.find("/step-1") != std::string::npos) renamed = true;
+  });
+  // The rename is the next mutating I/O of the delete, its directory's sync the one after.
+  env_.FailAt(2, FaultEnv::Kind::kIoError);
+  Status st = service_->DeleteCheckpoint("m", "1");
+  env_.SetHook(nullptr);
+  env_.Reset();
+  ASSERT_TRUE(renamed);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(storage::CommittedDir(&env_, opts_.checkpoint_root, "m", 1).status().code(),
+            Code::kNotFound);
+  EXPECT_EQ(service_->GetCheckpoint("m", "1").status().code(), Code::kNotFound);
+  ExpectWhole(2, b_, "after the delete");
+  ASSERT_TRUE(service_->CollectGarbage().ok());
+  ExpectOnlyReferenced("after a collection");
+}
+
+}  // namespace
+}  // namespace tessera::service
