@@ -125,9 +125,15 @@ Result<Json> Service::RunJobIo(const JobSpec& spec, const JobAction& a) {
       // Committed, it keeps what it refers to itself: its bases may go.
       if (!a.bases.empty()) checkpoints_.ReleaseBases(mesh, spec.step, spec.id);
       ASSIGN_OR_RETURN(Json summary, storage::ReadSummary(env_, dir));
-      return RecordCommitted(spec, summary, a.plan);
+      Json committed = RecordCommitted(spec, summary, a.plan);
+      // Its workers hear of it now, before its retention: their next saves build on it.
+      if (!spec.staging_id.empty()) TellSaveEnded(spec, Status::Ok());
+      return committed;
     }
     case IoKind::kRetention: {
+      // A save's workers were told of its commit (below): retention waits for their word
+      // on what they build on since, so it takes no base of a save still in flight.
+      if (!spec.staging_id.empty()) AwaitBasesHeard(spec);
       Status retained = ApplyRetention(mesh);
       if (retained.ok()) return Json::object();
       return Json{{"retention_error", ErrorBody(retained)["error"]}};

@@ -34,7 +34,10 @@ void Service::FinishJob(const JobSpec& spec, const Status& status, Json result) 
   }
   // Every save's workers hear its end: a trainer waits for it, and a worker's next save
   // builds on this one once it committed (worker/save_bases.h).
-  if (ended.joined || job.kind == "save") TellSaveEnded(spec, status);
+  // A committed one's were told at its commit (job_loop.cc).
+  const auto c = checkpoints_.Get(CheckpointRecord::Key(spec.mesh.mesh.name, spec.step));
+  const bool told = c && c->job == spec.id && c->state == CheckpointState::kCommitted;
+  if ((ended.joined || job.kind == "save") && !told) TellSaveEnded(spec, status);
   std::fprintf(stderr, "job %s (%s %s step %lld) %s%s\n", job.id.c_str(), job.kind.c_str(),
                job.mesh.c_str(), static_cast<long long>(job.step), StateString(job.state).c_str(),
                status.ok() ? "" : (": " + status.message()).c_str());

@@ -1,6 +1,7 @@
 // Retention: a mesh's policy (keep_last, keep_every_n_steps), applied after each
 // committed save and when the policy changes.
 #include <algorithm>
+#include <cstdio>
 
 #include "service/service.h"
 
@@ -37,12 +38,43 @@ Status Service::ApplyRetention(const std::string& mesh) {
   MeshRoots::Turn turn = mesh_roots_.Take(mesh);
   auto p = meshes_.Retention(mesh);
   if (!p) return Status::Ok();
-  const std::vector<int64_t> doomed = StepsToPrune(checkpoints_.CommittedSteps(mesh), *p);
+  const std::vector<int64_t> committed = checkpoints_.CommittedSteps(mesh);
+  const std::vector<int64_t> doomed = StepsToPrune(committed, *p);
+  if (doomed.empty()) return Status::Ok();
+  auto m = meshes_.Get(mesh);
+  const std::optional<int64_t> floor =
+      m.ok() ? base_use_.Floor(m->workers, mesh, [&](int64_t s) { return SaveMayCommit(mesh, s); })
+             : std::nullopt;
   for (int64_t step : doomed) {
+    if (floor && step >= *floor) continue;  // a save may still build on it: a later retention's
     Status st = DeleteInTurn(turn, step);
     if (!st.ok() && st.code() != Code::kNotFound) return st;
   }
   return Status::Ok();
+}
+
+void Service::AwaitBasesHeard(const JobSpec& spec) {
+  const std::string& mesh = spec.mesh.mesh.name;
+  auto p = meshes_.Retention(mesh);
+  if (!p || StepsToPrune(checkpoints_.CommittedSteps(mesh), *p).empty()) return;
+  std::vector<std::string> live;
+  for (const std::string& w : spec.mesh.workers) {
+    auto record = workers_.Get(w);
+    if (record && record->state != WorkerState::kDead) live.push_back(w);
+  }
+  if (!base_use_.WaitHeard(live, mesh, spec.step, options_.lease_ms)) {
+    std::fprintf(stderr, "job %s: not every worker of mesh %s said within a lease what it builds "
+                 "on; retention keeps what their last word says they may\n", spec.id.c_str(),
+                 mesh.c_str());
+  }
+}
+
+bool Service::SaveMayCommit(const std::string& mesh, int64_t step) const {
+  if (auto c = checkpoints_.Get(CheckpointRecord::Key(mesh, step))) {
+    return c->state != CheckpointState::kCommitted && c->state != CheckpointState::kFailed;
+  }
+  const std::vector<int64_t> steps = checkpoints_.CommittedSteps(mesh);
+  return steps.empty() || step > steps.back();
 }
 
 }  // namespace tessera::service

@@ -42,6 +42,10 @@ Result<PollRequest> PollRequestOf(const Request& req) {
     (std::string_view(key) == "ack" ? poll.ack : poll.meshes.emplace()) = static_cast<uint64_t>(v);
   }
   poll.queue = req.Query("queue").value_or("");
+  if (auto bases = req.Query("bases")) {
+    ASSIGN_OR_RETURN(Json j, ParseStrictJson(*bases, "bases"));
+    ASSIGN_OR_RETURN(poll.bases, BaseReportFromJson(j));
+  }
   return poll;
 }
 

@@ -213,35 +213,46 @@ void Service::SetCheckpointState(const std::string& key, CheckpointState state) 
 Json Service::RecordCommitted(const JobSpec& spec, const Json& summary,
                               const std::vector<storage::PlannedSlice>& plan) {
   const int64_t duration_ms = clock_->WallMs() - jobs_.StartedMs(spec.id);
-  auto c = checkpoints_.Update(CheckpointRecord::Key(spec.mesh.mesh.name, spec.step),
-                               [&](CheckpointRecord& r) {
-                                 r.TakeSummary(summary);
-                                 r.duration_ms = duration_ms;
-                                 r.state = CheckpointState::kCommitted;
-                               });
+  auto change = [&](CheckpointRecord& r) {
+    r.TakeSummary(summary);
+    r.duration_ms = duration_ms;
+    r.state = CheckpointState::kCommitted;
+  };
+  // The catalog, then memory (state_write.h): the root committed it, so memory follows
+  // even when the catalog refuses; that failure is noted (/healthz) and in the result.
+  const std::string key = CheckpointRecord::Key(spec.mesh.mesh.name, spec.step);
+  std::optional<CheckpointRecord> c = checkpoints_.Get(key);
   if (!c) return Json::object();
-  (void)PersistCheckpoint(*c);
+  change(*c);
+  const Status stored = PersistCheckpoint(*c);
+  c = checkpoints_.Update(key, change);
+  if (!c) return Json::object();
   events_.Publish("checkpoint", c->Summary());
   metrics_.ObserveSave(c->duration_ms / 1000.0, c->logical_bytes);
-  return {{"checkpoint", c->Summary()},
-          {"bytes_per_rank", storage::BytesPerRank(spec.mesh.mesh, plan)}};
+  Json out = {{"checkpoint", c->Summary()},
+              {"bytes_per_rank", storage::BytesPerRank(spec.mesh.mesh, plan)}};
+  if (!stored.ok()) out["catalog_error"] = ErrorBody(stored)["error"];
+  return out;
 }
 
 // A failed save: the checkpoint is marked failed, the staging dir goes, and the GC
 // runs once late writers must have stopped. (A late writer's join is refused, and it
 // removes its own file; see JoinSave.)
 void Service::AbandonSave(const JobSpec& spec, const Status& st) {
-  bool changed = false;
-  auto c = checkpoints_.Update(CheckpointRecord::Key(spec.mesh.mesh.name, spec.step),
-                               [&](CheckpointRecord& r) {
-                                 if (r.state == CheckpointState::kCommitted || r.job != spec.id) return;
-                                 r.state = CheckpointState::kFailed;
-                                 r.error = ErrorBody(st)["error"];
-                                 changed = true;
-                               });
-  if (c && changed) {
+  const std::string key = CheckpointRecord::Key(spec.mesh.mesh.name, spec.step);
+  auto mine = [&](const CheckpointRecord& r) {
+    return r.state != CheckpointState::kCommitted && r.job == spec.id;
+  };
+  auto fail = [&](CheckpointRecord& r) {
+    if (!mine(r)) return;
+    r.state = CheckpointState::kFailed;
+    r.error = ErrorBody(st)["error"];
+  };
+  // The catalog, then memory, as every record (its failure is noted: /healthz).
+  if (std::optional<CheckpointRecord> c = checkpoints_.Get(key); c && mine(*c)) {
+    fail(*c);
     (void)PersistCheckpoint(*c);
-    events_.Publish("checkpoint", c->Summary());
+    if ((c = checkpoints_.Update(key, fail))) events_.Publish("checkpoint", c->Summary());
   }
   if (spec.staging_id.empty()) AbortOnWorkers(spec.mesh, spec.id, /*collective=*/false, st);
   SaveTransactionOf(spec).Abandon();

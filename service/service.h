@@ -30,6 +30,7 @@
 #include "api/status.h"
 #include "api/task_protocol.h"
 #include "api/thread_annotations.h"
+#include "service/base_use.h"
 #include "service/catalog.h"
 #include "service/checkpoint_registry.h"
 #include "service/coordination.h"
@@ -293,8 +294,15 @@ class Service {
   void SetCheckpointState(const std::string& key, CheckpointState state);
   // Pushes an in-loop save's end (committed, or its error) to every worker of its mesh.
   void TellSaveEnded(const JobSpec& spec, const Status& st);
-  // Takes the mesh's root turn, chooses the steps to prune and deletes them in it.
+  // Takes the mesh's root turn, chooses the steps to prune and deletes them in it; a step
+  // a worker's save may still build on (BaseUse::Floor) waits for a later retention.
   Status ApplyRetention(const std::string& mesh);
+  // Before a committed save's retention: until its live workers said they heard of the
+  // commit (at most a lease), when the policy would prune something.
+  void AwaitBasesHeard(const JobSpec& spec);
+  // Whether a save of `step` of `mesh` may still commit: running, or not yet known here
+  // and newer than every committed step.
+  bool SaveMayCommit(const std::string& mesh, int64_t step) const;
   // The delete of committed `step`, in `turn` (its mesh's): the root, then the catalog,
   // then memory; then the sweep of the mesh's retired dirs, whose failure is logged and
   // left to the collector (the step is deleted either way).
@@ -317,6 +325,7 @@ class Service {
   WriteTurns mesh_writes_;  // every change of a mesh, one at a time (root → catalog → memory)
   CheckpointRegistry checkpoints_;
   MeshRoots mesh_roots_;  // every change of a mesh's checkpoints in the root, one at a time
+  BaseUse base_use_{clock_};  // what the workers' saves build on, from their long-polls
   MemoryCheckpoints memory_checkpoints_;  // in memory only: rank 0 reports it again
   JobRegistry jobs_{&events_, clock_};
 

@@ -18,6 +18,7 @@
 #include "api/json_codec.h"
 #include "api/status.h"
 #include "api/thread_annotations.h"
+#include "service/base_use.h"
 #include "service/records.h"
 
 namespace tessera::service {
@@ -42,6 +43,8 @@ struct PollRequest {
   // only runs tasks), so they neither wake nor go with its answers.
   std::optional<uint64_t> meshes;
   std::string queue;    // the queue those numbers belong to (empty: none yet)
+  // What its saves build on (base_use.h); none: a client that sends no report.
+  std::optional<BaseReport> bases = std::nullopt;
 };
 
 // A long-poll's answer: every task above the ack, none removed.

@@ -66,6 +66,7 @@ Result<Json> Service::Heartbeat(const std::string& id) {
 
 Result<Json> Service::PollTasks(const std::string& id, PollRequest request) {
   request.wait_ms = std::clamp<int64_t>(request.wait_ms, 0, options_.max_wait_ms);
+  if (request.bases) base_use_.Put(id, std::move(*request.bases));
   ASSIGN_OR_RETURN(PollAnswer a, workers_.Poll(id, request, clock_->MonoMs()));
   // Delivered is running: the worker reports only the outcome and progress.
   jobs_.MarkDelivered(a.tasks);

@@ -144,7 +144,8 @@ void Agent::TaskLoop() {
     }
     auto r = control_.Wait("GET",
                            ControlPlane::WorkerPath(id_) + "/tasks?wait_ms=" +
-                               std::to_string(kPollMs) + feed_.Query(),
+                               std::to_string(kPollMs) + feed_.Query() + "&bases=" +
+                               http::PercentEncode(save_bases_.Report().dump()),
                            nullptr, kPollMs);
     if (!r.ok()) {
       MutexLock lock(mu_);
@@ -168,6 +169,12 @@ void Agent::TaskLoop() {
             Report(tid, ReportState::kFailed, 0, 0, nullptr, st.WithContext("unreadable task"));
           });
         }
+        continue;
+      }
+      // A save's end is taken in before the next poll, whose report (the bases) then says
+      // what this worker builds on since: retention waits for that (docs/semantics.md, S9).
+      if (task->kind == TaskKind::kSaveEnded) {
+        Execute(*task);
         continue;
       }
       task_threads_.Spawn([this, t = std::move(*task)] { Execute(t); });

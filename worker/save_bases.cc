@@ -19,6 +19,8 @@ std::shared_ptr<const SaveBase> SaveBases::For(const std::string& mesh, const Sa
   MutexLock lock(mu_);
   auto it = bases_.find(mesh);
   if (it == bases_.end() || it->second.base->depth + 1 >= request.full_every) return nullptr;
+  // Reported from now until the save's end: retention keeps the base meanwhile.
+  building_[{mesh, request.step}] = it->second.base->step;
   return it->second.base;
 }
 
@@ -40,6 +42,11 @@ void SaveBases::Wrote(const std::string& mesh, int64_t step, const std::string& 
 
 void SaveBases::Ended(const std::string& mesh, int64_t step, bool committed) {
   MutexLock lock(mu_);
+  building_.erase({mesh, step});
+  if (committed) {
+    auto [h, fresh] = heard_.emplace(mesh, step);
+    if (!fresh && h->second < step) h->second = step;
+  }
   auto it = pending_.find({mesh, step});
   if (!committed) {
     // It may have failed for its base (deleted meanwhile): the next save writes every chunk.
@@ -62,6 +69,18 @@ int64_t SaveBases::BaseStep(const std::string& mesh) {
   MutexLock lock(mu_);
   auto it = bases_.find(mesh);
   return it == bases_.end() ? -1 : it->second.base->step;
+}
+
+Json SaveBases::Report() {
+  Json out = Json::object();
+  MutexLock lock(mu_);
+  for (const auto& [mesh, step] : heard_) out[mesh] = {{"heard", step}, {"saves", Json::array()}};
+  for (const auto& [key, base] : building_) {
+    Json& m = out[key.first];
+    if (!m.contains("heard")) m = {{"heard", -1}, {"saves", Json::array()}};
+    m["saves"].push_back({key.second, base});
+  }
+  return out;
 }
 
 }  // namespace tessera::worker

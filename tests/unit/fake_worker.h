@@ -20,10 +20,13 @@ class FakeWorker {
  public:
   using Answer = std::function<Json(const Json& task)>;
   // `ended`, when given, is shown each save_ended task (a save's end).
+  // `bases`, when given, is what each long-poll reports the worker's saves build on
+  // (worker::SaveBases::Report), as an agent's polls do.
   FakeWorker(Service* service, std::string id, Answer answer,
-             std::function<void(const Json& task)> ended = nullptr)
+             std::function<void(const Json& task)> ended = nullptr,
+             std::function<Json()> bases = nullptr)
       : service_(service), id_(std::move(id)), answer_(std::move(answer)),
-        ended_(std::move(ended)), thread_([this] { Loop(); }) {}
+        ended_(std::move(ended)), bases_(std::move(bases)), thread_([this] { Loop(); }) {}
   ~FakeWorker() {
     stop_ = true;
     thread_.join();
@@ -36,6 +39,10 @@ class FakeWorker {
  private:
   void Loop() {
     while (!stop_) {
+      if (bases_) {
+        auto report = BaseReportFromJson(bases_());
+        if (report.ok()) poll_.bases = std::move(*report);
+      }
       auto tasks = service_->PollTasks(id_, poll_);
       if (!tasks.ok()) continue;
       // What the agent sends back (worker/task_feed.h): its tasks are then dropped.
@@ -84,6 +91,7 @@ class FakeWorker {
   std::string id_;
   Answer answer_;
   std::function<void(const Json&)> ended_;
+  std::function<Json()> bases_;
   PollRequest poll_{100, 0, std::nullopt, ""};  // the loop's alone
   std::atomic<bool> stop_{false};
   std::mutex mu_;

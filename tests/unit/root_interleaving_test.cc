@@ -208,6 +208,49 @@ TEST_F(RootInterleavings, ACommitsRetentionAfterADeleteOfItsStepKeepsThePolicy) 
   EXPECT_EQ(*storage::ListSteps(&env_, opts_.checkpoint_root, "m"), (std::vector<int64_t>{1, 3}));
 }
 
+// A save whose snapshot came before its workers heard of the commit before it builds on
+// the one before that. That commit's retention waits for the workers' word (their polls'
+// reports) and keeps the older base while the save is in flight; the save commits, and
+// its own retention prunes both (before, it failed `conflict`: its base was gone).
+TEST_F(RootInterleavings, RetentionKeepsTheBaseOfASaveInFlight) {
+  SetPolicy(1, 0);
+  SaveOk(1, a_, true);
+  // Step 3's snapshot, in the loop, before step 2 is saved: each worker builds on step 1.
+  SaveRequest three;
+  three.step = 3;
+  three.compress = false;
+  three.wait_for_trainer = true;  // as a trainer's save in the loop asks
+  std::vector<std::shared_ptr<const worker::SaveBase>> early;
+  for (int r = 0; r < testing::kRanks; ++r) {
+    early.push_back(bases_[r]->For("m", three));
+    ASSERT_NE(early.back(), nullptr);
+    ASSERT_EQ(early.back()->step, 1);
+  }
+  SaveOk(2, b_, false);  // x changed: only step 2's r refers to step 1
+  EXPECT_EQ(*storage::ListSteps(&env_, opts_.checkpoint_root, "m"), (std::vector<int64_t>{1, 2}))
+      << "retention took the base of a save in flight";
+  // Step 3's workers write (x back to a: every chunk is step 1's) and join now.
+  for (int r = 0; r < testing::kRanks; ++r) {
+    auto joined = testing::WriteAndJoin(service_.get(), &env_, a_, r, three, "", early[r],
+                                        bases_[r].get(), opts_.checkpoint_root);
+    ASSERT_TRUE(joined.ok()) << "rank " << r << ": " << joined.status().ToString();
+  }
+  std::string job;
+  ASSERT_TRUE(Eventually([&] {
+    auto c = service_->GetCheckpoint("m", "3");
+    if (c.ok()) job = c->value("job", "");
+    return !job.empty();
+  }));
+  auto ended = service_->GetJob(job, 30000);
+  ASSERT_TRUE(ended.ok());
+  ASSERT_EQ((*ended)["state"], "succeeded") << ended->dump();
+  ExpectWhole(3, a_, "after its commit");
+  EXPECT_EQ(*storage::ListSteps(&env_, opts_.checkpoint_root, "m"), std::vector<int64_t>{3});
+  ASSERT_TRUE(service_->CollectGarbage().ok());
+  ExpectWhole(3, a_, "after a collection");
+  ExpectOnlyReferenced("after a collection");
+}
+
 // A delete whose change of the root landed but whose sync failed: the step is gone from
 // the root, so the catalog and memory say so too (they said committed before).
 TEST_F(RootInterleavings, ADeleteWhoseRenameLandedButWhoseSyncFailedIsADelete) {

@@ -54,40 +54,36 @@ inline SnapshotResult SnapshotOf(int64_t rank) {
   return s;
 }
 
-// What an agent does with a save's snapshot task: it plans from its snapshot, writes
-// its slices through `env` into the step's staging dir (against its base, when it
-// keeps `bases`), and joins the save (the Service method the join's route calls). No
-// report: the join is the answer.
-inline Json Answer(Service* service, storage::Env* env, const State& state, const Json& task_json,
-                   worker::SaveBases* bases = nullptr, const std::string& root = "") {
-  auto task = TaskFromJson(task_json);
-  if (!task.ok()) return TaskReportToJson({ReportState::kFailed, 0, 0, nullptr, task.status()});
-  if (task->kind != TaskKind::kSnapshot) return Json();
+// What an agent does once it snapshotted `state` for a save of `request.step` (rank
+// `rank`, REST save `job`, or "" in the loop): it plans from its snapshot, writes its
+// slices through `env` into the step's staging dir (against `base`, when given; `bases`
+// hears what it wrote), and joins the save (the Service method the join's route calls).
+inline Result<std::pair<int, Json>> WriteAndJoin(Service* service, storage::Env* env, const State& state, int64_t rank,
+                         const SaveRequest& request, const std::string& job,
+                         std::shared_ptr<const worker::SaveBase> base, worker::SaveBases* bases,
+                         const std::string& root) {
   SaveJoinRequest join;
-  join.save.step = task->step;
-  join.save.compress = task->compress;
-  join.save.full = task->full;
-  join.save.full_every = task->full_every;
-  join.worker = "w-" + std::to_string(task->rank);
-  join.job = task->job;
-  join.snapshot = SnapshotOf(task->rank);
+  join.save = request;
+  join.worker = "w-" + std::to_string(rank);
+  if (!job.empty()) join.job = job;  // none: a save in the loop
+  join.snapshot = SnapshotOf(rank);
   const std::vector<TensorMeta> metas = {kR, kX};  // by name, as a snapshot lists them
   std::vector<storage::SliceToWrite> slices;
   for (const auto& p : storage::PlanSave(kMesh, metas)) {
-    if (p.rank != task->rank) continue;
+    if (p.rank != rank) continue;
     const bool sharded = metas[p.tensor].name == "x";
     const std::string& global = sharded ? state.x : state.r;
     const size_t offset = static_cast<size_t>(p.slice.offsets[0]) * 4;
     slices.push_back({metas[p.tensor], p.slice, global.data() + offset, p.bytes, nullptr});
   }
-  std::shared_ptr<const worker::SaveBase> base = bases ? bases->For("m", join.save) : nullptr;
   for (auto& s : slices) s.base = base ? base->Find(s.tensor, s.slice) : nullptr;
+  const std::string staging = storage::StagingDir(root, "m", request.step, storage::kSaveStagingId);
   Result<storage::ShardWritten> w = storage::ShardWritten{};
   if (!slices.empty()) {
-    Status made = env->CreateDirs(task->staging);
+    Status made = env->CreateDirs(staging);
     // A tag of its own per step: an incremental save refers to the files of earlier ones.
-    w = made.ok() ? storage::WriteShard(env, task->staging,
-                                        storage::ShardFileName(task->rank, "t" + std::to_string(task->step)),
+    w = made.ok() ? storage::WriteShard(env, staging,
+                                        storage::ShardFileName(rank, "t" + std::to_string(request.step)),
                                         slices, storage::ShardOptions{})
                   : Result<storage::ShardWritten>(made);
   }
@@ -99,13 +95,30 @@ inline Json Answer(Service* service, storage::Env* env, const State& state, cons
       join.written->reused_bytes = w->reused_bytes;
     }
     if (bases) {
-      bases->Wrote("m", task->step, storage::SaveDirName(env, root, task->step), w->fragment,
+      bases->Wrote("m", request.step, storage::SaveDirName(env, root, request.step), w->fragment,
                    base.get());
     }
   } else {
     join.error = w.status();
   }
-  (void)service->JoinSave("m", join);
+  return service->JoinSave("m", join);
+}
+
+// What an agent does with a save's snapshot task: WriteAndJoin against its base (when it
+// keeps `bases`). No report: the join is the answer.
+inline Json Answer(Service* service, storage::Env* env, const State& state, const Json& task_json,
+                   worker::SaveBases* bases = nullptr, const std::string& root = "") {
+  auto task = TaskFromJson(task_json);
+  if (!task.ok()) return TaskReportToJson({ReportState::kFailed, 0, 0, nullptr, task.status()});
+  if (task->kind != TaskKind::kSnapshot) return Json();
+  SaveRequest request;
+  request.step = task->step;
+  request.compress = task->compress;
+  request.full = task->full;
+  request.full_every = task->full_every;
+  std::shared_ptr<const worker::SaveBase> base = bases ? bases->For("m", request) : nullptr;
+  (void)WriteAndJoin(service, env, state, task->rank, request, task->job, std::move(base), bases,
+                     root);
   return Json();
 }
 
@@ -161,7 +174,8 @@ class SaveFaults : public ::testing::Test {
           [bases](const Json& ended) {
             auto t = TaskFromJson(ended);
             if (bases && t.ok()) bases->Ended(t->mesh_name, t->step, t->error.ok());
-          }));
+          },
+          bases ? std::function<Json()>([bases] { return bases->Report(); }) : nullptr));
     }
   }
   // Until every worker's incremental saves build on `step` (its save_ended came).
