@@ -6,6 +6,7 @@ import glob
 import os
 
 import numpy as np
+from eventually import eventually
 from safetensors_files import read_safetensors
 from test_save_restore import each
 
@@ -92,3 +93,34 @@ def test_every_full_every_th_save_writes_every_chunk(client, mesh4):
         save(ms, step, full_every=2)
     referenced = [client.checkpoint(mesh, s)["referenced_bytes"] > 0 for s in range(1, 6)]
     assert referenced == [False, True, False, True, False]
+
+
+def test_back_to_back_saves_with_keep_last_1_all_commit(client, mesh4):
+    """A save taken before its workers heard that the one before committed builds on the
+    one before that; retention keeps that base while the save is in flight, so no save
+    fails for a base retention took (docs/semantics.md, S9)."""
+    mesh, ms = mesh4
+    arrays = attach(ms)
+    client.set_retention(mesh, keep_last=1)
+    handles, ends = [], []
+    for step in range(1, 25):
+        train(arrays, float(step))
+        handles.append(each(ms, lambda rank, m: m.save(step)))  # not waited for
+        if len(handles) > 2:  # two saves in flight (a worker takes 4 at most)
+            ends.append([h.wait(timeout=60) for h in handles.pop(0)])
+    ends += [[h.wait(timeout=60) for h in hs] for hs in handles]
+    failed = [(step + 1, e) for step, es in enumerate(ends) for e in es if e["state"] != "committed"]
+    assert not failed, failed
+    listed = client.checkpoints(mesh)
+    assert [c["step"] for c in listed][0] == 24
+    # What a retention kept for saves in flight goes by the next one's: one more save. A
+    # trainer hears of its commit before its retention, which then follows.
+    train(arrays, 25.0)
+    save(ms, 25)
+    eventually(lambda: [c["step"] for c in client.checkpoints(mesh)] == [25],
+               what="retention after step 25 keeps it alone")
+    train(arrays, 0.0)
+    assert each(ms, lambda rank, m: m.restore()) == [25] * 4
+    for rank, (base, head) in enumerate(arrays):
+        assert (base == rank + 0.5).all() and (head == 25.0 + rank).all()
+    assert client.verify(mesh, 25).wait(timeout=30)["result"]["ok"]
