@@ -115,6 +115,12 @@ TEST_F(Api, BadInputGetsTheRightError) {
       {"GET", "/api/v1/jobs/j-nope?wait_ms=abc", "", 400, "invalid_argument", "wait_ms"},
       {"POST", "/api/v1/jobs/j-nope/cancel", "{}", 404, "not_found", ""},
       {"GET", "/api/v1/workers/w-nope", "", 404, "not_found", ""},
+      // A long-poll's report of what its saves build on (service/base_use.h), malformed.
+      {"GET", "/api/v1/workers/w-nope/tasks?wait_ms=0&bases=%7B", "", 400, "invalid_argument", ""},
+      {"GET", "/api/v1/workers/w-nope/tasks?wait_ms=0&bases=%5B%5D", "", 400, "invalid_argument", "bases"},
+      {"GET", "/api/v1/workers/w-nope/tasks?wait_ms=0&bases=%7B%22m%22%3A5%7D", "", 400, "invalid_argument", "bases.m"},
+      {"GET", "/api/v1/workers/w-nope/tasks?wait_ms=0&bases=%7B%22m%22%3A%7B%22heard%22%3A%22x%22%7D%7D", "", 400, "invalid_argument", "bases.m.heard"},
+      {"GET", "/api/v1/workers/w-nope/tasks?wait_ms=0&bases=%7B%22m%22%3A%7B%22saves%22%3A%5B%5B1%5D%5D%7D%7D", "", 400, "invalid_argument", "bases.m.saves[0]"},
       {"POST", "/api/v1/workers", R"({"local_port":"x"})", 400, "invalid_argument", "local_port"},
       {"POST", "/api/v1/workers", R"({"local_port":70000})", 400, "invalid_argument", "local_port"},
       {"GET", "/api/v1/no/such/thing", "", 404, "not_found", "path"},
