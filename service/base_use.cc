@@ -7,6 +7,7 @@ namespace {
 
 constexpr size_t kMaxMeshes = 4096;
 constexpr size_t kMaxSaves = 4096;
+constexpr size_t kMaxEnded = 64;
 
 Status Bad(const std::string& field, const std::string& why) {
   return InvalidArgument("bases: " + field + " " + why, {{"field", "bases" + field}});
@@ -21,12 +22,22 @@ Result<BaseReport> BaseReportFromJson(const Json& j) {
   for (const auto& [mesh, m] : j.items()) {
     const std::string at = "." + mesh;
     if (!m.is_object()) return Bad(at, "must be an object");
-    const Json heard = m.value("heard", Json(-1));
-    if (!heard.is_number_integer() || heard.get<int64_t>() < -1) {
-      return Bad(at + ".heard", "must be a step (or -1)");
-    }
     BaseReport::Mesh& mine = out.meshes[mesh];
-    mine.heard = heard.get<int64_t>();
+    const Json base = m.value("base", Json(-1));
+    if (!base.is_number_integer() || base.get<int64_t>() < -1) {
+      return Bad(at + ".base", "must be a step (or -1)");
+    }
+    mine.base = base.get<int64_t>();
+    const Json ended = m.value("ended", Json::array());
+    if (!ended.is_array() || ended.size() > kMaxEnded) {
+      return Bad(at + ".ended", "must be a list of at most " + std::to_string(kMaxEnded) + " steps");
+    }
+    for (size_t i = 0; i < ended.size(); ++i) {
+      if (!ended[i].is_number_integer() || ended[i].get<int64_t>() < 0) {
+        return Bad(at + ".ended[" + std::to_string(i) + "]", "must be a step");
+      }
+      mine.ended.push_back(ended[i].get<int64_t>());
+    }
     const Json saves = m.value("saves", Json::array());
     if (!saves.is_array() || saves.size() > kMaxSaves) {
       return Bad(at + ".saves", "must be a list of at most " + std::to_string(kMaxSaves) + " saves");
@@ -65,7 +76,9 @@ bool BaseUse::WaitHeard(const std::vector<std::string>& workers, const std::stri
       auto it = workers_.find(w);
       if (it == workers_.end()) return true;
       auto m = it->second.meshes.find(mesh);
-      return m != it->second.meshes.end() && m->second.heard >= step;
+      if (m == it->second.meshes.end()) return false;
+      const std::vector<int64_t>& ended = m->second.ended;
+      return std::find(ended.begin(), ended.end(), step) != ended.end();
     });
     if (all) return true;
     if (clock_->MonoMs() >= deadline) return false;
@@ -85,7 +98,7 @@ std::optional<int64_t> BaseUse::Floor(const std::vector<std::string>& workers, c
       if (it == workers_.end()) continue;
       auto m = it->second.meshes.find(mesh);
       if (m == it->second.meshes.end()) continue;
-      if (m->second.heard >= 0) lower(m->second.heard);
+      if (m->second.base >= 0) lower(m->second.base);
       saves.insert(saves.end(), m->second.saves.begin(), m->second.saves.end());
     }
   }

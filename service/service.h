@@ -297,8 +297,8 @@ class Service {
   // Takes the mesh's root turn, chooses the steps to prune and deletes them in it; a step
   // a worker's save may still build on (BaseUse::Floor) waits for a later retention.
   Status ApplyRetention(const std::string& mesh);
-  // Before a committed save's retention: until its live workers said they heard of the
-  // commit (at most a lease), when the policy would prune something.
+  // Before a committed save's retention: until its live workers said they took in its
+  // end (at most a lease), when the policy would prune something.
   void AwaitBasesHeard(const JobSpec& spec);
   // Whether a save of `step` of `mesh` may still commit: running, or not yet known here
   // and newer than every committed step.

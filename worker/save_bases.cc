@@ -43,10 +43,9 @@ void SaveBases::Wrote(const std::string& mesh, int64_t step, const std::string& 
 void SaveBases::Ended(const std::string& mesh, int64_t step, bool committed) {
   MutexLock lock(mu_);
   building_.erase({mesh, step});
-  if (committed) {
-    auto [h, fresh] = heard_.emplace(mesh, step);
-    if (!fresh && h->second < step) h->second = step;
-  }
+  std::deque<int64_t>& ended = ended_[mesh];
+  ended.push_back(step);
+  if (ended.size() > kEndedReported) ended.pop_front();
   auto it = pending_.find({mesh, step});
   if (!committed) {
     // It may have failed for its base (deleted meanwhile): the next save writes every chunk.
@@ -74,12 +73,14 @@ int64_t SaveBases::BaseStep(const std::string& mesh) {
 Json SaveBases::Report() {
   Json out = Json::object();
   MutexLock lock(mu_);
-  for (const auto& [mesh, step] : heard_) out[mesh] = {{"heard", step}, {"saves", Json::array()}};
-  for (const auto& [key, base] : building_) {
-    Json& m = out[key.first];
-    if (!m.contains("heard")) m = {{"heard", -1}, {"saves", Json::array()}};
-    m["saves"].push_back({key.second, base});
-  }
+  auto of = [&](const std::string& mesh) -> Json& {
+    Json& m = out[mesh];
+    if (m.is_null()) m = {{"base", -1}, {"ended", Json::array()}, {"saves", Json::array()}};
+    return m;
+  };
+  for (const auto& [mesh, written] : bases_) of(mesh)["base"] = written.base->step;
+  for (const auto& [mesh, steps] : ended_) of(mesh)["ended"] = steps;
+  for (const auto& [key, base] : building_) of(key.first)["saves"].push_back({key.second, base});
   return out;
 }
 

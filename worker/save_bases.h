@@ -6,13 +6,15 @@
 // (save_ended); a failed save drops the base, so the next one writes every chunk.
 //
 // Its report (Report(), on every long-poll) tells tesserad what its saves may still build
-// on: per mesh the newest commit it heard of, and each save in flight with its base.
+// on: per mesh its base, the saves whose end it took in last, and each save in flight
+// with its base.
 // Retention prunes no step a worker may still build on (docs/semantics.md, S9).
 //
 // One lock, for the map alone: a save reads its base through a shared pointer.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -50,9 +52,11 @@ class SaveBases {
   void Ended(const std::string& mesh, int64_t step, bool committed) EXCLUDES(mu_);
   // The step of the mesh's base; -1 for none.
   int64_t BaseStep(const std::string& mesh) EXCLUDES(mu_);
-  // {mesh: {"heard": newest committed step heard of (-1: none), "saves": [[step, base
-  // step], ...]}}: each save whose base For() gave and whose end has not come yet.
+  // {mesh: {"base": its base's step (-1: none), "ended": [the steps of the newest
+  // kEndedReported ends taken in, committed or not], "saves": [[step, base step], ...]:
+  // each save whose base For() gave and whose end has not come yet}}.
   Json Report() EXCLUDES(mu_);
+  static constexpr size_t kEndedReported = 16;
 
  private:
   struct Written {
@@ -63,7 +67,7 @@ class SaveBases {
   uint64_t seq_ GUARDED_BY(mu_) = 0;
   std::map<std::string, Written> bases_ GUARDED_BY(mu_);  // by mesh
   std::map<std::pair<std::string, int64_t>, Written> pending_ GUARDED_BY(mu_);
-  std::map<std::string, int64_t> heard_ GUARDED_BY(mu_);  // by mesh
+  std::map<std::string, std::deque<int64_t>> ended_ GUARDED_BY(mu_);  // by mesh, newest last
   // By (mesh, step): the base step of each save in flight that For() gave one.
   std::map<std::pair<std::string, int64_t>, int64_t> building_ GUARDED_BY(mu_);
 };

@@ -119,7 +119,7 @@ TEST_F(Api, BadInputGetsTheRightError) {
       {"GET", "/api/v1/workers/w-nope/tasks?wait_ms=0&bases=%7B", "", 400, "invalid_argument", ""},
       {"GET", "/api/v1/workers/w-nope/tasks?wait_ms=0&bases=%5B%5D", "", 400, "invalid_argument", "bases"},
       {"GET", "/api/v1/workers/w-nope/tasks?wait_ms=0&bases=%7B%22m%22%3A5%7D", "", 400, "invalid_argument", "bases.m"},
-      {"GET", "/api/v1/workers/w-nope/tasks?wait_ms=0&bases=%7B%22m%22%3A%7B%22heard%22%3A%22x%22%7D%7D", "", 400, "invalid_argument", "bases.m.heard"},
+      {"GET", "/api/v1/workers/w-nope/tasks?wait_ms=0&bases=%7B%22m%22%3A%7B%22base%22%3A%22x%22%7D%7D", "", 400, "invalid_argument", "bases.m.base"},
       {"GET", "/api/v1/workers/w-nope/tasks?wait_ms=0&bases=%7B%22m%22%3A%7B%22saves%22%3A%5B%5B1%5D%5D%7D%7D", "", 400, "invalid_argument", "bases.m.saves[0]"},
       {"POST", "/api/v1/workers", R"({"local_port":"x"})", 400, "invalid_argument", "local_port"},
       {"POST", "/api/v1/workers", R"({"local_port":70000})", 400, "invalid_argument", "local_port"},
