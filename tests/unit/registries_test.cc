@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "api/clock.h"
+#include "service/base_use.h"
 #include "service/checkpoint_registry.h"
 #include "service/job_registry.h"
 #include "service/mesh_registry.h"
@@ -270,6 +271,53 @@ TEST(WorkerRegistry, APlacementChangeWakesAPoll) {
   EXPECT_EQ(waited->meshes, std::optional<uint64_t>(2));
   // Told: a worker that has version 2 waits again.
   EXPECT_FALSE(workers.Poll("w-a", PollRequest{0, 0, 2, "q-test"}, MonoMs())->meshes.has_value());
+}
+
+BaseReport Report(const Json& j) {
+  auto r = BaseReportFromJson(j);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? *r : BaseReport{};
+}
+
+TEST(BaseUse, TheFloorIsTheLowestBaseOfAWorkerOrOfASaveThatMayStillCommit) {
+  BaseUse use(RealClock());
+  auto open = [](int64_t step) { return step != 7; };  // step 7's save ended
+  EXPECT_EQ(use.Floor({"a", "b"}, "m", open), std::nullopt) << "no report: nothing is held";
+  use.Put("a", Report({{"m", {{"base", 6}, {"ended", {6}}, {"saves", {{7, 3}, {8, 5}}}}}}));
+  use.Put("b", Report({{"m", {{"base", 9}, {"ended", {9}}}}, {"other", {{"base", 1}}}}));
+  EXPECT_EQ(use.Floor({"a", "b"}, "m", open), 5);  // 7's base 3 no longer counts
+  EXPECT_EQ(use.Floor({"b"}, "m", open), 9);
+  EXPECT_EQ(use.Floor({"b"}, "other", open), 1);
+  use.Put("a", Report({{"m", {{"base", -1}}}}));  // a failed save dropped its base
+  EXPECT_EQ(use.Floor({"a"}, "m", open), std::nullopt);
+}
+
+TEST(BaseUse, AWaitEndsWhenEveryReportingWorkerTookTheEndInOrAtItsTimeout) {
+  BaseUse use(RealClock());
+  EXPECT_TRUE(use.WaitHeard({"silent"}, "m", 4, 0)) << "a worker that never reports is not waited for";
+  use.Put("a", Report({{"m", {{"ended", {3}}}}}));
+  EXPECT_FALSE(use.WaitHeard({"a"}, "m", 4, 1));
+  std::thread later([&] { use.Put("a", Report({{"m", {{"ended", {3, 5, 4}}}}})); });
+  EXPECT_TRUE(use.WaitHeard({"a", "silent"}, "m", 4, 60000));
+  later.join();
+}
+
+TEST(BaseUse, AMalformedReportNamesTheField) {
+  const std::pair<Json, std::string> cases[] = {
+      {Json::array(), "bases"},
+      {{{"m", 1}}, "bases.m"},
+      {{{"m", {{"base", -2}}}}, "bases.m.base"},
+      {{{"m", {{"ended", {1, -1}}}}}, "bases.m.ended[1]"},
+      {{{"m", {{"ended", Json(std::vector<int>(65, 1))}}}}, "bases.m.ended"},
+      {{{"m", {{"saves", {{1, 2, 3}}}}}}, "bases.m.saves[0]"},
+      {{{"m", {{"saves", {{1, "x"}}}}}}, "bases.m.saves[0]"},
+  };
+  for (const auto& [j, field] : cases) {
+    auto r = BaseReportFromJson(j);
+    ASSERT_FALSE(r.ok()) << j.dump();
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+    EXPECT_EQ(r.status().details().value("field", ""), field) << j.dump();
+  }
 }
 
 TEST(JobRegistry, ReportsReachTheRoundsJobAndLateOnesAreHarmless) {
