@@ -6,6 +6,7 @@
 #include <set>
 
 #include "storage/checkpoint_dir.h"
+#include "storage/fragment_json.h"
 #include "storage/chunk_ref.h"
 #include "storage/index.h"
 #include "storage/local_checkpoint.h"
@@ -156,6 +157,9 @@ TEST_F(Incremental, ADeleteKeepsWhatLaterCheckpointsUseAndTheLastReferenceFreesI
   // Its step cannot be saved again while its files are in use.
   SaveTransaction again(&env_, "root", kMesh, 1, kSaveStagingId);
   EXPECT_EQ(again.MergeSlices({}, Json::object()).code(), Code::kConflict);
+  // Nor imported (an import's merge takes fragment files), under any staging id.
+  SaveTransaction import(&env_, "root", kMesh, 1, "j-import");
+  EXPECT_EQ(import.Merge({}, Json::object()).code(), Code::kConflict);
   EXPECT_EQ(CreateStaging(&env_, "root", "m", 1, "j-1").code(), Code::kConflict);
   // The garbage collector keeps it, and the last reference's delete frees it.
   ASSERT_TRUE(SweepRetired(&env_, "root").ok());
@@ -189,6 +193,22 @@ TEST(ChunkRefs, OnlyAPlainFileOfACheckpointDirOfTheMeshIsAReference) {
   }
   EXPECT_EQ(ResolveChunkFile("s3://b/p/m/.staging-3-w", "../.staging-1-w/s.tsr"),
             "s3://b/p/m/.staging-1-w/s.tsr");
+}
+
+// A join's fragment names its shard files by the index reader's rule: a name the reader
+// would refuse is refused at the join, before anything is merged.
+TEST(FragmentJson, AShardFileNameTheIndexWouldRefuseIsRefused) {
+  FragmentSlice s{kB, FullSlice(kB.shape), "shard-0-x.tsr",
+                  {{0, {32, 100, 100, 7, Codec::kRaw}, ""}}};
+  ASSERT_TRUE(FragmentFromJson(FragmentToJson({s})).ok());
+  for (const std::string& bad :
+       std::vector<std::string>{".shard-0-x.tsr", "", "a/b", std::string(256, 'f')}) {
+    s.file = bad;
+    auto parsed = FragmentFromJson(FragmentToJson({s}));
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_EQ(parsed.status().code(), Code::kInvalidArgument) << bad;
+    EXPECT_FALSE(IsPlainFileName(bad)) << bad;
+  }
 }
 
 }  // namespace
