@@ -89,6 +89,29 @@ class RootInterleavings : public SaveFaults {
     ASSERT_EQ(job["state"], "succeeded") << job.dump();
     WaitForBases(step);
   }
+  // `first` runs until the operation `held` picks and is held there, while a save of
+  // `step` runs as far as it can (to its end, or to the root turn `first` holds); then both
+  // finish. The save's job; `first` succeeded.
+  Json SaveWhileHeld(Pause::Match held, const std::function<Status()>& first, int64_t step,
+                     bool full = false) {
+    Pause pause(&env_, std::move(held));
+    auto done = std::async(std::launch::async, first);
+    EXPECT_TRUE(pause.WaitHeld());
+    auto saved = std::async(std::launch::async, [&] { return Save(step, full); });
+    WaitQueuedOrDone(saved);
+    pause.Release();
+    Status st = done.get();
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return saved.get();
+  }
+  // `step` holds `state` (after `when`), and still does after a collection, which leaves
+  // exactly the files committed checkpoints refer to.
+  void ExpectWholeThroughACollection(int64_t step, const State& state, const std::string& when) {
+    ExpectWhole(step, state, when);
+    ASSERT_TRUE(service_->CollectGarbage().ok()) << when;
+    ExpectWhole(step, state, when + ", then a collection");
+    ExpectOnlyReferenced(when + ", then a collection");
+  }
   // Until `done` or another writer of the mesh's root waits for the held one's turn.
   void WaitQueuedOrDone(const std::future<Json>& done) {
     ASSERT_TRUE(Eventually([&] {
@@ -110,25 +133,14 @@ TEST_F(RootInterleavings, ADeletesSweepNeverRemovesFilesACommitMeanwhileReferred
 
   // The delete of step 0 (nothing refers to it: removed whole) is held after it read the
   // live references, at the removal of its dir, before its sweep.
-  Pause pause(&env_, [](FaultEnv::Op op, const std::string& path) {
-    return Removing(op, path, "/.deleting-0-");
-  });
-  auto deleted = std::async(std::launch::async, [&] { return service_->DeleteCheckpoint("m", "0"); });
-  ASSERT_TRUE(pause.WaitHeld());
-  auto saved = std::async(std::launch::async, [&] { return Save(3); });
-  WaitQueuedOrDone(saved);
-  pause.Release();
-  ASSERT_TRUE(deleted.get().ok());
-  Json job = saved.get();
+  Json job = SaveWhileHeld(
+      [](FaultEnv::Op op, const std::string& path) { return Removing(op, path, "/.deleting-0-"); },
+      [&] { return service_->DeleteCheckpoint("m", "0"); }, 3);
   ASSERT_EQ(job["state"], "succeeded") << job.dump();
-
-  ExpectWhole(3, b_, "after the delete's sweep");
   EXPECT_EQ(storage::CommittedDir(&env_, opts_.checkpoint_root, "m", 2).status().code(),
             Code::kNotFound)
       << "retention kept step 2";
-  ASSERT_TRUE(service_->CollectGarbage().ok());
-  ExpectWhole(3, b_, "after a collection");
-  ExpectOnlyReferenced("after a collection");
+  ExpectWholeThroughACollection(3, b_, "after the delete's sweep");
 }
 
 // The collector's sweep reads the retired dirs and the references; a commit and its
@@ -140,22 +152,14 @@ TEST_F(RootInterleavings, TheCollectorsSweepNeverRemovesFilesACommitMeanwhileRef
   // A leftover for the collector to remove first: it is held there, mid-collection.
   ASSERT_TRUE(env_.CreateDirs(storage::StagingDir(opts_.checkpoint_root, "m", 1, "gone")).ok());
   Serve(b_, true);
-  Pause pause(&env_, [](FaultEnv::Op op, const std::string& path) {
-    return (op == FaultEnv::Op::kDelete || op == FaultEnv::Op::kRename) &&
-           path.find(".staging-1-gone") != std::string::npos;
-  });
-  auto collected = std::async(std::launch::async, [&] { return service_->CollectGarbage(); });
-  ASSERT_TRUE(pause.WaitHeld());
-  auto saved = std::async(std::launch::async, [&] { return Save(3); });
-  WaitQueuedOrDone(saved);
-  pause.Release();
-  ASSERT_TRUE(collected.get().ok());
-  Json job = saved.get();
+  Json job = SaveWhileHeld(
+      [](FaultEnv::Op op, const std::string& path) {
+        return (op == FaultEnv::Op::kDelete || op == FaultEnv::Op::kRename) &&
+               path.find(".staging-1-gone") != std::string::npos;
+      },
+      [&] { return service_->CollectGarbage().status(); }, 3);
   ASSERT_EQ(job["state"], "succeeded") << job.dump();
-  ExpectWhole(3, b_, "after the collection");
-  ASSERT_TRUE(service_->CollectGarbage().ok());
-  ExpectWhole(3, b_, "after another collection");
-  ExpectOnlyReferenced("after another collection");
+  ExpectWholeThroughACollection(3, b_, "after the collection");
 }
 
 // Retention chooses its steps in the turn that deletes them: a REST delete of one of them
@@ -192,16 +196,9 @@ TEST_F(RootInterleavings, ACommitsRetentionAfterADeleteOfItsStepKeepsThePolicy) 
   SaveOk(1, a_, true);
   SaveOk(2, b_, true);
   Serve(a_, true);
-  Pause pause(&env_, [](FaultEnv::Op op, const std::string& path) {
-    return Removing(op, path, "/.deleting-2-");
-  });
-  auto deleted = std::async(std::launch::async, [&] { return service_->DeleteCheckpoint("m", "2"); });
-  ASSERT_TRUE(pause.WaitHeld());
-  auto saved = std::async(std::launch::async, [&] { return Save(3, /*full=*/true); });
-  WaitQueuedOrDone(saved);
-  pause.Release();
-  ASSERT_TRUE(deleted.get().ok());
-  Json job = saved.get();
+  Json job = SaveWhileHeld(
+      [](FaultEnv::Op op, const std::string& path) { return Removing(op, path, "/.deleting-2-"); },
+      [&] { return service_->DeleteCheckpoint("m", "2"); }, 3, /*full=*/true);
   ASSERT_EQ(job["state"], "succeeded") << job.dump();
   EXPECT_FALSE(job["result"].contains("retention_error")) << job.dump();
   // Deleted 2 first, then 3 committed: keep_last 2 keeps 1 and 3.
@@ -244,11 +241,8 @@ TEST_F(RootInterleavings, RetentionKeepsTheBaseOfASaveInFlight) {
   auto ended = service_->GetJob(job, 30000);
   ASSERT_TRUE(ended.ok());
   ASSERT_EQ((*ended)["state"], "succeeded") << ended->dump();
-  ExpectWhole(3, a_, "after its commit");
   EXPECT_EQ(*storage::ListSteps(&env_, opts_.checkpoint_root, "m"), std::vector<int64_t>{3});
-  ASSERT_TRUE(service_->CollectGarbage().ok());
-  ExpectWhole(3, a_, "after a collection");
-  ExpectOnlyReferenced("after a collection");
+  ExpectWholeThroughACollection(3, a_, "after its commit");
 }
 
 // A delete whose change of the root landed but whose sync failed: the step is gone from
@@ -270,9 +264,7 @@ TEST_F(RootInterleavings, ADeleteWhoseRenameLandedButWhoseSyncFailedIsADelete) {
   EXPECT_EQ(storage::CommittedDir(&env_, opts_.checkpoint_root, "m", 1).status().code(),
             Code::kNotFound);
   EXPECT_EQ(service_->GetCheckpoint("m", "1").status().code(), Code::kNotFound);
-  ExpectWhole(2, b_, "after the delete");
-  ASSERT_TRUE(service_->CollectGarbage().ok());
-  ExpectOnlyReferenced("after a collection");
+  ExpectWholeThroughACollection(2, b_, "after the delete");
 }
 
 }  // namespace
