@@ -72,14 +72,17 @@ bool BaseUse::WaitHeard(const std::vector<std::string>& workers, const std::stri
   const int64_t deadline = clock_->MonoMs() + timeout_ms;
   MutexLock lock(mu_);
   while (true) {
-    const bool all = std::all_of(workers.begin(), workers.end(), [&](const std::string& w) {
+    bool all = true;  // a loop, not a lambda: the lock's analysis sees mu_ held here
+    for (const std::string& w : workers) {
       auto it = workers_.find(w);
-      if (it == workers_.end()) return true;
+      if (it == workers_.end()) continue;
       auto m = it->second.meshes.find(mesh);
-      if (m == it->second.meshes.end()) return false;
-      const std::vector<int64_t>& ended = m->second.ended;
-      return std::find(ended.begin(), ended.end(), step) != ended.end();
-    });
+      const std::vector<int64_t>* ended = m == it->second.meshes.end() ? nullptr : &m->second.ended;
+      if (ended == nullptr || std::find(ended->begin(), ended->end(), step) == ended->end()) {
+        all = false;
+        break;
+      }
+    }
     if (all) return true;
     if (clock_->MonoMs() >= deadline) return false;
     clock_->WaitUntil(cv_, mu_, deadline);
