@@ -24,7 +24,9 @@ _REGISTERED = re.compile(r"registered as (\S+)")
 
 
 def _die_with_parent():
-    """Runs in the child: SIGKILL it when the process that started it dies."""
+    """Runs in the child: SIGKILL it when the process that started it dies. Linux sends
+    it when the *thread* that started the child ends, so a test that restarts processes
+    from a thread of its own keeps that thread alive as long as they must live."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
@@ -164,17 +166,16 @@ class LocalCluster:
         self.workers = []
         self.worker_ids = []
         self.worker_urls = []
+        self._server_argv = (
+            [os.path.join(self.bin_dir, program("tesserad", server_env)), "--listen",
+             "127.0.0.1:0",
+             "--data-dir", os.path.join(self.dir, "data"),
+             "--heartbeat-ms", str(heartbeat_ms), "--lease-ms", str(lease_ms)] +
+            (["--checkpoint-root", checkpoint_root] if checkpoint_root else []) +
+            list(server_args))
+        self._server_env = dict(os.environ, TESSERA_TOKEN=self.token, **(server_env or {}))
         try:
-            self.server_process = Process(
-                [os.path.join(self.bin_dir, program("tesserad", server_env)), "--listen",
-                 "127.0.0.1:0",
-                 "--data-dir", os.path.join(self.dir, "data"),
-                 "--heartbeat-ms", str(heartbeat_ms), "--lease-ms", str(lease_ms)] +
-                (["--checkpoint-root", checkpoint_root] if checkpoint_root else []) +
-                list(server_args),
-                os.path.join(self.dir, "tesserad.log"),
-                env=dict(os.environ, TESSERA_TOKEN=self.token, **(server_env or {})))
-            self.server = self.server_process.url
+            self.start_server()
             for i in range(workers):
                 self.workers.append(None)
                 self.worker_ids.append(None)
@@ -183,6 +184,21 @@ class LocalCluster:
         except BaseException:
             self.stop()
             raise
+
+    def start_server(self):
+        """(Re)starts tesserad with the same data dir and checkpoint root; a restart
+        listens on the port of the first start, so workers and clients find it again."""
+        argv = list(self._server_argv)
+        if self.server is not None:
+            argv[argv.index("--listen") + 1] = self.server.split("://", 1)[1]
+        self.server_process = Process(argv, os.path.join(self.dir, "tesserad.log"),
+                                      env=self._server_env)
+        self.server = self.server_process.url
+        return self.server_process
+
+    def kill_server(self):
+        """SIGKILLs tesserad; start_server() brings it back on the same port."""
+        self.server_process.kill()
 
     def start_worker(self, i, env=None, name=None):
         """(Re)starts worker i under its stable name host<i> (or `name`: a replacement
