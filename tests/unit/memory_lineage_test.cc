@@ -7,6 +7,7 @@
 
 #include <limits>
 
+#include "tests/unit/memory_held_step.h"
 #include "worker/memory_choice.h"
 #include "worker/memory_layout.h"
 #include "worker/memory_share.h"
@@ -81,6 +82,27 @@ TEST(MemoryLineage, ACommitOfAnEarlierStepAbandonsWhatCameAfterAndIsKept) {
   EXPECT_EQ(t.Steps(), (std::vector<int64_t>{101, 102}));
 }
 
+TEST(MemoryLineage, ATimelineBeginsLaterThanTheOneBefore) {
+  Tier t;
+  EXPECT_EQ(t.tier.Timeline("m"), 0);
+  t.Add(1);
+  t.tier.Commit("m", 1, 1000);
+  EXPECT_EQ(t.tier.Timeline("m"), 1000);
+  t.Add(2);
+  t.tier.Commit("m", 2, 2000);  // the same timeline
+  EXPECT_EQ(t.tier.Timeline("m"), 1000);
+  t.Add(1);
+  t.tier.Commit("m", 1, 500);  // abandons step 2; a clock behind still moves it on
+  EXPECT_EQ(t.tier.Timeline("m"), 1001);
+  t.tier.Rollback("m", 1, 7, 3000);  // the timeline the workers agreed on
+  EXPECT_EQ(t.tier.Timeline("m"), 3000);
+  std::vector<Inventory> inv(3);
+  inv[1].timeline = 4000;
+  inv[2].timeline = 3500;
+  EXPECT_EQ(AgreedTimeline(inv), 4000);
+  EXPECT_EQ(DecodeInventory(EncodeInventory(inv[1]).data()).timeline, 4000);
+}
+
 TEST(MemoryLineage, AnotherIdentityOfTheMeshIsFreed) {
   Tier t;
   t.Save(1, 7);
@@ -110,15 +132,7 @@ TEST(MemoryIdentity, WorkersInRankOrderAndTheRegistrationAreTheMesh) {
   EXPECT_EQ(MeshFingerprint(*p), fingerprint);
 }
 
-HeldStep Held(int64_t step, bool own, MemoryPolicy::Mode mode, std::vector<int> ranks) {
-  HeldStep h;
-  h.step = step;
-  h.own = own;
-  h.redundancy = true;
-  h.mode = mode;
-  h.ranks = std::move(ranks);
-  return h;
-}
+using memory_testing::Held;
 
 std::vector<Inventory> Inventories(int n, int64_t requested, int64_t persisted) {
   std::vector<Inventory> v(n);
