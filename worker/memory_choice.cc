@@ -9,7 +9,7 @@ namespace {
 
 constexpr size_t kSlots = static_cast<size_t>(MemoryPolicy::kMaxKeep) + 1;
 constexpr size_t kSlotWidth = 5 + kMaxRanks;  // step, own, redundancy, mode, count, ranks
-constexpr size_t kHead = 5;  // lookup_failed, persisted, mesh, slots used, requested
+constexpr size_t kHead = 6;  // lookup_failed, persisted, mesh, slots used, requested, timeline
 
 std::string Who(const std::vector<std::string>& workers, int64_t rank) {
   const std::string id = rank >= 0 && rank < static_cast<int64_t>(workers.size()) ? workers[rank] : "";
@@ -109,6 +109,7 @@ std::vector<int64_t> EncodeInventory(const Inventory& inv) {
   out[1] = inv.persisted;
   out[2] = inv.mesh_fingerprint;
   out[4] = inv.requested;
+  out[5] = inv.timeline;
   // The newest steps, when there are more than fit.
   const size_t skip = inv.steps.size() > kSlots ? inv.steps.size() - kSlots : 0;
   size_t slot = 0;
@@ -133,6 +134,7 @@ Inventory DecodeInventory(const int64_t* record) {
   inv.persisted = record[1];
   inv.mesh_fingerprint = record[2];
   inv.requested = record[4];
+  inv.timeline = record[5];
   const size_t used = static_cast<size_t>(std::clamp<int64_t>(record[3], 0, static_cast<int64_t>(kSlots)));
   for (size_t slot = 0; slot < used; ++slot) {
     const int64_t* s = record + kHead + slot * kSlotWidth;
@@ -182,6 +184,12 @@ RestoreChoice ChooseRestore(const std::vector<Inventory>& by_rank, int64_t mesh_
   choice.step = persisted;
   choice.memory = false;
   return choice;
+}
+
+int64_t AgreedTimeline(const std::vector<Inventory>& by_rank) {
+  int64_t t = 0;
+  for (const Inventory& inv : by_rank) t = std::max(t, inv.timeline);
+  return t;
 }
 
 int64_t DisagreeingRank(const std::vector<Inventory>& by_rank) {

@@ -31,6 +31,8 @@ struct Inventory {
   // it saw it committed in the root, else -1.
   int64_t persisted = -1;
   int64_t mesh_fingerprint = 0;
+  // The timeline it proposes the restore begins: later than its own (wall ms).
+  int64_t timeline = 0;
   std::vector<HeldStep> steps;  // committed memory checkpoints, ascending
 };
 
@@ -62,6 +64,9 @@ struct RestoreChoice {
 RestoreChoice ChooseRestore(const std::vector<Inventory>& by_rank, int64_t mesh_fingerprint,
                             const std::vector<std::string>& workers,
                             std::optional<int64_t> named = std::nullopt);
+
+// The timeline a restore begins: the latest proposed, the same on every worker.
+int64_t AgreedTimeline(const std::vector<Inventory>& by_rank);
 
 // The first rank whose trainer asked for another step than rank 0's, else -1.
 int64_t DisagreeingRank(const std::vector<Inventory>& by_rank);

@@ -34,7 +34,7 @@ void MemoryTier::Abandon(Steps& steps, int64_t step, int64_t mesh_fingerprint,
   }
 }
 
-bool MemoryTier::Commit(const std::string& mesh, int64_t step) {
+bool MemoryTier::Commit(const std::string& mesh, int64_t step, int64_t now_ms) {
   std::vector<std::shared_ptr<const MemoryCheckpoint>> freed;  // released outside the lock
   MutexLock lock(mu_);
   auto m = meshes_.find(mesh);
@@ -43,6 +43,8 @@ bool MemoryTier::Commit(const std::string& mesh, int64_t step) {
   if (it == m->second.end()) return false;
   const MemoryCheckpoint& ck = *it->second.ck;
   Abandon(m->second, step, ck.mesh_fingerprint, &freed);
+  int64_t& timeline = timelines_[mesh];
+  if (timeline == 0 || !freed.empty()) timeline = std::max(now_ms, timeline + 1);
   it->second.committed = true;
   it->second.order = ++commits_;
   // The timeline's newest commits stay; `step` is the newest of all.
@@ -60,16 +62,24 @@ bool MemoryTier::Commit(const std::string& mesh, int64_t step) {
   return true;
 }
 
-std::vector<int64_t> MemoryTier::Rollback(const std::string& mesh, int64_t step, int64_t mesh_fingerprint) {
+std::vector<int64_t> MemoryTier::Rollback(const std::string& mesh, int64_t step, int64_t mesh_fingerprint,
+                                          std::optional<int64_t> timeline) {
   std::vector<std::shared_ptr<const MemoryCheckpoint>> freed;
   std::vector<int64_t> steps;
   MutexLock lock(mu_);
+  if (timeline) timelines_[mesh] = *timeline;
   auto m = meshes_.find(mesh);
   if (m == meshes_.end()) return steps;
   Abandon(m->second, step, mesh_fingerprint, &freed);
   for (const auto& ck : freed) steps.push_back(ck->step);
   std::sort(steps.begin(), steps.end());
   return steps;
+}
+
+int64_t MemoryTier::Timeline(const std::string& mesh) const {
+  MutexLock lock(mu_);
+  auto it = timelines_.find(mesh);
+  return it == timelines_.end() ? 0 : it->second;
 }
 
 void MemoryTier::Drop(const std::string& mesh, int64_t step) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,14 +59,19 @@ class MemoryTier {
   void Begin(std::shared_ptr<MemoryCheckpoint> ck) EXCLUDES(mu_);
   // Commits (mesh, step) as the newest of the mesh's timeline: frees the committed
   // ones past `step` or of another mesh fingerprint (abandoned), then the oldest
-  // beyond the newest ck.policy.keep, never `step` itself. False when it is not there
-  // (dropped meanwhile).
-  bool Commit(const std::string& mesh, int64_t step) EXCLUDES(mu_);
+  // beyond the newest ck.policy.keep, never `step` itself. A mesh without a timeline,
+  // or one that abandoned some, begins one at `now_ms` (later than the one before).
+  // False when it is not there (dropped meanwhile).
+  bool Commit(const std::string& mesh, int64_t step, int64_t now_ms = 0) EXCLUDES(mu_);
   // A restore of `step` under `mesh_fingerprint`: the timeline goes on from `step`, so
   // the committed checkpoints past it, and those of another fingerprint, are freed
-  // (they are no longer restorable). The steps freed, ascending.
-  std::vector<int64_t> Rollback(const std::string& mesh, int64_t step, int64_t mesh_fingerprint)
-      EXCLUDES(mu_);
+  // (they are no longer restorable); `timeline`, when given, is the one that begins
+  // (agreed by the mesh's workers). The steps freed, ascending.
+  std::vector<int64_t> Rollback(const std::string& mesh, int64_t step, int64_t mesh_fingerprint,
+                                std::optional<int64_t> timeline = std::nullopt) EXCLUDES(mu_);
+  // When the mesh's current timeline began (wall ms, as tesserad's reports carry it);
+  // 0 before any.
+  int64_t Timeline(const std::string& mesh) const EXCLUDES(mu_);
   // Forgets (mesh, step), committed or not.
   void Drop(const std::string& mesh, int64_t step) EXCLUDES(mu_);
   // The committed checkpoints of `mesh`, ascending step (the timeline's order).
@@ -90,6 +96,7 @@ class MemoryTier {
   mutable Mutex mu_;
   uint64_t commits_ GUARDED_BY(mu_) = 0;
   std::map<std::string, Steps> meshes_ GUARDED_BY(mu_);
+  std::map<std::string, int64_t> timelines_ GUARDED_BY(mu_);
 };
 
 }  // namespace tessera::worker
