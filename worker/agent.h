@@ -176,8 +176,9 @@ class Agent {
   // each computes the same choice (memory_choice.h), and the timeline goes on from the
   // step chosen; from memory, the lost shares are rebuilt and every worker installs its
   // own. The answer, or, when the choice is the persisted step, nullopt with *persisted
-  // and *fallback set. A named step of a mesh whose workers keep no memory checkpoints
-  // is not agreed on: nullopt with *persisted left alone.
+  // and *fallback set. A persisted named step (or one of a mesh whose workers keep no
+  // memory checkpoints) is not agreed on: it is the same on every worker, installed
+  // from this worker's RAM when it holds its share, else nullopt (read from the root).
   Result<std::optional<Json>> RestoreFromMemory(const std::string& mesh, std::optional<int64_t> named,
                                                 const Json& body, int64_t timeout_ms, int64_t* persisted,
                                                 std::string* fallback);

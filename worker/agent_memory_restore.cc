@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "api/clock.h"
 #include "collectives/collectives.h"
 #include "worker/agent.h"
 #include "worker/memory_choice.h"
@@ -61,6 +62,14 @@ Inventory TakeInventory(const std::vector<std::shared_ptr<const MemoryCheckpoint
     inv.steps.push_back(std::move(h));
   }
   return inv;
+}
+
+void LogFreed(const std::string& self, const std::string& mesh, int64_t step, const std::vector<int64_t>& freed) {
+  if (freed.empty()) return;
+  std::string list;
+  for (int64_t s : freed) list += (list.empty() ? "" : ", ") + std::to_string(s);
+  std::fprintf(stderr, "worker %s: mesh %s goes back to step %lld: memory checkpoints %s are freed\n", self.c_str(),
+               mesh.c_str(), static_cast<long long>(step), list.c_str());
 }
 
 bool Lists(const Json& record, const std::string& tier) {
@@ -121,9 +130,22 @@ Result<std::optional<Json>> Agent::RestoreFromMemory(const std::string& mesh, st
     const bool in_root = latest.ok() && latest->value("state", "") == "committed" &&
                          (!latest->contains("tiers") || Lists(*latest, "persisted"));
     const bool in_ram = latest.ok() && Lists(*latest, "memory");
-    // A mesh whose workers keep no memory checkpoints restores a named step alone, from the root.
-    if (memory_channel_ == nullptr || (held.empty() && !in_ram)) return std::optional<Json>();
-    *persisted = in_root ? *named : -1;
+    if (memory_channel_ == nullptr || in_root || (held.empty() && !in_ram)) {
+      // A persisted step (or one of a mesh whose workers keep no memory checkpoints) is
+      // the same on every worker: restored alone, from this worker's RAM when it holds
+      // its share, else from the root. The timeline goes on from it.
+      if (in_root) {
+        const int64_t timeline = std::max(WallMs(), memory_.Timeline(mesh) + 1);
+        LogFreed(id_, mesh, *named, memory_.Rollback(mesh, *named, fingerprint, timeline));
+      }
+      for (const auto& ck : held) {
+        if (ck->step == *named && CheckShare(ck->own_header, ck->own, "its own share").ok()) {
+          ASSIGN_OR_RETURN(Json out, InstallFromMemory(mesh, *named, body, ck->own_header, ck->own, "local"));
+          return std::optional<Json>(std::move(out));
+        }
+      }
+      return std::optional<Json>();
+    }
   }
   if (memory_channel_ == nullptr) {
     return Unavailable("worker " + id_ + " cannot agree on the latest step with its peers (it has no data port)",
@@ -132,8 +154,9 @@ Result<std::optional<Json>> Agent::RestoreFromMemory(const std::string& mesh, st
   const int64_t check_step = named.value_or(held.empty() ? -1 : held.back()->step);
   Inventory inv = TakeInventory(held, check_step, fingerprint, id_);
   inv.requested = named.value_or(-1);
+  inv.timeline = std::max(WallMs(), memory_.Timeline(mesh) + 1);
   if (named) {
-    inv.persisted = *persisted;
+    inv.persisted = -1;  // a named step agreed on is one the root lacks
   } else if (latest.ok()) {
     inv.persisted = latest->value("step", int64_t{-1});
   }
@@ -174,13 +197,7 @@ Result<std::optional<Json>> Agent::RestoreFromMemory(const std::string& mesh, st
     if (lookup_failed) return Status::Ok();
     if (choice.step >= 0) {
       // The timeline goes on from the step restored: what it held past it is abandoned.
-      const std::vector<int64_t> freed = memory_.Rollback(mesh, choice.step, fingerprint);
-      if (!freed.empty()) {
-        std::string list;
-        for (int64_t s : freed) list += (list.empty() ? "" : ", ") + std::to_string(s);
-        std::fprintf(stderr, "worker %s: mesh %s goes back to step %lld: memory checkpoints %s are freed\n",
-                     id_.c_str(), mesh.c_str(), static_cast<long long>(choice.step), list.c_str());
-      }
+      LogFreed(id_, mesh, choice.step, memory_.Rollback(mesh, choice.step, fingerprint, AgreedTimeline(by_rank)));
     }
     if (!choice.memory) return Status::Ok();
     for (const auto& ck : held) {

@@ -66,6 +66,18 @@ def restore_all(ms):
     return each(ms, lambda r, m: m.restore())
 
 
+def save_steps(ms, arrays, steps, **kw):
+    for step in steps:
+        fill(arrays, step)
+        save_all(ms, step, **kw)
+
+
+def save_on_disk(ms, arrays, step):
+    fill(arrays, step)
+    for h in [m.save(step) for m in ms]:
+        h.wait(60)
+
+
 @pytest.mark.parametrize("redundancy", ["replica", "parity"])
 def test_memory_checkpoints_restore_from_local_ram(cluster, mesh, redundancy):
     ms = open_managers(cluster, mesh)
@@ -150,12 +162,8 @@ def test_a_worker_lost_during_replication_fails_that_checkpoint_and_the_previous
 def test_two_losses_in_a_parity_group_fall_back_to_the_persisted_checkpoint(cluster, mesh):
     ms = open_managers(cluster, mesh)
     arrays = attach(ms)
-    fill(arrays, 2)
-    for h in [m.save(2) for m in ms]:  # on disk
-        h.wait(60)
-    for step in (3, 4):
-        fill(arrays, step)
-        save_all(ms, step, redundancy="parity")
+    save_on_disk(ms, arrays, 2)
+    save_steps(ms, arrays, (3, 4), redundancy="parity")
     replace_worker(cluster, ms, arrays, 1, mesh)
     replace_worker(cluster, ms, arrays, 2, mesh)
     restored = restore_all(ms)
@@ -254,16 +262,12 @@ def test_a_mesh_registered_again_never_restores_the_old_ram(cluster, mesh, chang
 def test_a_restore_to_an_earlier_step_starts_a_new_timeline(cluster, mesh):
     ms = open_managers(cluster, mesh)
     arrays = attach(ms)
-    for step in (200, 300):
-        fill(arrays, step)
-        save_all(ms, step)
+    save_steps(ms, arrays, (200, 300))
     fill(arrays, 99)
     restored = each(ms, lambda r, m: m.restore(200))
     assert [(int(s), s.tier) for s in restored] == [(200, "memory")] * N
     expect(arrays, 200)
-    for step in (201, 202):
-        fill(arrays, step)
-        save_all(ms, step)
+    save_steps(ms, arrays, (201, 202))
     # Worker 1 dies with its RAM, the trainers start again: the newest of this timeline.
     replace_worker(cluster, ms, arrays, 1, mesh)
     fill(arrays, 99)
@@ -276,19 +280,13 @@ def test_a_restore_to_an_earlier_step_starts_a_new_timeline(cluster, mesh):
 def test_a_restore_of_a_persisted_step_abandons_the_newer_memory_checkpoints(cluster, mesh):
     ms = open_managers(cluster, mesh)
     arrays = attach(ms)
-    fill(arrays, 100)
-    for h in [m.save(100) for m in ms]:  # on disk
-        h.wait(60)
-    for step in (200, 300):
-        fill(arrays, step)
-        save_all(ms, step)
+    save_on_disk(ms, arrays, 100)
+    save_steps(ms, arrays, (200, 300))
     fill(arrays, 99)
     restored = each(ms, lambda r, m: m.restore(100))
     assert [(int(s), s.tier) for s in restored] == [(100, "persisted")] * N
     expect(arrays, 100)
-    for step in (101, 102):
-        fill(arrays, step)
-        save_all(ms, step)
+    save_steps(ms, arrays, (101, 102))
     # The trainers restart (their workers' RAM is intact).
     for m in ms:
         m.close()
@@ -298,14 +296,16 @@ def test_a_restore_of_a_persisted_step_abandons_the_newer_memory_checkpoints(clu
     restored = restore_all(ms)
     assert [(int(s), s.tier) for s in restored] == [(102, "memory")] * N
     expect(arrays, 102)
+    # tesserad lists the new timeline, not the abandoned steps.
+    client = cluster.client(timeout=30)
+    steps = lambda: [c["step"] for c in client.checkpoints(mesh)]
+    eventually(lambda: steps() == [102, 101, 100], lambda: "checkpoints: %s" % steps())
 
 
 def test_a_named_restore_is_made_by_every_trainer_on_the_same_step(cluster, mesh):
     ms = open_managers(cluster, mesh)
     arrays = attach(ms)
-    for step in (1, 2):
-        fill(arrays, step)
-        save_all(ms, step)
+    save_steps(ms, arrays, (1, 2))
     fill(arrays, 99)
     # Rank 3's trainer asks for another step: nobody restores, and rank 3 is named.
     outcomes = each(ms, lambda r, m: _restore_error(m, 1 if r < 3 else 2))
