@@ -123,8 +123,8 @@ Result<std::optional<Json>> Agent::RestoreFromMemory(const std::string& mesh, st
   ASSIGN_OR_RETURN(MeshPlacement p, Resolver()(mesh));
   const int64_t fingerprint = MeshFingerprint(p);
   const auto held = HeldUnder(memory_, mesh, fingerprint);
-  // A named step: the newest persisted step, or whether tesserad lists `named` (in the
-  // root, or in the workers' RAM as rank 0 last reported).
+  // The newest persisted step; or the named step's record: whether it is in the root,
+  // or in the workers' RAM as rank 0 last reported it.
   auto latest = Checkpoint(mesh, named ? std::to_string(*named) : "latest");
   if (named) {
     const bool in_root = latest.ok() && latest->value("state", "") == "committed" &&
