@@ -156,6 +156,9 @@ Result<MemoryCheckpointReport> MemoryCheckpointReport::FromJson(const Json& body
     return Bad("persisted", "must be a step (≥ 0), or -1 or null for none");
   }
   if (r.persisted == -1) r.persisted.reset();  // the workers' "none"
+  ASSIGN_OR_RETURN(std::optional<int64_t> timeline, OptionalInt(body, "timeline"));
+  if (timeline && *timeline < 0) return Bad("timeline", "must be ≥ 0");
+  r.timeline = timeline.value_or(0);
   return r;
 }
 
@@ -174,7 +177,7 @@ Json MemoryCheckpointReport::ToJson() const {
     out_workers.push_back(
         {{"worker", w.worker}, {"rank", w.rank}, {"memory_bytes", w.memory_bytes}});
   }
-  return {{"step", step},
+  Json out = {{"step", step},
           {"redundancy", redundancy},
           {"replicas", replicas},
           {"group", group},
@@ -185,6 +188,8 @@ Json MemoryCheckpointReport::ToJson() const {
           {"tensors", TensorsJson()},
           {"workers", out_workers},
           {"persisted", persisted ? Json(*persisted) : Json()}};
+  if (timeline > 0) out["timeline"] = timeline;
+  return out;
 }
 
 bool MemoryCheckpointReport::Holds(int64_t s) const {

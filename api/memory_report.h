@@ -39,6 +39,9 @@ struct MemoryCheckpointReport {
   std::vector<Tensor> tensors;         // names unique
   std::vector<Worker> workers;         // ranks unique
   std::optional<int64_t> persisted;    // the newest persisted step the workers know (-1: none)
+  // When the workers' timeline of the mesh began (wall ms; 0: not said): a restore to an
+  // earlier step begins a later one, whose reports replace those of larger steps.
+  int64_t timeline = 0;
 
   // Required: step, redundancy, steps, bytes, tensors, workers; the rest take the
   // defaults above.

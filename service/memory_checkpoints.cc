@@ -32,7 +32,9 @@ std::optional<int64_t> MemoryCheckpoints::Put(const std::string& mesh,
   auto kept = std::make_shared<const MemoryCheckpointReport>(std::move(report));
   MutexLock lock(mu_);
   Report& held = reports_[mesh];
-  if (held && held->step > kept->step) return held->step;
+  if (held && std::make_pair(held->timeline, held->step) > std::make_pair(kept->timeline, kept->step)) {
+    return held->step;
+  }
   held = std::move(kept);
   return std::nullopt;
 }

@@ -21,8 +21,10 @@ class MemoryCheckpoints {
  public:
   using Report = std::shared_ptr<const MemoryCheckpointReport>;
 
-  // Keeps `report` as the mesh's, replacing the one held, unless that one has a larger
-  // step (reports may arrive out of order): nullopt when kept, else the step held.
+  // Keeps `report` as the mesh's, replacing the one held, unless that one is newer:
+  // of a later timeline, or of the same one with a larger step (reports may arrive out
+  // of order). A restore to an earlier step begins a later timeline, whose reports
+  // replace the abandoned one's. nullopt when kept, else the step held.
   std::optional<int64_t> Put(const std::string& mesh, MemoryCheckpointReport report);
   Report Get(const std::string& mesh) const;  // null: no report
   void Forget(const std::string& mesh);       // the mesh is gone

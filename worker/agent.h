@@ -171,13 +171,17 @@ class Agent {
   // from the RAM copy.
   void PersistFromMemory(const std::string& mesh, const MemorySave& save);
   // agent_memory_restore.cc
-  // A restore of "latest" with the memory tier in mind: the workers gather their
-  // inventories, each computes the same choice (memory_choice.h); from memory, the
-  // lost shares are rebuilt and every worker installs its own. The answer, or, when
-  // the choice is the persisted step, nullopt with *persisted and *fallback set.
-  Result<std::optional<Json>> RestoreLatestFromMemory(const std::string& mesh, const Json& body,
-                                                      int64_t timeout_ms, int64_t* persisted,
-                                                      std::string* fallback);
+  // A restore of "latest" (`named` empty) or of a named step with the memory tier in
+  // mind: the workers gather their inventories and the step each trainer asked for,
+  // each computes the same choice (memory_choice.h), and the timeline goes on from the
+  // step chosen; from memory, the lost shares are rebuilt and every worker installs its
+  // own. The answer, or, when the choice is the persisted step, nullopt with *persisted
+  // and *fallback set. A persisted named step (or one of a mesh whose workers keep no
+  // memory checkpoints) is not agreed on: it is the same on every worker, installed
+  // from this worker's RAM when it holds its share, else nullopt (read from the root).
+  Result<std::optional<Json>> RestoreFromMemory(const std::string& mesh, std::optional<int64_t> named,
+                                                const Json& body, int64_t timeout_ms, int64_t* persisted,
+                                                std::string* fallback);
   // Installs `header`'s pieces of `bytes` that match the trainer's tensors (restore_match.h).
   Result<Json> InstallFromMemory(const std::string& mesh, int64_t step, const Json& body,
                                  const ShareHeader& header, const ShareBytes& bytes,

@@ -149,9 +149,10 @@ void Agent::RunMemorySaves(const std::string& mesh) {
       trainer_saves_.Ended(mesh, save.step, st);
       continue;
     }
-    memory_.Commit(mesh, save.step);
+    memory_.Commit(mesh, save.step, WallMs());
     trainer_saves_.Ended(mesh, save.step, Status::Ok());
     if (report) {
+      report->timeline = memory_.Timeline(mesh);
       for (const auto& ck : memory_.Committed(mesh)) report->steps.push_back(ck->step);
       memory_reports_->Post(mesh, report->ToJson());
     }

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 
+#include "api/clock.h"
 #include "collectives/collectives.h"
 #include "worker/agent.h"
 #include "worker/memory_choice.h"
@@ -16,19 +18,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// What this worker holds of `mesh`. The newest checkpoint, the one a restore almost
-// always takes, is checked against its checksums here, so that a damaged copy is left
-// out of the choice; an older one was checked when it arrived, and a share rebuilt
-// from it is checked again where it lands.
-Inventory TakeInventory(const std::vector<std::shared_ptr<const MemoryCheckpoint>>& held,
-                        const MeshPlacement& p, const std::string& self) {
+// What this worker holds of `mesh` under its current identity (`held`). The checkpoint
+// a restore most likely takes (`check_step`: the named one, else the newest) is
+// checked against its checksums here, so that a damaged copy is left out of the
+// choice; another was checked when it arrived, and a share rebuilt from it is checked
+// again where it lands.
+Inventory TakeInventory(const std::vector<std::shared_ptr<const MemoryCheckpoint>>& held, int64_t check_step,
+                        int64_t fingerprint, const std::string& self) {
   Inventory inv;
-  inv.mesh_fingerprint = MeshFingerprint(p);
+  inv.mesh_fingerprint = fingerprint;
   for (const auto& ck : held) {
     HeldStep h;
     h.step = ck->step;
     h.mode = ck->policy.mode;
-    const bool check = ck == held.back();
+    const bool check = ck->step == check_step;
     const std::string where = " held by " + self + " for step " + std::to_string(ck->step);
     Status own = check ? CheckShare(ck->own_header, ck->own, "its own share" + where) : Status::Ok();
     h.own = own.ok();
@@ -59,6 +62,27 @@ Inventory TakeInventory(const std::vector<std::shared_ptr<const MemoryCheckpoint
     inv.steps.push_back(std::move(h));
   }
   return inv;
+}
+
+void LogFreed(const std::string& self, const std::string& mesh, int64_t step, const std::vector<int64_t>& freed) {
+  if (freed.empty()) return;
+  std::string list;
+  for (int64_t s : freed) list += (list.empty() ? "" : ", ") + std::to_string(s);
+  std::fprintf(stderr, "worker %s: mesh %s goes back to step %lld: memory checkpoints %s are freed\n", self.c_str(),
+               mesh.c_str(), static_cast<long long>(step), list.c_str());
+}
+
+bool Lists(const Json& record, const std::string& tier) {
+  const Json tiers = record.value("tiers", Json::array());
+  return tiers.is_array() && std::find(tiers.begin(), tiers.end(), Json(tier)) != tiers.end();
+}
+
+// The committed checkpoints of `mesh` of this identity; those of another (the mesh
+// registered again, its workers in another order) are freed, never restored.
+std::vector<std::shared_ptr<const MemoryCheckpoint>> HeldUnder(MemoryTier& memory, const std::string& mesh,
+                                                                int64_t fingerprint) {
+  memory.Rollback(mesh, std::numeric_limits<int64_t>::max(), fingerprint);
+  return memory.Committed(mesh);
 }
 
 }  // namespace
@@ -93,32 +117,62 @@ Result<Json> Agent::InstallFromMemory(const std::string& mesh, int64_t step, con
               {"metadata", header.metadata}};
 }
 
-Result<std::optional<Json>> Agent::RestoreLatestFromMemory(const std::string& mesh, const Json& body,
-                                                           int64_t timeout_ms, int64_t* persisted,
-                                                           std::string* fallback) {
+Result<std::optional<Json>> Agent::RestoreFromMemory(const std::string& mesh, std::optional<int64_t> named,
+                                                     const Json& body, int64_t timeout_ms, int64_t* persisted,
+                                                     std::string* fallback) {
   ASSIGN_OR_RETURN(MeshPlacement p, Resolver()(mesh));
+  const int64_t fingerprint = MeshFingerprint(p);
+  const auto held = HeldUnder(memory_, mesh, fingerprint);
+  // The newest persisted step; or the named step's record: whether it is in the root,
+  // or in the workers' RAM as rank 0 last reported it.
+  auto latest = Checkpoint(mesh, named ? std::to_string(*named) : "latest");
+  if (named) {
+    const bool in_root = latest.ok() && latest->value("state", "") == "committed" &&
+                         (!latest->contains("tiers") || Lists(*latest, "persisted"));
+    const bool in_ram = latest.ok() && Lists(*latest, "memory");
+    if (memory_channel_ == nullptr || in_root || (held.empty() && !in_ram)) {
+      // A persisted step (or one of a mesh whose workers keep no memory checkpoints) is
+      // the same on every worker: restored alone, from this worker's RAM when it holds
+      // its share, else from the root. The timeline goes on from it.
+      if (in_root) {
+        const int64_t timeline = std::max(WallMs(), memory_.Timeline(mesh) + 1);
+        LogFreed(id_, mesh, *named, memory_.Rollback(mesh, *named, fingerprint, timeline));
+      }
+      for (const auto& ck : held) {
+        if (ck->step == *named && CheckShare(ck->own_header, ck->own, "its own share").ok()) {
+          ASSIGN_OR_RETURN(Json out, InstallFromMemory(mesh, *named, body, ck->own_header, ck->own, "local"));
+          return std::optional<Json>(std::move(out));
+        }
+      }
+      return std::optional<Json>();
+    }
+  }
   if (memory_channel_ == nullptr) {
     return Unavailable("worker " + id_ + " cannot agree on the latest step with its peers (it has no data port)",
                        {{"worker", id_}});
   }
-  // The newest persisted step this worker saw committed, from tesserad.
-  auto latest = Checkpoint(mesh, "latest");
-  const auto held = memory_.Committed(mesh);
-  Inventory inv = TakeInventory(held, p, id_);
-  if (latest.ok()) {
+  const int64_t check_step = named.value_or(held.empty() ? -1 : held.back()->step);
+  Inventory inv = TakeInventory(held, check_step, fingerprint, id_);
+  inv.requested = named.value_or(-1);
+  inv.timeline = std::max(WallMs(), memory_.Timeline(mesh) + 1);
+  if (named) {
+    inv.persisted = -1;  // a named step agreed on is one the root lacks
+  } else if (latest.ok()) {
     inv.persisted = latest->value("step", int64_t{-1});
-  } else if (latest.status().code() != Code::kNotFound) {
-    inv.lookup_failed = true;
   }
+  if (!latest.ok() && latest.status().code() != Code::kNotFound) inv.lookup_failed = true;
   const auto timeout = std::chrono::milliseconds(timeout_ms);
   const auto deadline = Clock::now() + timeout;
   RestoreChoice choice;
+  int64_t disagreeing = -1;
+  bool lookup_failed = false;
+  std::vector<int64_t> asked;  // by rank
   ShareHeader header;
   ShareBytes bytes;
   std::shared_ptr<const MemoryCheckpoint> mine;
-  const std::string what = "agreeing on the latest step of mesh " + mesh +
-                           " with its other workers (a restore without a step is made by every trainer of "
-                           "the mesh together; to restore alone, name the step)";
+  const std::string which = named ? "step " + std::to_string(*named) : "the latest step";
+  const std::string what = "agreeing on " + which + " of mesh " + mesh +
+                           " with its other workers (a restore is made by every trainer of the mesh together)";
   RETURN_IF_ERROR(memory_channel_->With(p, timeout, what, [&](collectives::Group& group,
                                                              const std::vector<std::string>&) -> Status {
     const std::vector<int64_t> record = EncodeInventory(inv);
@@ -131,8 +185,20 @@ Result<std::optional<Json>> Agent::RestoreLatestFromMemory(const std::string& me
     const auto values = all.values<int64_t>();
     for (size_t r = 0; r < p.workers.size(); ++r) {
       by_rank.push_back(DecodeInventory(values.data() + r * InventoryRecordSize()));
+      asked.push_back(by_rank.back().requested);
     }
-    choice = ChooseRestore(by_rank, MeshFingerprint(p), p.workers);
+    // Every rank restores the same step, or none does.
+    disagreeing = DisagreeingRank(by_rank);
+    if (disagreeing >= 0) return Status::Ok();
+    choice = ChooseRestore(by_rank, fingerprint, p.workers, named);
+    // A worker that could not look the root up fails the restore, unless a named step
+    // is restored from memory (the root could not offer a newer one).
+    lookup_failed = choice.lookup_failed >= 0 && !(named && choice.memory);
+    if (lookup_failed) return Status::Ok();
+    if (choice.step >= 0) {
+      // The timeline goes on from the step restored: what it held past it is abandoned.
+      LogFreed(id_, mesh, choice.step, memory_.Rollback(mesh, choice.step, fingerprint, AgreedTimeline(by_rank)));
+    }
     if (!choice.memory) return Status::Ok();
     for (const auto& ck : held) {
       if (ck->step == choice.step) mine = ck;
@@ -140,20 +206,40 @@ Result<std::optional<Json>> Agent::RestoreLatestFromMemory(const std::string& me
     if (choice.plan.empty()) return Status::Ok();
     return RebuildShares(group, mine.get(), choice.step, choice.plan, p.workers, deadline, &header, &bytes);
   }));
-  if (choice.lookup_failed >= 0) {
+  if (disagreeing >= 0) {
+    const std::string other = MeshCollectives::WorkerName(p, disagreeing);
+    auto step_name = [](int64_t s) { return s < 0 ? std::string("the latest step") : "step " + std::to_string(s); };
+    return Conflict("worker " + other + " of mesh " + mesh + " restores " + step_name(asked[disagreeing]) +
+                        " where rank 0 restores " + step_name(asked[0]) +
+                        ": every trainer of the mesh must restore the same step, so no worker restores",
+                    {{"mesh", mesh}, {"worker", other}, {"rank", disagreeing}});
+  }
+  if (lookup_failed) {
     if (!latest.ok() && inv.lookup_failed) return latest.status();
     const std::string other = MeshCollectives::WorkerName(p, choice.lookup_failed);
-    return Unavailable("worker " + other + " of mesh " + mesh + " could not look up the latest step, so no worker restores",
+    return Unavailable("worker " + other + " of mesh " + mesh + " could not look up " + which +
+                           ", so no worker restores",
                        {{"mesh", mesh}, {"worker", other}});
   }
   *fallback = choice.fallback;
+  if (named && choice.step < 0) {
+    Json details = {{"mesh", mesh}, {"step", *named}};
+    if (choice.culprit >= 0) {
+      details["rank"] = choice.culprit;
+      details["worker"] = MeshCollectives::WorkerName(p, choice.culprit);
+    }
+    return NotFound("step " + std::to_string(*named) + " of mesh " + mesh +
+                        " is neither persisted nor held in memory by every worker, so no worker restores" +
+                        (choice.fallback.empty() ? "" : " (" + choice.fallback + ")"),
+                    details);
+  }
   if (!choice.memory) {
     *persisted = choice.step;
     return std::optional<Json>();
   }
   const std::string source = choice.sources.at(p.rank);
-  if (source == "local" && mine != held.back()) {
-    // An older checkpoint was not checked with the inventory.
+  if (source == "local" && mine->step != check_step) {
+    // Only the likeliest step was checked with the inventory.
     RETURN_IF_ERROR(CheckShare(mine->own_header, mine->own,
                                "the share of step " + std::to_string(choice.step) + " held by " + id_));
   }

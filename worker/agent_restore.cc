@@ -1,5 +1,6 @@
 // The agent's side of a trainer's restore and checkpoint lookups (routes in
-// trainer_api.cc). A restore of "latest" first agrees with the mesh's other workers
+// trainer_api.cc). A restore of "latest", or of a named step of the memory tier, first
+// agrees with the mesh's other workers
 // on one step, in memory or persisted (agent_memory_restore.cc); a persisted one is
 // then restored here: it matches the
 // checkpoint against the tensors this worker holds (restore_match.h) before it asks
@@ -40,7 +41,8 @@ Result<Json> Agent::RestoreForTrainer(const std::string& mesh, const std::string
   std::string fallback;  // why a newer memory checkpoint was not taken
   if (step == "latest") {
     int64_t persisted = -1;
-    ASSIGN_OR_RETURN(auto from_memory, RestoreLatestFromMemory(mesh, body, timeout_ms, &persisted, &fallback));
+    ASSIGN_OR_RETURN(auto from_memory,
+                     RestoreFromMemory(mesh, std::nullopt, body, timeout_ms, &persisted, &fallback));
     if (from_memory) return std::move(*from_memory);
     if (persisted < 0) {
       return NotFound("mesh " + mesh + " has no committed checkpoint that every worker saw" +
@@ -49,12 +51,10 @@ Result<Json> Agent::RestoreForTrainer(const std::string& mesh, const std::string
     }
     resolved = std::to_string(persisted);
   } else if (auto s = ParseStep(step); s.ok()) {
-    // A named step this worker holds in memory: its own share, no coordination.
-    for (const auto& ck : memory_.Committed(mesh)) {
-      if (ck->step == *s && CheckShare(ck->own_header, ck->own, "its own share").ok()) {
-        return InstallFromMemory(mesh, *s, body, ck->own_header, ck->own, "local");
-      }
-    }
+    // A named step of the memory tier: every worker restores it, or none does.
+    int64_t persisted = -1;
+    ASSIGN_OR_RETURN(auto from_memory, RestoreFromMemory(mesh, *s, body, timeout_ms, &persisted, &fallback));
+    if (from_memory) return std::move(*from_memory);
   }
   ASSIGN_OR_RETURN(Json ck, Checkpoint(mesh, resolved));
   RestoreRequest request{mesh, ck.value("step", int64_t{-1}), id_, names, strict.value_or(true)};

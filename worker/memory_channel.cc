@@ -18,11 +18,22 @@ MemoryChannel::MemoryChannel(collectives::TcpAcceptor* acceptor, PeerAddresses a
 
 MemoryChannel::~MemoryChannel() = default;
 
-std::shared_ptr<MemoryChannel::MeshState> MemoryChannel::StateFor(const std::string& mesh) {
+MemoryChannel::Lease MemoryChannel::Take(const std::string& mesh) {
   MutexLock lock(mu_);
-  auto& s = meshes_[mesh];
-  if (!s) s = std::make_shared<MeshState>();
-  return s;
+  while (meshes_[mesh].leased) given_back_.Wait(mu_);
+  MeshState& state = meshes_[mesh];
+  state.leased = true;
+  return std::move(state.kept);
+}
+
+void MemoryChannel::Give(const std::string& mesh, Lease lease) {
+  {
+    MutexLock lock(mu_);
+    MeshState& state = meshes_[mesh];
+    state.kept = std::move(lease);
+    state.leased = false;
+  }
+  given_back_.NotifyAll();
 }
 
 Status MemoryChannel::With(const MeshPlacement& p, std::chrono::milliseconds timeout,
@@ -32,40 +43,46 @@ Status MemoryChannel::With(const MeshPlacement& p, std::chrono::milliseconds tim
     std::atomic<int64_t>* n;
     ~Leave() { --*n; }
   } leave{&in_flight_};
-  std::shared_ptr<MeshState> state = StateFor(p.mesh.name);
-  MutexLock lock(state->mu);
+  Lease lease = Take(p.mesh.name);
+  Status st = Run(p, timeout, context, fn, lease);
+  Give(p.mesh.name, std::move(lease));
+  return st;
+}
+
+Status MemoryChannel::Run(const MeshPlacement& p, std::chrono::milliseconds timeout, const std::string& context,
+                          const Body& fn, Lease& lease) {
   const std::string id = GroupId("memory", p);
   // A group kept from an earlier call may have lost a peer that was replaced since
   // (a connection that broke while idle shows only once used): when such a group
   // fails, every survivor joins afresh and tries once more, while the replacement
   // waits in its first join.
   for (int attempt = 0;; ++attempt) {
-    const bool reused = state->group && state->id == id && state->group->Poll().ok();
+    const bool reused = lease.group && lease.id == id && lease.group->Poll().ok();
     if (!reused) {
-      state->group.reset();  // says goodbye to the peers of a stale or poisoned group
+      lease.group.reset();  // says goodbye to the peers of a stale or poisoned group
       auto addresses = addresses_(p);
       if (addresses.ok()) {
-        state->addresses = *addresses;
-      } else if (state->id != id || state->addresses.empty()) {
+        lease.addresses = *addresses;
+      } else if (lease.id != id || lease.addresses.empty()) {
         return addresses.status().WithContext(context + ": the data-port addresses of mesh " + p.mesh.name);
       }  // else tesserad is away: the addresses of the last join still hold
-      state->id = id;
+      lease.id = id;
       collectives::TcpOptions o;
       o.rank = static_cast<int>(p.rank);
-      o.size = static_cast<int>(state->addresses.size());
+      o.size = static_cast<int>(lease.addresses.size());
       o.group_id = id;
       o.connect_timeout = timeout;
-      auto transport = collectives::TcpTransport::Connect(*acceptor_, state->addresses, o);
+      auto transport = collectives::TcpTransport::Connect(*acceptor_, lease.addresses, o);
       if (!transport.ok()) {
         return NameWorkers(transport.status(), p, AllRanks(p.workers.size()),
                            context + ": joining the memory tier's group of mesh " + p.mesh.name);
       }
-      state->group = std::make_unique<collectives::Group>(std::move(*transport), id);
+      lease.group = std::make_unique<collectives::Group>(std::move(*transport), id);
     }
-    Status st = fn(*state->group, state->addresses);
+    Status st = fn(*lease.group, lease.addresses);
     if (st.ok()) return st;
-    state->group->transport().Abort(st);
-    state->group.reset();
+    lease.group->transport().Abort(st);
+    lease.group.reset();
     if (!(reused && attempt == 0 && st.code() == Code::kUnavailable)) {
       return NameWorkers(st, p, AllRanks(p.workers.size()), context);
     }

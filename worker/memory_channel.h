@@ -4,6 +4,8 @@
 // authenticated the same way; its id is "memory/<mesh>#<hash of the mesh's
 // definition and workers>". The mesh's data-port addresses are kept from the last
 // join, so a group lost while tesserad is away can be joined again without it.
+// A mesh's group has one owner at a time, the call of With that leased it; no lock is
+// held while it joins, looks addresses up or exchanges.
 #pragma once
 
 #include <atomic>
@@ -33,7 +35,7 @@ class MemoryChannel {
 
   // Runs `fn` on `p`'s mesh group (joined, or joined again when absent, poisoned or
   // of another membership), with the members' addresses by rank; one call per mesh
-  // at a time. A failure of `fn` aborts the group, so its peers stop waiting at
+  // at a time (another waits for the group's lease). A failure of `fn` aborts the group, so its peers stop waiting at
   // once, and the next call joins a fresh one. Errors say `context` and name workers.
   using Body = std::function<Status(collectives::Group& group, const std::vector<std::string>& addresses)>;
   Status With(const MeshPlacement& p, std::chrono::milliseconds timeout, const std::string& context,
@@ -43,19 +45,30 @@ class MemoryChannel {
   int64_t in_flight() const { return in_flight_.load(); }
 
  private:
-  struct MeshState {
-    Mutex mu;  // one use of the mesh's group at a time
-    std::string id GUARDED_BY(mu);
-    std::vector<std::string> addresses GUARDED_BY(mu);
-    std::unique_ptr<collectives::Group> group GUARDED_BY(mu);
+  // What a call of With owns while it runs: the mesh's group and its join's addresses.
+  struct Lease {
+    std::string id;
+    std::vector<std::string> addresses;
+    std::unique_ptr<collectives::Group> group;
   };
-  std::shared_ptr<MeshState> StateFor(const std::string& mesh);
+  struct MeshState {
+    bool leased = false;  // a call of With holds `kept`'s contents
+    Lease kept;           // between calls
+  };
+  // Waits until no other call holds `mesh`'s group, then hands it over.
+  Lease Take(const std::string& mesh) EXCLUDES(mu_);
+  // Hands the group back for the next call.
+  void Give(const std::string& mesh, Lease lease) EXCLUDES(mu_);
+  // The body of With on a leased group.
+  Status Run(const MeshPlacement& p, std::chrono::milliseconds timeout, const std::string& context,
+             const Body& fn, Lease& lease);
 
   collectives::TcpAcceptor* acceptor_;
   PeerAddresses addresses_;
   std::atomic<int64_t> in_flight_{0};
   Mutex mu_;
-  std::map<std::string, std::shared_ptr<MeshState>> meshes_ GUARDED_BY(mu_);
+  CondVar given_back_;
+  std::map<std::string, MeshState> meshes_ GUARDED_BY(mu_);
 };
 
 }  // namespace tessera::worker

@@ -9,7 +9,7 @@ namespace {
 
 constexpr size_t kSlots = static_cast<size_t>(MemoryPolicy::kMaxKeep) + 1;
 constexpr size_t kSlotWidth = 5 + kMaxRanks;  // step, own, redundancy, mode, count, ranks
-constexpr size_t kHead = 4;                   // lookup_failed, persisted, mesh, slots used
+constexpr size_t kHead = 6;  // lookup_failed, persisted, mesh, slots used, requested, timeline
 
 std::string Who(const std::vector<std::string>& workers, int64_t rank) {
   const std::string id = rank >= 0 && rank < static_cast<int64_t>(workers.size()) ? workers[rank] : "";
@@ -28,7 +28,7 @@ bool Contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.
 // Whether every rank can have its share of `step`: fills `choice` (plan, sources),
 // or says why not in *why.
 bool Complete(const std::vector<Inventory>& inv, int64_t step, const std::vector<std::string>& workers,
-              RestoreChoice* choice, std::string* why) {
+              RestoreChoice* choice, std::string* why, int64_t* culprit) {
   const int n = static_cast<int>(inv.size());
   std::vector<ShareTransfer> plan;
   std::vector<std::string> sources(n);
@@ -86,10 +86,12 @@ bool Complete(const std::vector<Inventory>& inv, int64_t step, const std::vector
       *why = "memory checkpoint step " + std::to_string(step) + " cannot be rebuilt: " + Who(workers, r) +
              " lost its share, and its parity group (which survives " + std::to_string(parity) +
              " loss" + (parity == 1 ? "" : "es") + ") also lacks " + others;
+      *culprit = r;
       return false;
     }
     *why = "memory checkpoint step " + std::to_string(step) + " cannot be rebuilt: " + Who(workers, r) +
            " lost its share and no other worker holds a copy of it";
+    *culprit = r;
     return false;
   }
   choice->plan = std::move(plan);
@@ -106,6 +108,8 @@ std::vector<int64_t> EncodeInventory(const Inventory& inv) {
   out[0] = inv.lookup_failed ? 1 : 0;
   out[1] = inv.persisted;
   out[2] = inv.mesh_fingerprint;
+  out[4] = inv.requested;
+  out[5] = inv.timeline;
   // The newest steps, when there are more than fit.
   const size_t skip = inv.steps.size() > kSlots ? inv.steps.size() - kSlots : 0;
   size_t slot = 0;
@@ -129,6 +133,8 @@ Inventory DecodeInventory(const int64_t* record) {
   inv.lookup_failed = record[0] != 0;
   inv.persisted = record[1];
   inv.mesh_fingerprint = record[2];
+  inv.requested = record[4];
+  inv.timeline = record[5];
   const size_t used = static_cast<size_t>(std::clamp<int64_t>(record[3], 0, static_cast<int64_t>(kSlots)));
   for (size_t slot = 0; slot < used; ++slot) {
     const int64_t* s = record + kHead + slot * kSlotWidth;
@@ -146,7 +152,7 @@ Inventory DecodeInventory(const int64_t* record) {
 }
 
 RestoreChoice ChooseRestore(const std::vector<Inventory>& by_rank, int64_t mesh_fingerprint,
-                            const std::vector<std::string>& workers) {
+                            const std::vector<std::string>& workers, std::optional<int64_t> named) {
   RestoreChoice choice;
   int64_t persisted = by_rank.empty() ? -1 : by_rank[0].persisted;
   std::set<int64_t, std::greater<>> steps;
@@ -157,21 +163,40 @@ RestoreChoice ChooseRestore(const std::vector<Inventory>& by_rank, int64_t mesh_
     persisted = std::min(persisted, inv.persisted);  // every worker saw it committed
     // Shares held for another definition of the mesh do not count.
     if (inv.mesh_fingerprint != mesh_fingerprint) inv.steps.clear();
-    for (const HeldStep& h : inv.steps) steps.insert(h.step);
+    for (const HeldStep& h : inv.steps) {
+      if (!named || h.step == *named) steps.insert(h.step);
+    }
   }
   for (int64_t step : steps) {
     if (step < persisted) break;
     std::string why;
-    if (Complete(usable, step, workers, &choice, &why)) {
+    int64_t culprit = -1;
+    if (Complete(usable, step, workers, &choice, &why, &culprit)) {
       choice.step = step;
       choice.memory = true;
       return choice;
     }
-    if (choice.fallback.empty()) choice.fallback = why;
+    if (choice.fallback.empty()) {
+      choice.fallback = why;
+      choice.culprit = culprit;
+    }
   }
   choice.step = persisted;
   choice.memory = false;
   return choice;
+}
+
+int64_t AgreedTimeline(const std::vector<Inventory>& by_rank) {
+  int64_t t = 0;
+  for (const Inventory& inv : by_rank) t = std::max(t, inv.timeline);
+  return t;
+}
+
+int64_t DisagreeingRank(const std::vector<Inventory>& by_rank) {
+  for (size_t r = 1; r < by_rank.size(); ++r) {
+    if (by_rank[r].requested != by_rank[0].requested) return static_cast<int64_t>(r);
+  }
+  return -1;
 }
 
 }  // namespace tessera::worker

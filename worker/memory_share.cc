@@ -95,8 +95,11 @@ Json ShareHeader::Tensors() const {
 }
 
 int64_t MeshFingerprint(const MeshPlacement& p) {
-  const std::string def = p.mesh.ToString() + "/" + std::to_string(p.mesh.devices_per_worker) + "/" +
-                          std::to_string(p.workers.size());
+  // Its workers by rank: the same name with its workers in another order puts other
+  // slices on each rank.
+  std::string def = p.mesh.ToString() + "/" + std::to_string(p.mesh.devices_per_worker) + "/" +
+                    std::to_string(p.workers.size()) + "/" + std::to_string(p.registration);
+  for (const std::string& w : p.workers) def += "/" + w;
   return static_cast<int64_t>(collectives::HashString(def) >> 1);
 }
 

@@ -46,8 +46,9 @@ struct ShareHeader {
 // shard files' xxh64, which matters at every restore's check of what a worker holds).
 uint64_t ShareChecksum(const void* data, size_t n);
 
-// The mesh's definition as one number: workers that hold shares of another
-// definition (another layout, more workers) do not restore from them.
+// The mesh's identity as one number: its definition, its workers in rank order and
+// its registration. Shares of another identity (another layout, other workers or
+// order, a mesh registered again) are never restored.
 int64_t MeshFingerprint(const MeshPlacement& p);
 
 // The header of `snap` (one pass over its bytes for the checksums).

@@ -1,5 +1,6 @@
 #include "worker/memory_tier.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace tessera::worker {
@@ -19,26 +20,66 @@ void MemoryTier::Begin(std::shared_ptr<MemoryCheckpoint> ck) {
   e.committed = false;
 }
 
-bool MemoryTier::Commit(const std::string& mesh, int64_t step) {
-  std::vector<std::shared_ptr<const MemoryCheckpoint>> freed;  // outside the lock
+void MemoryTier::Abandon(Steps& steps, int64_t step, int64_t mesh_fingerprint,
+                         std::vector<std::shared_ptr<const MemoryCheckpoint>>* freed) {
+  for (auto e = steps.begin(); e != steps.end();) {
+    const bool abandoned = e->second.committed &&
+                           (e->first > step || e->second.ck->mesh_fingerprint != mesh_fingerprint);
+    if (!abandoned) {
+      ++e;
+      continue;
+    }
+    freed->push_back(std::move(e->second.ck));
+    e = steps.erase(e);
+  }
+}
+
+bool MemoryTier::Commit(const std::string& mesh, int64_t step, int64_t now_ms) {
+  std::vector<std::shared_ptr<const MemoryCheckpoint>> freed;  // released outside the lock
   MutexLock lock(mu_);
   auto m = meshes_.find(mesh);
   if (m == meshes_.end()) return false;
   auto it = m->second.find(step);
   if (it == m->second.end()) return false;
+  const MemoryCheckpoint& ck = *it->second.ck;
+  Abandon(m->second, step, ck.mesh_fingerprint, &freed);
+  int64_t& timeline = timelines_[mesh];
+  if (timeline == 0 || !freed.empty()) timeline = std::max(now_ms, timeline + 1);
   it->second.committed = true;
-  const int64_t keep = it->second.ck->policy.keep;
-  int64_t newer = 0;  // committed ones at or above each step, walking down
-  std::vector<int64_t> old;
-  for (auto e = m->second.rbegin(); e != m->second.rend(); ++e) {
-    if (e->second.committed && ++newer > keep) old.push_back(e->first);
+  it->second.order = ++commits_;
+  // The timeline's newest commits stay; `step` is the newest of all.
+  std::vector<std::pair<uint64_t, int64_t>> by_order;  // (order, step), newest first
+  for (const auto& [s, e] : m->second) {
+    if (e.committed) by_order.emplace_back(e.order, s);
   }
-  for (int64_t s : old) {
-    auto o = m->second.find(s);
+  std::sort(by_order.rbegin(), by_order.rend());
+  const size_t keep = static_cast<size_t>(std::max<int64_t>(ck.policy.keep, 1));
+  for (size_t i = keep; i < by_order.size(); ++i) {
+    auto o = m->second.find(by_order[i].second);
     freed.push_back(std::move(o->second.ck));
     m->second.erase(o);
   }
   return true;
+}
+
+std::vector<int64_t> MemoryTier::Rollback(const std::string& mesh, int64_t step, int64_t mesh_fingerprint,
+                                          std::optional<int64_t> timeline) {
+  std::vector<std::shared_ptr<const MemoryCheckpoint>> freed;
+  std::vector<int64_t> steps;
+  MutexLock lock(mu_);
+  if (timeline) timelines_[mesh] = *timeline;
+  auto m = meshes_.find(mesh);
+  if (m == meshes_.end()) return steps;
+  Abandon(m->second, step, mesh_fingerprint, &freed);
+  for (const auto& ck : freed) steps.push_back(ck->step);
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+int64_t MemoryTier::Timeline(const std::string& mesh) const {
+  MutexLock lock(mu_);
+  auto it = timelines_.find(mesh);
+  return it == timelines_.end() ? 0 : it->second;
 }
 
 void MemoryTier::Drop(const std::string& mesh, int64_t step) {

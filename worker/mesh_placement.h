@@ -16,6 +16,9 @@ struct MeshPlacement {
   int64_t rank = 0;
   std::vector<int64_t> devices;  // ascending
   std::vector<std::string> workers;  // the mesh's worker ids by rank (may be empty in tests)
+  // Which registration of the mesh this is (tesserad's created_at, ms): a mesh deleted
+  // and registered again under its name is another mesh to the memory tier.
+  int64_t registration = 0;
 
   bool Owns(int64_t device) const {
     return device >= rank * mesh.devices_per_worker &&

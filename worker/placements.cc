@@ -18,6 +18,7 @@ Result<MeshPlacement> PlacementOf(const Json& mesh, const std::string& worker) {
   p.rank = it - workers.begin();
   p.workers = std::move(workers);
   p.devices = m.DevicesOfWorker(p.rank);
+  p.registration = mesh.value("created_at", int64_t{0});
   return p;
 }
 

@@ -66,6 +66,18 @@ def restore_all(ms):
     return each(ms, lambda r, m: m.restore())
 
 
+def save_steps(ms, arrays, steps, **kw):
+    for step in steps:
+        fill(arrays, step)
+        save_all(ms, step, **kw)
+
+
+def save_on_disk(ms, arrays, step):
+    fill(arrays, step)
+    for h in [m.save(step) for m in ms]:
+        h.wait(60)
+
+
 @pytest.mark.parametrize("redundancy", ["replica", "parity"])
 def test_memory_checkpoints_restore_from_local_ram(cluster, mesh, redundancy):
     ms = open_managers(cluster, mesh)
@@ -150,12 +162,8 @@ def test_a_worker_lost_during_replication_fails_that_checkpoint_and_the_previous
 def test_two_losses_in_a_parity_group_fall_back_to_the_persisted_checkpoint(cluster, mesh):
     ms = open_managers(cluster, mesh)
     arrays = attach(ms)
-    fill(arrays, 2)
-    for h in [m.save(2) for m in ms]:  # on disk
-        h.wait(60)
-    for step in (3, 4):
-        fill(arrays, step)
-        save_all(ms, step, redundancy="parity")
+    save_on_disk(ms, arrays, 2)
+    save_steps(ms, arrays, (3, 4), redundancy="parity")
     replace_worker(cluster, ms, arrays, 1, mesh)
     replace_worker(cluster, ms, arrays, 2, mesh)
     restored = restore_all(ms)
@@ -224,27 +232,96 @@ def test_a_damaged_copy_is_named_and_the_other_copy_is_used(cluster):
         "does not match" in log, log[-2000:]
 
 
-def test_a_replacement_under_another_name_gets_the_lost_share(cluster, mesh):
+@pytest.mark.parametrize("change", ["replacement", "reordered"])
+def test_a_mesh_registered_again_never_restores_the_old_ram(cluster, mesh, change):
     ms = open_managers(cluster, mesh)
     arrays = attach(ms)
     fill(arrays, 4)
     save_all(ms, 4, redundancy="parity")
-    # Worker 3's host is gone for good; "spare" takes its place in the mesh.
     for m in ms:
         m.close()
-    cluster.kill_worker(3)
-    cluster.start_worker(3, name="spare")
-    assert cluster.worker_ids[3] == "w-spare"
     client = cluster.client(timeout=30)
+    if change == "replacement":
+        # Worker 3's host is gone for good; "spare" takes its place in the mesh.
+        cluster.kill_worker(3)
+        cluster.start_worker(3, name="spare")
+        assert cluster.worker_ids[3] == "w-spare"
+        order = list(range(N))
+    else:
+        # The same workers in another order: each rank's RAM holds another rank's slices.
+        order = list(reversed(range(N)))
     client.delete_mesh(mesh)
-    client.register_mesh(mesh, {"data": N}, workers=cluster.worker_ids)
-    ms = open_managers(cluster, mesh)
-    again = attach(ms)  # the survivors' mappings are still there; spare's are new
-    fill(again[3:], 99)
+    client.register_mesh(mesh, {"data": N}, workers=[cluster.worker_ids[i] for i in order])
+    ms = [tessera.CheckpointManager(mesh, worker=cluster.worker_urls[i], timeout=60) for i in order]
+    attach(ms)
+    # Nothing to restore (None), never the old registration's step 4.
     restored = restore_all(ms)
-    assert [int(s) for s in restored] == [4] * N
-    assert [s.source for s in restored] == ["local", "local", "local", "parity"]
-    expect(again, 4)
+    assert restored == [None] * N, restored
+
+
+def test_a_restore_to_an_earlier_step_starts_a_new_timeline(cluster, mesh):
+    ms = open_managers(cluster, mesh)
+    arrays = attach(ms)
+    save_steps(ms, arrays, (200, 300))
+    fill(arrays, 99)
+    restored = each(ms, lambda r, m: m.restore(200))
+    assert [(int(s), s.tier) for s in restored] == [(200, "memory")] * N
+    expect(arrays, 200)
+    save_steps(ms, arrays, (201, 202))
+    # Worker 1 dies with its RAM, the trainers start again: the newest of this timeline.
+    replace_worker(cluster, ms, arrays, 1, mesh)
+    fill(arrays, 99)
+    restored = restore_all(ms)
+    assert [int(s) for s in restored] == [202] * N
+    assert restored[1].source == "replica"
+    expect(arrays, 202)
+
+
+def test_a_restore_of_a_persisted_step_abandons_the_newer_memory_checkpoints(cluster, mesh):
+    ms = open_managers(cluster, mesh)
+    arrays = attach(ms)
+    save_on_disk(ms, arrays, 100)
+    save_steps(ms, arrays, (200, 300))
+    fill(arrays, 99)
+    restored = each(ms, lambda r, m: m.restore(100))
+    assert [(int(s), s.tier) for s in restored] == [(100, "persisted")] * N
+    expect(arrays, 100)
+    save_steps(ms, arrays, (101, 102))
+    # The trainers restart (their workers' RAM is intact).
+    for m in ms:
+        m.close()
+    ms = open_managers(cluster, mesh)
+    arrays = attach(ms)
+    fill(arrays, 99)
+    restored = restore_all(ms)
+    assert [(int(s), s.tier) for s in restored] == [(102, "memory")] * N
+    expect(arrays, 102)
+    # tesserad lists the new timeline, not the abandoned steps.
+    client = cluster.client(timeout=30)
+    steps = lambda: [c["step"] for c in client.checkpoints(mesh)]
+    eventually(lambda: steps() == [102, 101, 100], lambda: "checkpoints: %s" % steps())
+
+
+def test_a_named_restore_is_made_by_every_trainer_on_the_same_step(cluster, mesh):
+    ms = open_managers(cluster, mesh)
+    arrays = attach(ms)
+    save_steps(ms, arrays, (1, 2))
+    fill(arrays, 99)
+    # Rank 3's trainer asks for another step: nobody restores, and rank 3 is named.
+    outcomes = each(ms, lambda r, m: _restore_error(m, 1 if r < 3 else 2))
+    assert all(code == "conflict" and "w-host3" in text for code, text in outcomes), outcomes
+    expect(arrays, 99)
+    restored = each(ms, lambda r, m: m.restore(1))
+    assert [(int(s), s.tier) for s in restored] == [(1, "memory")] * N
+    expect(arrays, 1)
+
+
+def _restore_error(m, step):
+    try:
+        m.restore(step)
+    except tessera.TesseraError as e:
+        return e.code, str(e)
+    return "restored", ""
 
 
 def test_a_rest_save_can_target_memory(cluster, mesh):

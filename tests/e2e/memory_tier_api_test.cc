@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "api/clock.h"
 #include "cluster_fixture.h"
 
 namespace tessera::e2e {
@@ -194,7 +195,10 @@ TEST_F(MemoryTierOverHttp, TheWorkersOwnReportOfAMemorySaveShowsUp) {
 TEST_F(MemoryTierOverHttp, WorkersShowTheirMemoryBytesSummedOverMeshes) {
   // "pair": workers 1 and 2, so worker 1 is in two meshes.
   ASSERT_TRUE(cluster_->PutMesh("pair", Json::parse(R"([{"name":"data","size":2}])"), 1, 1).ok());
-  ASSERT_TRUE(Put("mem", MemReport(20, {19, 20})).ok());
+  // Of a later timeline than the workers' own report of "mem" (the suite in one process).
+  Json report = MemReport(20, {19, 20});
+  report["timeline"] = WallMs();
+  ASSERT_TRUE(Put("mem", report).ok());
   const std::map<std::string, uint64_t> before = MemoryBytes();
   EXPECT_EQ(before.at(W(0)), 300u);
   EXPECT_EQ(before.at(W(1)), 500u);

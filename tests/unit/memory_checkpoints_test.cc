@@ -133,6 +133,30 @@ TEST(MemoryCheckpoints, AnOlderReportIsIgnoredAndANewerOrEqualOneReplaces) {
   EXPECT_EQ(held->step, 13);
 }
 
+TEST(MemoryCheckpoints, ALaterTimelineReplacesLargerStepsAndAnEarlierOneIsIgnored) {
+  MemoryCheckpoints memory;
+  auto report = [](int64_t step, std::vector<int64_t> steps, int64_t timeline) {
+    Json j = ReportJson(step, std::move(steps));
+    j["timeline"] = timeline;
+    auto r = MemoryCheckpointReport::FromJson(j);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->ToJson(), j);
+    return *r;
+  };
+  EXPECT_EQ(memory.Put("m", Report(300, {200, 300})), std::nullopt);
+  // The trainers went back to step 100: step 101 begins a later timeline.
+  EXPECT_EQ(memory.Put("m", report(101, {101}, 5000)), std::nullopt);
+  EXPECT_EQ(memory.Get("m")->steps, (std::vector<int64_t>{101}));
+  // The abandoned timeline's report, resent late, is older.
+  EXPECT_EQ(memory.Put("m", Report(300, {200, 300})), 101);
+  EXPECT_EQ(memory.Put("m", report(300, {200, 300}, 4000)), 101);
+  EXPECT_EQ(memory.Put("m", report(102, {101, 102}, 5000)), std::nullopt);
+  EXPECT_EQ(memory.Get("m")->step, 102);
+  Json bad = ReportJson(1, {1});
+  bad["timeline"] = -1;
+  EXPECT_EQ(MemoryCheckpointReport::FromJson(bad).status().details().value("field", ""), "timeline");
+}
+
 TEST(MemoryCheckpoints, ADeletedMeshIsForgotten) {
   MemoryCheckpoints memory;
   EXPECT_EQ(memory.Put("m", Report(12, {12})), std::nullopt);

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "collectives/transport/in_process_transport.h"
+#include "tests/unit/memory_held_step.h"
 #include "worker/memory_choice.h"
 #include "worker/memory_exchange.h"
 #include "worker/memory_layout.h"
@@ -97,15 +98,7 @@ TEST(MemoryPolicy, FieldsAreCheckedAndNamed) {
   EXPECT_NE(p->Fingerprint(), MemoryPolicy().Fingerprint());
 }
 
-HeldStep Held(int64_t step, bool own, MemoryPolicy::Mode mode, std::vector<int> ranks, bool red = true) {
-  HeldStep h;
-  h.step = step;
-  h.own = own;
-  h.redundancy = red;
-  h.mode = mode;
-  h.ranks = std::move(ranks);
-  return h;
-}
+using memory_testing::Held;
 
 std::vector<Inventory> Inventories(int n, int64_t persisted) {
   std::vector<Inventory> v(n);
