@@ -137,21 +137,28 @@ void Agent::HeartbeatLoop() {
 
 void Agent::TaskLoop() {
   constexpr int64_t kPollMs = 5000;
+  // What the last answered poll reported of the bases (empty: tesserad may not have it,
+  // as after a failed poll or from a new queue's tesserad): only a change is sent again.
+  std::string reported;
   while (true) {
     {
       MutexLock lock(mu_);
       if (stopping_) return;
     }
+    const std::string bases = save_bases_.Report().dump();
+    const std::string queue = feed_.queue();
     auto r = control_.Wait("GET",
                            ControlPlane::WorkerPath(id_) + "/tasks?wait_ms=" +
-                               std::to_string(kPollMs) + feed_.Query() + "&bases=" +
-                               http::PercentEncode(save_bases_.Report().dump()),
+                               std::to_string(kPollMs) + feed_.Query() +
+                               (bases == reported ? "" : "&bases=" + http::PercentEncode(bases)),
                            nullptr, kPollMs);
     if (!r.ok()) {
+      reported.clear();
       MutexLock lock(mu_);
       cv_.WaitFor(mu_, std::chrono::milliseconds(200));
       continue;
     }
+    reported = r->value("queue", "") == queue ? bases : "";
     // Received: the next poll acknowledges these tasks, and tesserad drops them.
     feed_.Received(*r);
     TakeMeshes(*r);

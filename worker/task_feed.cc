@@ -10,6 +10,11 @@ std::string TaskFeed::Query() const {
          "&queue=" + http::PercentEncode(queue_);
 }
 
+std::string TaskFeed::queue() const {
+  MutexLock lock(mu_);
+  return queue_;
+}
+
 void TaskFeed::Received(const Json& answer) {
   MutexLock lock(mu_);
   const std::string queue = answer.value("queue", "");

@@ -29,6 +29,8 @@ class TaskFeed {
   // Whether task `id` is new here (it is then remembered); a repeat is counted.
   bool Start(const std::string& id);
 
+  // The queue the last answer named (empty: none yet).
+  std::string queue() const EXCLUDES(mu_);
   int64_t started() const;
   int64_t repeated() const;
 
