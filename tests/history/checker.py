@@ -11,7 +11,8 @@
               lineage, never one of an abandoned timeline past the rollback point.
 3. no hang:   every operation answered within its timeout.
 4. conflict:  no save failed `conflict` unless a delete of the mesh or a kill came
-              between the mesh's last committed save and its answer.
+              between the mesh's last committed save (for a disk save: its last
+              committed disk save, its base) and its answer.
 
 An indeterminate save (info, or a failure) may or may not have committed: it is never
 required, but if it is listed at the end it must restore as its save wrote it.
@@ -202,12 +203,17 @@ class Checker:
                                   i["index"])
 
     def check_conflicts(self):
-        last_ok = {}  # a mesh's last save that committed: the turbulence since counts
+        # The turbulence since a mesh's last committed save counts; for a disk save, since
+        # its last committed disk save (its base), whatever memory saves came between.
+        last_ok, last_disk_ok = {}, {}
         for i, c in self.ops("save"):
             mesh = i["value"]["mesh"]
-            start = last_ok.get(mesh, 0)
+            disk = i["value"].get("kind") != "memory"
+            start = (last_disk_ok if disk else last_ok).get(mesh, 0)
             if c is not None and c["type"] == "ok":
                 last_ok[mesh] = i["index"]
+                if disk:
+                    last_disk_ok[mesh] = i["index"]
             if c is None or c["type"] == "ok" or (c.get("error") or {}).get("code") != "conflict":
                 continue
             window = self.events[start:c["index"] + 1]
