@@ -162,7 +162,9 @@ def test_save_restore_verify_delete_and_gc_in_a_bucket(rgw, cluster):
         # Retention: keep the last one.
         t.client.set_retention("m1", keep_last=1)
         t.commit(3)
-        assert [c["step"] for c in t.client.checkpoints("m1")] == [3]
+        # The trainers hear of the commit before its retention, which then follows.
+        eventually(lambda: [c["step"] for c in t.client.checkpoints("m1")] == [3],
+                   what="retention after step 3 keeps it alone")
         assert [n for n in keys(s3, "main/m1/") if n.endswith(".commit")] == ["step-3.commit"]
     finally:
         t.close()
