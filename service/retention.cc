@@ -43,7 +43,8 @@ Status Service::ApplyRetention(const std::string& mesh) {
   if (doomed.empty()) return Status::Ok();
   auto m = meshes_.Get(mesh);
   const std::optional<int64_t> floor =
-      m.ok() ? base_use_.Floor(m->workers, mesh, [&](int64_t s) { return SaveMayCommit(mesh, s); })
+      m.ok() ? base_use_.Floor(m->workers, mesh,
+                               [&](int64_t s) { return SaveMayCommit(mesh, s, committed.back()); })
              : std::nullopt;
   for (int64_t step : doomed) {
     if (floor && step >= *floor) continue;  // a save may still build on it: a later retention's
@@ -69,12 +70,11 @@ void Service::AwaitBasesHeard(const JobSpec& spec) {
   }
 }
 
-bool Service::SaveMayCommit(const std::string& mesh, int64_t step) const {
+bool Service::SaveMayCommit(const std::string& mesh, int64_t step, int64_t newest) const {
   if (auto c = checkpoints_.Get(CheckpointRecord::Key(mesh, step))) {
     return c->state != CheckpointState::kCommitted && c->state != CheckpointState::kFailed;
   }
-  const std::vector<int64_t> steps = checkpoints_.CommittedSteps(mesh);
-  return steps.empty() || step > steps.back();
+  return step > newest;
 }
 
 }  // namespace tessera::service

@@ -301,8 +301,8 @@ class Service {
   // end (at most a lease), when the policy would prune something.
   void AwaitBasesHeard(const JobSpec& spec);
   // Whether a save of `step` of `mesh` may still commit: running, or not yet known here
-  // and newer than every committed step.
-  bool SaveMayCommit(const std::string& mesh, int64_t step) const;
+  // and newer than `newest`, the mesh's newest committed step.
+  bool SaveMayCommit(const std::string& mesh, int64_t step, int64_t newest) const;
   // The delete of committed `step`, in `turn` (its mesh's): the root, then the catalog,
   // then memory; then the sweep of the mesh's retired dirs, whose failure is logged and
   // left to the collector (the step is deleted either way).

@@ -66,6 +66,16 @@ def restore_all(ms):
     return each(ms, lambda r, m: m.restore())
 
 
+def expect_rebuilt_from_replica(ms, arrays, step, rank):
+    """The trainers, their tensors overwritten, restore `step`; `rank`'s share (its worker
+    replaced) comes from a replica."""
+    fill(arrays, 99)
+    restored = restore_all(ms)
+    assert [int(s) for s in restored] == [step] * N
+    assert restored[rank].source == "replica"
+    expect(arrays, step)
+
+
 def save_steps(ms, arrays, steps, **kw):
     for step in steps:
         fill(arrays, step)
@@ -152,11 +162,7 @@ def test_a_worker_lost_during_replication_fails_that_checkpoint_and_the_previous
         with pytest.raises(tessera.TesseraError) as e:
             h.wait(60)
         assert "w-host3" in str(e.value), str(e.value)
-    fill(arrays, 99)
-    restored = restore_all(ms)
-    assert [int(s) for s in restored] == [6] * N
-    assert restored[3].source == "replica"
-    expect(arrays, 6)
+    expect_rebuilt_from_replica(ms, arrays, 6, 3)
 
 
 def test_two_losses_in_a_parity_group_fall_back_to_the_persisted_checkpoint(cluster, mesh):
@@ -270,11 +276,7 @@ def test_a_restore_to_an_earlier_step_starts_a_new_timeline(cluster, mesh):
     save_steps(ms, arrays, (201, 202))
     # Worker 1 dies with its RAM, the trainers start again: the newest of this timeline.
     replace_worker(cluster, ms, arrays, 1, mesh)
-    fill(arrays, 99)
-    restored = restore_all(ms)
-    assert [int(s) for s in restored] == [202] * N
-    assert restored[1].source == "replica"
-    expect(arrays, 202)
+    expect_rebuilt_from_replica(ms, arrays, 202, 1)
 
 
 def test_a_restore_of_a_persisted_step_abandons_the_newer_memory_checkpoints(cluster, mesh):
