@@ -66,6 +66,14 @@ def restore_all(ms):
     return each(ms, lambda r, m: m.restore())
 
 
+def roll_back(ms, arrays, step, tier):
+    """Every trainer restores named `step` over overwritten tensors, from `tier`."""
+    fill(arrays, 99)
+    restored = each(ms, lambda r, m: m.restore(step))
+    assert [(int(s), s.tier) for s in restored] == [(step, tier)] * N
+    expect(arrays, step)
+
+
 def expect_rebuilt_from_replica(ms, arrays, step, rank):
     """The trainers, their tensors overwritten, restore `step`; `rank`'s share (its worker
     replaced) comes from a replica."""
@@ -269,10 +277,7 @@ def test_a_restore_to_an_earlier_step_starts_a_new_timeline(cluster, mesh):
     ms = open_managers(cluster, mesh)
     arrays = attach(ms)
     save_steps(ms, arrays, (200, 300))
-    fill(arrays, 99)
-    restored = each(ms, lambda r, m: m.restore(200))
-    assert [(int(s), s.tier) for s in restored] == [(200, "memory")] * N
-    expect(arrays, 200)
+    roll_back(ms, arrays, 200, "memory")
     save_steps(ms, arrays, (201, 202))
     # Worker 1 dies with its RAM, the trainers start again: the newest of this timeline.
     replace_worker(cluster, ms, arrays, 1, mesh)
@@ -284,10 +289,7 @@ def test_a_restore_of_a_persisted_step_abandons_the_newer_memory_checkpoints(clu
     arrays = attach(ms)
     save_on_disk(ms, arrays, 100)
     save_steps(ms, arrays, (200, 300))
-    fill(arrays, 99)
-    restored = each(ms, lambda r, m: m.restore(100))
-    assert [(int(s), s.tier) for s in restored] == [(100, "persisted")] * N
-    expect(arrays, 100)
+    roll_back(ms, arrays, 100, "persisted")
     save_steps(ms, arrays, (101, 102))
     # The trainers restart (their workers' RAM is intact).
     for m in ms:
