@@ -131,7 +131,7 @@ Result<Json> Service::RunJobIo(const JobSpec& spec, const JobAction& a) {
       return committed;
     }
     case IoKind::kRetention: {
-      // A save's workers were told of its commit (below): retention waits for their word
+      // A save's workers were told of its commit (above): retention waits for their word
       // on what they build on since, so it takes no base of a save still in flight.
       if (!spec.staging_id.empty()) AwaitBasesHeard(spec);
       Status retained = ApplyRetention(mesh);
