@@ -99,7 +99,7 @@ Result<Json> Service::StartCollective(const std::string& mesh, const Json& body)
     ReleaseHolds(spec);
     return st;
   }
-  CreateJob(spec, "collective", mesh, body);
+  RETURN_IF_ERROR(CreateJob(spec, "collective", mesh, body));
   Launch(std::make_unique<CollectiveMachine>(std::move(spec), TaskKind::kCollective, body,
                                              body.value("timeout_ms", int64_t{30000})));
   return Json{{"job", job_id}};
@@ -116,7 +116,7 @@ Result<Json> Service::StartMemorySave(const std::string& mesh, const Json& body)
   ASSIGN_OR_RETURN(MeshRecord m, meshes_.Hold(mesh, job_id));
   JobSpec spec = JobSpec::Of(job_id, m, step, options_.job_timeout_ms);
   spec.holds_mesh = true;
-  CreateJob(spec, "memory_save", mesh, body);
+  RETURN_IF_ERROR(CreateJob(spec, "memory_save", mesh, body));
   Launch(std::make_unique<CollectiveMachine>(std::move(spec), TaskKind::kMemorySave, body,
                                              deadline.value_or(60000)));
   return Json{{"job", job_id}, {"checkpoint", {{"mesh", mesh}, {"step", step}, {"tiers", {"memory"}}}}};

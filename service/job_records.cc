@@ -6,12 +6,16 @@
 
 namespace tessera::service {
 
-JobRecord Service::CreateJob(const JobSpec& spec, const std::string& kind, const std::string& mesh,
-                             const Json& request, std::optional<SaveRequest> join) {
-  JobRecord job = jobs_.Create(spec.id, kind, mesh, spec.step, request, std::move(join));
-  (void)PersistJob(job);
+Status Service::CreateJob(const JobSpec& spec, const std::string& kind, const std::string& mesh,
+                          const Json& request, std::optional<SaveRequest> join) {
+  const JobRecord job = jobs_.Create(spec.id, kind, mesh, spec.step, request, std::move(join));
+  if (Status st = PersistJob(job); !st.ok()) {
+    jobs_.Forget(spec.id);
+    ReleaseHolds(spec);
+    return st.WithContext("the " + kind + " job was not started");
+  }
   jobs_.Announce(spec.id);
-  return job;
+  return Status::Ok();
 }
 
 void Service::ReleaseHolds(const JobSpec& spec) {

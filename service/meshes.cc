@@ -111,9 +111,11 @@ Result<Json> Service::SelfTestMesh(const MeshRecord& mesh, int64_t timeout_ms) {
   const std::string& name = mesh.mesh.name;
   JobSpec spec = JobSpec::Of(NewJobId(), mesh, -1, options_.job_timeout_ms);
   const std::string job_id = spec.id;
-  CreateJob(spec, "mesh_init", name, {{"timeout_ms", timeout_ms}});
-  CollectiveMachine machine(std::move(spec), TaskKind::kMeshInit, Json::object(), timeout_ms);
-  Status st = DriveJob(machine);  // the registration waits for it
+  Status st = CreateJob(spec, "mesh_init", name, {{"timeout_ms", timeout_ms}});
+  if (st.ok()) {
+    CollectiveMachine machine(std::move(spec), TaskKind::kMeshInit, Json::object(), timeout_ms);
+    st = DriveJob(machine);  // the registration waits for it
+  }
   if (!st.ok()) {
     st = st.WithContext("mesh " + name + " failed its self-test (job " + job_id +
                         "), so it is not registered")

@@ -68,7 +68,7 @@ Result<Json> Service::StartRestore(const std::string& mesh, const std::string& s
   }
   Json recorded = request.ToJson();
   recorded["target_mesh"] = target_mesh;
-  CreateJob(spec, "restore", mesh, recorded);
+  RETURN_IF_ERROR(CreateJob(spec, "restore", mesh, recorded));
   Launch(std::make_unique<RestoreMachine>(std::move(spec), std::move(planned->first),
                                           std::move(planned->second)));
   return Json{{"job", job_id}, {"checkpoint", c.Summary()}};

@@ -33,7 +33,7 @@ Result<Json> Service::StartExport(const std::string& mesh, const std::string& st
   // At least a file per worker (as the tensors allow), so that every worker writes.
   auto files = storage::PlanExportFiles(tensors, request.max_file_bytes,
                                         static_cast<size_t>(m->mesh.num_workers()));
-  CreateJob(spec, "export", mesh, request.ToJson());
+  RETURN_IF_ERROR(CreateJob(spec, "export", mesh, request.ToJson()));
   Launch(std::make_unique<ExportMachine>(std::move(spec), std::move(files), request.dir));
   return Json{{"job", job_id}, {"checkpoint", c.Summary()}};
 }

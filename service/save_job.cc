@@ -53,10 +53,16 @@ Result<CheckpointRecord> Service::CreateSaveJob(const std::string& job_id, const
   c.job = job_id;
   c.created_ms = clock_->WallMs();
   c.metadata = request.metadata;
+  // Both records are in the catalog before anyone acts on them (docs/semantics.md S9);
+  // the reservation comes first, so that a refused step leaves no job behind.
   Status st = checkpoints_.Reserve(c);
   if (st.ok()) {
     spec.held_checkpoint = c.key();
-    st = PersistCheckpoint(c);
+    st = PersistJob(job);
+    if (st.ok()) {
+      st = PersistCheckpoint(c);
+      if (!st.ok()) (void)catalog_->Delete("jobs", job_id);  // best effort: the job never ran
+    }
     if (!st.ok()) st = st.WithContext("the save of step " + std::to_string(step) + " was not started");
   }
   if (!st.ok()) {
@@ -66,7 +72,6 @@ Result<CheckpointRecord> Service::CreateSaveJob(const std::string& job_id, const
     return st;
   }
   events_.Publish("checkpoint", c.Summary());
-  (void)PersistJob(job);
   jobs_.Announce(job_id);
   // A save's workers write at their snapshots, before any job exists: into the
   // staging dir of the step that they all know (storage::kSaveStagingId).

@@ -256,8 +256,10 @@ class Service {
   // (job_runtime.h) in DriveJob, with the Service's effects (JobLoopEffects,
   // job_loop.cc), on a thread of its own (Launch) or on the caller's (a mesh's self-test).
   friend class JobLoopEffects;
-  // A new job's record, written to the catalog; the job holds what `spec` says it does.
-  JobRecord CreateJob(const JobSpec& spec, const std::string& kind, const std::string& mesh,
+  // A new job's record, written to the catalog before anyone can see it; the job holds
+  // what `spec` says it does. When the catalog refuses it, the job never existed: its
+  // holds are released and the error names the catalog.
+  Status CreateJob(const JobSpec& spec, const std::string& kind, const std::string& mesh,
                       const Json& request, std::optional<SaveRequest> join = std::nullopt);
   void Launch(std::unique_ptr<JobMachine> machine);
   // Runs the machine to its end; the job's final status.

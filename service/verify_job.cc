@@ -13,7 +13,7 @@ Result<Json> Service::StartVerify(const std::string& mesh, const std::string& st
   if (auto m = meshes_.Get(mesh); m.ok()) record = *m;
   JobSpec spec = JobSpec::Of(job_id, std::move(record), c.step, options_.job_timeout_ms);
   spec.held_checkpoint = c.key();
-  CreateJob(spec, "verify", mesh, Json::object());
+  RETURN_IF_ERROR(CreateJob(spec, "verify", mesh, Json::object()));
   Launch(std::make_unique<VerifyMachine>(std::move(spec)));
   return Json{{"job", job_id}, {"checkpoint", c.Summary()}};
 }

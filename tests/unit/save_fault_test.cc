@@ -5,6 +5,7 @@
 // the power goes after it (MemEnv's crash model) and tesserad starts again. Each
 // time: the checkpoint committed before is whole, the new one is either whole and
 // listed or absent, and the garbage collector leaves no staging behind.
+#include "service/catalog.h"
 #include "tests/unit/save_fault_fixture.h"
 
 namespace tessera::service {
@@ -80,6 +81,57 @@ TEST_F(SaveFaults, PowerLossAfterAnyIoOfTesseradsSaveKeepsCheckpointsWhole) {
   }
   EXPECT_GT(crashed, 5);
   EXPECT_GT(recovered, 0) << "no power loss fell between a commit and its job's end";
+}
+
+// A save refused at its start leaves no record anywhere: each I/O of StartSave fails in
+// turn (the job's record, then the checkpoint's), and neither memory nor the catalog
+// (read through a connection of its own) knows of the job or the step.
+TEST_F(SaveFaults, ASaveRefusedAtItsStartLeavesNoRecord) {
+  const State state(1);  // the workers answer from it while the test runs
+  Serve(state);
+  int refused = 0;
+  std::set<std::string> tables;  // whose write refused a start
+  for (uint64_t n = 1; n < 50; ++n) {
+    const int64_t step = 10 + static_cast<int64_t>(n);
+    const std::string when = "I/O " + std::to_string(n) + " of the start failing";
+    env_.FailAt(n, storage::FaultEnv::Kind::kIoError);
+    SaveRequest request;
+    request.step = step;
+    request.compress = false;
+    auto started = service_->StartSave("m", request);
+    const bool fired = env_.fired();
+    env_.Reset();
+    if (started.ok()) {
+      auto job = service_->GetJob(started->value("job", ""), 30000);
+      ASSERT_TRUE(job.ok()) << when;
+      if (!fired) break;  // past the start's I/O
+      continue;
+    }
+    ++refused;
+    const std::string message = started.status().message();
+    for (const char* table : {"jobs", "checkpoints"}) {
+      if (message.find(std::string("catalog ") + table + "/") != std::string::npos) tables.insert(table);
+    }
+    EXPECT_NE(message.find("catalog"), std::string::npos) << when << ": " << message;
+    EXPECT_FALSE(service_->GetCheckpoint("m", std::to_string(step)).ok()) << when;
+    auto jobs = service_->ListJobs("", "save", "m", 1000);
+    ASSERT_TRUE(jobs.ok()) << when;
+    for (const Json& j : Json::parse(jobs->json)) {
+      EXPECT_NE(j.value("step", int64_t{-1}), step) << when << ": " << j.dump();
+    }
+    auto catalog = Catalog::Open(&mem_, opts_.data_dir);
+    ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
+    for (const char* table : {"jobs", "checkpoints"}) {
+      auto docs = (*catalog)->All(table);
+      ASSERT_TRUE(docs.ok()) << when;
+      for (const Json& d : *docs) {
+        EXPECT_NE(d.value("step", int64_t{-1}), step) << when << ": " << table << " " << d.dump();
+      }
+    }
+  }
+  EXPECT_GE(refused, 2) << "neither record of a save's start went through the Env";
+  // The job's record is written, and checked, before the step's.
+  EXPECT_EQ(tables, (std::set<std::string>{"checkpoints", "jobs"}));
 }
 
 }  // namespace
