@@ -23,9 +23,9 @@ packages=(
   libcli11-dev libgtest-dev libgmock-dev libssl-dev
   # The S3 checkpoint store: HTTP with libcurl (signing with OpenSSL, above).
   libcurl4-openssl-dev
-  # The Python client (python/) and its tests: Debian's python3 with numpy, and
-  # torch for attach_state_dict and the training example.
-  python3 python3-numpy python3-pytest python3-torch
+  # The Python client (python/) and its tests run in .venv/ (below), made from Debian's
+  # python3; the scripts outside it use Debian's numpy.
+  python3 python3-venv python3-numpy
   # The multihost tests: hosts as network namespaces (ip) with their own mounts (unshare,
   # nsenter), sharing the checkpoint root over sshfs from one host's sshd.
   iproute2 util-linux sshfs openssh-server
@@ -64,6 +64,19 @@ fi
 if [ ! tests/browser/node_modules/.package-lock.json -nt tests/browser/package-lock.json ]; then
   echo "setup: npm ci in tests/browser"
   (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+fi
+
+# The Python environment (.venv/): Debian's python3 with python/requirements.txt, every
+# package pinned. Made again only when the file changed (its hash is kept beside it), as
+# npm ci is above. The first one downloads torch's Linux wheels (several GB).
+venv_stamp=.venv/requirements.sha256
+want=$(sha256sum python/requirements.txt | cut -d' ' -f1)
+if [ "$(cat "$venv_stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing python/requirements.txt into .venv/ (the first time: several minutes)"
+  rm -rf .venv
+  /usr/bin/python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check -r python/requirements.txt
+  echo "$want" >"$venv_stamp"
 fi
 
 echo "setup: building into $build_dir/"

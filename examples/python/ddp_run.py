@@ -2,8 +2,8 @@
 way torchrun would: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, and when one
 rank dies the others are stopped too (a DDP rank cannot go on without its peers).
 
-    python3 examples/python/ddp_run.py --log-dir /tmp/gpt-logs --steps 20
-    python3 examples/python/ddp_run.py --log-dir /tmp/gpt-logs --die 2:13   # rank 2 dies
+    .venv/bin/python examples/python/ddp_run.py --log-dir /tmp/gpt-logs --steps 20
+    .venv/bin/python examples/python/ddp_run.py --log-dir /tmp/gpt-logs --die 2:13   # rank 2 dies
                                                                             # after step 13
 With --restarts N, a run that lost a rank is started again, up to N times; the
 ranks resume from the step their workers agree on.

@@ -1,6 +1,6 @@
 """Starts tesserad, 4 workers and 4 trainers (train.py) on this machine.
 
-    python3 examples/python/run.py --steps 30 --save-every 5 --log-dir /tmp/train-logs
+    .venv/bin/python examples/python/run.py --steps 30 --save-every 5 --log-dir /tmp/train-logs
 
 tesserad and tessera-worker come from TESSERA_BIN, else build/bin. Run it again
 with --dir DIR to keep the cluster's state between runs: the trainers then

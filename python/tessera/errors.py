@@ -55,6 +55,10 @@ class TesseraError(Exception):
     def __str__(self):
         return self.message
 
+    def __reduce__(self):
+        # Picklable, so that it crosses processes whole (DCP gathers every rank's errors).
+        return (TesseraError, (self.code, self.message, self.status, self.details))
+
     def __repr__(self):
         return "TesseraError(code=%r, status=%r, message=%r, details=%r)" % (
             self.code, self.status, self.message, self.details)

@@ -150,7 +150,7 @@ class Cluster:
         return env
 
     def trainer_argv(self, mesh, i, *args):
-        return ["/usr/bin/python3", os.path.join(HERE, "trainer.py"), mesh, str(i - 1)] + \
+        return [sys.executable, os.path.join(HERE, "trainer.py"), mesh, str(i - 1)] + \
             [str(a) for a in args]
 
     def trainers(self, mesh, *args, hosts=None):
@@ -219,7 +219,7 @@ def test_hosts_share_nothing_but_the_network_and_the_root(cluster):
         assert kind == ("fuse.sshfs" if cluster.hosts.share == "sshfs" else None), (i, kind)
     # A worker's local API is on its host's loopback: host 0 (tesserad's, no worker) has
     # its own loopback, where nothing answers.
-    out = cluster.hosts.run(0, ["/usr/bin/python3", "-c",
+    out = cluster.hosts.run(0, [sys.executable, "-c",
                                 "import urllib.request as u\n"
                                 "try: u.urlopen('%s/healthz', timeout=2); print('reached')\n"
                                 "except Exception: print('refused')" % LOCAL])
@@ -247,7 +247,7 @@ def test_save_restore_verify_reshard_and_retention(cluster):
     want = np.concatenate([np.arange(256 * 64, dtype=np.float32).reshape(256, 64) + 2 * 1000 + r * 1e6
                            for r in range(WORKERS)])
     for i in range(1, WORKERS + 1):
-        out = c.hosts.run(i, ["/usr/bin/python3", "-c",
+        out = c.hosts.run(i, [sys.executable, "-c",
                               "import tessera, numpy as np, sys\n"
                               "m = tessera.CheckpointManager('grid')\n"
                               "w = m.attach('w', (1024, 64), 'float32', None)\n"
@@ -346,7 +346,7 @@ def wait_late_write(c, worker, mesh, step):
 def pending_saves(c, host):
     """How many of its trainer's saves `host`'s worker has snapshotted and not yet joined
     (its /healthz)."""
-    out = c.hosts.run(host, ["/usr/bin/python3", "-c",
+    out = c.hosts.run(host, [sys.executable, "-c",
                              "import json, urllib.request\n"
                              "h = json.load(urllib.request.urlopen('%s/healthz', timeout=10))\n"
                              "print(h['pending_saves']['count'])\n" % LOCAL])

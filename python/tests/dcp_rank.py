@@ -1,0 +1,107 @@
+"""One rank of tests/test_dcp.py: a gloo process group, a DTensor state dict, saved
+through tessera.dcp with dcp.save or dcp.async_save, then loaded back.
+
+    dcp_rank.py RANK WORLD PORT MESH WORKER_URL MODE STEP [load|save|both]
+
+MODE: sync, thread or process. Prints one JSON line: what this rank saw.
+"""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.distributed.checkpoint as dcp  # noqa: E402
+from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType  # noqa: E402
+from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor  # noqa: E402
+
+from tessera.dcp import Reader, Writer  # noqa: E402
+
+
+def state(mesh, seed):
+    """The same global values on every rank for a seed; each rank holds its shards."""
+    g = torch.Generator().manual_seed(seed)
+    even = torch.randn(16, 8, generator=g)
+    uneven = torch.randn(10, 3, generator=g)        # 10 rows over 4 ranks: not even
+    cols = torch.randn(4, 12, generator=g)          # sharded on dim 1
+    bias = torch.randn(8, generator=g)              # a plain tensor every rank holds
+    half = torch.randn(8, 4, generator=g).to(torch.bfloat16)
+    counts = torch.arange(6, dtype=torch.int64) * seed
+    return {
+        "model": {"w": distribute_tensor(even, mesh, [Shard(0)]),
+                  "u": distribute_tensor(uneven, mesh, [Shard(0)]),
+                  "c": distribute_tensor(cols, mesh, [Shard(1)]),
+                  "r": distribute_tensor(bias.clone(), mesh, [Replicate()]),
+                  "bias": bias, "half": half},
+        "optim": {"count": counts, "lr": 0.5 * seed},
+        "extra": {"step": seed, "loader": {"position": 1000 + seed, "files": ["a", "b"]}},
+    }
+
+
+def zeros_like(sd):
+    out = {}
+    for k, v in sd.items():
+        if isinstance(v, dict):
+            out[k] = zeros_like(v)
+        elif isinstance(v, torch.Tensor):
+            out[k] = torch.zeros_like(v)
+        else:
+            out[k] = None
+    return out
+
+
+def same(a, b):
+    if isinstance(a, dict):
+        return all(same(a[k], b[k]) for k in a)
+    if isinstance(a, torch.Tensor):
+        la = a.to_local() if hasattr(a, "to_local") else a
+        lb = b.to_local() if hasattr(b, "to_local") else b
+        return la.dtype == lb.dtype and torch.equal(la.view(torch.uint8) if la.dim() else la,
+                                                     lb.view(torch.uint8) if lb.dim() else lb)
+    return a == b
+
+
+def main():
+    rank, world, port, mesh_name, worker, mode, step = sys.argv[1:8]
+    what = sys.argv[8] if len(sys.argv) > 8 else "both"
+    rank, world, step = int(rank), int(world), int(step)
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % port, rank=rank,
+                            world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    sd = state(mesh, step)
+    seen = {"rank": rank}
+    if what in ("save", "both"):
+        writer = Writer(mesh=mesh_name, step=step, worker=worker, timeout=120)
+        if mode == "sync":
+            dcp.save(sd, storage_writer=writer)
+        else:
+            kind = AsyncCheckpointerType.PROCESS if mode == "process" else AsyncCheckpointerType.THREAD
+            future = dcp.async_save(sd, storage_writer=writer, async_checkpointer_type=kind)
+            # The state may change as soon as async_save returns: the staged copy is saved.
+            kept = sd["model"]["bias"].clone()
+            sd["model"]["bias"].add_(1000)
+            future.result()
+            sd["model"]["bias"].copy_(kept)
+        seen["saved"] = step
+    if what in ("load", "both"):
+        target = zeros_like(sd)
+        target["model"] = {k: (distribute_tensor(torch.zeros(v.shape, dtype=v.dtype), mesh,
+                                                 v.placements) if hasattr(v, "placements")
+                               else torch.zeros_like(v)) for k, v in sd["model"].items()}
+        reader = Reader(mesh=mesh_name, worker=worker, timeout=120)
+        dcp.load(target, storage_reader=reader)
+        seen["restored_step"] = getattr(reader, "restored_step", None)
+        seen["same"] = same(sd, target)
+        if not seen["same"]:
+            seen["diff"] = {k: str(target["extra"].get(k)) for k in sd["extra"]}
+    dist.barrier()
+    dist.destroy_process_group()
+    print(json.dumps(seen), flush=True)
+
+
+if __name__ == "__main__":
+    main()
