@@ -123,6 +123,11 @@ class Agent {
   // number or "latest": the newest committed), with its tensors and metadata, from tesserad.
   Result<Json> Checkpoints(const std::string& mesh);
   Result<Json> Checkpoint(const std::string& mesh, const std::string& step);
+  // agent_read.cc: boxes {tensor, offsets, lengths} of committed checkpoint `step` (or
+  // "latest") of `mesh`, read from the root into `out`, one after the other; answers
+  // {step, bytes, stored_bytes}. Errors name the read, the tensor or the checkpoint.
+  Result<Json> ReadBoxes(const std::string& mesh, const std::string& step, const Json& body,
+                         std::string* out);
   // reached_preemption_sync_point: asks tesserad (which decides the sync step).
   Result<Json> PreemptionSyncPoint(const std::string& mesh, int64_t step, int64_t timeout_ms);
 

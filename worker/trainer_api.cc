@@ -4,6 +4,7 @@
 //   POST /v1/restore           restore this worker's devices of a mesh from a committed step
 //   GET  /v1/checkpoints       the mesh's checkpoints; /v1/checkpoints/{step} one (or
 //                              "latest"), with its tensors and metadata
+//   POST /v1/checkpoints/{step}/read  boxes of its tensors, read from the root (raw bytes)
 //   GET  /v1/preemption        reached_preemption_sync_point(step)
 #include "worker/trainer_api.h"
 
@@ -83,6 +84,23 @@ void AddTrainerRoutes(http::Router* router, Agent* agent) {
                }),
                "one checkpoint of a mesh (step or \"latest\": the newest committed), with its "
                "tensors and metadata",
+               true});
+  router->Add({"POST", "/v1/checkpoints/{step}/read",
+               http::Handle([agent](const Request& req) -> Result<http::Response> {
+                 ASSIGN_OR_RETURN(std::string mesh, MeshQuery(req));
+                 const std::string step = req.Param("step");
+                 if (step != "latest") RETURN_IF_ERROR(ParseStep(step, "step").status());
+                 ASSIGN_OR_RETURN(Json body, http::JsonBody(req));
+                 http::Response res;
+                 res.content_type = "application/octet-stream";
+                 ASSIGN_OR_RETURN(Json read, agent->ReadBoxes(mesh, step, body, &res.body));
+                 res.headers = {{"X-Tessera-Step", std::to_string(read.value("step", int64_t{-1}))},
+                                {"X-Tessera-Stored-Bytes",
+                                 std::to_string(read.value("stored_bytes", uint64_t{0}))}};
+                 return res;
+               }),
+               "boxes {reads: [{tensor, offsets, lengths}]} of a committed checkpoint's tensors, "
+               "read from the root: their raw bytes, one after the other",
                true});
   router->Add({"GET", "/v1/preemption", http::JsonHandler([agent](const Request& req) -> Result<Json> {
                  ASSIGN_OR_RETURN(std::string mesh, MeshQuery(req));

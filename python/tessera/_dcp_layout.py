@@ -124,12 +124,12 @@ def plan(per_rank, world, axis, itemsize):
             nbytes = itemsize(dtype)
             for s in item["sizes"]:
                 nbytes *= s
-            packed[owner].append((key(fqn, offsets), nbytes))
+            packed[owner].append((key(fqn, offsets), nbytes, list(offsets)))
     length = 0
     for rank, entries in enumerate(packed):
         at = 0
-        for k, nbytes in entries:
-            where[k] = {"rank": rank, "offset": at, "nbytes": nbytes}
+        for k, nbytes, offsets in entries:
+            where[k] = {"rank": rank, "offset": at, "nbytes": nbytes, "chunk": offsets}
             at += -(-nbytes // ALIGN) * ALIGN
         length = max(length, at)
     if length:

@@ -94,7 +94,8 @@ def main():
                                else torch.zeros_like(v)) for k, v in sd["model"].items()}
         reader = Reader(mesh=mesh_name, worker=worker, timeout=120)
         dcp.load(target, storage_reader=reader)
-        seen["restored_step"] = getattr(reader, "restored_step", None)
+        seen["restored_step"] = None if reader.restored is None else int(reader.restored)
+        seen["tier"] = None if reader.restored is None else reader.restored.tier
         seen["same"] = same(sd, target)
         if not seen["same"]:
             seen["diff"] = {k: str(target["extra"].get(k)) for k in sd["extra"]}

@@ -65,6 +65,13 @@ def test_save_and_load_bit_for_bit(cluster, client, rank_mesh, mode):
     assert "model.u" not in names
 
 
+def test_a_load_onto_two_ranks_reshards(cluster, client, rank_mesh):
+    run_ranks(cluster, rank_mesh, "sync", step=4, what="save")
+    seen = run_ranks(cluster, rank_mesh, "sync", step=4, what="load", world=2)
+    assert all(s["same"] for s in seen), seen
+    assert all(s["restored_step"] is None for s in seen), "read through the worker, not restored"
+
+
 def test_a_checkpoint_restores_through_checkpoint_manager(cluster, client, rank_mesh):
     run_ranks(cluster, rank_mesh, "sync", step=5, what="save")
     ms = [tessera.CheckpointManager(rank_mesh, worker=cluster.worker_urls[r], timeout=30)
