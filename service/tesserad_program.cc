@@ -67,6 +67,7 @@ struct Flags {
   int threads = 256, header_timeout_s = 10;
   int64_t ha_lease_s = 5, root_lease_ms = 10000;
   int64_t heartbeat_ms = 500, lease_ms = 3000, gc_interval_ms = 5 * 60 * 1000;
+  int64_t join_wait_ms = tessera::service::ServiceOptions{}.join_wait_ms;
   int64_t job_history_per_mesh = tessera::service::ServiceOptions{}.job_history_per_mesh;
   int64_t job_history_min_age_s = tessera::service::ServiceOptions{}.job_history_min_age_ms / 1000;
 };
@@ -86,6 +87,11 @@ void AddFlags(CLI::App& app, Flags* f) {
       ->check(CLI::Range(4, 4096));
   app.add_option("--heartbeat-ms", f->heartbeat_ms, "worker heartbeat interval")->check(CLI::Range(10, 60000));
   app.add_option("--lease-ms", f->lease_ms, "a worker silent this long is dead")->check(CLI::Range(50, 600000));
+  app.add_option("--join-wait-ms", f->join_wait_ms,
+                 "a save from the training loop fails, naming the workers whose trainers did "
+                 "not call save(), when they have not by then")
+      ->check(CLI::Range(int64_t{100}, int64_t{86400000}))
+      ->capture_default_str();
   app.add_option("--gc-interval-ms", f->gc_interval_ms, "remove leftovers of failed saves this often (0: at startup only)")
       ->check(CLI::Range(int64_t{0}, int64_t{86400000}));
   app.add_option("--job-history", f->job_history_per_mesh,
@@ -131,6 +137,7 @@ tessera::service::ServiceOptions ServiceOptionsOf(const Flags& f) {
   if (tessera::storage::IsS3Path(f.root)) opts.s3_endpoint = tessera::storage::DefaultS3Endpoint();
   opts.heartbeat_ms = f.heartbeat_ms;
   opts.lease_ms = f.lease_ms;
+  opts.join_wait_ms = f.join_wait_ms;
   opts.gc_interval_ms = f.gc_interval_ms;
   opts.suspect_ms = std::max<int64_t>(f.heartbeat_ms * 3, f.lease_ms / 2);
   return opts;

@@ -31,7 +31,7 @@ from torch.distributed.checkpoint.staging import AsyncStager
 from torch.distributed.checkpoint.storage import WriteResult
 
 from . import _dcp_layout as layout
-from ._http import Endpoint, local_credential, query
+from ._http import Endpoint, local_credential, query, quote
 from .errors import TesseraError, invalid_argument
 from .manager import CheckpointManager
 
@@ -275,6 +275,7 @@ class Reader(_Endpoint, StorageReader):
         self._manifest = None
         self._record = None
         self._views = None
+        self._member = None
         self._raw = getattr(self, "_raw", None)
 
     @property
@@ -289,9 +290,40 @@ class Reader(_Endpoint, StorageReader):
                                  timeout=self.timeout)
         return self._raw
 
-    def read_metadata(self, *args, **kwargs):
+    def _member_rank(self):
+        """This rank's device in the mesh when its worker is the mesh's worker of it."""
+        if self._member is None:
+            try:
+                answer = self.raw.json("GET", "/v1/meshes/%s/devices" % quote(self.mesh))
+            except TesseraError as e:
+                if e.status in (0, 401):
+                    raise
+                answer = {"devices": [], "axes": []}  # a worker outside the mesh
+            devices = answer["devices"]
+            size = 1
+            for axis in answer.get("axes") or []:
+                size *= int(axis["size"])
+            ok = len(devices) == 1
+            if ok and dist.is_available() and dist.is_initialized():
+                ok = dist.get_rank() == devices[0] and dist.get_world_size() == size
+            self._member = devices[0] if ok else -1
+        return None if self._member < 0 else self._member
+
+    def _find(self):
+        """The checkpoint's step and metadata. A rank of the mesh asks its worker, which
+        agrees with the others on the step (the memory tier's too) and restores
+        nothing yet; anyone else asks tesserad through its worker."""
+        if self._member_rank() is not None:
+            probe = self.manager.restore(self.step, tensors=[], strict=False, timeout=self.timeout)
+            if probe is None:
+                raise TesseraError("not_found", "mesh %s has no committed checkpoint" % self.mesh,
+                                   404, {"mesh": self.mesh})
+            return {"step": int(probe), "metadata": probe.metadata}
         step = "latest" if self.step is None else self.step
-        record = self.raw.json("GET", "/v1/checkpoints/%s%s" % (step, query({"mesh": self.mesh})))
+        return self.raw.json("GET", "/v1/checkpoints/%s%s" % (step, query({"mesh": self.mesh})))
+
+    def read_metadata(self, *args, **kwargs):
+        record = self._find()
         manifest = (record.get("metadata") or {}).get(_MANIFEST)
         if manifest is None:
             raise TesseraError("failed_precondition", "checkpoint %s of mesh %s was not saved "
@@ -330,13 +362,7 @@ class Reader(_Endpoint, StorageReader):
         world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else None
         if world is not None and world != self._manifest["world"]:
             return None
-        try:
-            devices = self.manager.devices
-        except TesseraError:
-            return None  # a worker outside the mesh
-        if len(devices) != 1 or (world is not None and dist.get_rank() != devices[0]):
-            return None
-        return devices[0]
+        return self._member_rank()
 
     def _restore(self, rank):
         """The checkpoint's tensors restored into this rank's mappings (once)."""

@@ -6,6 +6,7 @@ through tessera.dcp with dcp.save or dcp.async_save, then loaded back.
 MODE: sync, thread or process. Prints one JSON line: what this rank saw.
 """
 
+import datetime
 import json
 import os
 import sys
@@ -70,14 +71,24 @@ def main():
     what = sys.argv[8] if len(sys.argv) > 8 else "both"
     rank, world, step = int(rank), int(world), int(step)
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % port, rank=rank,
-                            world_size=world)
+                            world_size=world, timeout=datetime.timedelta(seconds=60))
+    writer_args = json.loads(os.environ.get("DCP_WRITER_ARGS", "{}"))
+    if int(os.environ.get("DCP_DIE_RANK", "-1")) == rank:
+        def die(*args, **kwargs):
+            os._exit(9)  # killed mid-save: after planning, before its worker saves
+        Writer.write_data = die
     mesh = init_device_mesh("cpu", (world,))
     sd = state(mesh, step)
     seen = {"rank": rank}
     if what in ("save", "both"):
-        writer = Writer(mesh=mesh_name, step=step, worker=worker, timeout=120)
+        writer = Writer(mesh=mesh_name, step=step, worker=worker, timeout=120, **writer_args)
         if mode == "sync":
-            dcp.save(sd, storage_writer=writer)
+            try:
+                dcp.save(sd, storage_writer=writer)
+            except BaseException as e:  # noqa: BLE001 - DCP raises CheckpointException, a BaseException
+                print(json.dumps({"rank": rank, "error": "%s: %s" % (type(e).__name__, e)}),
+                      flush=True)
+                os._exit(0)
         else:
             kind = AsyncCheckpointerType.PROCESS if mode == "process" else AsyncCheckpointerType.THREAD
             future = dcp.async_save(sd, storage_writer=writer, async_checkpointer_type=kind)
@@ -87,13 +98,19 @@ def main():
             future.result()
             sd["model"]["bias"].copy_(kept)
         seen["saved"] = step
-    if what in ("load", "both"):
+    if what in ("load", "both", "load_extra"):
         target = zeros_like(sd)
         target["model"] = {k: (distribute_tensor(torch.zeros(v.shape, dtype=v.dtype), mesh,
                                                  v.placements) if hasattr(v, "placements")
                                else torch.zeros_like(v)) for k, v in sd["model"].items()}
+        if what == "load_extra":  # a key the checkpoint lacks
+            target["model"]["not_saved"] = torch.zeros(3)
         reader = Reader(mesh=mesh_name, worker=worker, timeout=120)
-        dcp.load(target, storage_reader=reader)
+        try:
+            dcp.load(target, storage_reader=reader)
+        except BaseException as e:  # noqa: BLE001 - DCP raises CheckpointException, a BaseException
+            print(json.dumps({"rank": rank, "error": "%s: %s" % (type(e).__name__, e)}), flush=True)
+            os._exit(0)
         seen["restored_step"] = None if reader.restored is None else int(reader.restored)
         seen["tier"] = None if reader.restored is None else reader.restored.tier
         seen["same"] = same(sd, target)

@@ -13,10 +13,14 @@ import pytest
 import torch
 
 import tessera
+from tessera.local import LocalCluster
 from tessera import dcp as tdcp
 from tessera import _dcp_layout as layout
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from eventually import eventually  # noqa: E402
 
 
 def free_port():
@@ -25,9 +29,13 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_ranks(cluster, mesh, mode, step, what="both", world=4, timeout=300):
+def run_ranks(cluster, mesh, mode, step, what="both", world=4, timeout=300, env=None, dies=None):
+    """Runs `world` ranks (tests/dcp_rank.py); what each printed last. `dies`: a rank
+    killed mid-save (its exit status is not checked, and it prints nothing)."""
     port = free_port()
-    env = dict(os.environ, PYTHONPATH=os.path.join(HERE, ".."))
+    env = dict(os.environ, PYTHONPATH=os.path.join(HERE, ".."), **(env or {}))
+    if dies is not None:
+        env["DCP_DIE_RANK"] = str(dies)
     procs = [subprocess.Popen(
         [sys.executable, os.path.join(HERE, "dcp_rank.py"), str(r), str(world), str(port), mesh,
          cluster.worker_urls[r], mode, str(step), what],
@@ -35,6 +43,9 @@ def run_ranks(cluster, mesh, mode, step, what="both", world=4, timeout=300):
     seen = []
     for r, p in enumerate(procs):
         out, err = p.communicate(timeout=timeout)
+        if r == dies:
+            seen.append(None)
+            continue
         assert p.returncode == 0, "rank %d: %s\n%s" % (r, out, err[-4000:])
         seen.append(json.loads(out.strip().splitlines()[-1]))
     return seen
@@ -49,7 +60,7 @@ def rank_mesh(cluster, client, mesh_name):
 @pytest.mark.parametrize("mode", ["sync", "thread", "process"])
 def test_save_and_load_bit_for_bit(cluster, client, rank_mesh, mode):
     seen = run_ranks(cluster, rank_mesh, mode, step=3)
-    assert all(s["same"] for s in seen), seen
+    assert all(s.get("same") for s in seen), seen
     assert all(s["restored_step"] == 3 for s in seen), seen
     # One Tessera checkpoint like any other: listed and committed.
     record = client.checkpoint(rank_mesh, 3)
@@ -68,7 +79,7 @@ def test_save_and_load_bit_for_bit(cluster, client, rank_mesh, mode):
 def test_a_load_onto_two_ranks_reshards(cluster, client, rank_mesh):
     run_ranks(cluster, rank_mesh, "sync", step=4, what="save")
     seen = run_ranks(cluster, rank_mesh, "sync", step=4, what="load", world=2)
-    assert all(s["same"] for s in seen), seen
+    assert all(s.get("same") for s in seen), seen
     assert all(s["restored_step"] is None for s in seen), "read through the worker, not restored"
 
 
@@ -119,3 +130,46 @@ def test_bad_writer_arguments_are_refused():
         tdcp.Writer(mesh="m", step=-1)
     with pytest.raises(TypeError):
         tdcp.Writer(mesh="m", step=1, replicas=2, bogus=1)
+
+
+def test_a_load_of_a_key_the_checkpoint_lacks_names_it(cluster, client, rank_mesh):
+    run_ranks(cluster, rank_mesh, "sync", step=6, what="save")
+    seen = run_ranks(cluster, rank_mesh, "sync", step=6, what="load_extra")
+    for s in seen:
+        assert "model.not_saved" in s.get("error", ""), s
+
+
+def test_the_memory_tier_through_the_writer(cluster, client, rank_mesh):
+    env = {"DCP_WRITER_ARGS": json.dumps({"tier": "memory", "replicas": 1, "keep": 2, "force": True})}
+    seen = run_ranks(cluster, rank_mesh, "sync", step=7, env=env)
+    assert all(s.get("same") for s in seen), seen
+    assert all(s["tier"] == "memory" for s in seen), seen
+
+
+@pytest.fixture(scope="module")
+def impatient():
+    """A cluster whose in-loop saves give up on a missing trainer after 3 s."""
+    c = LocalCluster(workers=4, heartbeat_ms=100, lease_ms=1500,
+                     server_args=["--join-wait-ms", "3000"])
+    yield c
+    c.stop()
+
+
+def test_a_rank_killed_mid_save_leaves_nothing_committed(impatient):
+    client = impatient.client(timeout=30)
+    mesh = "dcp-killed"
+    client.register_mesh(mesh, {"rank": 4}, workers=impatient.worker_ids)
+    run_ranks(impatient, mesh, "sync", step=1, what="save")
+    seen = run_ranks(impatient, mesh, "sync", step=2, what="save", dies=2)
+    # The others fail: DCP names the failure (the dead peer, or the save's error).
+    for r in (0, 1, 3):
+        assert "error" in seen[r], seen
+    # The save of step 2 ends failed (the trainer of rank 2 never came); step 1 stays.
+    def failed():
+        listed = {c["step"]: c["state"] for c in client.checkpoints(mesh)}
+        return listed.get(2, "failed") == "failed" and listed
+    listed = eventually(failed, "the save of step 2 ended failed", timeout=60)
+    assert [s for s, state in listed.items() if state == "committed"] == [1], listed
+    # The next save commits, and loads.
+    seen = run_ranks(impatient, mesh, "sync", step=3)
+    assert all(s["same"] and s["restored_step"] == 3 for s in seen), seen
