@@ -43,6 +43,28 @@ def state(mesh, seed):
     }
 
 
+def fsdp(mesh, seed, steps):
+    """An FSDP2 model (fully_shard per layer and at the root) and its AdamW, trained
+    `steps` steps on data of `seed`; its DTensor state dict as DCP's users take it."""
+    from torch import nn  # noqa: PLC0415
+    from torch.distributed.checkpoint.state_dict import get_state_dict  # noqa: PLC0415
+    from torch.distributed.fsdp import fully_shard  # noqa: PLC0415
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    optim = torch.optim.AdamW(model.parameters(), lr=0.01)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        model(torch.randn(4, 16, generator=g)).sum().backward()
+        optim.step()
+        optim.zero_grad()
+    model_sd, optim_sd = get_state_dict(model, optim)
+    return model, optim, {"model": model_sd, "optim": optim_sd}
+
+
 def zeros_like(sd):
     out = {}
     for k, v in sd.items():
@@ -78,8 +100,23 @@ def main():
             os._exit(9)  # killed mid-save: after planning, before its worker saves
         Writer.write_data = die
     mesh = init_device_mesh("cpu", (world,))
-    sd = state(mesh, step)
     seen = {"rank": rank}
+    if mode == "fsdp":  # save an FSDP2 model and optimizer; load into another, bit for bit
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict  # noqa: PLC0415
+        _, _, saved = fsdp(mesh, step, steps=2)
+        dcp.save(saved, storage_writer=Writer(mesh=mesh_name, step=step, worker=worker))
+        model, optim, target = fsdp(mesh, step + 100, steps=1)
+        dcp.load(target, storage_reader=Reader(mesh=mesh_name, worker=worker))
+        set_state_dict(model, optim, model_state_dict=target["model"],
+                       optim_state_dict=target["optim"])
+        model_sd, optim_sd = get_state_dict(model, optim)
+        seen["same"] = same(saved, {"model": model_sd, "optim": optim_sd})
+        seen["params"] = len(saved["model"])
+        dist.barrier()
+        dist.destroy_process_group()
+        print(json.dumps(seen), flush=True)
+        return
+    sd = state(mesh, step)
     if what in ("save", "both"):
         writer = Writer(mesh=mesh_name, step=step, worker=worker, timeout=120, **writer_args)
         if mode == "sync":

@@ -76,6 +76,13 @@ def test_save_and_load_bit_for_bit(cluster, client, rank_mesh, mode):
     assert "model.u" not in names
 
 
+def test_an_fsdp2_model_and_its_optimizer_come_back_bit_for_bit(cluster, client, rank_mesh):
+    seen = run_ranks(cluster, rank_mesh, "fsdp", step=8)
+    assert all(s.get("same") for s in seen), seen
+    names = {t["name"]: t for t in client.checkpoint(rank_mesh, 8)["tensors"]}
+    assert names["model.0.weight"]["layout"] == ["rank", "unsharded"], names.keys()
+
+
 def test_a_load_onto_two_ranks_reshards(cluster, client, rank_mesh):
     run_ranks(cluster, rank_mesh, "sync", step=4, what="save")
     seen = run_ranks(cluster, rank_mesh, "sync", step=4, what="load", world=2)
