@@ -17,6 +17,8 @@ import base64
 import io
 import json
 import os
+import threading
+import time
 
 import numpy as np
 import torch
@@ -38,6 +40,8 @@ from .manager import CheckpointManager
 __all__ = ["Reader", "Writer"]
 
 _MANIFEST = "dcp"  # the key of the manifest in the checkpoint's metadata
+_MANAGERS = {}      # (pid, mesh, worker, credential file, timeout) -> CheckpointManager
+_MANAGERS_LOCK = threading.Lock()
 
 
 def _dtype_name(dtype):
@@ -67,9 +71,19 @@ class _Endpoint:
 
     @property
     def manager(self):
+        """This process's manager of the mesh on this worker, shared by every Writer and
+        Reader of it: the mappings stay mapped from one checkpoint to the next, so a
+        save faults no pages in (DCP users make a new writer for every step)."""
         if self._manager is None:
-            self._manager = CheckpointManager(self.mesh, worker=self.worker, timeout=self.timeout,
-                                              credential_file=self.credential_file)
+            url = self.worker or os.environ.get("TESSERA_WORKER")
+            key = (os.getpid(), self.mesh, url, self.credential_file, self.timeout)
+            with _MANAGERS_LOCK:
+                m = _MANAGERS.get(key)
+                if m is None:
+                    m = CheckpointManager(self.mesh, worker=url, timeout=self.timeout,
+                                          credential_file=self.credential_file)
+                    _MANAGERS[key] = m
+            self._manager = m
         return self._manager
 
     def _rank_and_world(self):
@@ -102,13 +116,23 @@ class _Endpoint:
         return [json.loads(bytes(parts[r][:int(sizes[r][0])])) for r in range(len(parts))]
 
     def _attach(self, manifest, name, rank):
+        """The tensor's view over the worker's shared memory. Kept on the shared
+        manager: a tensor attached as before costs no request (a save that fails
+        forgets them, so the next one attaches again)."""
         entry = manifest["tensors"][name]
         if name == layout.PACKED:
             shape = [manifest["packed_bytes"] * manifest["world"]]
         else:
             shape = entry["shape"]
-        return self.manager.attach(name, shape, entry["dtype"], layout=entry["layout"],
-                                   like="torch")
+        manager = self.manager
+        views = manager.__dict__.setdefault("_dcp_views", {})
+        desc = (tuple(shape), entry["dtype"], tuple(entry["layout"] or ()))
+        held = views.get(name)
+        if held is not None and held[0] == desc:
+            return held[1]
+        view = manager.attach(name, shape, entry["dtype"], layout=entry["layout"], like="torch")
+        views[name] = (desc, view)
+        return view
 
 
 class Writer(_Endpoint, StorageWriter, AsyncStager):
@@ -148,9 +172,11 @@ class Writer(_Endpoint, StorageWriter, AsyncStager):
         """Copies `state_dict` into the worker's shared memory once and returns an
         empty state dict: the background save only has the worker snapshot what is
         staged, so nothing of the state is pickled into DCP's checkpoint process."""
+        t0 = time.perf_counter()
         planner = DefaultSavePlanner()
         planner.set_up_planner(state_dict, None, True)
         plan = planner.create_local_plan()
+        self.stage_seconds = {"plan": time.perf_counter() - t0}
         self._stage_items(plan.items, planner)
         return {}
 
@@ -158,10 +184,8 @@ class Writer(_Endpoint, StorageWriter, AsyncStager):
         """stage() is synchronous: nothing to wait for."""
 
     def close(self):
-        """Nothing to let go of beyond the manager's connection."""
-        if self._manager is not None:
-            self._manager.close()
-            self._manager = None
+        """The manager stays, shared with this process's other writers and readers."""
+        self._manager = None
 
     def _stage_items(self, items, planner):
         rank = self._rank_and_world()
@@ -178,10 +202,14 @@ class Writer(_Endpoint, StorageWriter, AsyncStager):
             mine.append(layout.describe(fqn, list(td.chunk.offsets), list(td.chunk.sizes),
                                         list(td.size), _dtype_name(tensor.dtype)))
             chunks[layout.key(fqn, td.chunk.offsets)] = tensor
+        times = getattr(self, "stage_seconds", None) or {}
+        t0 = time.perf_counter()
         per_rank = self._gather(mine, rank)
         manifest = layout.plan(per_rank, len(per_rank), self.axis, _itemsize)
-        for name in manifest["tensors"]:
-            view = self._attach(manifest, name, rank)
+        t1 = time.perf_counter()
+        views = {name: self._attach(manifest, name, rank) for name in manifest["tensors"]}
+        t2 = time.perf_counter()
+        for name, view in views.items():
             if name == layout.PACKED:
                 for k, tensor in chunks.items():
                     where = manifest["items"][k]
@@ -196,6 +224,8 @@ class Writer(_Endpoint, StorageWriter, AsyncStager):
                 if where and where.get("tensor") == name and list(where["offsets"]) == offsets:
                     view.copy_(tensor.reshape(view.shape))
                     break
+        times.update(agree=t1 - t0, attach=t2 - t1, copy=time.perf_counter() - t2)
+        self.stage_seconds = times  # where the last staging's time went
         self._staged = manifest
 
     # -- the writer
@@ -218,8 +248,12 @@ class Writer(_Endpoint, StorageWriter, AsyncStager):
             self._stage_items(self._local_items or plan.items, planner)
         manifest, self._staged = self._staged, None
         metadata = {_MANIFEST: manifest}
-        self._handle = self.manager.save(self.step, tensors=sorted(manifest["tensors"]),
-                                         metadata=metadata, tier=self.tier, **self.memory)
+        try:
+            self._handle = self.manager.save(self.step, tensors=sorted(manifest["tensors"]),
+                                             metadata=metadata, tier=self.tier, **self.memory)
+        except TesseraError:
+            self.manager.__dict__.pop("_dcp_views", None)
+            raise
         results = []
         for item in plan.items:
             k = layout.key(item.index.fqn, item.index.offset or [])
@@ -232,7 +266,11 @@ class Writer(_Endpoint, StorageWriter, AsyncStager):
     def finish(self, metadata, results):
         """Returns once the checkpoint is committed; raises the save's error."""
         if self._handle is not None:
-            self._handle.wait(self.timeout)
+            try:
+                self._handle.wait(self.timeout)
+            except TesseraError:
+                self.manager.__dict__.pop("_dcp_views", None)
+                raise
 
     def storage_meta(self):
         return None
