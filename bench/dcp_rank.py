@@ -31,33 +31,10 @@ import torch.distributed.checkpoint as dcp  # noqa: E402
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType  # noqa: E402
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 from torch.distributed.tensor import Shard, distribute_tensor  # noqa: E402
+from proc_status import descendants, status_kb  # noqa: E402 - bench/, beside this script
 
 TENSORS = 16
 ROUNDS = 4  # saves per run: the first warms up, the others are measured
-
-
-def status_kb(pid, field):
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def descendants(pid):
-    out = []
-    try:
-        for tid in os.listdir("/proc/%d/task" % pid):
-            with open("/proc/%d/task/%s/children" % (pid, tid)) as f:
-                for child in f.read().split():
-                    out.append(int(child))
-                    out.extend(descendants(int(child)))
-    except OSError:
-        pass
-    return out
 
 
 def drop_cache(path):

@@ -654,6 +654,12 @@ def main():
         L.append("")
         L.extend(incremental_report.markdown(load(incremental)))
 
+    dcp_rows = os.path.join(a.out, "dcp.jsonl")
+    if a.only in ("all", "storage") and os.path.exists(dcp_rows):
+        import dcp_report  # noqa: PLC0415 - bench/, beside this script
+        L.append("")
+        L.extend(dcp_report.markdown(load(dcp_rows)))
+
     history = os.path.join(a.out, "job_history.json")
     if a.only in ("all", "history") and os.path.exists(history):
         import job_history  # noqa: PLC0415 - bench/, beside this script
@@ -670,7 +676,8 @@ def main():
 SECTIONS = {"memory_tier": ("## The memory tier", "memory_tier", "memory_tier.jsonl"),
             "float_codec": ("## The float codec", "float_codec", "float_codec.jsonl"),
             # incremental.json is one JSON object on one line: load() reads it as one row.
-            "incremental": ("## Incremental saves", "incremental_report", "incremental.json")}
+            "incremental": ("## Incremental saves", "incremental_report", "incremental.json"),
+            "dcp": ("## PyTorch DCP", "dcp_report", "dcp.jsonl")}
 
 
 def rewrite_section(results, section, out_dir):

@@ -27,6 +27,9 @@
 #      bench/incremental.py         incremental saves against full ones: 1 GiB on one worker,
 #                                   10 saves, 5 % or all of the bytes changed per step, the
 #                                   two interleaved save by save, 2 runs (about 4 minutes)
+#      bench/dcp.py                 PyTorch DCP through tessera.dcp against DCP's FileSystemWriter,
+#                                   FileSystemReader and stagers: 4 ranks × 256 MiB, 2 runs
+#                                   (about 15 minutes; torch from .venv/, tools/venv.sh)
 #      bench/memory_tier.py         the memory tier, 4 namespace hosts (needs root) × 256 MiB
 #                                   per trainer: the stall of a memory save against a memcpy,
 #                                   a host's loss restored from RAM against the POSIX root and
@@ -95,7 +98,7 @@ packages=(
   libsqlite3-dev libzstd-dev libxxhash-dev libisal-dev libcli11-dev libgtest-dev libgmock-dev
   libssl-dev libcurl4-openssl-dev
   # bench/report.py, bench/job_history.py and the Python peers use Debian's python3.
-  python3
+  python3 python3-venv
 )
 # disk_fio.sh (fio, numpy's memcpy, iperf3 on loopback) and save_torch.py.
 # python3-blosc: the peer of the float codec (bench/float_codec.py).
@@ -324,6 +327,12 @@ if want storage; then
   # The memory tier against a memcpy, the POSIX root and S3, on namespace hosts.
   step memory_tier "$out/memory_tier.log" env TESSERA_BIN=build-bench/bin "$py" \
     bench/memory_tier.py --fresh --out "$out/memory_tier.jsonl" || true
+  # PyTorch DCP through tessera.dcp against DCP's own writer, reader and stagers, with the
+  # torch of the project's environment (.venv/, made by tools/venv.sh when missing).
+  rm -f "$out/dcp.jsonl"
+  bash tools/venv.sh
+  step dcp "$out/dcp.log" env TESSERA_BIN=build-bench/bin .venv/bin/python bench/dcp.py \
+    --dir "$tmp" --out-dir "$out" --results "" || true
 fi
 
 [ "$only" = s3 ] && s3_part

@@ -66,18 +66,8 @@ if [ ! tests/browser/node_modules/.package-lock.json -nt tests/browser/package-l
   (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi
 
-# The Python environment (.venv/): Debian's python3 with python/requirements.txt, every
-# package pinned. Made again only when the file changed (its hash is kept beside it), as
-# npm ci is above. The first one downloads torch's Linux wheels (several GB).
-venv_stamp=.venv/requirements.sha256
-want=$(sha256sum python/requirements.txt | cut -d' ' -f1)
-if [ "$(cat "$venv_stamp" 2>/dev/null)" != "$want" ]; then
-  echo "setup: installing python/requirements.txt into .venv/ (the first time: several minutes)"
-  rm -rf .venv
-  /usr/bin/python3 -m venv .venv
-  .venv/bin/pip install -q --disable-pip-version-check -r python/requirements.txt
-  echo "$want" >"$venv_stamp"
-fi
+# The Python environment (.venv/) from python/requirements.txt, when that file changed.
+bash tools/venv.sh
 
 echo "setup: building into $build_dir/"
 cmake -S . -B "$build_dir" -G Ninja "${cmake_flags[@]}" >/dev/null

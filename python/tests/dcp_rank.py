@@ -3,7 +3,7 @@ through tessera.dcp with dcp.save or dcp.async_save, then loaded back.
 
     dcp_rank.py RANK WORLD PORT MESH WORKER_URL MODE STEP [load|save|both]
 
-MODE: sync, thread or process. Prints one JSON line: what this rank saw.
+MODE: sync, nocoll (use_collectives=False), thread, process or fsdp. Prints one JSON line: what this rank saw.
 """
 
 import datetime
@@ -119,9 +119,9 @@ def main():
     sd = state(mesh, step)
     if what in ("save", "both"):
         writer = Writer(mesh=mesh_name, step=step, worker=worker, timeout=120, **writer_args)
-        if mode == "sync":
+        if mode in ("sync", "nocoll"):
             try:
-                dcp.save(sd, storage_writer=writer)
+                dcp.save(sd, storage_writer=writer, use_collectives=(mode == "sync"))
             except BaseException as e:  # noqa: BLE001 - DCP raises CheckpointException, a BaseException
                 print(json.dumps({"rank": rank, "error": "%s: %s" % (type(e).__name__, e)}),
                       flush=True)

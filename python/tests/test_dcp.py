@@ -90,8 +90,18 @@ def test_a_load_onto_two_ranks_reshards(cluster, client, rank_mesh):
     assert all(s["restored_step"] is None for s in seen), "read through the worker, not restored"
 
 
-def test_a_checkpoint_restores_through_checkpoint_manager(cluster, client, rank_mesh):
+def test_a_checkpoint_restores_through_checkpoint_manager(cluster, client, rank_mesh, tmp_path):
     run_ranks(cluster, rank_mesh, "sync", step=5, what="save")
+    # Verified and exported like any other checkpoint.
+    assert client.verify(rank_mesh, 5).wait(60)["state"] == "succeeded"
+    client.export(rank_mesh, 5, str(tmp_path)).wait(60)
+    from safetensors.numpy import load_file  # noqa: PLC0415
+    exported = {}
+    for name in os.listdir(tmp_path):
+        if name.endswith(".safetensors"):
+            exported.update(load_file(str(tmp_path / name)))
+    g = torch.Generator().manual_seed(5)
+    np.testing.assert_array_equal(exported["model.w"], torch.randn(16, 8, generator=g).numpy())
     ms = [tessera.CheckpointManager(rank_mesh, worker=cluster.worker_urls[r], timeout=30)
           for r in range(4)]
     try:
@@ -137,6 +147,11 @@ def test_bad_writer_arguments_are_refused():
         tdcp.Writer(mesh="m", step=-1)
     with pytest.raises(TypeError):
         tdcp.Writer(mesh="m", step=1, replicas=2, bogus=1)
+
+
+def test_a_save_without_collectives(cluster, client, rank_mesh):
+    seen = run_ranks(cluster, rank_mesh, "nocoll", step=10)
+    assert all(s.get("same") for s in seen), seen
 
 
 def test_a_load_of_a_key_the_checkpoint_lacks_names_it(cluster, client, rank_mesh):

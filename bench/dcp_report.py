@@ -1,0 +1,148 @@
+"""The "PyTorch DCP" section of bench/RESULTS.md, from what bench/dcp.py measured
+(bench/out/dcp.jsonl): tessera.dcp against DCP's FileSystemWriter, FileSystemReader and
+its stagers. Standard library only (bench/report.py runs it with Debian's python3)."""
+
+import statistics
+
+WORLD = 4
+
+
+def per_round(row, key, agg=max):
+    """The value of `key` per measured round, the slowest rank's (agg over ranks)."""
+    lists = [r[key] for r in row["ranks"]]
+    return [agg(vals) for vals in zip(*lists)]
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def added_gb(row):
+    kb = sum(max(0, r["hwm_kb"] - r["rss_before_kb"]) + r.get("children_hwm_kb", 0)
+             for r in row["ranks"]) + row.get("workers_added_kb", 0)
+    return kb / (1 << 20)
+
+
+def summarize(rows):
+    """{measure: [value per run]} from every run's rows."""
+    runs = sorted({r["run"] for r in rows})
+    out = {}
+
+    def put(name, value):
+        out.setdefault(name, []).append(value)
+
+    for run in runs:
+        by = {}
+        for r in rows:
+            if r["run"] == run:
+                by.setdefault(r["mode"], []).append(r)
+        put("memcpy", med(per_round(by["memcpy"][0], "copy_s")))
+        put("fresh", med(per_round(by["memcpy"][0], "fresh_s")))
+        put("blocked-tessera", med([v for r in by["async-tessera"]
+                                    for v in per_round(r, "blocked_s")]))
+        put("blocked-thread", med(per_round(by["async-thread"][0], "blocked_s")))
+        put("blocked-process", med(per_round(by["async-process"][0], "blocked_s")))
+        put("durable-async-tessera", med([v for r in by["async-tessera"]
+                                          for v in per_round(r, "durable_s")]))
+        put("durable-async-thread", med(per_round(by["async-thread"][0], "durable_s")))
+        put("save-tessera", med(per_round(by["save-tessera"][0], "save_s")))
+        put("save-fs", med(per_round(by["save-fs"][0], "save_s")))
+        put("load-tessera", med(per_round(by["load-tessera"][0], "load_s")))
+        put("load-fs", med(per_round(by["load-fs"][0], "load_s")))
+        put("mem-tessera", med([added_gb(r) for r in by["async-tessera"]]))
+        put("mem-thread", added_gb(by["async-thread"][0]))
+        put("mem-process", added_gb(by["async-process"][0]))
+        for t in ("none", "tessera", "thread"):
+            put("train-" + t, min(r["steps_per_s"] for r in by["train-" + t][0]["ranks"]))
+    return out
+
+
+def spread(xs, fmt):
+    return "%s (%s–%s)" % (fmt % med(xs), fmt % min(xs), fmt % max(xs))
+
+
+def markdown(rows):
+    """The "PyTorch DCP" section of bench/RESULTS.md (lines) from bench/out/dcp.jsonl."""
+    s = summarize(rows)
+    mb, runs, torch_version = rows[0]["mb"], len({r["run"] for r in rows}), rows[0]["torch"]
+    gib = WORLD * mb / 1024
+
+    def ratio(a, b):
+        return [x / y for x, y in zip(s[a], s[b])]
+
+    def verdict(xs, goal, higher):
+        ok = all(x >= goal for x in xs) if higher else all(x <= goal for x in xs)
+        near = any(abs(x - goal) / goal < 0.1 for x in xs)
+        return ("met" if ok else "not met") + (" (near the threshold)" if near else "")
+
+    lines = [
+        "## PyTorch DCP: tessera.dcp against DCP's own writer, reader and stagers",
+        "",
+        "`bench/dcp.py` (`bash bench/run.sh`, or `.venv/bin/python bench/dcp.py`): %d ranks "
+        "(gloo) × %d MiB of float32 (%.0f GiB in all, 16 `Shard(0)` DTensors per rank) on "
+        "this 2-vCPU VM, torch %s; each mode a fresh set of processes (ours: a fresh tesserad "
+        "and 4 workers, shared memory in /dev/shm, the root on the same disk as DCP's "
+        "files); %d runs, modes alternating ours and the peer's. Times are the slowest "
+        "rank's, median over the saves of a run after the first; medians over runs, the "
+        "runs' values in brackets." % (WORLD, mb, gib, torch_version, runs),
+        "",
+        "| measure | ours | peer | ratio | goal | verdict |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+    def times(key):
+        return spread([x * 1e3 for x in s[key]], "%.0f ms")
+
+    def add(measure, ours, peer, r, goal="—", verdict_="context"):
+        lines.append("| %s | %s | %s | %s | %s | %s |" % (measure, ours, peer, r, goal, verdict_))
+
+    r = ratio("blocked-tessera", "memcpy")
+    add("`async_save` blocked time vs a memcpy of each rank's state (every rank at once)",
+        times("blocked-tessera"), "memcpy " + times("memcpy"), spread(r, "%.2f×"),
+        "≤ 1.5× memcpy", verdict(r, 1.5, False))
+    for peer, name in (("thread", "`THREAD`"), ("process", "`PROCESS`")):
+        r = ratio("blocked-" + peer, "blocked-tessera")
+        add("`async_save` blocked time vs DCP %s (its default stager)" % name,
+            times("blocked-tessera"), times("blocked-" + peer), spread(r, "%.2f×") + " faster")
+    r = ratio("save-fs", "save-tessera")
+    add("save to durable (`dcp.save`: ours committed, `FileSystemWriter` fsync'd)",
+        times("save-tessera"), times("save-fs"), spread(r, "%.2f×") + " faster", "≥ 1.5×",
+        verdict(r, 1.5, True))
+    r = ratio("load-fs", "load-tessera")
+    add("load, the files dropped from the page cache (`dcp.load`)", times("load-tessera"),
+        times("load-fs"), spread(r, "%.2f×") + " faster", "≥ 1.0×", verdict(r, 1.0, True))
+    r = ratio("mem-tessera", "mem-process")
+    add("host memory added by an async save (the ranks' and the workers' or daemons' VmHWM "
+        "over their RSS before, summed), GiB", spread(s["mem-tessera"], "%.2f"),
+        "`PROCESS` " + spread(s["mem-process"], "%.2f"), spread(r, "%.2f×") + " of DCP's",
+        "≤ 0.5×", verdict(r, 0.5, False))
+    add("host memory added, DCP `THREAD`, GiB", "—", spread(s["mem-thread"], "%.2f"), "—")
+    for t, name in (("tessera", "ours"), ("thread", "DCP `THREAD`")):
+        r = ratio("train-" + t, "train-none")
+        add("training loop, `async_save` every 5 steps (%s) against none, steps/s" % name,
+            spread(s["train-" + t], "%.1f"), "none " + spread(s["train-none"], "%.1f"),
+            spread(r, "%.2f×") + " of none", "report", "—")
+    lines += [
+        "",
+        "- `durable` of an `async_save` (until its future is done): ours %s, DCP `THREAD` %s."
+        % (times("durable-async-tessera"), times("durable-async-thread")),
+        "- A memcpy into buffers allocated once: %s; into fresh ones (what a stager that "
+        "allocates pays): %s." % (times("memcpy"), times("fresh")),
+    ]
+    stages = [st for r in rows if r["mode"] == "async-tessera" for rank in r["ranks"]
+              for st in rank.get("stage", [])[1:]]
+    if stages:
+        lines.append(
+            "- Where ours blocks (`Writer.stage_seconds`, medians over ranks and saves): "
+            "planning %.1f ms, agreeing on the placement with the other ranks %.1f ms, "
+            "attaching %.1f ms (the first save: %.0f ms, mapping the shared memory), the copy "
+            "into the worker's shared memory %.1f ms." % (tuple(
+                med([st[k] * 1e3 for st in stages]) for k in ("plan", "agree", "attach")) + (
+                med([rank["stage"][0]["attach"] * 1e3 for r in rows
+                     if r["mode"] == "async-tessera" for rank in r["ranks"]]),
+                med([st["copy"] * 1e3 for st in stages]))))
+    lines += [
+        "- The training loop runs 4 ranks and, for ours, 4 workers and tesserad on 2 vCPUs: a "
+        "save's write takes the cores from the loop, ours and DCP's alike.",
+        "",
+    ]
+    return lines
