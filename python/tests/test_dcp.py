@@ -95,13 +95,14 @@ def test_a_checkpoint_restores_through_checkpoint_manager(cluster, client, rank_
     # Verified and exported like any other checkpoint.
     assert client.verify(rank_mesh, 5).wait(60)["state"] == "succeeded"
     client.export(rank_mesh, 5, str(tmp_path)).wait(60)
-    from safetensors.numpy import load_file  # noqa: PLC0415
+    from safetensors.torch import load_file  # noqa: PLC0415 - bfloat16 too
     exported = {}
     for name in os.listdir(tmp_path):
         if name.endswith(".safetensors"):
             exported.update(load_file(str(tmp_path / name)))
     g = torch.Generator().manual_seed(5)
-    np.testing.assert_array_equal(exported["model.w"], torch.randn(16, 8, generator=g).numpy())
+    assert torch.equal(exported["model.w"], torch.randn(16, 8, generator=g))
+    assert exported["model.half"].dtype == torch.bfloat16
     ms = [tessera.CheckpointManager(rank_mesh, worker=cluster.worker_urls[r], timeout=30)
           for r in range(4)]
     try:
