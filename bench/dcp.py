@@ -26,7 +26,7 @@ from tessera.local import LocalCluster  # noqa: E402
 from proc_status import status_kb  # noqa: E402 - bench/, beside this script
 
 MODES = ["memcpy", "async-tessera", "async-thread", "async-tessera", "async-process",
-         "save-tessera", "save-fs", "load-tessera", "load-fs",
+         "save-tessera", "save-fs", "load-tessera", "load-fs", "load-tessera-raw",
          "train-none", "train-tessera", "train-thread"]
 WORLD = 4
 
@@ -43,7 +43,7 @@ def run_mode(mode, mb, disk):
     try:
         # One intra-op thread per rank, as torchrun sets for several ranks per host.
         extra, env = [], dict(os.environ, OMP_NUM_THREADS="1")
-        if mode.endswith("tessera"):
+        if "tessera" in mode:
             root = os.path.join(work, "root")
             cluster = LocalCluster(workers=WORLD, dir=tempfile.mkdtemp(prefix="bench-dcp-",
                                                                       dir="/dev/shm"),

@@ -12,6 +12,7 @@ MODE:
   save-tessera    dcp.save with tessera.dcp.Writer: until committed
   save-fs         dcp.save with FileSystemWriter (sync_files: fsync'd): until it returns
   load-tessera    dcp.load with tessera.dcp.Reader, the page cache of the files dropped
+  load-tessera-raw  the same, saved with compression="none"
   load-fs         dcp.load with FileSystemReader, likewise
   train-none / train-tessera / train-thread
                   a loop of matmuls, with an async save every 5 steps (or none): steps/s
@@ -126,9 +127,12 @@ def main():
             took.append(s)
         result.update(save_s=took[1:])
     elif mode.startswith("load"):
-        if mode == "load-tessera":
+        ours = mode.startswith("load-tessera")
+        if ours:
             from tessera.dcp import Reader, Writer  # noqa: PLC0415
-            dcp.save(sd, storage_writer=Writer(mesh=mesh_name, step=0, worker=worker, timeout=600))
+            raw = {"compression": "none"} if mode.endswith("-raw") else {}
+            dcp.save(sd, storage_writer=Writer(mesh=mesh_name, step=0, worker=worker, timeout=600,
+                                               **raw))
         else:
             dcp.save(sd, storage_writer=dcp.FileSystemWriter(os.path.join(out_dir, "load")))
         took = []
@@ -136,10 +140,9 @@ def main():
             target = state(mesh, world, mb, 2)
             dist.barrier()
             if rank == 0:
-                drop_cache(os.environ["BENCH_DCP_ROOT"] if mode == "load-tessera"
-                           else os.path.join(out_dir, "load"))
-            reader = Reader(mesh=mesh_name, step=0, worker=worker, timeout=600) \
-                if mode == "load-tessera" else dcp.FileSystemReader(os.path.join(out_dir, "load"))
+                drop_cache(os.environ["BENCH_DCP_ROOT"] if ours else os.path.join(out_dir, "load"))
+            reader = Reader(mesh=mesh_name, step=0, worker=worker, timeout=600) if ours \
+                else dcp.FileSystemReader(os.path.join(out_dir, "load"))
             s, _ = barrier_time(lambda: dcp.load(target, storage_reader=reader))  # noqa: B023
             assert all(torch.equal(a.to_local(), b.to_local())
                        for a, b in zip(sd["model"].values(), target["model"].values()))

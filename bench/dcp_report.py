@@ -49,6 +49,8 @@ def summarize(rows):
         put("save-fs", med(per_round(by["save-fs"][0], "save_s")))
         put("load-tessera", med(per_round(by["load-tessera"][0], "load_s")))
         put("load-fs", med(per_round(by["load-fs"][0], "load_s")))
+        if "load-tessera-raw" in by:
+            put("load-tessera-raw", med(per_round(by["load-tessera-raw"][0], "load_s")))
         put("mem-tessera", med([added_gb(r) for r in by["async-tessera"]]))
         put("mem-thread", added_gb(by["async-thread"][0]))
         put("mem-process", added_gb(by["async-process"][0]))
@@ -110,6 +112,10 @@ def markdown(rows):
     r = ratio("load-fs", "load-tessera")
     add("load, the files dropped from the page cache (`dcp.load`)", times("load-tessera"),
         times("load-fs"), spread(r, "%.2f×") + " faster", "≥ 1.0×", verdict(r, 1.0, True))
+    if "load-tessera-raw" in s:
+        r = ratio("load-fs", "load-tessera-raw")
+        add("load as above, saved with `compression=\"none\"`", times("load-tessera-raw"),
+            times("load-fs"), spread(r, "%.2f×") + " faster", "≥ 1.0×", verdict(r, 1.0, True))
     r = ratio("mem-tessera", "mem-process")
     add("host memory added by an async save (the ranks' and the workers' or daemons' VmHWM "
         "over their RSS before, summed), GiB", spread(s["mem-tessera"], "%.2f"),
@@ -131,15 +137,16 @@ def markdown(rows):
     stages = [st for r in rows if r["mode"] == "async-tessera" for rank in r["ranks"]
               for st in rank.get("stage", [])[1:]]
     if stages:
+        first = [rank["stage"][0]["total"] * 1e3 for r in rows if r["mode"] == "async-tessera"
+                 for rank in r["ranks"] if rank.get("stage")]
         lines.append(
             "- Where ours blocks (`Writer.stage_seconds`, medians over ranks and saves): "
-            "planning %.1f ms, agreeing on the placement with the other ranks %.1f ms, "
-            "attaching %.1f ms (the first save: %.0f ms, mapping the shared memory), the copy "
-            "into the worker's shared memory %.1f ms." % (tuple(
-                med([st[k] * 1e3 for st in stages]) for k in ("plan", "agree", "attach")) + (
-                med([rank["stage"][0]["attach"] * 1e3 for r in rows
-                     if r["mode"] == "async-tessera" for rank in r["ranks"]]),
-                med([st["copy"] * 1e3 for st in stages]))))
+            "planning %.1f ms; agreeing on the placement with the other ranks while copying "
+            "into the worker's shared memory where the last save's placement put the chunks, "
+            "%.1f ms. The first save of a process takes %.0f ms: it maps the worker's shared "
+            "memory and faults it in." % (med([st["plan"] * 1e3 for st in stages]),
+                                         med([st["agree_and_copy"] * 1e3 for st in stages]),
+                                         med(first)))
     lines += [
         "- The training loop runs 4 ranks and, for ours, 4 workers and tesserad on 2 vCPUs: a "
         "save's write takes the cores from the loop, ours and DCP's alike.",

@@ -48,6 +48,12 @@ def _dtype_name(dtype):
     return str(dtype).replace("torch.", "")
 
 
+def _placement(manifest):
+    """What decides where chunks go: the tensors and every tensor chunk's place."""
+    items = {k: v for k, v in manifest["items"].items() if "bytes" not in v}
+    return manifest["world"], manifest["tensors"], items
+
+
 def _itemsize(name):
     return torch.empty((), dtype=getattr(torch, name)).element_size()
 
@@ -130,7 +136,14 @@ class _Endpoint:
         held = views.get(name)
         if held is not None and held[0] == desc:
             return held[1]
-        view = manager.attach(name, shape, entry["dtype"], layout=entry["layout"], like="torch")
+        try:
+            view = manager.attach(name, shape, entry["dtype"], layout=entry["layout"], like="torch")
+        except TesseraError as e:
+            if e.code != "conflict":
+                raise
+            # Held with another shape (the packed part grew, say): this process owns it.
+            manager.detach(name)
+            view = manager.attach(name, shape, entry["dtype"], layout=entry["layout"], like="torch")
         views[name] = (desc, view)
         return view
 
@@ -146,13 +159,15 @@ class Writer(_Endpoint, StorageWriter, AsyncStager):
     tier:   "disk" (default) or "memory": the memory tier's options (replicas,
             parity, keep, persist_every_steps, ...) go as keywords, as
             CheckpointManager.save takes them.
+    compression, level: "zstd" (default) or "none", and zstd's level, as
+            CheckpointManager.save takes them.
     timeout: seconds a call may take; finish() waits this long for the commit.
     """
 
     _synchronize_after_execute = False  # stage() returns once the bytes are staged
 
     def __init__(self, mesh, step, worker=None, tier="disk", timeout=600.0, credential_file=None,
-                 axis="rank", **memory):
+                 axis="rank", compression=None, level=None, **memory):
         _Endpoint.__init__(self, mesh, worker, timeout, credential_file, axis)
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise invalid_argument("step must be a non-negative int, not %r" % (step,), field="step")
@@ -162,6 +177,8 @@ class Writer(_Endpoint, StorageWriter, AsyncStager):
         self.step = step
         self.tier = tier
         self.memory = memory
+        self.compression = {k: v for k, v in (("compression", compression), ("level", level))
+                            if v is not None}
         self._staged = None   # the manifest of what is in the worker's memory now
         self._local_items = None
         self._handle = None
@@ -204,29 +221,58 @@ class Writer(_Endpoint, StorageWriter, AsyncStager):
             chunks[layout.key(fqn, td.chunk.offsets)] = tensor
         times = getattr(self, "stage_seconds", None) or {}
         t0 = time.perf_counter()
+        last = self.manager.__dict__.get("_dcp_manifest")
+        if last is None:
+            manifest = self._agree(mine, rank)
+            t1 = time.perf_counter()
+            self._copy_in(manifest, chunks, rank)
+        else:
+            # The placement is agreed while the chunks are copied where the last save's
+            # placement put them; a placement that changed is copied again.
+            agreed = []
+            helper = threading.Thread(target=lambda: agreed.append(self._agree_or_error(mine, rank)))
+            helper.start()
+            self._copy_in(last, chunks, rank)
+            t1 = time.perf_counter()
+            helper.join()
+            if isinstance(agreed[0], BaseException):
+                raise agreed[0]
+            manifest = agreed[0]
+            if _placement(manifest) != _placement(last):
+                self._copy_in(manifest, chunks, rank)
+        self.manager.__dict__["_dcp_manifest"] = manifest
+        times.update(agree_and_copy=t1 - t0, total=time.perf_counter() - t0)
+        self.stage_seconds = times  # where the last staging's time went
+        self._staged = manifest
+
+    def _agree(self, mine, rank):
         per_rank = self._gather(mine, rank)
-        manifest = layout.plan(per_rank, len(per_rank), self.axis, _itemsize)
-        t1 = time.perf_counter()
-        views = {name: self._attach(manifest, name, rank) for name in manifest["tensors"]}
-        t2 = time.perf_counter()
-        for name, view in views.items():
+        return layout.plan(per_rank, len(per_rank), self.axis, _itemsize)
+
+    def _agree_or_error(self, mine, rank):
+        try:
+            return self._agree(mine, rank)
+        except BaseException as e:  # noqa: BLE001 - raised again on the staging thread
+            return e
+
+    def _copy_in(self, manifest, chunks, rank):
+        """Copies this rank's chunks into the worker's shared memory, where `manifest`
+        places them."""
+        for name in manifest["tensors"]:
+            view = self._attach(manifest, name, rank)
             if name == layout.PACKED:
                 for k, tensor in chunks.items():
-                    where = manifest["items"][k]
-                    if where.get("rank") == rank:
+                    where = manifest["items"].get(k)
+                    if where is not None and where.get("rank") == rank:
                         flat = tensor.contiguous().reshape(-1).view(torch.uint8)
                         view[where["offset"]:where["offset"] + where["nbytes"]].copy_(flat)
                 continue
-            entry = manifest["tensors"][name]
-            offsets, _ = layout.local_box(entry, rank, manifest["world"])
+            offsets, _ = layout.local_box(manifest["tensors"][name], rank, manifest["world"])
             for k, tensor in chunks.items():
                 where = manifest["items"].get(k)
                 if where and where.get("tensor") == name and list(where["offsets"]) == offsets:
                     view.copy_(tensor.reshape(view.shape))
                     break
-        times.update(agree=t1 - t0, attach=t2 - t1, copy=time.perf_counter() - t2)
-        self.stage_seconds = times  # where the last staging's time went
-        self._staged = manifest
 
     # -- the writer
 
@@ -250,7 +296,8 @@ class Writer(_Endpoint, StorageWriter, AsyncStager):
         metadata = {_MANIFEST: manifest}
         try:
             self._handle = self.manager.save(self.step, tensors=sorted(manifest["tensors"]),
-                                             metadata=metadata, tier=self.tier, **self.memory)
+                                             metadata=metadata, tier=self.tier,
+                                             **self.compression, **self.memory)
         except TesseraError:
             self.manager.__dict__.pop("_dcp_views", None)
             raise

@@ -253,7 +253,7 @@ class CheckpointManager(Collectives):
                       "persist_every_s", "force", "deadline_ms")
 
     def save(self, step, tensors=None, metadata=None, tier="disk", full=None, full_every=None,
-             **memory):
+             compression=None, level=None, **memory):
         """Snapshots this worker's tensors of the mesh for checkpoint `step` and
         returns a SaveHandle as soon as they are copied: the trainer may then
         overwrite them. The trainers of the mesh calling save(step) together
@@ -262,6 +262,8 @@ class CheckpointManager(Collectives):
         A disk save is incremental: a worker writes only the chunks that changed
         since its last committed save, and every chunk each full_every-th save
         (default 10), or when full=True (docs/semantics.md, "Incremental checkpoints").
+        compression: "zstd" (the default, floats split into byte planes first) or
+        "none"; level: zstd's level.
 
         tier="memory" keeps the checkpoint in the workers' RAM, with its
         redundancy on other hosts (docs/memory-tier.md); its options, the same on
@@ -281,6 +283,10 @@ class CheckpointManager(Collectives):
             body["full"] = bool(full)
         if full_every is not None:
             body["full_every"] = full_every
+        if compression is not None:
+            body["compression"] = compression
+        if level is not None:
+            body["level"] = level
         if tensors is not None:
             body["tensors"] = list(tensors)
         if metadata is not None:

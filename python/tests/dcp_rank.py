@@ -116,6 +116,30 @@ def main():
         dist.destroy_process_group()
         print(json.dumps(seen), flush=True)
         return
+    if mode == "twice":  # two async saves from one process: the second's placement changed
+        first = state(mesh, step)
+        dcp.async_save(first, storage_writer=Writer(mesh=mesh_name, step=step, worker=worker)).result()
+        second = state(mesh, step + 1)
+        second["model"]["grown"] = torch.arange(7, dtype=torch.float32)  # a new tensor: packed
+        dcp.async_save(second, storage_writer=Writer(mesh=mesh_name, step=step + 1,
+                                                     worker=worker)).result()
+        third = state(mesh, step + 2)  # the first's placement again, other values
+        dcp.async_save(third, storage_writer=Writer(mesh=mesh_name, step=step + 2,
+                                                    worker=worker)).result()
+        ok = []
+        for s_, expected in ((step, first), (step + 1, second), (step + 2, third)):
+            target = zeros_like(expected)
+            target["model"] = {k: (distribute_tensor(torch.zeros(v.shape, dtype=v.dtype), mesh,
+                                                     v.placements) if hasattr(v, "placements")
+                                   else torch.zeros_like(v)) for k, v in expected["model"].items()}
+            dcp.load(target, storage_reader=Reader(mesh=mesh_name, step=s_, worker=worker))
+            ok.append(same(expected, target))
+        seen["same"] = all(ok)
+        seen["each"] = ok
+        dist.barrier()
+        dist.destroy_process_group()
+        print(json.dumps(seen), flush=True)
+        return
     sd = state(mesh, step)
     if what in ("save", "both"):
         writer = Writer(mesh=mesh_name, step=step, worker=worker, timeout=120, **writer_args)

@@ -150,6 +150,13 @@ def test_bad_writer_arguments_are_refused():
         tdcp.Writer(mesh="m", step=1, replicas=2, bogus=1)
 
 
+def test_saves_from_one_process_follow_a_changed_placement(cluster, client, rank_mesh):
+    # The second save copies where the first placed its chunks while the ranks agree, then
+    # again where the new placement puts them; the third goes back.
+    seen = run_ranks(cluster, rank_mesh, "twice", step=20, what="save")
+    assert all(s.get("same") for s in seen), seen
+
+
 def test_a_save_without_collectives(cluster, client, rank_mesh):
     seen = run_ranks(cluster, rank_mesh, "nocoll", step=10)
     assert all(s.get("same") for s in seen), seen
