@@ -203,3 +203,32 @@ def test_a_rank_killed_mid_save_leaves_nothing_committed(impatient):
     # The next save commits, and loads.
     seen = run_ranks(impatient, mesh, "sync", step=3)
     assert all(s["same"] and s["restored_step"] == 3 for s in seen), seen
+
+
+def test_the_worker_reads_boxes_and_names_a_bad_one(cluster, client, rank_mesh):
+    ms = [tessera.CheckpointManager(rank_mesh, worker=cluster.worker_urls[r], timeout=30)
+          for r in range(4)]
+    try:
+        for r, m in enumerate(ms):
+            m.attach("t", (8, 2), "float32", layout=["rank", None])[:] = r
+        for h in [m.save(30) for m in ms]:
+            h.wait(60)
+        reader = tdcp.Reader(mesh=rank_mesh, worker=cluster.worker_urls[0])
+        path = "/v1/checkpoints/30/read?mesh=%s" % rank_mesh
+        _, headers, data = reader.raw.call("POST", path, {"reads": [
+            {"tensor": "t", "offsets": [3, 0], "lengths": [3, 2]},
+            {"tensor": "t", "offsets": [7, 1], "lengths": [1, 1]}]})
+        assert headers["X-Tessera-Step"] == "30"
+        np.testing.assert_array_equal(np.frombuffer(data, dtype=np.float32),
+                                      [1, 1, 2, 2, 2, 2, 3])
+        with pytest.raises(tessera.TesseraError) as e:
+            reader.raw.call("POST", path, {"reads": [{"tensor": "t", "offsets": [7, 0],
+                                                      "lengths": [2, 2]}]})
+        assert e.value.code == "invalid_argument" and e.value.details["tensor"] == "t"
+        with pytest.raises(tessera.TesseraError) as e:
+            reader.raw.call("POST", path, {"reads": [{"tensor": "nope", "offsets": [0],
+                                                      "lengths": [1]}]})
+        assert e.value.code == "not_found" and e.value.details["tensor"] == "nope"
+    finally:
+        for m in ms:
+            m.close()

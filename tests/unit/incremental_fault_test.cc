@@ -58,7 +58,7 @@ class IncrementalFaults : public SaveFaults {
         ExpectWhole(step, StateOf(step), when + ", step " + std::to_string(step));
       }
     }
-    ASSERT_TRUE(service_->CollectGarbage().ok()) << when;
+    CollectUntilNoLeftovers(when);
     ExpectOnlyReferenced(when);
   }
 
@@ -73,7 +73,7 @@ class IncrementalFaults : public SaveFaults {
                return job.ok() ? job->dump() : job.status().ToString();
              }();
     }
-    ASSERT_TRUE(service_->CollectGarbage().ok()) << when;
+    CollectUntilNoLeftovers(when);
     auto names = env_.ListDir(storage::MeshDir(opts_.checkpoint_root, "m"));
     ASSERT_TRUE(names.ok()) << when;
     for (const std::string& n : *names) {
