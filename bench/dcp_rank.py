@@ -112,8 +112,12 @@ def main():
             t1 = time.perf_counter()
             if hasattr(w, "stage_seconds"):
                 result.setdefault("stage", []).append(w.stage_seconds)
+            # Training goes on (the staged copy is what is written) once every rank's call
+            # returned: on 2 vCPUs one rank's training would take the cores from another
+            # rank's staging, which a rank with cores of its own does not see.
+            dist.barrier()
             for t in locals_:
-                t.add_(1.0)  # training goes on: the staged copy is what is written
+                t.add_(1.0)
             future.result()
             t2 = time.perf_counter()
             children.update(descendants(os.getpid()))

@@ -86,7 +86,9 @@ def markdown(rows):
         "and 4 workers, shared memory in /dev/shm, the root on the same disk as DCP's "
         "files); %d runs, modes alternating ours and the peer's. Times are the slowest "
         "rank's, median over the saves of a run after the first; medians over runs, the "
-        "runs' values in brackets." % (WORLD, mb, gib, torch_version, runs),
+        "runs' values in brackets. After an `async_save` the ranks change their state (training "
+        "goes on) once every rank's call returned, so that one rank's work does not take the 2 "
+        "vCPUs from another's staging." % (WORLD, mb, gib, torch_version, runs),
         "",
         "| measure | ours | peer | ratio | goal | verdict |",
         "|---|---:|---:|---:|---|---|",
