@@ -504,10 +504,16 @@ class Reader(_Endpoint, StorageReader):
                 body = {"reads": [{"tensor": b[0], "offsets": b[1], "lengths": b[2]}
                                   for _, b, _ in batch]}
                 _, _, data = self.raw.call("POST", path, body, timeout=self.timeout)
+                # One writable buffer for the whole answer, viewed per box: no copy
+                # besides the one into the target.
+                whole = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else \
+                    torch.empty(0, dtype=torch.uint8)
+                del data
                 at = 0
                 for r, b, n in batch:
-                    raw = torch.frombuffer(bytearray(data[at:at + n]), dtype=torch.uint8) \
-                        if n else torch.empty(0, dtype=torch.uint8)
+                    raw = whole[at:at + n]
+                    if at % 8:  # a view as a wider dtype needs its alignment
+                        raw = raw.clone()
                     at += n
                     t = raw.view(getattr(torch, b[3])).reshape(b[4])
                     if b[5] is not None:  # a packed chunk: narrow to what the request needs

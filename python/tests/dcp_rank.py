@@ -112,10 +112,7 @@ def main():
         model_sd, optim_sd = get_state_dict(model, optim)
         seen["same"] = same(saved, {"model": model_sd, "optim": optim_sd})
         seen["params"] = len(saved["model"])
-        dist.barrier()
-        dist.destroy_process_group()
-        print(json.dumps(seen), flush=True)
-        return
+        finish(seen)
     if mode == "twice":  # two async saves from one process: the second's placement changed
         first = state(mesh, step)
         dcp.async_save(first, storage_writer=Writer(mesh=mesh_name, step=step, worker=worker)).result()
@@ -136,10 +133,7 @@ def main():
             ok.append(same(expected, target))
         seen["same"] = all(ok)
         seen["each"] = ok
-        dist.barrier()
-        dist.destroy_process_group()
-        print(json.dumps(seen), flush=True)
-        return
+        finish(seen)
     sd = state(mesh, step)
     if what in ("save", "both"):
         writer = Writer(mesh=mesh_name, step=step, worker=worker, timeout=120, **writer_args)
@@ -177,9 +171,15 @@ def main():
         seen["same"] = same(sd, target)
         if not seen["same"]:
             seen["diff"] = {k: str(target["extra"].get(k)) for k in sd["extra"]}
+    finish(seen)
+
+
+def finish(seen):
+    """Prints what this rank saw once every rank is done, and exits: the process group
+    is not torn down, since a peer that exits first can fail gloo's teardown here."""
     dist.barrier()
-    dist.destroy_process_group()
     print(json.dumps(seen), flush=True)
+    os._exit(0)
 
 
 if __name__ == "__main__":
