@@ -20,7 +20,6 @@ import os
 import threading
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint import Metadata, StorageReader, StorageWriter
@@ -107,19 +106,26 @@ class _Endpoint:
         return rank
 
     def _gather(self, obj, rank):
-        """Every rank's `obj` (JSON), in rank order: over the process group when there
-        is one, else over the mesh's collectives."""
+        """Every rank's `obj` (JSON), in rank order, over the process group. One rank
+        without a process group (DCP's no_dist) is the whole world; several ranks
+        without one are refused."""
         if dist.is_available() and dist.is_initialized():
             out = [None] * dist.get_world_size()
             dist.all_gather_object(out, obj)
             return out
-        data = np.frombuffer(json.dumps(obj).encode(), dtype=np.uint8)
-        sizes = self.manager.all_gather(np.array([data.size], dtype=np.int64))
-        longest = int(sizes.max())
-        padded = np.zeros(longest, dtype=np.uint8)
-        padded[:data.size] = data
-        parts = self.manager.all_gather(padded)
-        return [json.loads(bytes(parts[r][:int(sizes[r][0])])) for r in range(len(parts))]
+        if self._mesh_size() != 1:
+            raise invalid_argument(
+                "tessera.dcp on mesh %s of %d ranks needs torch.distributed's process group "
+                "(dist.init_process_group) in every rank" % (self.mesh, self._mesh_size()),
+                field="mesh")
+        return [obj]
+
+    def _mesh_size(self):
+        answer = self.manager._get("/v1/meshes/%s/devices" % quote(self.mesh))
+        size = 1
+        for axis in answer.get("axes") or []:
+            size *= int(axis["size"])
+        return size
 
     def _attach(self, manifest, name, rank):
         """The tensor's view over the worker's shared memory. Kept on the shared
