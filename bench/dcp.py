@@ -67,6 +67,8 @@ def run_mode(mode, mb, disk):
             if p.returncode != 0:
                 raise RuntimeError("%s rank %d failed:\n%s" % (mode, r, err[-3000:]))
             ranks.append(json.loads(out.strip().splitlines()[-1]))
+            if os.environ.get("BENCH_TRACE"):
+                sys.stderr.write("".join(l + "\n" for l in err.splitlines() if "TRACE" in l))
         row = {"mode": mode, "ranks": ranks}
         if cluster is not None:
             row["workers_added_kb"] = sum(
@@ -92,6 +94,8 @@ def main():
     ap.add_argument("--out-dir", default=os.path.join(HERE, "out"),
                     help="where dcp.jsonl goes (bench/report.py reads it from there)")
     ap.add_argument("--results", default=os.path.join(HERE, "RESULTS.md"))
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help="comma-separated subset of the modes, for a quick look at one measure")
     args = ap.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     os.makedirs(args.out_dir, exist_ok=True)
@@ -99,7 +103,7 @@ def main():
     version = _torch_version()
     with open(os.path.join(args.out_dir, "dcp.jsonl"), "w") as out:
         for run in range(args.runs):
-            for mode in MODES:
+            for mode in args.modes.split(","):
                 print("bench/dcp.py: run %d %s" % (run + 1, mode), flush=True)
                 row = run_mode(mode, args.mb, args.dir)
                 row.update(run=run, mb=args.mb, torch=version)

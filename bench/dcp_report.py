@@ -143,12 +143,13 @@ def markdown(rows):
                  for rank in r["ranks"] if rank.get("stage")]
         lines.append(
             "- Where ours blocks (`Writer.stage_seconds`, medians over ranks and saves): "
-            "planning %.1f ms; agreeing on the placement with the other ranks while copying "
-            "into the worker's shared memory where the last save's placement put the chunks, "
-            "%.1f ms. The first save of a process takes %.0f ms: it maps the worker's shared "
-            "memory and faults it in." % (med([st["plan"] * 1e3 for st in stages]),
-                                         med([st["agree_and_copy"] * 1e3 for st in stages]),
-                                         med(first)))
+            "planning %.1f ms; copying into the worker's shared memory where the last save "
+            "placed the chunks, %.1f ms; with the agreement on the placement (one all-gather "
+            "of a few bytes, which also waits for the slowest rank), %.1f ms. The first save of "
+            "a process takes %.0f ms: it maps the worker's shared memory and faults it in."
+            % (med([st["plan"] * 1e3 for st in stages]),
+               med([st.get("copy", st.get("agree_and_copy", 0)) * 1e3 for st in stages]),
+               med([st["total"] * 1e3 for st in stages]), med(first)))
     lines += [
         "- The training loop runs 4 ranks and, for ours, 4 workers and tesserad on 2 vCPUs: a "
         "save's write takes the cores from the loop, ours and DCP's alike.",

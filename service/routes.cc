@@ -31,8 +31,9 @@ Status CheckName(const Request& req, const std::string& param, const std::string
 // model of many tensors.
 constexpr uint64_t kMaxTensorListBody = 32ull << 20;
 
-// A task long-poll's query: how long to wait, and what the worker has (ack, meshes, queue).
-Result<PollRequest> PollRequestOf(const Request& req) {
+// A task long-poll's query: how long to wait, and what the worker has (ack, meshes, queue);
+// its bases in the query (GET) or, unbounded by a header's size, in a POST's body.
+Result<PollRequest> PollRequestOf(const Request& req, const Json* body) {
   PollRequest poll;
   ASSIGN_OR_RETURN(poll.wait_ms, http::QueryInt(req, "wait_ms", 0));
   for (const char* key : {"ack", "meshes"}) {
@@ -45,6 +46,10 @@ Result<PollRequest> PollRequestOf(const Request& req) {
   if (auto bases = req.Query("bases")) {
     ASSIGN_OR_RETURN(Json j, ParseStrictJson(*bases, "bases"));
     ASSIGN_OR_RETURN(poll.bases, BaseReportFromJson(j));
+  }
+  if (body != nullptr && body->contains("bases")) {
+    if (poll.bases) return InvalidArgument("bases twice: in the query and the body", {{"field", "bases"}});
+    ASSIGN_OR_RETURN(poll.bases, BaseReportFromJson(body->at("bases")));
   }
   return poll;
 }
@@ -133,10 +138,18 @@ void Service::AddRoutes(http::Router* router) {
       [this](const Request& req) { return Reply(Heartbeat(req.Param("id"))); },
       "internal: heartbeat");
   add("GET", "/api/v1/workers/{id}/tasks", [this](const Request& req) {
-    auto poll = PollRequestOf(req);
+    auto poll = PollRequestOf(req, nullptr);
     if (!poll.ok()) return Response::Error(poll.status());
     return Reply(PollTasks(req.Param("id"), *poll));
   }, "internal: long-poll tasks");
+  add("POST", "/api/v1/workers/{id}/tasks", [this](const Request& req) {
+    return WithBody(req, [&](const Json& b) {
+      auto poll = PollRequestOf(req, &b);
+      if (!poll.ok()) return Response::Error(poll.status());
+      return Reply(PollTasks(req.Param("id"), *poll));
+    });
+  }, "internal: long-poll tasks, with the worker's bases {bases} in the body", true,
+      kMaxTensorListBody);
   add("POST", "/api/v1/workers/{id}/tasks/{task}/report", [this](const Request& req) {
     return WithBody(req, [&](const Json& b) {
       Status st = ReportTask(req.Param("id"), req.Param("task"), b);

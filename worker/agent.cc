@@ -140,24 +140,36 @@ void Agent::TaskLoop() {
   // What the last answered poll reported of the bases (empty: tesserad may not have it,
   // as after a failed poll or from a new queue's tesserad): only a change is sent again.
   std::string reported;
+  std::string poll_error;  // the last failed poll's error, said once
   while (true) {
     {
       MutexLock lock(mu_);
       if (stopping_) return;
     }
-    const std::string bases = save_bases_.Report().dump();
+    const Json report = save_bases_.Report();
+    const std::string bases = report.dump();
     const std::string queue = feed_.queue();
-    auto r = control_.Wait("GET",
+    // A changed report goes in a POST's body: a worker in many meshes has more to say
+    // than a request header holds.
+    const bool send = bases != reported;
+    auto r = control_.Wait(send ? "POST" : "GET",
                            ControlPlane::WorkerPath(id_) + "/tasks?wait_ms=" +
-                               std::to_string(kPollMs) + feed_.Query() +
-                               (bases == reported ? "" : "&bases=" + http::PercentEncode(bases)),
-                           nullptr, kPollMs);
+                               std::to_string(kPollMs) + feed_.Query(),
+                           send ? Json{{"bases", report}} : Json(nullptr), kPollMs);
     if (!r.ok()) {
+      // Said once per kind of failure, not per retry: a poll that keeps failing leaves
+      // this worker without tasks, which must not go unseen.
+      if (const std::string why = r.status().ToString(); why != poll_error) {
+        std::fprintf(stderr, "worker %s: task poll failed (retrying): %s\n", id_.c_str(),
+                     why.c_str());
+        poll_error = why;
+      }
       reported.clear();
       MutexLock lock(mu_);
       cv_.WaitFor(mu_, std::chrono::milliseconds(200));
       continue;
     }
+    poll_error.clear();
     reported = r->value("queue", "") == queue ? bases : "";
     // Received: the next poll acknowledges these tasks, and tesserad drops them.
     feed_.Received(*r);

@@ -1,6 +1,7 @@
 // The agent's executor of restore tasks (this worker's devices of any mesh and layout),
 // and what a snapshot task and a join share: a snapshot's description.
 #include <algorithm>
+#include <deque>
 #include <map>
 
 #include "api/clock.h"
@@ -56,23 +57,27 @@ Result<Json> Agent::DoRestore(const Task& task) {
     total += NumElements(LocalShape(p.mesh, desc.layout, desc.shape)) * DTypeSize(desc.dtype) *
              p.devices.size();
   }
+  // Buffers reused from tensor to tensor (a fresh one would fault every page in);
+  // devices of this worker that hold the same slice (replicas) share one read.
+  std::deque<std::string> scratch;  // a deque: the pointers in read_once stay valid
   for (const auto& it : items) {
     const auto& name = it.entry->meta.name;
-    // Devices of this worker that hold the same slice (replicas) share one read.
-    std::map<std::vector<int64_t>, std::string> read_once;
+    std::map<std::vector<int64_t>, const std::string*> read_once;
     for (int64_t device : p.devices) {
       SliceSpec slice = DeviceSlice(p.mesh, it.desc.layout, it.desc.shape, device);
       auto cached = read_once.find(slice.offsets);
       if (cached == read_once.end()) {
         ASSIGN_OR_RETURN(auto plan, storage::PlanRead(*it.entry, slice));
-        std::string buf(slice.NumElements() * DTypeSize(it.desc.dtype), '\0');
+        if (scratch.size() == read_once.size()) scratch.emplace_back();
+        std::string& buf = scratch[read_once.size()];
+        buf.resize(slice.NumElements() * DTypeSize(it.desc.dtype));  // no fill when it shrinks
         RETURN_IF_ERROR(storage::ExecuteRead(plan, &shards, buf.data(), buf.size(), &io_pool_));
         read += plan.stored_bytes;
-        cached = read_once.emplace(slice.offsets, std::move(buf)).first;
+        cached = read_once.emplace(slice.offsets, &buf).first;
       }
-      RETURN_IF_ERROR(store_->Install(p.mesh.name, name, it.desc, device, cached->second.data(),
-                                      cached->second.size()));
-      done += cached->second.size();
+      const std::string& bytes = *cached->second;
+      RETURN_IF_ERROR(store_->Install(p.mesh.name, name, it.desc, device, bytes.data(), bytes.size()));
+      done += bytes.size();
       if (throttle.Due()) Report(tid, ReportState::kRunning, done, total, nullptr, Status::Ok());
     }
   }

@@ -88,6 +88,19 @@ void ShardBuffer::CopyOut(size_t offset, size_t n, uint8_t* dst) const {
   if (done < n) std::memcpy(dst + done, data_ + offset + done, n - done);
 }
 
+void ShardBuffer::CopyIn(size_t offset, const uint8_t* src, size_t n) {
+  size_t done = 0;
+  if (fd_ >= 0) {
+    while (done < n) {
+      const ssize_t put = pwrite(fd_, src + done, n - done, static_cast<off_t>(offset + done));
+      if (put < 0 && errno == EINTR) continue;
+      if (put <= 0) break;  // cannot happen on a file we sized; the mapping takes the rest
+      done += static_cast<size_t>(put);
+    }
+  }
+  if (done < n) std::memcpy(data_ + offset + done, src + done, n - done);
+}
+
 ShardBuffer::~ShardBuffer() {
   switch (kind_) {
     case Kind::kEmpty:

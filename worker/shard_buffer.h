@@ -47,6 +47,9 @@ class ShardBuffer {
   // the trainer, not by us) can cost a fault per page. Measured on a virtual
   // machine, 256 MiB idle for 3 s: 226 ms through the mapping, 20-40 ms by pread.
   void CopyOut(size_t offset, size_t n, uint8_t* dst) const;
+  // Copies `n` bytes from `src` into [offset, offset + n) of this buffer; a
+  // shared-memory file is written with pwrite, for the same reason.
+  void CopyIn(size_t offset, const uint8_t* src, size_t n);
 
  private:
   friend class ShardBufferPool;

@@ -95,6 +95,8 @@ void TensorStore::CopyRun::Copy() const {
   if (bytes == 0) return;  // src may be null when empty
   if (from != nullptr) {
     from->CopyOut(offset, bytes, dst);
+  } else if (to != nullptr) {
+    to->CopyIn(to_offset, src, bytes);
   } else {
     std::memcpy(dst, src, bytes);
   }
@@ -117,7 +119,8 @@ void TensorStore::CopyParallel(const std::vector<CopyRun>& runs) {
     for (size_t off = 0; off < r.bytes;) {
       const size_t room = span + 1 == threads ? std::numeric_limits<size_t>::max() : part - filled;
       const size_t take = std::min(r.bytes - off, room);
-      spans[span].push_back({r.src + off, r.dst + off, take, r.from, r.offset + off});
+      spans[span].push_back(
+          {r.src + off, r.dst + off, take, r.from, r.offset + off, r.to, r.to_offset + off});
       off += take;
       filled += take;
       if (filled == part && span + 1 < threads) {
@@ -170,9 +173,10 @@ Status TensorStore::Write(const std::string& mesh, const std::string& name, cons
       }
     }
     if (mapped != nullptr) {
-      // The trainer's memory: write in place so its view stays valid.
+      // The trainer's memory: write in place so its view stays valid (by pwrite:
+      // this process's mapping of the trainer's pages would fault page by page).
       std::unique_lock<std::shared_mutex> writing(bytes_mu_);
-      CopyParallel({{src, mapped->data(), n}});
+      CopyParallel({{src, mapped->data(), n, nullptr, 0, mapped.get(), 0}});
       return Status::Ok();
     }
     ASSIGN_OR_RETURN(fresh, ShardBuffer::Heap(n));

@@ -40,6 +40,8 @@ def state(mesh, seed):
                   "bias": bias, "half": half},
         "optim": {"count": counts, "lr": 0.5 * seed},
         "extra": {"step": seed, "loader": {"position": 1000 + seed, "files": ["a", "b"]}},
+        # A non-tensor only this rank holds (a dataloader's position per rank).
+        "ranks": {"r%d" % dist.get_rank(): {"position": 100 * seed + dist.get_rank()}},
     }
 
 

@@ -232,3 +232,23 @@ def test_the_worker_reads_boxes_and_names_a_bad_one(cluster, client, rank_mesh):
     finally:
         for m in ms:
             m.close()
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # DCP's note on no_dist
+def test_one_process_without_a_process_group(cluster, client, mesh_name):
+    """no_dist=True: one rank and no torch.distributed, on a mesh of one worker: the
+    rank is the whole world."""
+    import torch.distributed.checkpoint as dcp  # noqa: PLC0415
+    client.register_mesh(mesh_name, {"rank": 1}, workers=cluster.worker_ids[:1])
+    g = torch.Generator().manual_seed(3)
+    sd = {"w": torch.randn(6, 4, generator=g), "h": torch.ones(3, dtype=torch.bfloat16),
+          "meta": {"epoch": 2, "files": ["a"]}}
+    writer = tdcp.Writer(mesh=mesh_name, step=1, worker=cluster.worker_urls[0])
+    dcp.save(sd, storage_writer=writer, no_dist=True)
+    target = {"w": torch.zeros(6, 4), "h": torch.zeros(3, dtype=torch.bfloat16),
+              "meta": {"epoch": None, "files": None}}
+    reader = tdcp.Reader(mesh=mesh_name, worker=cluster.worker_urls[0])
+    dcp.load(target, storage_reader=reader, no_dist=True)
+    assert torch.equal(target["w"], sd["w"]) and torch.equal(target["h"], sd["h"])
+    assert target["meta"] == sd["meta"]
+    assert int(reader.restored) == 1

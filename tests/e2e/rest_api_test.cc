@@ -118,6 +118,8 @@ TEST_F(Api, BadInputGetsTheRightError) {
       // A long-poll's report of what its saves build on (service/base_use.h), malformed.
       {"GET", "/api/v1/workers/w-nope/tasks?wait_ms=0&bases=%7B", "", 400, "invalid_argument", ""},
       {"GET", "/api/v1/workers/w-nope/tasks?wait_ms=0&bases=%5B%5D", "", 400, "invalid_argument", "bases"},
+      {"POST", "/api/v1/workers/w-nope/tasks?wait_ms=0", R"({"bases":[]})", 400, "invalid_argument", "bases"},
+      {"POST", "/api/v1/workers/w-nope/tasks?wait_ms=0&bases=%7B%7D", R"({"bases":{}})", 400, "invalid_argument", "bases"},
       {"GET", "/api/v1/workers/w-nope/tasks?wait_ms=0&bases=%7B%22m%22%3A5%7D", "", 400, "invalid_argument", "bases.m"},
       {"GET", "/api/v1/workers/w-nope/tasks?wait_ms=0&bases=%7B%22m%22%3A%7B%22base%22%3A%22x%22%7D%7D", "", 400, "invalid_argument", "bases.m.base"},
       {"GET", "/api/v1/workers/w-nope/tasks?wait_ms=0&bases=%7B%22m%22%3A%7B%22saves%22%3A%5B%5B1%5D%5D%7D%7D", "", 400, "invalid_argument", "bases.m.saves[0]"},

@@ -104,6 +104,25 @@ TEST(SaveRestore, WorkersWithSlashesInTheirNames) {
   EXPECT_EQ(r["state"], "succeeded") << r.dump();
 }
 
+// What a worker's saves build on goes to tesserad with its task polls; a worker that
+// saved into many meshes has more to say than a request line holds (8 KiB here): it still
+// gets its tasks, and its next save commits.
+TEST(SaveRestore, AWorkerInManyMeshesKeepsGettingTasks) {
+  tools::ClusterOptions opts;
+  opts.workers = 1;
+  auto c = StartCluster(opts);
+  ASSERT_TRUE(c);
+  const std::string pad(100, 'x');
+  for (int i = 0; i < 80; ++i) {
+    const std::string name = "mesh-" + std::to_string(i) + "-" + pad;
+    const Mesh mesh{name, {{"data", 1}}, 1};
+    ASSERT_TRUE(c->PutMesh(name, MeshToJson(mesh)["axes"]).ok()) << name;
+    Push(*c, mesh, MakeGlobal("w", DType::kFloat32, {4}, Layout{std::vector<std::string>{"unsharded"}}, i));
+    SaveAndWait(*c, name, 1);
+    if (HasFailure()) return;
+  }
+}
+
 TEST(SaveRestore, SubsetInOrderWithDtypeAndShapeChecks) {
   auto c = StartCluster();
   ASSERT_TRUE(c);
