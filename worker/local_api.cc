@@ -108,7 +108,8 @@ Result<Response> MeshDevices(TensorStore* store, const Request& req) {
                               {"axes", MeshToJson(p.mesh)["axes"]},
                               {"devices_per_worker", p.mesh.devices_per_worker},
                               {"rank", p.rank},
-                              {"devices", p.devices}});
+                              {"devices", p.devices},
+                              {"workers", p.workers}});
 }
 
 // A route (behind the worker's local credential) whose errors become docs/openapi-worker.json's JSON error.

@@ -13,6 +13,7 @@ from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, ChunkSt
 from torch.distributed.checkpoint.planner import LoadItemType
 
 from . import _dcp_layout as layout
+from ._box_reads import BATCH_BYTES, read_boxes
 from ._dcp_endpoint import MANIFEST, RankEndpoint, devices_in, itemsize
 from ._http import Endpoint, local_credential, query, quote
 from .errors import TesseraError, invalid_argument
@@ -30,7 +31,7 @@ class Reader(RankEndpoint, StorageReader):
     """
 
     # One read call asks the worker for at most this many bytes.
-    BATCH_BYTES = 256 << 20
+    BATCH_BYTES = BATCH_BYTES
 
     def __init__(self, mesh, step=None, worker=None, timeout=600.0, credential_file=None,
                  axis="rank"):
@@ -179,39 +180,23 @@ class Reader(RankEndpoint, StorageReader):
 
     def _read_remote(self, wanted):
         """Reads [(req, box)] through the worker in batches; yields (req, tensor)."""
-        step = int(self._record["step"])
-        path = "/v1/checkpoints/%d/read%s" % (step, query({"mesh": self.mesh}))
-        batch, size = [], 0
-        for req, box in wanted + [(None, None)]:
-            nbytes = 0
-            if box is not None:
-                nbytes = itemsize(box[3]) if box[0] != layout.PACKED else 1
-                for n in box[2]:
-                    nbytes *= n
-            if batch and (box is None or size + nbytes > self.BATCH_BYTES):
-                body = {"reads": [{"tensor": b[0], "offsets": b[1], "lengths": b[2]}
-                                  for _, b, _ in batch]}
-                _, _, data = self.raw.call("POST", path, body, timeout=self.timeout)
-                # One writable buffer for the whole answer, viewed per box: no copy
-                # besides the one into the target.
-                whole = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else \
-                    torch.empty(0, dtype=torch.uint8)
-                del data
-                at = 0
-                for r, b, n in batch:
-                    raw = whole[at:at + n]
-                    if at % 8:  # a view as a wider dtype needs its alignment
-                        raw = raw.clone()
-                    at += n
-                    t = raw.view(getattr(torch, b[3])).reshape(b[4])
-                    if b[5] is not None:  # a packed chunk: narrow to what the request needs
-                        for d, (o, ln) in enumerate(zip(r.storage_offsets, r.lengths)):
-                            t = t.narrow(d, o, ln)
-                    yield r, t
-                batch, size = [], 0
-            if box is not None:
-                batch.append((req, box, nbytes))
-                size += nbytes
+        boxes = []
+        for req, box in wanted:
+            nbytes = itemsize(box[3]) if box[0] != layout.PACKED else 1
+            for n in box[2]:
+                nbytes *= n
+            boxes.append(((req, box), box[0], box[1], box[2], nbytes))
+        for (r, b), raw in read_boxes(self.raw, self.mesh, int(self._record["step"]), boxes,
+                                      self.timeout, self.BATCH_BYTES):
+            t = torch.frombuffer(raw, dtype=torch.uint8) if len(raw) else \
+                torch.empty(0, dtype=torch.uint8)
+            if t.data_ptr() % 8:  # a view as a wider dtype needs its alignment
+                t = t.clone()
+            t = t.view(getattr(torch, b[3])).reshape(b[4])
+            if b[5] is not None:  # a packed chunk: narrow to what the request needs
+                for d, (o, ln) in enumerate(zip(r.storage_offsets, r.lengths)):
+                    t = t.narrow(d, o, ln)
+            yield r, t
 
     def read_data(self, plan, planner):
         rank = self._as_saved()

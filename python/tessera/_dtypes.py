@@ -55,8 +55,15 @@ def dtype_name(dtype, field="dtype"):
 
 
 def numpy_dtype(name):
-    """The numpy dtype of a name; None for bfloat16, which numpy lacks."""
-    return None if name == "bfloat16" else np.dtype(name)
+    """The numpy dtype of a name. bfloat16, which numpy lacks, is ml_dtypes' (which
+    jax installs) when that is there, else None."""
+    if name != "bfloat16":
+        return np.dtype(name)
+    try:
+        import ml_dtypes  # noqa: PLC0415 - optional, with jax
+    except ImportError:
+        return None
+    return np.dtype(ml_dtypes.bfloat16)
 
 
 def torch_dtype(name):

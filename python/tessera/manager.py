@@ -177,10 +177,11 @@ class CheckpointManager(Collectives):
         if like not in ("numpy", "torch"):
             raise invalid_argument("like must be \"numpy\" or \"torch\", not %r" % (like,),
                                    field="like", tensor=name)
-        if like == "numpy" and dtype == "bfloat16":
+        if like == "numpy" and _dtypes.numpy_dtype(dtype) is None:
             raise invalid_argument(
-                "tensor '%s' is bfloat16, which numpy has no dtype for: attach it with "
-                "like=\"torch\"" % name, field="dtype", tensor=name)
+                "tensor '%s' is bfloat16, which numpy has no dtype for without ml_dtypes: "
+                "install ml_dtypes or attach it with like=\"torch\"" % name, field="dtype",
+                tensor=name)
         if like == "torch":
             _dtypes.torch_module()
         device = self._device(device, name)

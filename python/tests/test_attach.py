@@ -59,12 +59,23 @@ def test_same_description_gives_the_same_array(mesh4):
     assert a[0] == 5  # the numpy and torch views share the mapping
 
 
-def test_bfloat16_with_numpy_is_refused(mesh4):
+def test_bfloat16_with_numpy_is_ml_dtypes_or_refused(mesh4):
+    """numpy has no bfloat16: ml_dtypes' (installed with jax) when it is there, else a
+    refusal naming the tensor and the way out."""
     _, ms = mesh4
-    with pytest.raises(tessera.TesseraError) as e:
-        ms[0].attach("bf", (4,), "bfloat16")
-    assert e.value.code == "invalid_argument" and e.value.details["tensor"] == "bf"
-    assert "like=\"torch\"" in str(e.value)
+    try:
+        import ml_dtypes  # noqa: PLC0415
+    except ImportError:
+        with pytest.raises(tessera.TesseraError) as e:
+            ms[0].attach("bf", (4,), "bfloat16")
+        assert e.value.code == "invalid_argument" and e.value.details["tensor"] == "bf"
+        assert "like=\"torch\"" in str(e.value)
+        return
+    a = ms[0].attach("bf", (4,), "bfloat16", ["data"])
+    assert a.dtype == np.dtype(ml_dtypes.bfloat16) and a.shape == (1,)
+    a[0] = 1.5
+    t = ms[0].attach("bf", (4,), "bfloat16", ["data"], like="torch")
+    assert float(t[0]) == 1.5  # the same bytes through torch
 
 
 def test_every_dtype_name(mesh4):

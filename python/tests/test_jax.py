@@ -1,0 +1,135 @@
+"""tessera.jax: pytrees of sharded jax.Arrays through Tessera with 4 real JAX processes
+(2 CPU devices each, an 8-device mesh of axes data x model), each with its own worker
+(tests/jax_rank.py); restored onto 2 processes and another mesh; multihost_utils."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+
+import tessera  # noqa: E402
+from tessera.local import LocalCluster  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_procs(cluster, mesh, mode, step, nproc=4, args=None, timeout=300, first=0):
+    """Runs `nproc` JAX processes on workers first.. first+nproc-1; what each printed."""
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=os.path.join(HERE, ".."), JAX_PLATFORMS="cpu",
+               JAX_NUM_CPU_DEVICES="2")
+    procs = [subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "jax_rank.py"), str(p), str(nproc), str(port), mesh,
+         cluster.worker_urls[first + p], mode, str(step), json.dumps(args or {})],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for p in range(nproc)]
+    seen = []
+    for p, proc in enumerate(procs):
+        out, err = proc.communicate(timeout=timeout)
+        assert proc.returncode == 0, "process %d: %s\n%s" % (p, out, err[-4000:])
+        seen.append(json.loads(out.strip().splitlines()[-1]))
+    return seen
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """4 workers of 2 devices each: one per JAX process of 2 CPU devices."""
+    c = LocalCluster(workers=4, devices_per_worker=2, heartbeat_ms=100, lease_ms=1500)
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def client(cluster):
+    return cluster.client(timeout=30)
+
+
+@pytest.fixture
+def jax_mesh(cluster, client, mesh_name):
+    client.register_mesh(mesh_name, {"data": 4, "model": 2}, devices_per_worker=2,
+                         workers=cluster.worker_ids)
+    return mesh_name
+
+
+def test_a_sharded_pytree_comes_back_bit_for_bit(cluster, client, jax_mesh):
+    assert all(s["saved"] == 3 for s in run_procs(cluster, jax_mesh, "save", 3))
+    record = client.checkpoint(jax_mesh, 3)
+    by_name = {t["name"]: t for t in record["tensors"]}
+    assert by_name["params/w"]["layout"] == ["data", "model"], by_name["params/w"]
+    assert by_name["params/b"]["dtype"] == "bfloat16"
+    seen = run_procs(cluster, jax_mesh, "restore", 3)
+    assert all(s["same"] is True for s in seen), seen
+    # Into other shardings of the same mesh: the workers reshard.
+    specs = {"params/w": ["model", None], "params/b": [], "params/r": ["data", "model"],
+             "opt/count": [], "opt/mu": ["model", None]}
+    seen = run_procs(cluster, jax_mesh, "restore", 3, args={"specs": specs})
+    assert all(s["same"] is True for s in seen), seen
+
+
+def test_a_restore_onto_two_processes_and_another_mesh(cluster, client, jax_mesh, mesh_name):
+    run_procs(cluster, jax_mesh, "save", 5)
+    other = mesh_name + "-two"
+    client.register_mesh(other, {"data": 2, "model": 2}, devices_per_worker=2,
+                         workers=cluster.worker_ids[2:])
+    specs = {"params/w": ["model", "data"], "params/b": ["model"], "params/r": [],
+             "opt/count": [], "opt/mu": [None, "data"]}
+    seen = run_procs(cluster, other, "restore", 5, nproc=2, first=2,
+                     args={"shape": [2, 2], "specs": specs, "from_mesh": jax_mesh})
+    assert all(s["same"] is True for s in seen), seen
+
+
+def test_the_memory_tier_through_tessera_jax(cluster, client, jax_mesh):
+    run_procs(cluster, jax_mesh, "save", 7,
+              args={"save": {"tier": "memory", "replicas": 1, "keep": 2, "force": True}})
+    seen = run_procs(cluster, jax_mesh, "restore", 7)
+    assert all(s["same"] is True for s in seen), seen
+
+
+def test_multihost_utils_match_jax_and_name_who_did_not_come(cluster, jax_mesh):
+    seen = run_procs(cluster, jax_mesh, "multihost", 0)
+    assert not any("differs" in s for s in seen), seen
+    assert all("processes [2]" in s["assert"] for s in seen), seen
+    for s in seen[:3]:
+        assert s["late"]["code"] == "deadline_exceeded" and s["late"]["missing"] == [3], s
+
+
+def test_what_a_restore_cannot_do_is_named(cluster, client, jax_mesh):
+    """A checkpoint not saved by tessera.jax, a leaf the checkpoint lacks, another
+    dtype or shape: each refused naming it, before anything is read."""
+    import tessera.jax as tjax  # noqa: PLC0415
+    ms = [tessera.CheckpointManager(jax_mesh, worker=cluster.worker_urls[w], timeout=30)
+          for w in range(4)]
+    try:
+        for m in ms:
+            for d in m.devices:
+                m.attach("t", (8,), "float32", layout=["data"], device=d)[:] = d
+        for h in [m.save(1) for m in ms]:
+            h.wait(60)
+    finally:
+        for m in ms:
+            m.close()
+    run_procs(cluster, jax_mesh, "save", 2)
+    sds = jax.ShapeDtypeStruct
+    with tjax.Checkpointer(jax_mesh, worker=cluster.worker_urls[0], timeout=30) as ckpt:
+        with pytest.raises(tessera.TesseraError) as e:
+            ckpt.restore(1, {"t": sds((8,), np.float32)}, from_mesh=jax_mesh)
+        assert e.value.code == "failed_precondition" and "tessera.jax" in str(e.value)
+        with pytest.raises(tessera.TesseraError) as e:
+            ckpt.restore(2, {"params": {"nope": sds((8,), np.float32)}}, from_mesh=jax_mesh)
+        assert e.value.code == "not_found" and e.value.details["tensor"] == "['params']['nope']"
+        with pytest.raises(tessera.TesseraError) as e:
+            ckpt.restore(2, {"params": {"w": sds((16, 4), np.float32)}}, from_mesh=jax_mesh)
+        assert e.value.code == "invalid_argument" and e.value.details["target"] == [
+            "float32", [16, 4]]
