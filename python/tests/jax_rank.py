@@ -4,7 +4,7 @@ runs the multihost utils beside JAX's own.
 
     jax_rank.py PROC NPROC PORT MESH WORKER MODE STEP [ARGS_JSON]
 
-MODE: save, restore, multihost. Prints one JSON line: what this process saw.
+MODE: save, restore, orbax (Orbax's CheckpointManager with tessera.orbax), multihost. Prints one JSON line: what this process saw.
 """
 
 import json
@@ -108,6 +108,17 @@ def main():
         specs = {k: P(*v) for k, v in args["specs"].items()} if "specs" in args else SAVE_SPECS
         got = ckpt.restore(step, target(mesh, specs), from_mesh=args.get("from_mesh"))
         seen["same"] = same_as(got, step)
+    elif mode == "orbax":
+        import orbax.checkpoint as ocp  # noqa: PLC0415
+        from tessera.orbax import Handler, TesseraRestore, TesseraSave  # noqa: PLC0415
+        mngr = ocp.CheckpointManager(args["dir"], item_handlers=Handler(mesh_name, worker=worker,
+                                                                         timeout=120))
+        mngr.save(step, args=TesseraSave(make_state(mesh, SAVE_SPECS, step)))
+        mngr.wait_until_finished()
+        got = mngr.restore(step, args=TesseraRestore(target(mesh, SAVE_SPECS)))
+        seen["same"] = same_as(got, step)
+        seen["steps"] = [int(s) for s in mngr.all_steps()]
+        mngr.close()
     elif mode == "multihost":
         from jax.experimental import multihost_utils as mu  # noqa: PLC0415
         tjax.sync_global_devices("start", timeout=60)

@@ -97,6 +97,14 @@ def test_the_memory_tier_through_tessera_jax(cluster, client, jax_mesh):
     assert all(s["same"] is True for s in seen), seen
 
 
+def test_orbax_checkpoint_manager_through_tessera(cluster, client, jax_mesh, tmp_path):
+    seen = run_procs(cluster, jax_mesh, "orbax", 4, args={"dir": str(tmp_path / "orbax")})
+    assert all(s["same"] is True and s["steps"] == [4] for s in seen), seen
+    assert [c["step"] for c in client.checkpoints(jax_mesh) if c["state"] == "committed"] == [4]
+    assert json.loads((tmp_path / "orbax" / "4" / "default" / "tessera.json").read_text()) == {
+        "mesh": jax_mesh, "step": 4}
+
+
 def test_multihost_utils_match_jax_and_name_who_did_not_come(cluster, jax_mesh):
     seen = run_procs(cluster, jax_mesh, "multihost", 0)
     assert not any("differs" in s for s in seen), seen
