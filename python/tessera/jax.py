@@ -24,7 +24,7 @@ from .manager import CheckpointManager
 from ._jax_multihost import (assert_equal, broadcast_one_to_all, process_allgather,  # noqa: F401
                              remember, sync_global_devices)
 
-__all__ = ["Checkpointer", "mesh_devices", "sync_global_devices", "broadcast_one_to_all",
+__all__ = ["Checkpointer", "TesseraError", "mesh_devices", "sync_global_devices", "broadcast_one_to_all",
            "process_allgather", "assert_equal"]
 
 
@@ -50,6 +50,7 @@ class Checkpointer:
         self._axes = answer.get("axes") or []
         self._workers = list(answer.get("workers") or [])
         self._local = set(self.manager.devices)
+        self.restored = None  # the last restore from this mesh: a Restored (tier, source)
         remember(self)
 
     def workers(self):
@@ -256,7 +257,8 @@ class Checkpointer:
                 for k, _, _ in targets:
                     views[(name, k)] = self._attach(name, leaf.shape, np.dtype(leaf.dtype),
                                                     layout, k)
-            self.manager.restore(step, tensors=mapped, timeout=self.timeout, strict=False)
+            self.restored = self.manager.restore(step, tensors=mapped, timeout=self.timeout,
+                                                 strict=False)
         read = {}
         for (name, i), raw in read_boxes(self.manager._http, source, step, boxes, self.timeout):
             read[(name, i)] = raw

@@ -99,15 +99,25 @@ def main():
     seen = {"proc": proc}
     if mode == "save":
         state = make_state(mesh, SAVE_SPECS, step)
-        handle = ckpt.save(step, state, **args.get("save", {}))
-        # The arrays may change once save() returned: the checkpoint keeps the old values.
-        state["params"]["w"] = state["params"]["w"] + 1
-        handle.wait(120)
-        seen["saved"] = step
+        if args.get("die") == proc:
+            # Killed mid-save: part of its shards staged, its save never started.
+            ckpt._stage("params/w", "['params']['w']", state["params"]["w"])
+            os._exit(3)
+        try:
+            handle = ckpt.save(step, state, **args.get("save", {}))
+            # The arrays may change once save() returned: the checkpoint keeps the old values.
+            state["params"]["w"] = state["params"]["w"] + 1
+            handle.wait(120)
+            seen["saved"] = step
+        except tjax.TesseraError as e:
+            seen["error"] = {"code": e.code, "message": str(e)}
     elif mode == "restore":
         specs = {k: P(*v) for k, v in args["specs"].items()} if "specs" in args else SAVE_SPECS
-        got = ckpt.restore(step, target(mesh, specs), from_mesh=args.get("from_mesh"))
+        got = ckpt.restore(None if args.get("latest") else step, target(mesh, specs),
+                           from_mesh=args.get("from_mesh"))
         seen["same"] = same_as(got, step)
+        if ckpt.restored is not None:
+            seen["tier"], seen["source"] = ckpt.restored.tier, ckpt.restored.source
     elif mode == "orbax":
         import orbax.checkpoint as ocp  # noqa: PLC0415
         from tessera.orbax import Handler, TesseraRestore, TesseraSave  # noqa: PLC0415

@@ -26,7 +26,8 @@ def free_port():
 
 
 def run_procs(cluster, mesh, mode, step, nproc=4, args=None, timeout=300, first=0):
-    """Runs `nproc` JAX processes on workers first.. first+nproc-1; what each printed."""
+    """Runs `nproc` JAX processes on workers first.. first+nproc-1; what each printed
+    (None for the one args["die"] names, killed mid-save)."""
     port = free_port()
     env = dict(os.environ, PYTHONPATH=os.path.join(HERE, ".."), JAX_PLATFORMS="cpu",
                JAX_NUM_CPU_DEVICES="2")
@@ -38,6 +39,9 @@ def run_procs(cluster, mesh, mode, step, nproc=4, args=None, timeout=300, first=
     seen = []
     for p, proc in enumerate(procs):
         out, err = proc.communicate(timeout=timeout)
+        if (args or {}).get("die") == p:
+            seen.append(None)
+            continue
         assert proc.returncode == 0, "process %d: %s\n%s" % (p, out, err[-4000:])
         seen.append(json.loads(out.strip().splitlines()[-1]))
     return seen
@@ -46,7 +50,8 @@ def run_procs(cluster, mesh, mode, step, nproc=4, args=None, timeout=300, first=
 @pytest.fixture(scope="module")
 def cluster():
     """4 workers of 2 devices each: one per JAX process of 2 CPU devices."""
-    c = LocalCluster(workers=4, devices_per_worker=2, heartbeat_ms=100, lease_ms=1500)
+    c = LocalCluster(workers=4, devices_per_worker=2, heartbeat_ms=100, lease_ms=1500,
+                     server_args=["--join-wait-ms", "3000"])  # a save's missing process: 3 s
     yield c
     c.stop()
 
@@ -90,11 +95,31 @@ def test_a_restore_onto_two_processes_and_another_mesh(cluster, client, jax_mesh
     assert all(s["same"] is True for s in seen), seen
 
 
-def test_the_memory_tier_through_tessera_jax(cluster, client, jax_mesh):
-    run_procs(cluster, jax_mesh, "save", 7,
-              args={"save": {"tier": "memory", "replicas": 1, "keep": 2, "force": True}})
-    seen = run_procs(cluster, jax_mesh, "restore", 7)
-    assert all(s["same"] is True for s in seen), seen
+def test_the_memory_tier_every_step_and_a_host_lost(cluster, client, jax_mesh):
+    memory = {"save": {"tier": "memory", "replicas": 1, "keep": 2, "force": True}}
+    for step in (7, 8):
+        run_procs(cluster, jax_mesh, "save", step, args=memory)
+    seen = run_procs(cluster, jax_mesh, "restore", 8, args={"latest": True})
+    assert all(s["same"] is True and (s["tier"], s["source"]) == ("memory", "local")
+               for s in seen), seen
+    # Host 2 is lost with its RAM; a replacement starts under its name: its share comes
+    # back from a peer's copy, the others' from their own RAM.
+    cluster.kill_worker(2)
+    cluster.start_worker(2)
+    seen = run_procs(cluster, jax_mesh, "restore", 8, args={"latest": True})
+    assert all(s["same"] is True and s["tier"] == "memory" for s in seen), seen
+    assert [s["source"] for s in seen] == ["local", "local", "replica", "local"], seen
+
+
+def test_a_process_killed_mid_save_leaves_nothing_committed(cluster, client, jax_mesh):
+    run_procs(cluster, jax_mesh, "save", 1)
+    seen = run_procs(cluster, jax_mesh, "save", 2, args={"die": 1})
+    for s in (seen[0], seen[2], seen[3]):
+        assert "error" in s, seen
+    committed = [c["step"] for c in client.checkpoints(jax_mesh) if c["state"] == "committed"]
+    assert committed == [1], client.checkpoints(jax_mesh)
+    assert all(s["saved"] == 3 for s in run_procs(cluster, jax_mesh, "save", 3))
+    assert all(s["same"] is True for s in run_procs(cluster, jax_mesh, "restore", 3))
 
 
 def test_orbax_checkpoint_manager_through_tessera(cluster, client, jax_mesh, tmp_path):
