@@ -660,6 +660,12 @@ def main():
         L.append("")
         L.extend(dcp_report.markdown(load(dcp_rows)))
 
+    jax_rows = os.path.join(a.out, "jax_orbax.jsonl")
+    if a.only in ("all", "storage") and os.path.exists(jax_rows):
+        import jax_orbax_report  # noqa: PLC0415 - bench/, beside this script
+        L.append("")
+        L.extend(jax_orbax_report.markdown(load(jax_rows)))
+
     history = os.path.join(a.out, "job_history.json")
     if a.only in ("all", "history") and os.path.exists(history):
         import job_history  # noqa: PLC0415 - bench/, beside this script
@@ -677,7 +683,8 @@ SECTIONS = {"memory_tier": ("## The memory tier", "memory_tier", "memory_tier.js
             "float_codec": ("## The float codec", "float_codec", "float_codec.jsonl"),
             # incremental.json is one JSON object on one line: load() reads it as one row.
             "incremental": ("## Incremental saves", "incremental_report", "incremental.json"),
-            "dcp": ("## PyTorch DCP", "dcp_report", "dcp.jsonl")}
+            "dcp": ("## PyTorch DCP", "dcp_report", "dcp.jsonl"),
+            "jax": ("## JAX and Orbax", "jax_orbax_report", "jax_orbax.jsonl")}
 
 
 def rewrite_section(results, section, out_dir):

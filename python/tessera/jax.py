@@ -11,6 +11,8 @@ one Tessera checkpoint, like any other: listed, verified, exported to safetensor
 restored by the other clients. How leaves become tensors: _jax_tree.py.
 """
 
+import threading
+
 import numpy as np
 
 import jax
@@ -24,7 +26,7 @@ from .manager import CheckpointManager
 from ._jax_multihost import (assert_equal, broadcast_one_to_all, process_allgather,  # noqa: F401
                              remember, sync_global_devices)
 
-__all__ = ["Checkpointer", "TesseraError", "mesh_devices", "sync_global_devices", "broadcast_one_to_all",
+__all__ = ["Checkpointer", "PendingSave", "TesseraError", "mesh_devices", "sync_global_devices", "broadcast_one_to_all",
            "process_allgather", "assert_equal"]
 
 
@@ -35,6 +37,46 @@ def mesh_devices(shape):
     Use it as jax.sharding.Mesh(tjax.mesh_devices((4, 2)), ("data", "model"))."""
     devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
     return np.array(devices, dtype=object).reshape(tuple(shape))
+
+
+class PendingSave:
+    """What Checkpointer.save returns: this process's shards are in its worker's shared
+    memory (the one copy the trainer waited for); the worker's snapshot and the save's
+    start run on a thread. wait() waits for the commit and raises the save's error."""
+
+    def __init__(self, start, step):
+        self.step = step
+        self._handle, self._error = None, None
+        self._thread = threading.Thread(target=self._run, args=(start,), daemon=True,
+                                        name="tessera-jax-save-%d" % step)
+        self._thread.start()
+
+    def _run(self, start):
+        try:
+            self._handle = start()
+        except BaseException as e:  # noqa: BLE001 - raised again by wait()
+            self._error = e
+
+    def snapshot_done(self):
+        """Waits until the worker has snapshotted (or refused) this save."""
+        self._thread.join()
+
+    def handle(self):
+        """The SaveHandle once the worker snapshotted; raises the save's error."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._handle
+
+    def done(self):
+        return self.handle().done()
+
+    def wait(self, timeout=None):
+        """Blocks until the checkpoint is committed; raises TesseraError if it failed."""
+        return self.handle().wait(timeout)
+
+    def __repr__(self):
+        return "PendingSave(step=%r, %s)" % (self.step, self._handle or "snapshotting")
 
 
 class Checkpointer:
@@ -51,6 +93,7 @@ class Checkpointer:
         self._workers = list(answer.get("workers") or [])
         self._local = set(self.manager.devices)
         self.restored = None  # the last restore from this mesh: a Restored (tier, source)
+        self._pending = None  # the last save, until its worker snapshotted
         remember(self)
 
     def workers(self):
@@ -58,6 +101,8 @@ class Checkpointer:
         return list(self._workers)
 
     def close(self):
+        if self._pending is not None:
+            self._pending.snapshot_done()
         self.manager.close()
 
     def __enter__(self):
@@ -71,11 +116,15 @@ class Checkpointer:
     def save(self, step, tree, metadata=None, tier="disk", wait=False, **options):
         """Copies this process's shards of every array of `tree` into its worker's
         memory and starts checkpoint `step` (every process of the job calls it with
-        the same step). Returns the SaveHandle as soon as the worker has the bytes:
-        the arrays may change at once; handle.wait() waits for the commit (wait=True
-        does it here). metadata: JSON saved beside. tier, options: as
+        the same step). Returns a PendingSave as soon as the worker's shared memory
+        has the bytes: the arrays may change at once; .wait() waits for the commit
+        (wait=True does it here). metadata: JSON saved beside. tier, options: as
         CheckpointManager.save (tier="memory" and its options, compression, ...)."""
         leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+        if self._pending is not None:
+            # The worker snapshots the mappings the last save staged: not overwritten
+            # before it has (its error, if any, is that save's).
+            self._pending.snapshot_done()
         entries, values, names = [], {}, []
         for path, leaf in leaves:
             name = tree_.path_text(path)
@@ -95,10 +144,12 @@ class Checkpointer:
             seen[e["name"]] = e["path"]
         meta = dict(metadata or {})
         meta[tree_.MANIFEST] = {"version": 1, "leaves": entries, "values": values}
-        handle = self.manager.save(step, tensors=names, metadata=meta, tier=tier, **options)
+        pending = PendingSave(lambda: self.manager.save(step, tensors=names, metadata=meta,
+                                                        tier=tier, **options), step)
+        self._pending = pending
         if wait:
-            handle.wait(self.timeout)
-        return handle
+            pending.wait(self.timeout)
+        return pending
 
     def _stage(self, name, where, leaf):
         """Copies `leaf`'s shards on this process into their devices' mappings."""
