@@ -30,6 +30,9 @@
 #      bench/dcp.py                 PyTorch DCP through tessera.dcp against DCP's FileSystemWriter,
 #                                   FileSystemReader and stagers: 4 ranks × 256 MiB, 2 runs
 #                                   (about 15 minutes; torch from .venv/, tools/venv.sh)
+#      bench/jax_orbax.py           JAX through tessera.jax against Orbax's CheckpointManager:
+#                                   4 processes × 2 CPU devices, 1 GiB, and a restore onto 2
+#                                   processes, 2 runs (about 3 minutes; jax from .venv/)
 #      bench/memory_tier.py         the memory tier, 4 namespace hosts (needs root) × 256 MiB
 #                                   per trainer: the stall of a memory save against a memcpy,
 #                                   a host's loss restored from RAM against the POSIX root and
@@ -333,6 +336,10 @@ if want storage; then
   bash tools/venv.sh
   step dcp "$out/dcp.log" env TESSERA_BIN=build-bench/bin .venv/bin/python bench/dcp.py \
     --dir "$tmp" --out-dir "$out" --results "" || true
+  # JAX through tessera.jax against Orbax's CheckpointManager, both from .venv/.
+  rm -f "$out/jax_orbax.jsonl"
+  step jax_orbax "$out/jax_orbax.log" env TESSERA_BIN=build-bench/bin .venv/bin/python \
+    bench/jax_orbax.py --dir "$tmp" --out-dir "$out" --results "" || true
 fi
 
 [ "$only" = s3 ] && s3_part

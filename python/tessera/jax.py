@@ -94,6 +94,7 @@ class Checkpointer:
         self._local = set(self.manager.devices)
         self.restored = None  # the last restore from this mesh: a Restored (tier, source)
         self._pending = None  # the last save, until its worker snapshotted
+        self._views = {}      # (name, device) -> ((shape, dtype, layout), mapped array)
         remember(self)
 
     def workers(self):
@@ -185,16 +186,26 @@ class Checkpointer:
                 "layout": None}
 
     def _attach(self, name, shape, dtype, layout, device):
-        """The device's mapping of `name`; a tensor the worker holds with another dtype,
+        """The device's mapping of `name`, kept from one save to the next (no request
+        when it is attached as before); a tensor the worker holds with another dtype,
         shape or layout (an earlier tree, or a restore into another sharding) is
         dropped first: this process owns its tensors."""
+        dtype = dtype_name(dtype)
+        want = (tuple(shape), dtype, tuple(layout or ()))
+        held = self._views.get((name, device))
+        if held is not None and held[0] == want:
+            return held[1]
         try:
-            return self.manager.attach(name, shape, dtype, layout=layout, device=device)
+            view = self.manager.attach(name, shape, dtype, layout=layout, device=device)
         except TesseraError as e:
             if e.code != "conflict":
                 raise
             self.manager.detach(name)
-            return self.manager.attach(name, shape, dtype, layout=layout, device=device)
+            for key in [k for k in self._views if k[0] == name]:
+                del self._views[key]
+            view = self.manager.attach(name, shape, dtype, layout=layout, device=device)
+        self._views[(name, device)] = (want, view)
+        return view
 
     def _copy(self, name, shape, dtype, layout, placed):
         for k, data in placed:
@@ -319,11 +330,14 @@ class Checkpointer:
             parts = []
             for i, (k, device, index) in enumerate(targets):
                 if (name, k) in views:
-                    host = np.array(views[(name, k)])  # the mapping is rewritten later
-                else:
-                    _, lengths = tree_.box_of(index, tuple(leaf.shape))
-                    host = np.frombuffer(read[(name, i)], dtype=dt).reshape(lengths)
-                parts.append(jax.device_put(host, device))
+                    # A private copy (the mapping is rewritten by later saves) that the
+                    # array may keep: no second copy into the device.
+                    parts.append(jax.device_put(np.array(views[(name, k)]), device,
+                                                may_alias=True))
+                    continue
+                _, lengths = tree_.box_of(index, tuple(leaf.shape))
+                host = np.frombuffer(read[(name, i)], dtype=dt).reshape(lengths)
+                parts.append(jax.device_put(host, device, may_alias=True))
             out[name] = jax.make_array_from_single_device_arrays(tuple(leaf.shape),
                                                                   leaf.sharding, parts)
         return out

@@ -156,7 +156,9 @@ def main():
                 seen["late"] = {"code": getattr(e, "code", None),
                                 "missing": getattr(e, "details", {}).get("missing_processes")}
     print(json.dumps(seen), flush=True)
-    os._exit(0)  # not jax.distributed's shutdown barrier: a process may have been told to leave
+    if "die" in args:
+        os._exit(0)  # a process was killed: jax.distributed's shutdown would wait for it
+    jax.distributed.shutdown()  # together: a process that left first would fail the others
 
 
 if __name__ == "__main__":

@@ -42,6 +42,11 @@ def run_procs(cluster, mesh, mode, step, nproc=4, args=None, timeout=300, first=
         if (args or {}).get("die") == p:
             seen.append(None)
             continue
+        if "die" in (args or {}) and proc.returncode != 0 and out.strip():
+            # With a process killed, JAX's coordinator (process 0) may leave before the
+            # others do and JAX then ends them: what they printed before is what counts.
+            seen.append(json.loads(out.strip().splitlines()[-1]))
+            continue
         assert proc.returncode == 0, "process %d: %s\n%s" % (p, out, err[-4000:])
         seen.append(json.loads(out.strip().splitlines()[-1]))
     return seen
