@@ -12,8 +12,6 @@ the peer's. Writes the "PyTorch DCP" section of bench/RESULTS.md.
 import argparse
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,18 +21,13 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, HERE)
 
 from tessera.local import LocalCluster  # noqa: E402
-from proc_status import status_kb  # noqa: E402 - bench/, beside this script
+from fresh_cluster import clean_up, free_port, workers_added_kb, workers_rss  # noqa: E402
 
 MODES = ["memcpy", "async-tessera", "async-thread", "async-tessera", "async-process",
          "save-tessera", "save-fs", "load-tessera", "load-fs", "load-tessera-raw",
          "train-none", "train-tessera", "train-thread"]
 WORLD = 4
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_mode(mode, mb, disk):
@@ -51,7 +44,7 @@ def run_mode(mode, mb, disk):
                                    copy_threads=2)
             cluster.client().register_mesh("bench", {"rank": WORLD}, workers=cluster.worker_ids)
             env["BENCH_DCP_ROOT"] = root
-            worker_rss = [status_kb(p.pid, "VmRSS") for p in cluster.workers]
+            worker_rss = workers_rss(cluster)
         port = free_port()
         procs = []
         for r in range(WORLD):
@@ -67,18 +60,12 @@ def run_mode(mode, mb, disk):
             if p.returncode != 0:
                 raise RuntimeError("%s rank %d failed:\n%s" % (mode, r, err[-3000:]))
             ranks.append(json.loads(out.strip().splitlines()[-1]))
-            if os.environ.get("BENCH_TRACE"):
-                sys.stderr.write("".join(l + "\n" for l in err.splitlines() if "TRACE" in l))
         row = {"mode": mode, "ranks": ranks}
         if cluster is not None:
-            row["workers_added_kb"] = sum(
-                max(0, status_kb(p.pid, "VmHWM") - rss) for p, rss in zip(cluster.workers, worker_rss))
+            row["workers_added_kb"] = workers_added_kb(cluster, worker_rss)
         return row
     finally:
-        if cluster is not None:
-            shutil.rmtree(cluster.dir, ignore_errors=True)
-            cluster.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        clean_up(cluster, work)
 
 
 def _torch_version():

@@ -13,8 +13,6 @@ onto 2 processes and a 2 x 2 mesh with other shardings, ours and Orbax's. Writes
 import argparse
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,16 +22,11 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, HERE)
 
 from tessera.local import LocalCluster  # noqa: E402
-from proc_status import status_kb  # noqa: E402 - bench/, beside this script
+from fresh_cluster import clean_up, free_port, workers_added_kb, workers_rss  # noqa: E402
 
 MODES = ["save-tessera", "save-orbax", "restore-tessera", "restore-orbax", "reshard-tessera",
          "reshard-orbax"]
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_procs(mode, nproc, work, cluster, mesh, env):
@@ -71,7 +64,7 @@ def run_mode(mode, disk):
             client.register_mesh("bench2", {"data": 2, "model": 2}, devices_per_worker=2,
                                  workers=cluster.worker_ids[:2])
             env.update(BENCH_ROOT=root, BENCH_FROM_MESH="bench")
-            worker_rss = [status_kb(p.pid, "VmRSS") for p in cluster.workers]
+            worker_rss = workers_rss(cluster)
         if mode.startswith("reshard"):
             run_procs(mode.replace("reshard", "reshard-save"), 4, work, cluster, "bench", env)
             procs = run_procs(mode, 2, work, cluster, "bench2", env)
@@ -79,14 +72,10 @@ def run_mode(mode, disk):
             procs = run_procs(mode, 4, work, cluster, "bench", env)
         row = {"mode": mode, "procs": procs}
         if cluster is not None:
-            row["workers_added_kb"] = sum(max(0, status_kb(p.pid, "VmHWM") - rss)
-                                          for p, rss in zip(cluster.workers, worker_rss))
+            row["workers_added_kb"] = workers_added_kb(cluster, worker_rss)
         return row
     finally:
-        if cluster is not None:
-            shutil.rmtree(cluster.dir, ignore_errors=True)
-            cluster.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        clean_up(cluster, work)
 
 
 def main():

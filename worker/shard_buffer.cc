@@ -75,29 +75,35 @@ Result<std::shared_ptr<ShardBuffer>> ShardBuffer::Shm(const std::string& dir,
       new ShardBuffer(Kind::kFileMap, static_cast<uint8_t*>(p), bytes, path, fd));
 }
 
-void ShardBuffer::CopyOut(size_t offset, size_t n, uint8_t* dst) const {
+namespace {
+
+// Moves up to n bytes through `io(done)` (a pread or pwrite at offset + done), retrying
+// short transfers and EINTR; the bytes moved.
+template <typename Io>
+size_t TransferAll(size_t n, Io io) {
   size_t done = 0;
-  if (fd_ >= 0) {
-    while (done < n) {
-      const ssize_t got = pread(fd_, dst + done, n - done, static_cast<off_t>(offset + done));
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) break;  // cannot happen on a file we sized; the mapping has the rest
-      done += static_cast<size_t>(got);
-    }
+  while (done < n) {
+    const ssize_t moved = io(done);
+    if (moved < 0 && errno == EINTR) continue;
+    if (moved <= 0) break;  // cannot happen on a file we sized; the mapping does the rest
+    done += static_cast<size_t>(moved);
   }
+  return done;
+}
+
+}  // namespace
+
+void ShardBuffer::CopyOut(size_t offset, size_t n, uint8_t* dst) const {
+  const size_t done = fd_ < 0 ? 0 : TransferAll(n, [&](size_t at) {
+    return pread(fd_, dst + at, n - at, static_cast<off_t>(offset + at));
+  });
   if (done < n) std::memcpy(dst + done, data_ + offset + done, n - done);
 }
 
 void ShardBuffer::CopyIn(size_t offset, const uint8_t* src, size_t n) {
-  size_t done = 0;
-  if (fd_ >= 0) {
-    while (done < n) {
-      const ssize_t put = pwrite(fd_, src + done, n - done, static_cast<off_t>(offset + done));
-      if (put < 0 && errno == EINTR) continue;
-      if (put <= 0) break;  // cannot happen on a file we sized; the mapping takes the rest
-      done += static_cast<size_t>(put);
-    }
-  }
+  const size_t done = fd_ < 0 ? 0 : TransferAll(n, [&](size_t at) {
+    return pwrite(fd_, src + at, n - at, static_cast<off_t>(offset + at));
+  });
   if (done < n) std::memcpy(data_ + offset + done, src + done, n - done);
 }
 

@@ -16,11 +16,17 @@ from tessera.local import LocalCluster  # noqa: E402
 _names = itertools.count()
 
 
-@pytest.fixture(scope="session")
-def cluster():
-    c = LocalCluster(workers=4, heartbeat_ms=100, lease_ms=1500)
+def running_cluster(**options):
+    """A LocalCluster of 4 workers with the tests' short heartbeat and lease, stopped
+    after: the body of a cluster fixture (`yield from running_cluster(...)`)."""
+    c = LocalCluster(**dict({"workers": 4, "heartbeat_ms": 100, "lease_ms": 1500}, **options))
     yield c
     c.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    yield from running_cluster()
 
 
 @pytest.fixture(scope="session")

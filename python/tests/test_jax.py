@@ -14,9 +14,10 @@ import pytest
 jax = pytest.importorskip("jax")
 
 import tessera  # noqa: E402
-from tessera.local import LocalCluster  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from conftest import running_cluster  # noqa: E402
 
 
 def free_port():
@@ -54,11 +55,9 @@ def run_procs(cluster, mesh, mode, step, nproc=4, args=None, timeout=300, first=
 
 @pytest.fixture(scope="module")
 def cluster():
-    """4 workers of 2 devices each: one per JAX process of 2 CPU devices."""
-    c = LocalCluster(workers=4, devices_per_worker=2, heartbeat_ms=100, lease_ms=1500,
-                     server_args=["--join-wait-ms", "3000"])  # a save's missing process: 3 s
-    yield c
-    c.stop()
+    """4 workers of 2 devices each: one per JAX process of 2 CPU devices; a save missing a
+    process gives up after 3 s."""
+    yield from running_cluster(devices_per_worker=2, server_args=["--join-wait-ms", "3000"])
 
 
 @pytest.fixture(scope="module")
