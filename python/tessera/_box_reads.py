@@ -8,12 +8,12 @@ from ._http import query
 BATCH_BYTES = 256 << 20
 
 
-def read_boxes(endpoint, mesh, step, boxes, timeout, batch_bytes=BATCH_BYTES):
+def read_boxes(endpoint, mesh, step, boxes, timeout, batch_bytes=BATCH_BYTES, writable=True):
     """Reads [(tag, tensor name, offsets, lengths, nbytes)] from checkpoint `step` of
-    `mesh` through `endpoint` (a worker's _http.Endpoint); yields (tag, bytearray
-    slice as a memoryview) in order, each box's bytes contiguous in row-major order.
-    Each batch's answer is one writable buffer, viewed per box: no copy besides the
-    caller's into its target."""
+    `mesh` through `endpoint` (a worker's _http.Endpoint); yields (tag, memoryview) in
+    order, each box's bytes contiguous in row-major order. Each batch's answer is one
+    buffer, viewed per box: writable (one copy of the answer) or, for a caller that
+    copies anyway, the answer's own read-only bytes."""
     path = "/v1/checkpoints/%d/read%s" % (int(step), query({"mesh": mesh}))
     batch, size = [], 0
     for box in list(boxes) + [None]:
@@ -21,7 +21,7 @@ def read_boxes(endpoint, mesh, step, boxes, timeout, batch_bytes=BATCH_BYTES):
             body = {"reads": [{"tensor": b[1], "offsets": list(b[2]), "lengths": list(b[3])}
                               for b in batch]}
             _, _, data = endpoint.call("POST", path, body, timeout=timeout)
-            whole = memoryview(bytearray(data))
+            whole = memoryview(bytearray(data) if writable else data)
             del data
             at = 0
             for b in batch:

@@ -322,7 +322,8 @@ class Checkpointer:
             self.restored = self.manager.restore(step, tensors=mapped, timeout=self.timeout,
                                                  strict=False)
         read = {}
-        for (name, i), raw in read_boxes(self.manager._http, source, step, boxes, self.timeout):
+        for (name, i), raw in read_boxes(self.manager._http, source, step, boxes, self.timeout,
+                                         writable=False):  # device_put copies them once
             read[(name, i)] = raw
         out = {}
         for name, (leaf, layout, jmesh, targets) in plans.items():
@@ -337,7 +338,7 @@ class Checkpointer:
                     continue
                 _, lengths = tree_.box_of(index, tuple(leaf.shape))
                 host = np.frombuffer(read[(name, i)], dtype=dt).reshape(lengths)
-                parts.append(jax.device_put(host, device, may_alias=True))
+                parts.append(jax.device_put(host, device))
             out[name] = jax.make_array_from_single_device_arrays(tuple(leaf.shape),
                                                                   leaf.sharding, parts)
         return out
