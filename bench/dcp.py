@@ -20,8 +20,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, HERE)
 
-from tessera.local import LocalCluster  # noqa: E402
-from fresh_cluster import clean_up, free_port, workers_added_kb, workers_rss  # noqa: E402
+from fresh_cluster import (clean_up, collect, free_port, start_cluster,  # noqa: E402
+                           mode_row, workers_rss)
 
 MODES = ["memcpy", "async-tessera", "async-thread", "async-tessera", "async-process",
          "save-tessera", "save-fs", "load-tessera", "load-fs", "load-tessera-raw",
@@ -32,16 +32,12 @@ WORLD = 4
 
 def run_mode(mode, mb, disk):
     work = tempfile.mkdtemp(prefix="dcp-", dir=disk)
-    cluster = None
+    cluster, worker_rss = None, None
     try:
         # One intra-op thread per rank, as torchrun sets for several ranks per host.
         extra, env = [], dict(os.environ, OMP_NUM_THREADS="1")
         if "tessera" in mode:
-            root = os.path.join(work, "root")
-            cluster = LocalCluster(workers=WORLD, dir=tempfile.mkdtemp(prefix="bench-dcp-",
-                                                                      dir="/dev/shm"),
-                                   checkpoint_root=root, heartbeat_ms=500, lease_ms=5000,
-                                   copy_threads=2)
+            cluster, root = start_cluster(work, "bench-dcp-")
             cluster.client().register_mesh("bench", {"rank": WORLD}, workers=cluster.worker_ids)
             env["BENCH_DCP_ROOT"] = root
             worker_rss = workers_rss(cluster)
@@ -54,16 +50,8 @@ def run_mode(mode, mb, disk):
                 [sys.executable, os.path.join(HERE, "dcp_rank.py"), str(r), str(WORLD), str(port),
                  mode, str(mb), work] + extra, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 text=True, env=env))
-        ranks = []
-        for r, p in enumerate(procs):
-            out, err = p.communicate(timeout=1800)
-            if p.returncode != 0:
-                raise RuntimeError("%s rank %d failed:\n%s" % (mode, r, err[-3000:]))
-            ranks.append(json.loads(out.strip().splitlines()[-1]))
-        row = {"mode": mode, "ranks": ranks}
-        if cluster is not None:
-            row["workers_added_kb"] = workers_added_kb(cluster, worker_rss)
-        return row
+        ranks = collect(procs, mode + " rank")
+        return mode_row(mode, "ranks", ranks, cluster, worker_rss)
     finally:
         clean_up(cluster, work)
 

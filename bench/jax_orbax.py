@@ -21,8 +21,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, HERE)
 
-from tessera.local import LocalCluster  # noqa: E402
-from fresh_cluster import clean_up, free_port, workers_added_kb, workers_rss  # noqa: E402
+from fresh_cluster import (clean_up, collect, free_port, start_cluster,  # noqa: E402
+                           mode_row, workers_rss)
 
 MODES = ["save-tessera", "save-orbax", "restore-tessera", "restore-orbax", "reshard-tessera",
          "reshard-orbax"]
@@ -38,26 +38,16 @@ def run_procs(mode, nproc, work, cluster, mesh, env):
             [sys.executable, os.path.join(HERE, "jax_orbax_rank.py"), str(p), str(nproc),
              str(port), mode, work] + extra, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, env=env))
-    out = []
-    for p, proc in enumerate(procs):
-        stdout, err = proc.communicate(timeout=1800)
-        if proc.returncode != 0:
-            raise RuntimeError("%s process %d failed:\n%s" % (mode, p, err[-3000:]))
-        out.append(json.loads(stdout.strip().splitlines()[-1]))
-    return out
+    return collect(procs, mode + " process")
 
 
 def run_mode(mode, disk):
     work = tempfile.mkdtemp(prefix="jax-", dir=disk)
-    cluster = None
+    cluster, worker_rss = None, None
     env = dict(os.environ, OMP_NUM_THREADS="1", JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="2")
     try:
         if "tessera" in mode:
-            root = os.path.join(work, "root")
-            cluster = LocalCluster(workers=4, devices_per_worker=2,
-                                   dir=tempfile.mkdtemp(prefix="bench-jax-", dir="/dev/shm"),
-                                   checkpoint_root=root, heartbeat_ms=500, lease_ms=5000,
-                                   copy_threads=2)
+            cluster, root = start_cluster(work, "bench-jax-", devices_per_worker=2)
             client = cluster.client()
             client.register_mesh("bench", {"data": 4, "model": 2}, devices_per_worker=2,
                                  workers=cluster.worker_ids)
@@ -70,10 +60,7 @@ def run_mode(mode, disk):
             procs = run_procs(mode, 2, work, cluster, "bench2", env)
         else:
             procs = run_procs(mode, 4, work, cluster, "bench", env)
-        row = {"mode": mode, "procs": procs}
-        if cluster is not None:
-            row["workers_added_kb"] = workers_added_kb(cluster, worker_rss)
-        return row
+        return mode_row(mode, "procs", procs, cluster, worker_rss)
     finally:
         clean_up(cluster, work)
 

@@ -4,6 +4,7 @@ build/bin), shared by the tests of a session; each test uses meshes of its own."
 import itertools
 import os
 import re
+import socket
 import sys
 
 import pytest
@@ -14,6 +15,13 @@ import tessera  # noqa: E402
 from tessera.local import LocalCluster  # noqa: E402
 
 _names = itertools.count()
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1 now (the trainers' own process group's)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def running_cluster(**options):

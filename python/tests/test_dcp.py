@@ -4,7 +4,6 @@ through Tessera, with 4 real ranks (gloo) each talking to its own worker
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -20,13 +19,8 @@ from tessera import _dcp_layout as layout
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+from conftest import free_port  # noqa: E402
 from eventually import eventually  # noqa: E402
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_ranks(cluster, mesh, mode, step, what="both", world=4, timeout=300, env=None, dies=None):

@@ -4,7 +4,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -17,13 +16,7 @@ import tessera  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from conftest import running_cluster  # noqa: E402
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from conftest import free_port, running_cluster  # noqa: E402
 
 
 def run_procs(cluster, mesh, mode, step, nproc=4, args=None, timeout=300, first=0):
