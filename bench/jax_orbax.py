@@ -25,7 +25,7 @@ from fresh_cluster import (clean_up, collect, free_port, start_cluster,  # noqa:
                            mode_row, workers_rss)
 
 MODES = ["save-tessera", "save-orbax", "restore-tessera", "restore-orbax", "reshard-tessera",
-         "reshard-orbax"]
+         "reshard-orbax", "multihost-tessera"]
 
 
 

@@ -2,7 +2,7 @@
 
     jax_orbax_rank.py PROC NPROC PORT MODE DIR [WORKER MESH]
 
-MODE: save-tessera, save-orbax (async saves: blocked and durable times), restore-tessera,
+MODE: multihost-tessera (the multihost utils, ours and JAX's), save-tessera, save-orbax (async saves: blocked and durable times), restore-tessera,
 restore-orbax (cold page cache), reshard-save-tessera / reshard-save-orbax (one save by 4
 processes), reshard-tessera / reshard-orbax (a restore of it by 2 processes onto a 2 x 2
 mesh with other shardings). Prints one JSON line.
@@ -130,6 +130,25 @@ def main():
             s, _ = timed(lambda: restore(1, abstract(mesh, spec)))
             took.append(s)
         result.update(restore_s=took[1:])
+    elif mode.startswith("multihost"):
+        # Latency of the multihost utils: ours over Tessera, JAX's over gloo, alternating.
+        small = np.arange(256, dtype=np.float32) + proc        # 1 KiB
+        big = np.full(1 << 18, proc, dtype=np.float32)          # 1 MiB
+        calls = {"sync": (lambda i: tjax.sync_global_devices("b%d" % i),
+                          lambda i: mu.sync_global_devices("b%d" % i)),
+                 "gather_1k": (lambda i: tjax.process_allgather(small),
+                               lambda i: mu.process_allgather(small)),
+                 "gather_1m": (lambda i: tjax.process_allgather(big),
+                               lambda i: mu.process_allgather(big))}
+        for what, (ours_fn, jax_fn) in calls.items():
+            took = {"ours": [], "jax": []}
+            for i in range(ROUNDS * 8):
+                for who, fn in (("ours", ours_fn), ("jax", jax_fn)):
+                    t0 = time.perf_counter()
+                    fn(i)
+                    took[who].append(time.perf_counter() - t0)
+            result[what + "_ours_s"] = took["ours"][1:]
+            result[what + "_jax_s"] = took["jax"][1:]
     elif mode.startswith("reshard-save"):
         wait(save(1, make_state(mesh, spec, 1)))
     elif mode.startswith("reshard"):

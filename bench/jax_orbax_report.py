@@ -34,6 +34,12 @@ def summarize(rows):
             row = by.get("reshard-" + who)
             if row is not None:
                 out.setdefault("same-" + who, []).append(all(p.get("same") for p in row["procs"]))
+        row = by.get("multihost-tessera")
+        if row is not None:
+            for what in ("sync", "gather_1k", "gather_1m"):
+                for who in ("ours", "jax"):
+                    key = "%s_%s_s" % (what, who)
+                    out.setdefault(key, []).append(med(_rounds(row, key)))
     return out
 
 
@@ -88,6 +94,16 @@ def markdown(rows):
                      "| %s | %s faster | report | bit for bit: ours %s, Orbax %s |" % (
                          ms("reshard-tessera"), ms("reshard-orbax"), spread(r, "%.2f×"),
                          all(s["same-tessera"]), all(s["same-orbax"])))
+    for what, name in (("sync", "`sync_global_devices`"),
+                       ("gather_1k", "`process_allgather` of 1 KiB per process"),
+                       ("gather_1m", "`process_allgather` of 1 MiB per process")):
+        if what + "_ours_s" in s:
+            r = ratio(what + "_jax_s", what + "_ours_s")
+            lines.append("| %s latency, ours (Tessera) against JAX's own (gloo) | %s | JAX %s "
+                         "| %s faster | report | — |" % (
+                             name, spread([x * 1e3 for x in s[what + "_ours_s"]], "%.2f ms"),
+                             spread([x * 1e3 for x in s[what + "_jax_s"]], "%.2f ms"),
+                             spread(r, "%.2f×")))
     lines += [
         "",
         "- Durable: ours once the checkpoint committed (every shard file fsync'd, the index "
