@@ -105,7 +105,21 @@ def main():
         kind = AsyncCheckpointerType.PROCESS if mode == "async-process" else \
             AsyncCheckpointerType.THREAD
         blocked, durable = [], []
+        # The goal's reference: a memcpy of this rank's state into buffers allocated once,
+        # every rank at once, right before each save, in the same processes (so under the
+        # same conditions). Its buffers are one copy of the state: the memory figures
+        # subtract them (probe_kb).
+        probe = [torch.empty_like(t) for t in locals_] if mode == "async-tessera" else []
+        for t, o in zip(locals_, probe):
+            o.copy_(t)
+        result["probe_kb"] = sum(o.numel() * o.element_size() for o in probe) // 1024
         for step in range(ROUNDS):
+            if probe:
+                dist.barrier()
+                c0 = time.perf_counter()
+                for t, o in zip(locals_, probe):
+                    o.copy_(t)
+                result.setdefault("inrun_copy_s", []).append(time.perf_counter() - c0)
             dist.barrier()
             t0 = time.perf_counter()
             w = writer(step)
@@ -125,6 +139,8 @@ def main():
             blocked.append(t1 - t0)
             durable.append(t2 - t0)
         result.update(blocked_s=blocked[1:], durable_s=durable[1:])
+        if "inrun_copy_s" in result:
+            result["inrun_copy_s"] = result["inrun_copy_s"][1:]
     elif mode.startswith("save"):
         took = []
         for step in range(ROUNDS):

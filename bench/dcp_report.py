@@ -18,8 +18,10 @@ def med(xs):
 
 
 def added_gb(row):
-    kb = sum(max(0, r["hwm_kb"] - r["rss_before_kb"]) + r.get("children_hwm_kb", 0)
-             for r in row["ranks"]) + row.get("workers_added_kb", 0)
+    """Memory a save added: the ranks' VmHWM over their RSS before (less the in-run
+    memcpy's buffers, probe_kb), their daemons', and the workers'."""
+    kb = sum(max(0, r["hwm_kb"] - r["rss_before_kb"] - r.get("probe_kb", 0)) +
+             r.get("children_hwm_kb", 0) for r in row["ranks"]) + row.get("workers_added_kb", 0)
     return kb / (1 << 20)
 
 
@@ -37,6 +39,10 @@ def summarize(rows):
             if r["run"] == run:
                 by.setdefault(r["mode"], []).append(r)
         put("memcpy", med(per_round(by["memcpy"][0], "copy_s")))
+        inrun = [v for r in by["async-tessera"] if "inrun_copy_s" in r["ranks"][0]
+                 for v in per_round(r, "inrun_copy_s")]
+        if inrun:
+            put("memcpy-inrun", med(inrun))
         put("fresh", med(per_round(by["memcpy"][0], "fresh_s")))
         put("blocked-tessera", med([v for r in by["async-tessera"]
                                     for v in per_round(r, "blocked_s")]))
@@ -88,7 +94,10 @@ def markdown(rows):
         "rank's, median over the saves of a run after the first; medians over runs, the "
         "runs' values in brackets. After an `async_save` the ranks change their state (training "
         "goes on) once every rank's call returned, so that one rank's work does not take the 2 "
-        "vCPUs from another's staging." % (WORLD, mb, gib, torch_version, runs),
+        "vCPUs from another's staging. The blocked-time goal's memcpy is taken in the same "
+        "processes right before each save (every rank at once, into buffers allocated once, "
+        "subtracted from the memory figures); the memcpy of processes of their own, run at "
+        "another moment of this VM, is context." % (WORLD, mb, gib, torch_version, runs),
         "",
         "| measure | ours | peer | ratio | goal | verdict |",
         "|---|---:|---:|---:|---|---|",
@@ -99,10 +108,17 @@ def markdown(rows):
     def add(measure, ours, peer, r, goal="—", verdict_="context"):
         lines.append("| %s | %s | %s | %s | %s | %s |" % (measure, ours, peer, r, goal, verdict_))
 
+    if "memcpy-inrun" in s:
+        r = ratio("blocked-tessera", "memcpy-inrun")
+        add("`async_save` blocked time vs a memcpy of each rank's state, every rank at once, "
+            "right before each save in the same processes", times("blocked-tessera"),
+            "memcpy " + times("memcpy-inrun"), spread(r, "%.2f×"), "≤ 1.5× memcpy",
+            verdict(r, 1.5, False))
     r = ratio("blocked-tessera", "memcpy")
-    add("`async_save` blocked time vs a memcpy of each rank's state (every rank at once)",
-        times("blocked-tessera"), "memcpy " + times("memcpy"), spread(r, "%.2f×"),
-        "≤ 1.5× memcpy", verdict(r, 1.5, False))
+    add("`async_save` blocked time vs a memcpy of each rank's state (every rank at once), "
+        "in processes of their own", times("blocked-tessera"), "memcpy " + times("memcpy"),
+        spread(r, "%.2f×"), "≤ 1.5× memcpy" if "memcpy-inrun" not in s else "—",
+        verdict(r, 1.5, False) if "memcpy-inrun" not in s else "context")
     for peer, name in (("thread", "`THREAD`"), ("process", "`PROCESS`")):
         r = ratio("blocked-" + peer, "blocked-tessera")
         add("`async_save` blocked time vs DCP %s (its default stager)" % name,
