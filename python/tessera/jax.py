@@ -246,6 +246,12 @@ class Checkpointer:
             if entry.get("value"):
                 wanted.append((name, where, None, None))
                 continue
+            if not (tree_.is_array(leaf) and getattr(leaf, "sharding", None) is not None):
+                raise invalid_argument(
+                    "'%s' is an array in checkpoint %s of mesh %s: its target must be a jax.Array "
+                    "or a jax.ShapeDtypeStruct with a sharding, not %s" % (
+                        where, record["step"], source, type(leaf).__name__),
+                    field="target", tensor=where)
             shape = tuple(int(s) for s in leaf.shape)
             dtype = dtype_name(np.dtype(leaf.dtype), field="dtype")
             if list(shape) != entry["shape"] or dtype != entry["dtype"]:

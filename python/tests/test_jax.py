@@ -135,9 +135,11 @@ def test_multihost_utils_match_jax_and_name_who_did_not_come(cluster, jax_mesh):
         assert s["late"]["code"] == "deadline_exceeded" and s["late"]["missing"] == [3], s
 
 
-def test_what_a_restore_cannot_do_is_named(cluster, client, jax_mesh):
-    """A checkpoint not saved by tessera.jax, a leaf the checkpoint lacks, another
-    dtype or shape: each refused naming it, before anything is read."""
+def test_one_process_reads_it_whole_and_what_a_restore_cannot_do_is_named(cluster, client,
+                                                                          jax_mesh):
+    """One process of one device restores the 4-process checkpoint whole; a checkpoint
+    not saved by tessera.jax, a leaf the checkpoint lacks, another dtype or shape, a
+    target that is no sharded array: each refused naming it, before anything is read."""
     import tessera.jax as tjax  # noqa: PLC0415
     ms = [tessera.CheckpointManager(jax_mesh, worker=cluster.worker_urls[w], timeout=30)
           for w in range(4)]
@@ -160,6 +162,24 @@ def test_what_a_restore_cannot_do_is_named(cluster, client, jax_mesh):
             ckpt.restore(2, {"params": {"nope": sds((8,), np.float32)}}, from_mesh=jax_mesh)
         assert e.value.code == "not_found" and e.value.details["tensor"] == "['params']['nope']"
         with pytest.raises(tessera.TesseraError) as e:
-            ckpt.restore(2, {"params": {"w": sds((16, 4), np.float32)}}, from_mesh=jax_mesh)
+            one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+            ckpt.restore(2, {"params": {"w": sds((16, 4), np.float32, sharding=one)}},
+                         from_mesh=jax_mesh)
         assert e.value.code == "invalid_argument" and e.value.details["target"] == [
             "float32", [16, 4]]
+        # One process with one device restores the 4-process checkpoint whole.
+        import jax_rank  # noqa: PLC0415 - tests/, beside this file
+        target = jax_rank.nest({p: sds(shape, dtype, sharding=one)
+                                for p, (shape, dtype) in jax_rank.SHAPES.items()},
+                               {"step": 0, "note": ""})
+        got = ckpt.restore(2, target, from_mesh=jax_mesh)
+        want = jax_rank.global_values(2)
+        for path in jax_rank.SHAPES:
+            group, leaf = path.split("/")
+            assert np.asarray(got[group][leaf]).tobytes() == want[path].tobytes(), path
+        assert (got["step"], got["note"]) == (2, "seed 2")
+        for bad in (np.zeros((16, 8), np.float32), sds((16, 8), np.float32), 3):
+            with pytest.raises(tessera.TesseraError) as e:
+                ckpt.restore(2, {"params": {"w": bad}}, from_mesh=jax_mesh)
+            assert e.value.code == "invalid_argument" and \
+                e.value.details["tensor"] == "['params']['w']", e.value
