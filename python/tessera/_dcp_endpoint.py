@@ -10,7 +10,6 @@ import torch
 import torch.distributed as dist
 
 from . import _dcp_layout as layout
-from ._http import quote
 from .errors import TesseraError, invalid_argument
 from .manager import CheckpointManager
 
@@ -115,7 +114,7 @@ class RankEndpoint:
         return [obj]
 
     def _mesh_size(self):
-        return devices_in(self.manager._get("/v1/meshes/%s/devices" % quote(self.mesh)))
+        return devices_in(self.manager.placement)
 
     def _attach(self, manifest, name, rank):
         """The tensor's view over the worker's shared memory. Kept on the shared

@@ -15,7 +15,6 @@ import jax
 
 from ._collectives import MARGIN_S
 from ._dtypes import dtype_name, numpy_dtype, parse_shape, shape_text
-from ._http import quote
 from .errors import TesseraError, invalid_argument
 
 _DEFAULT = []  # the last Checkpointer made in this process
@@ -69,11 +68,10 @@ def _call(ckpt, op, x, timeout, **params):
         arr = arr.copy()  # not ascontiguousarray: it makes a scalar one-dimensional
     dtype = dtype_name(arr.dtype, field="x")
     ms = _timeout_ms(timeout)
-    q = dict(params, mesh=ckpt.mesh, dtype=dtype, shape=shape_text(arr.shape), timeout_ms=ms)
-    query = "&".join("%s=%s" % (k, quote(str(v))) for k, v in q.items() if v is not None)
+    q = ckpt.manager._q(dtype=dtype, shape=shape_text(arr.shape), timeout_ms=ms, **params)
     try:
         _, headers, out = ckpt.manager._http.call(
-            "POST", "/v1/collectives/%s?%s" % (op, query), memoryview(arr.reshape(-1).view(np.uint8)),
+            "POST", "/v1/collectives/%s%s" % (op, q), memoryview(arr.reshape(-1).view(np.uint8)),
             timeout=ms / 1000.0 + MARGIN_S)
     except TesseraError as e:
         raise _named(ckpt, e) from None
@@ -84,14 +82,10 @@ def _call(ckpt, op, x, timeout, **params):
     return result.reshape(shape)
 
 
-def _leaves(tree):
-    return jax.tree_util.tree_flatten(tree)
-
-
 def broadcast_one_to_all(in_tree, is_source=None, timeout=None, ckpt=None):
     """Every process gets the source's values (process 0's unless is_source says)."""
     ckpt = _ckpt(ckpt)
-    leaves, treedef = _leaves(in_tree)
+    leaves, treedef = jax.tree_util.tree_flatten(in_tree)
     src = None if is_source is None else ("true" if is_source else "false")
     out = [_call(ckpt, "broadcast_one_to_all", x, timeout, is_source=src) for x in leaves]
     return jax.tree_util.tree_unflatten(treedef, out)
@@ -100,7 +94,7 @@ def broadcast_one_to_all(in_tree, is_source=None, timeout=None, ckpt=None):
 def process_allgather(in_tree, tiled=False, timeout=None, ckpt=None):
     """Every process's values stacked on a new first axis (tiled: concatenated)."""
     ckpt = _ckpt(ckpt)
-    leaves, treedef = _leaves(in_tree)
+    leaves, treedef = jax.tree_util.tree_flatten(in_tree)
     out = [_call(ckpt, "process_allgather", x, timeout, tiled="true" if tiled else None)
            for x in leaves]
     return jax.tree_util.tree_unflatten(treedef, out)

@@ -20,7 +20,7 @@ import jax
 from . import _jax_tree as tree_
 from ._box_reads import read_boxes
 from ._dtypes import dtype_name, numpy_dtype
-from ._http import query, quote
+from ._http import query
 from .errors import TesseraError, invalid_argument
 from .manager import CheckpointManager
 from ._jax_multihost import (assert_equal, broadcast_one_to_all, process_allgather,  # noqa: F401
@@ -88,7 +88,7 @@ class Checkpointer:
         self.timeout = float(timeout)
         self.manager = CheckpointManager(mesh, worker=worker, timeout=timeout,
                                          credential_file=credential_file)
-        answer = self.manager._get("/v1/meshes/%s/devices" % quote(mesh))
+        answer = self.manager.placement
         self._axes = answer.get("axes") or []
         self._workers = list(answer.get("workers") or [])
         self._local = set(self.manager.devices)

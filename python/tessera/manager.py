@@ -130,6 +130,7 @@ class CheckpointManager(Collectives):
             raise TesseraError(e.code, "worker %s cannot serve mesh '%s': %s" % (
                 self.worker, self.mesh, e.message.split(" (GET ")[0]), e.status,
                 details) from None
+        self.placement = answer  # {mesh, axes, devices_per_worker, rank, devices, workers}
         return [int(d) for d in answer["devices"]]
 
     def _device(self, device, tensor):
