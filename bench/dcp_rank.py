@@ -32,7 +32,7 @@ import torch.distributed.checkpoint as dcp  # noqa: E402
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType  # noqa: E402
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 from torch.distributed.tensor import Shard, distribute_tensor  # noqa: E402
-from proc_status import descendants, status_kb  # noqa: E402 - bench/, beside this script
+from proc_status import descendants, reset_peak, status_kb  # noqa: E402 - bench/, beside this script
 
 TENSORS = 16
 ROUNDS = 4  # saves per run: the first warms up, the others are measured
@@ -69,6 +69,7 @@ def main():
     side = dist.new_group(backend="gloo")  # the benchmark's own barriers beside DCP's
     sd = state(mesh, world, mb, 1)
     locals_ = [t.to_local() for t in sd["model"].values()]
+    reset_peak(os.getpid())  # building the state's own peak is not the saves'
     result = {"rank": rank, "mode": mode, "rss_before_kb": status_kb(os.getpid(), "VmRSS")}
     children = set()
 

@@ -8,7 +8,7 @@ import shutil
 import socket
 import tempfile
 
-from proc_status import status_kb
+from proc_status import reset_peak, status_kb
 from tessera.local import LocalCluster
 
 
@@ -41,7 +41,9 @@ def collect(procs, what):
 
 
 def workers_rss(cluster):
-    """Each worker's VmRSS now (kB), before the mode's saves."""
+    """Each worker's VmRSS now (kB), before the mode's saves; their peaks start here."""
+    for p in cluster.workers:
+        reset_peak(p.pid)
     return [status_kb(p.pid, "VmRSS") for p in cluster.workers]
 
 

@@ -27,7 +27,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 import tessera.jax as tjax  # noqa: E402
 from dcp_rank import drop_cache  # noqa: E402 - bench/, beside this script
-from proc_status import status_kb  # noqa: E402
+from proc_status import reset_peak, status_kb  # noqa: E402
 
 ROUNDS = 4
 # 1 GiB in all: 6 float32 and 2 bfloat16 arrays of 128 MiB.
@@ -110,6 +110,7 @@ def main():
 
     if mode.startswith("save"):
         state = make_state(mesh, spec, 1)
+        reset_peak(os.getpid())  # make_state's own peak is not the saves'
         result["rss_before_kb"] = status_kb(os.getpid(), "VmRSS")
         blocked, durable = [], []
         for step in range(1, ROUNDS + 1):

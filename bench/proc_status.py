@@ -15,6 +15,16 @@ def status_kb(pid, field):
     return 0
 
 
+def reset_peak(pid):
+    """Sets VmHWM of `pid` back to its VmRSS (Linux's clear_refs "5"), so that a peak
+    measured later is one of what came after, not of the set-up before it."""
+    try:
+        with open("/proc/%d/clear_refs" % pid, "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
 def descendants(pid):
     """Every process below `pid`, from /proc/<pid>/task/*/children."""
     out = []

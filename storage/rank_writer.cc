@@ -18,7 +18,9 @@ Result<ShardWritten> WriteShard(Env* env, const std::string& staging, const std:
   std::vector<size_t> handles;
   handles.reserve(slices.size());
   for (const auto& s : slices) {
-    ASSIGN_OR_RETURN(size_t h, writer->Add(s.data, s.bytes, PlaneWidth(s.tensor.dtype), s.base));
+    const int width = PlaneWidth(s.tensor.dtype);
+    ASSIGN_OR_RETURN(size_t h, s.read ? writer->Add(s.read, s.bytes, width, s.base)
+                                      : writer->Add(s.data, s.bytes, width, s.base));
     handles.push_back(h);
   }
   RETURN_IF_ERROR(writer->Finish());

@@ -20,6 +20,8 @@ struct SliceToWrite {
   SliceSpec slice;
   const void* data = nullptr;  // the slice's row-major bytes
   size_t bytes = 0;
+  // When set (and data null), the bytes are read through it, chunk by chunk.
+  SliceReader read = {};
   // The slice's chunks in the checkpoint an incremental save builds on (ShardWriter::Add);
   // null: every chunk is written.
   const std::vector<SliceChunk>* base = nullptr;

@@ -59,18 +59,39 @@ const SliceChunk* BaseChunkAt(const std::vector<SliceChunk>* base, uint64_t raw_
 
 Result<size_t> ShardWriter::Add(const void* data, size_t n, int width,
                                 const std::vector<SliceChunk>* base) {
+  return AddSlice(static_cast<const char*>(data), nullptr, n, width, base);
+}
+
+Result<size_t> ShardWriter::Add(const SliceReader& read, size_t n, int width,
+                                const std::vector<SliceChunk>* base) {
+  return AddSlice(nullptr, &read, n, width, base);
+}
+
+Result<size_t> ShardWriter::AddSlice(const char* data, const SliceReader* read, size_t n,
+                                     int width, const std::vector<SliceChunk>* base) {
   if (!error_.ok()) return error_;
   if (finished_) return Internal("ShardWriter::Add after Finish for " + path_);
+  const size_t ring = max_inflight_ + 2;
+  if (read != nullptr && inputs_.empty()) {
+    for (size_t i = 0; i < ring; ++i) inputs_.emplace_back(new char[options_.chunk_size]);
+  }
   size_t handle = slices_.size();
   slices_.emplace_back();
-  const char* src = static_cast<const char*>(data);
   bool compress = options_.compress;
   if (compress && n > options_.sample_bytes && options_.min_savings > 0) {
-    const size_t m = std::min<size_t>(n, options_.sample_bytes);
-    // The sample uses the buffer the next chunk will take, before it is queued.
-    EncodedChunk sample = EncodeChunk(src, m, true, options_.level,
-                                      buffers_[next_buffer_ % buffers_.size()].get(),
-                                      buffer_capacity_, 0, width);
+    size_t m = std::min<size_t>(n, options_.sample_bytes);
+    // The sample uses the buffers the next chunk will take, before it is queued.
+    const char* sampled = data;
+    if (read != nullptr) {
+      m = std::min<size_t>(m, options_.chunk_size);  // an input buffer's size
+      char* in = inputs_[next_buffer_ % ring].get();
+      error_ = (*read)(0, m, in);
+      if (!error_.ok()) return error_;
+      sampled = in;
+    }
+    EncodedChunk sample = EncodeChunk(sampled, m, true, options_.level,
+                                      buffers_[next_buffer_ % ring].get(), buffer_capacity_, 0,
+                                      width);
     compress = sample.codec != Codec::kRaw &&
                sample.length <= static_cast<size_t>(m * (1 - options_.min_savings));
   }
@@ -78,13 +99,21 @@ Result<size_t> ShardWriter::Add(const void* data, size_t n, int width,
     size_t len = std::min<uint64_t>(options_.chunk_size, n - off);
     // At most max_inflight_ + 1 chunks are pending, so the round-robin never
     // hands out a buffer that is still being filled or written.
-    char* out = buffers_.empty() ? nullptr : buffers_[next_buffer_++ % buffers_.size()].get();
-    Pending p{handle, off, src + off, len, out, {}};
+    const size_t slot = next_buffer_++ % ring;
+    char* out = buffers_.empty() ? nullptr : buffers_[slot].get();
+    char* in = read != nullptr ? inputs_[slot].get() : nullptr;
+    Pending p{handle, off, in != nullptr ? in : data + off, len, out, {}};
     const int level = options_.level;
     const size_t cap = buffer_capacity_;
     const double min_savings = options_.min_savings;
     const SliceChunk* was = BaseChunkAt(base, off, len);
-    auto encode = [s = p.src, len, compress, level, out, cap, min_savings, width, was] {
+    SliceReader reader = read != nullptr ? *read : SliceReader();
+    auto encode = [s = p.src, in, off, len, compress, level, out, cap, min_savings, width, was,
+                   reader = std::move(reader)] {
+      if (reader) {
+        Status got = reader(off, len, in);
+        if (!got.ok()) return Encoded{EncodedChunk{}, nullptr, std::move(got)};
+      }
       const uint64_t sum = Checksum(s, len);
       if (was != nullptr && was->loc.checksum == sum) {
         return Encoded{EncodedChunk{Codec::kRaw, 0, len, sum}, was};
@@ -112,6 +141,7 @@ Status ShardWriter::WriteFront() {
   Pending p = std::move(pending_.front());
   pending_.pop_front();
   Encoded got = p.encoded.get();
+  if (!got.read.ok()) return got.read;
   const EncodedChunk& e = got.chunk;
   if (got.reused != nullptr) {
     raw_done_ += e.raw_length;

@@ -43,6 +43,10 @@ struct SliceChunk {
   std::string file;  // empty: the slice's own file
 };
 
+// Reads bytes [offset, offset + n) of a slice into `dst` (a slice that is not in
+// this process's memory: ShardWriter::Add with a reader). An error fails the write.
+using SliceReader = std::function<Status(uint64_t offset, size_t n, void* dst)>;
+
 class ShardWriter {
  public:
   static Result<std::unique_ptr<ShardWriter>> Create(Env* env, const std::string& path,
@@ -57,6 +61,10 @@ class ShardWriter {
   // the same chunk size); a chunk whose checksum equals the base chunk at its place is
   // not written but refers to it.
   Result<size_t> Add(const void* data, size_t n, int width = 0,
+                     const std::vector<SliceChunk>* base = nullptr);
+  // The same for a slice read through `read`, one chunk at a time into buffers of
+  // this writer (as many as chunks in flight): its bytes are never all in memory.
+  Result<size_t> Add(const SliceReader& read, size_t n, int width = 0,
                      const std::vector<SliceChunk>* base = nullptr);
   // Writes the remaining chunks, the table and trailer, then fsyncs and closes. The file
   // is created at the first chunk written: when every chunk refers to a base, there is
@@ -76,6 +84,7 @@ class ShardWriter {
   struct Encoded {
     EncodedChunk chunk;
     const SliceChunk* reused = nullptr;  // the base chunk it equals
+    Status read = Status::Ok();          // a reader's error: the chunk has no bytes
   };
   struct Pending {
     size_t slice;
@@ -88,6 +97,9 @@ class ShardWriter {
 
   ShardWriter(Env* env, std::string path, ShardOptions options);
   Status Open();  // creates the file and writes its header
+  // Add with either `data` or `read`.
+  Result<size_t> AddSlice(const char* data, const SliceReader* read, size_t n, int width,
+                          const std::vector<SliceChunk>* base);
   Status WriteFront();
   void Drain();
 
@@ -100,6 +112,9 @@ class ShardWriter {
   // Compression output, reused round-robin: one per chunk that can be in flight.
   std::vector<std::unique_ptr<char[]>> buffers_;
   size_t buffer_capacity_ = 0;
+  // Raw chunks of slices read through a SliceReader, the same round-robin; made at
+  // the first such slice.
+  std::vector<std::unique_ptr<char[]>> inputs_;
   uint64_t next_buffer_ = 0;
   std::vector<std::vector<SliceChunk>> slices_;
   std::vector<ChunkLocation> table_;

@@ -104,8 +104,9 @@ class Agent {
 
   // Local API: /healthz (the trainer's routes are in trainer_api.h).
   void AddRoutes(http::Router* router);
-  // /v1/save: snapshots this worker's tensors of `mesh` and answers; the job is
-  // started or joined in the background. `until` waits further (for the job's
+  // /v1/save: snapshots this worker's tensors of `mesh` (copies of the store's;
+  // the body's "borrow": the trainer's memory, read in place, borrowed_snapshot.h)
+  // and answers; the job is started or joined in the background. `until` waits further (for the job's
   // id, or the commit) up to `timeout_ms`.
   Result<Json> SaveFromTrainer(const std::string& mesh, int64_t step, const Json& body,
                                TrainerSaves::Until until, int64_t timeout_ms);
@@ -161,6 +162,10 @@ class Agent {
   };
   // /v1/save with "tier": "memory": waits for room in the mesh's queue, snapshots,
   // queues the exchange (RunMemorySaves) and answers.
+  // The snapshot of an in-loop save: `names` (all the mesh's, when unset) from the
+  // store, or borrowed where the body's "borrow" names them.
+  Result<std::shared_ptr<const Snapshot>> TrainerSnapshot(
+      const std::string& mesh, const Json& body, const std::optional<std::vector<std::string>>& names);
   Result<Json> SaveToMemory(const std::string& mesh, int64_t step, const Json& body,
                             TrainerSaves::Until until, int64_t timeout_ms);
   // The mesh's queue of memory saves, one after the other, until it is empty.

@@ -16,6 +16,7 @@
 #include "api/names.h"
 #include "collectives/collectives.h"
 #include "worker/agent.h"
+#include "worker/borrowed_snapshot.h"
 #include "worker/memory_exchange.h"
 
 namespace tessera::worker {
@@ -92,7 +93,9 @@ Result<Json> Agent::SaveToMemory(const std::string& mesh, int64_t step, const Js
     if (stopping_) return Unavailable("worker " + id_ + " is stopping");
   }
   const auto waited = Clock::now();
-  ASSIGN_OR_RETURN(auto snap, store_->TakeSnapshot(mesh, names));
+  // Borrowed shards are copied here, once: the tier keeps its own bytes.
+  ASSIGN_OR_RETURN(auto taken, TrainerSnapshot(mesh, body, names));
+  ASSIGN_OR_RETURN(auto snap, OwnSnapshot(std::move(taken)));
   const auto snapped = Clock::now();
   trainer_saves_.Snapshotted(mesh, step);
   bool start = false;

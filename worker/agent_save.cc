@@ -59,17 +59,25 @@ Result<SaveWritten> Agent::WriteAtSnapshot(const Snapshot& snap, int64_t step,
     if (planned.rank != p.rank) continue;
     const TensorMeta& meta = metas[planned.tensor];
     const Snapshot::Tensor* t = snap.Find(meta.name);
-    const ShardBuffer* buf = nullptr;
+    const Snapshot::Shard* shard = nullptr;
     for (const auto& s : t->shards) {
-      if (s.device == planned.device) buf = s.buffer.get();
+      if (s.device == planned.device) shard = &s;
     }
-    if (buf == nullptr || buf->size() != planned.bytes) {
+    if (shard == nullptr || shard->size() != planned.bytes) {
       return InvalidArgument("worker " + id_ + " holds no " + std::to_string(planned.bytes) +
                                  "-byte shard of tensor '" + meta.name + "' on device " +
                                  std::to_string(planned.device) + "; push every local shard before saving",
                              {{"tensor", meta.name}, {"device", planned.device}, {"worker", id_}});
     }
-    todo.push_back({meta, planned.slice, buf->data(), buf->size()});
+    if (shard->borrowed) {
+      // Read from the trainer's memory as it is written (borrowed_memory.h).
+      storage::SliceReader read = [m = shard->borrowed](uint64_t off, size_t n, void* dst) {
+        return m->Read(off, n, dst);
+      };
+      todo.push_back({meta, planned.slice, nullptr, shard->size(), std::move(read)});
+    } else {
+      todo.push_back({meta, planned.slice, shard->buffer->data(), shard->size()});
+    }
   }
   // An incremental save: each slice's chunks in this worker's last committed save.
   std::shared_ptr<const SaveBase> base = save_bases_.For(p.mesh.name, request);

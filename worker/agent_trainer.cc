@@ -13,6 +13,7 @@
 #include "api/names.h"
 #include "api/requests.h"
 #include "worker/agent.h"
+#include "worker/borrowed_snapshot.h"
 
 namespace tessera::worker {
 namespace {
@@ -129,9 +130,10 @@ Result<Json> Agent::SaveFromTrainer(const std::string& mesh, int64_t step, const
     MutexLock lock(mu_);
     RETURN_IF_ERROR(CheckPendingRoom(mesh, step));
   }
-  // The stall: one copy of this worker's shards. After it the trainer may go on.
+  // The stall: one copy of this worker's shards (none of borrowed ones). After it the
+  // trainer may go on.
   auto t0 = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(auto snap, store_->TakeSnapshot(mesh, names));
+  ASSIGN_OR_RETURN(auto snap, TrainerSnapshot(mesh, body, names));
   const double snapshot_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   {
@@ -149,8 +151,28 @@ Result<Json> Agent::SaveFromTrainer(const std::string& mesh, int64_t step, const
   return AnswerSave(mesh, step,
                     {{"checkpoint", {{"mesh", mesh}, {"step", step}}},
                      {"snapshot_ms", snapshot_ms},
-                     {"snapshot_bytes", snap->bytes()}},
+                     {"snapshot_bytes", snap->bytes()},
+                     {"borrowing", snap->borrows()}},
                     until, timeout_ms);
+}
+
+Result<std::shared_ptr<const Snapshot>> Agent::TrainerSnapshot(
+    const std::string& mesh, const Json& body, const std::optional<std::vector<std::string>>& names) {
+  if (!body.contains("borrow")) return store_->TakeSnapshot(mesh, names);
+  ASSIGN_OR_RETURN(MeshPlacement placement, store_->Placement(mesh));
+  ASSIGN_OR_RETURN(auto borrowed, BorrowedSnapshot(placement, body["borrow"]));
+  std::vector<std::string> copied;
+  if (names) {
+    copied = *names;
+  } else {
+    for (const TensorInfo& t : store_->List()) {
+      if (t.mesh == mesh) copied.push_back(t.name);
+    }
+  }
+  std::erase_if(copied, [&](const std::string& n) { return borrowed->Find(n) != nullptr; });
+  if (copied.empty()) return borrowed;
+  ASSIGN_OR_RETURN(auto taken, store_->TakeSnapshot(placement, copied));
+  return MergeSnapshots(std::move(taken), std::move(borrowed));
 }
 
 Result<Json> Agent::AnswerSave(const std::string& mesh, int64_t step, Json out, TrainerSaves::Until until,

@@ -36,9 +36,18 @@ const Snapshot::Tensor* Snapshot::Find(std::string_view name) const {
 uint64_t Snapshot::bytes() const {
   uint64_t n = 0;
   for (const auto& t : tensors) {
-    for (const auto& s : t.shards) n += s.buffer->size();
+    for (const auto& s : t.shards) n += s.size();
   }
   return n;
+}
+
+bool Snapshot::borrows() const {
+  for (const auto& t : tensors) {
+    for (const auto& s : t.shards) {
+      if (s.borrowed) return true;
+    }
+  }
+  return false;
 }
 
 TensorStore::TensorStore(MeshResolver resolver, TensorStoreOptions options)

@@ -20,6 +20,7 @@
 #include "api/status.h"
 #include "api/tensor_desc.h"
 #include "api/thread_annotations.h"
+#include "worker/borrowed_memory.h"
 #include "worker/mesh_placement.h"
 #include "worker/shard_buffer.h"
 
@@ -69,7 +70,11 @@ struct TensorInfo {
 struct Snapshot {
   struct Shard {
     int64_t device = 0;
-    std::shared_ptr<const ShardBuffer> buffer;
+    std::shared_ptr<const ShardBuffer> buffer;  // null when borrowed
+    // The trainer's memory, read in place (borrowed_snapshot.h); null when copied.
+    std::shared_ptr<const BorrowedMemory> borrowed = nullptr;
+
+    size_t size() const { return buffer ? buffer->size() : borrowed ? borrowed->size() : 0; }
   };
   struct Tensor {
     std::string name;
@@ -84,6 +89,8 @@ struct Snapshot {
   // The named tensor, or nullptr.
   const Tensor* Find(std::string_view name) const;
   uint64_t bytes() const;
+  // Some shard is the trainer's memory, read in place.
+  bool borrows() const;
 };
 
 // Thread-safe. One mutex guards the table and is held only to look up or swap

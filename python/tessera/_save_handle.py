@@ -14,7 +14,9 @@ class SaveHandle:
 
     step:           the checkpoint's step.
     snapshot_ms:    how long the worker took to snapshot this worker's tensors.
-    snapshot_bytes: how many bytes it copied.
+    snapshot_bytes: how many bytes it copied (or borrowed).
+    borrowing:      the worker still reads the trainer's memory (tessera.jax):
+                    it must stay as it is until the save ends.
     job:            the save job's id (asks the worker, waiting until the job
                     exists, the first time it is read).
     """
@@ -25,6 +27,7 @@ class SaveHandle:
         self.checkpoint = answer.get("checkpoint") or {"mesh": manager.mesh, "step": step}
         self.snapshot_ms = answer.get("snapshot_ms")
         self.snapshot_bytes = answer.get("snapshot_bytes")
+        self.borrowing = bool(answer.get("borrowing", False))
         self._job = answer.get("job")
         self._state = answer.get("state", "snapshotted")
         self._error = None

@@ -11,7 +11,9 @@ one Tessera checkpoint, like any other: listed, verified, exported to safetensor
 restored by the other clients. How leaves become tensors: _jax_tree.py.
 """
 
-import threading
+import atexit
+import sys
+import weakref
 
 import numpy as np
 
@@ -21,6 +23,7 @@ from . import _jax_tree as tree_
 from ._box_reads import read_boxes
 from ._dtypes import dtype_name, numpy_dtype
 from ._http import query
+from ._jax_pending import PendingSave, borrow_body, borrowed_shard, refused
 from .errors import TesseraError, invalid_argument
 from .manager import CheckpointManager
 from ._jax_multihost import (assert_equal, broadcast_one_to_all, process_allgather,  # noqa: F401
@@ -39,46 +42,6 @@ def mesh_devices(shape):
     return np.array(devices, dtype=object).reshape(tuple(shape))
 
 
-class PendingSave:
-    """What Checkpointer.save returns: this process's shards are in its worker's shared
-    memory (the one copy the trainer waited for); the worker's snapshot and the save's
-    start run on a thread. wait() waits for the commit and raises the save's error."""
-
-    def __init__(self, start, step):
-        self.step = step
-        self._handle, self._error = None, None
-        self._thread = threading.Thread(target=self._run, args=(start,), daemon=True,
-                                        name="tessera-jax-save-%d" % step)
-        self._thread.start()
-
-    def _run(self, start):
-        try:
-            self._handle = start()
-        except BaseException as e:  # noqa: BLE001 - raised again by wait()
-            self._error = e
-
-    def snapshot_done(self):
-        """Waits until the worker has snapshotted (or refused) this save."""
-        self._thread.join()
-
-    def handle(self):
-        """The SaveHandle once the worker snapshotted; raises the save's error."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._handle
-
-    def done(self):
-        return self.handle().done()
-
-    def wait(self, timeout=None):
-        """Blocks until the checkpoint is committed; raises TesseraError if it failed."""
-        return self.handle().wait(timeout)
-
-    def __repr__(self):
-        return "PendingSave(step=%r, %s)" % (self.step, self._handle or "snapshotting")
-
-
 class Checkpointer:
     """Saves and restores pytrees of jax.Arrays on Tessera mesh `mesh` through this
     process's worker (`worker`, default env TESSERA_WORKER)."""
@@ -93,17 +56,27 @@ class Checkpointer:
         self._workers = list(answer.get("workers") or [])
         self._local = set(self.manager.devices)
         self.restored = None  # the last restore from this mesh: a Restored (tier, source)
-        self._pending = None  # the last save, until its worker snapshotted
+        self._pending = None  # the last save
+        self._saves = []      # saves whose arrays the worker may still read
         self._views = {}      # (name, device) -> ((shape, dtype, layout), mapped array)
+        self._borrow = True   # until the worker says it cannot read this process
         remember(self)
+        ref = weakref.ref(self)
+        atexit.register(lambda: ref() is not None and ref()._drain())
 
     def workers(self):
         """The mesh's worker ids by rank: process p talks to worker p."""
         return list(self._workers)
 
+    def _drain(self):
+        """Waits until no worker reads this process's arrays any more (a process that
+        exits sooner fails its last save)."""
+        for pending in self._saves:
+            pending.released()
+        self._saves = []
+
     def close(self):
-        if self._pending is not None:
-            self._pending.snapshot_done()
+        self._drain()
         self.manager.close()
 
     def __enter__(self):
@@ -115,18 +88,21 @@ class Checkpointer:
     # -- save
 
     def save(self, step, tree, metadata=None, tier="disk", wait=False, **options):
-        """Copies this process's shards of every array of `tree` into its worker's
-        memory and starts checkpoint `step` (every process of the job calls it with
-        the same step). Returns a PendingSave as soon as the worker's shared memory
-        has the bytes: the arrays may change at once; .wait() waits for the commit
-        (wait=True does it here). metadata: JSON saved beside. tier, options: as
-        CheckpointManager.save (tier="memory" and its options, compression, ...)."""
+        """Starts checkpoint `step` of `tree` (every process of the job calls it with
+        the same step) and returns a PendingSave at once: jax.Arrays never change, so
+        the worker reads their bytes where they are while it writes (the arrays are
+        kept alive until then), or, where it cannot read this process, a thread
+        copies them into its shared memory first; numpy leaves are copied here.
+        .wait() waits for the commit (wait=True does it here). metadata: JSON saved
+        beside. tier, options: as CheckpointManager.save (tier="memory" and its
+        options, compression, ...)."""
         leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
         if self._pending is not None:
             # The worker snapshots the mappings the last save staged: not overwritten
             # before it has (its error, if any, is that save's).
             self._pending.snapshot_done()
-        entries, values, names = [], {}, []
+        self._saves = [p for p in self._saves if not p.released(0)]
+        entries, values, names, arrays = [], {}, [], []
         for path, leaf in leaves:
             name = tree_.path_text(path)
             where = jax.tree_util.keystr(path)
@@ -134,9 +110,13 @@ class Checkpointer:
                 values[name] = tree_.jsonable(leaf, where)
                 entries.append({"name": name, "path": where, "value": True})
                 continue
-            entry = self._stage(name, where, leaf)
+            entry, placed = self._place(name, where, leaf)
             entries.append(entry)
             names.append(name)
+            if isinstance(leaf, jax.Array):
+                arrays.append((entry, placed))
+            else:  # a host array may change once save returns: copied now
+                self._copy(name, entry["shape"], entry["dtype"], entry["layout"], placed)
         seen = {}
         for e in entries:
             if e["name"] in seen:
@@ -145,45 +125,70 @@ class Checkpointer:
             seen[e["name"]] = e["path"]
         meta = dict(metadata or {})
         meta[tree_.MANIFEST] = {"version": 1, "leaves": entries, "values": values}
-        pending = PendingSave(lambda: self.manager.save(step, tensors=names, metadata=meta,
-                                                        tier=tier, **options), step)
+        pins, borrowed = [], []
+        if self._borrow:
+            for entry, placed in arrays:
+                borrowed.append({"name": entry["name"], "dtype": entry["dtype"],
+                                 "shape": entry["shape"],
+                                 "layout": entry["layout"] or [None] * len(entry["shape"]),
+                                 "shards": [borrowed_shard(k, data, pins) for k, data in placed]})
+        else:
+            pins = [data for _, placed in arrays for _, data in placed]
+
+        def start():
+            kwargs = dict(tensors=names, metadata=meta, tier=tier, **options)
+            if borrowed:
+                try:
+                    handle = self.manager.save(step, _borrow=borrow_body(borrowed), **kwargs)
+                    return handle, handle.borrowing
+                except TesseraError as e:
+                    if not refused(e):
+                        raise
+                    self._borrow = False
+                    print("tessera.jax: the worker copies this process's arrays from now on: %s"
+                          % e.message, file=sys.stderr)
+            for entry, placed in arrays:
+                self._copy(entry["name"], entry["shape"], entry["dtype"], entry["layout"], placed)
+            return self.manager.save(step, **kwargs), False
+
+        pending = PendingSave(start, step, pins)
         self._pending = pending
+        self._saves.append(pending)
         if wait:
             pending.wait(self.timeout)
         return pending
 
-    def _stage(self, name, where, leaf):
-        """Copies `leaf`'s shards on this process into their devices' mappings."""
+    def _place(self, name, where, leaf):
+        """The manifest entry of array `leaf` and [(Tessera device, its shard's data)]
+        of this process's devices."""
         shape = tuple(int(s) for s in leaf.shape)
         dtype = dtype_name(np.dtype(leaf.dtype), field="dtype")
         sharding = getattr(leaf, "sharding", None)
-        if sharding is None:  # a host array: every device holds it
-            layout, shards = None, [(None, leaf)]
-        else:
+        entry = {"name": name, "path": where, "dtype": dtype, "shape": list(shape),
+                 "layout": None}
+        if sharding is not None:
             layout, jmesh = tree_.layout_of(sharding, len(shape), where)
-            shards = [(s.device, s.data) for s in leaf.addressable_shards]
             if jmesh is not None:
                 tree_.check_mesh(jmesh, self._axes, where)
                 positions = tree_.device_positions(jmesh)
                 placed = []
-                for device, data in shards:
-                    k = positions[device.id]
+                for s in leaf.addressable_shards:
+                    k = positions[s.device.id]
                     if k not in self._local:
                         raise invalid_argument(
                             "'%s': JAX device %d is at position %d of its mesh, which Tessera "
                             "places on another worker (this one has %s): build the mesh with "
-                            "tessera.jax.mesh_devices" % (where, device.id, k,
+                            "tessera.jax.mesh_devices" % (where, s.device.id, k,
                                                           sorted(self._local)),
                             field="sharding", tensor=where, device=k)
-                    placed.append((k, data))
-                self._copy(name, shape, dtype, layout, placed)
-                return {"name": name, "path": where, "dtype": dtype, "shape": list(shape),
-                        "layout": layout}
+                    placed.append((k, s.data))
+                entry["layout"] = layout
+                return entry, placed
+            data = leaf.addressable_shards[0].data
+        else:
+            data = leaf  # a host array: every device holds it
         # Replicated with no mesh of its own: each device of this worker holds a copy.
-        data = shards[0][1]
-        self._copy(name, shape, dtype, None, [(k, data) for k in sorted(self._local)])
-        return {"name": name, "path": where, "dtype": dtype, "shape": list(shape),
-                "layout": None}
+        return entry, [(k, data) for k in sorted(self._local)]
 
     def _attach(self, name, shape, dtype, layout, device):
         """The device's mapping of `name`, kept from one save to the next (no request
@@ -225,6 +230,8 @@ class Checkpointer:
         if target is None:
             raise invalid_argument("restore needs a target tree (arrays or "
                                    "jax.ShapeDtypeStruct with shardings)", field="target")
+        if self._pending is not None:
+            self._pending.snapshot_done()  # its thread may still write the mappings
         source = from_mesh or self.mesh
         record = self._record(from_mesh, step)
         manifest = (record.get("metadata") or {}).get(tree_.MANIFEST)

@@ -255,7 +255,7 @@ class CheckpointManager(Collectives):
                       "persist_every_s", "force", "deadline_ms")
 
     def save(self, step, tensors=None, metadata=None, tier="disk", full=None, full_every=None,
-             compression=None, level=None, **memory):
+             compression=None, level=None, _borrow=None, **memory):
         """Snapshots this worker's tensors of the mesh for checkpoint `step` and
         returns a SaveHandle as soon as they are copied: the trainer may then
         overwrite them. The trainers of the mesh calling save(step) together
@@ -293,6 +293,8 @@ class CheckpointManager(Collectives):
             body["tensors"] = list(tensors)
         if metadata is not None:
             body["metadata"] = metadata
+        if _borrow is not None:  # tessera.jax: memory the worker reads in place
+            body["borrow"] = _borrow
         answer = self._post("/v1/save%s" % self._q(step=step), body)
         handle = SaveHandle(self, step, answer)
         with self._lock:

@@ -1,0 +1,87 @@
+#include "worker/borrowed_memory.h"
+
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace tessera::worker {
+namespace {
+
+// The real uid of process `pid` from /proc/<pid>/status, or -1.
+int64_t ProcessUid(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Uid:", 0) == 0) {
+      std::istringstream fields(line.substr(4));
+      int64_t uid = -1;
+      fields >> uid;
+      return uid;
+    }
+  }
+  return -1;
+}
+
+// Reads n bytes at `address` of `pid` into dst; errno's text when it cannot.
+Status ReadProcess(pid_t pid, uint64_t address, size_t n, void* dst) {
+  auto* out = static_cast<char*>(dst);
+  while (n > 0) {
+    iovec local{out, n};
+    iovec remote{reinterpret_cast<void*>(address), n};
+    const ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      const int err = got < 0 ? errno : EFAULT;
+      return Status(err == ESRCH ? Code::kUnavailable : Code::kInternal,
+                    std::strerror(err), {{"errno", err}});
+    }
+    out += got;
+    address += static_cast<uint64_t>(got);
+    n -= static_cast<size_t>(got);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status BorrowedMemory::Read(uint64_t offset, size_t n, void* dst) const {
+  if (offset > bytes_ || n > bytes_ - offset) {
+    return Internal("read of [" + std::to_string(offset) + ", +" + std::to_string(n) +
+                    ") past the " + std::to_string(bytes_) + " borrowed bytes of tensor '" +
+                    tensor_ + "'");
+  }
+  Status s = ReadProcess(pid_, address_ + offset, n, dst);
+  if (s.ok()) return s;
+  return Status(s.code(),
+                "reading tensor '" + tensor_ + "' on device " + std::to_string(device_) +
+                    " from trainer process " + std::to_string(pid_) + " failed (" + s.message() +
+                    "): the process is gone or no longer holds the save's bytes",
+                {{"tensor", tensor_}, {"device", device_}, {"pid", static_cast<int64_t>(pid_)}});
+}
+
+Status CheckBorrowable(pid_t pid, uint64_t address, size_t n) {
+  auto refused = [pid](const std::string& why) {
+    return Conflict("this worker cannot read the memory of process " +
+                                  std::to_string(pid) + ": " + why,
+                              {{"field", "borrow.pid"},
+                               {"pid", static_cast<int64_t>(pid)},
+                               {"reason", "borrow_refused"}});
+  };
+  if (pid <= 0) return refused("not a process id");
+  const int64_t uid = ProcessUid(pid);
+  if (uid < 0) return refused("no such process here (another PID namespace?)");
+  if (uid != static_cast<int64_t>(getuid())) {
+    return refused("it belongs to uid " + std::to_string(uid) + ", the worker runs as uid " +
+                   std::to_string(getuid()));
+  }
+  char probe[64];
+  Status s = ReadProcess(pid, address, std::min(n, sizeof(probe)), probe);
+  if (!s.ok()) return refused(s.message() + " (ptrace restrictions, or not this process's memory)");
+  return Status::Ok();
+}
+
+}  // namespace tessera::worker

@@ -1,0 +1,40 @@
+// Memory of a trainer process on this host that a save reads in place (docs/jax.md,
+// "Borrowed memory"): bytes the trainer keeps unchanged until the save has ended (a
+// JAX array is immutable; the trainer pins it), read chunk by chunk with
+// process_vm_readv as the shard writer writes them. Calls only the kernel.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "api/status.h"
+
+namespace tessera::worker {
+
+// `bytes` bytes at `address` in process `pid`.
+class BorrowedMemory {
+ public:
+  BorrowedMemory(pid_t pid, uint64_t address, size_t bytes, std::string tensor, int64_t device)
+      : pid_(pid), address_(address), bytes_(bytes), tensor_(std::move(tensor)), device_(device) {}
+
+  size_t size() const { return bytes_; }
+  // Copies [offset, offset + n) into `dst`. An error names the tensor, the device and
+  // the process (gone, or its memory no longer there).
+  Status Read(uint64_t offset, size_t n, void* dst) const;
+
+ private:
+  pid_t pid_;
+  uint64_t address_;
+  size_t bytes_;
+  std::string tensor_;
+  int64_t device_;
+};
+
+// ok when process `pid` belongs to this worker's user and `n` bytes at `address` can
+// be read; conflict with "reason": "borrow_refused" naming why otherwise.
+Status CheckBorrowable(pid_t pid, uint64_t address, size_t n);
+
+}  // namespace tessera::worker

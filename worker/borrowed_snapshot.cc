@@ -1,0 +1,129 @@
+#include "worker/borrowed_snapshot.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "api/mesh.h"
+#include "api/names.h"
+#include "api/tensor_desc.h"
+
+namespace tessera::worker {
+namespace {
+
+Status Field(const std::string& field, const std::string& why, Json details = Json::object()) {
+  details["field"] = field;
+  return InvalidArgument(field + " " + why, std::move(details));
+}
+
+// One "tensors" entry: its description and its borrowed shards, checked against
+// this worker's place in the mesh.
+Result<Snapshot::Tensor> BorrowedTensor(const MeshPlacement& placement, pid_t pid,
+                                        const Json& j, size_t index) {
+  const std::string where = "borrow.tensors[" + std::to_string(index) + "]";
+  if (!j.is_object()) return Field(where, "must be an object");
+  auto meta = TensorMetaFromJson(j);
+  if (!meta.ok()) return meta.status().WithContext(where);
+  RETURN_IF_ERROR(ValidateName(meta->name, where + ".name"));
+  RETURN_IF_ERROR(CheckShapeSize(meta->shape, where + ".shape"));
+  RETURN_IF_ERROR(ValidateLayout(placement.mesh, meta->layout, meta->shape));
+  const size_t bytes =
+      static_cast<size_t>(NumElements(LocalShape(placement.mesh, meta->layout, meta->shape))) *
+      DTypeSize(meta->dtype);
+  if (!j.contains("shards") || !j["shards"].is_array()) {
+    return Field(where + ".shards", "must be an array", {{"tensor", meta->name}});
+  }
+  Snapshot::Tensor t{meta->name, meta->desc(), {}, {}};
+  std::map<int64_t, std::shared_ptr<const BorrowedMemory>> by_device;
+  for (size_t k = 0; k < j["shards"].size(); ++k) {
+    const Json& s = j["shards"][k];
+    const std::string at = where + ".shards[" + std::to_string(k) + "]";
+    if (!s.is_object()) return Field(at, "must be an object", {{"tensor", meta->name}});
+    ASSIGN_OR_RETURN(int64_t device, RequiredInt(s, "device"));
+    ASSIGN_OR_RETURN(int64_t address, RequiredInt(s, "address"));
+    ASSIGN_OR_RETURN(int64_t n, RequiredInt(s, "bytes"));
+    if (!placement.Owns(device)) {
+      return Field(at + ".device", "is device " + std::to_string(device) +
+                                       ", not one of this worker's " + ShapeToString(placement.devices),
+                   {{"tensor", meta->name}, {"device", device}});
+    }
+    if (n < 0 || static_cast<size_t>(n) != bytes) {
+      return Field(at + ".bytes", "is " + std::to_string(n) + "; the shard of tensor '" +
+                                      meta->name + "' " + meta->desc().ToString() + " on device " +
+                                      std::to_string(device) + " has " + std::to_string(bytes),
+                   {{"tensor", meta->name}, {"device", device}});
+    }
+    if (address <= 0 && bytes > 0) return Field(at + ".address", "must be a positive address");
+    if (by_device.count(device)) {
+      return Field(at + ".device", "names device " + std::to_string(device) + " twice",
+                   {{"tensor", meta->name}, {"device", device}});
+    }
+    if (bytes > 0) RETURN_IF_ERROR(CheckBorrowable(pid, static_cast<uint64_t>(address), bytes));
+    by_device[device] = std::make_shared<const BorrowedMemory>(pid, static_cast<uint64_t>(address),
+                                                               bytes, meta->name, device);
+  }
+  for (int64_t device : placement.devices) {
+    auto it = by_device.find(device);
+    if (it == by_device.end()) {
+      t.absent_devices.push_back(device);
+    } else {
+      t.shards.push_back({device, nullptr, it->second});
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const Snapshot>> BorrowedSnapshot(const MeshPlacement& placement,
+                                                         const Json& borrow) {
+  if (!borrow.is_object()) return Field("borrow", "must be an object");
+  ASSIGN_OR_RETURN(int64_t pid, RequiredInt(borrow, "pid"));
+  if (!borrow.contains("tensors") || !borrow["tensors"].is_array()) {
+    return Field("borrow.tensors", "must be an array");
+  }
+  auto snap = std::make_shared<Snapshot>();
+  snap->placement = placement;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < borrow["tensors"].size(); ++i) {
+    ASSIGN_OR_RETURN(Snapshot::Tensor t,
+                     BorrowedTensor(placement, static_cast<pid_t>(pid), borrow["tensors"][i], i));
+    if (!seen.insert(t.name).second) {
+      return Field("borrow.tensors[" + std::to_string(i) + "].name",
+                   "names tensor '" + t.name + "' twice", {{"tensor", t.name}});
+    }
+    snap->tensors.push_back(std::move(t));
+  }
+  std::sort(snap->tensors.begin(), snap->tensors.end(),
+            [](const auto& a, const auto& b) { return a.name < b.name; });
+  return std::shared_ptr<const Snapshot>(std::move(snap));
+}
+
+std::shared_ptr<const Snapshot> MergeSnapshots(std::shared_ptr<const Snapshot> a,
+                                               std::shared_ptr<const Snapshot> b) {
+  if (!a || a->tensors.empty()) return b ? b : a;
+  if (!b || b->tensors.empty()) return a;
+  auto out = std::make_shared<Snapshot>();
+  out->placement = a->placement;
+  std::merge(a->tensors.begin(), a->tensors.end(), b->tensors.begin(), b->tensors.end(),
+             std::back_inserter(out->tensors),
+             [](const auto& x, const auto& y) { return x.name < y.name; });
+  return out;
+}
+
+Result<std::shared_ptr<const Snapshot>> OwnSnapshot(std::shared_ptr<const Snapshot> snap) {
+  if (!snap->borrows()) return snap;
+  auto out = std::make_shared<Snapshot>(*snap);
+  for (auto& t : out->tensors) {
+    for (auto& s : t.shards) {
+      if (s.borrowed == nullptr) continue;
+      ASSIGN_OR_RETURN(std::shared_ptr<ShardBuffer> copy, ShardBuffer::Heap(s.borrowed->size()));
+      RETURN_IF_ERROR(s.borrowed->Read(0, s.borrowed->size(), copy->data()));
+      s.buffer = std::move(copy);
+      s.borrowed = nullptr;
+    }
+  }
+  return std::shared_ptr<const Snapshot>(std::move(out));
+}
+
+}  // namespace tessera::worker

@@ -1,0 +1,34 @@
+// The snapshot of a /v1/save whose body borrows the trainer's memory (docs/jax.md,
+// "Borrowed memory"): no copy while the trainer waits; the shard writer reads the
+// bytes as it writes them, and a memory checkpoint copies them once into its own.
+#pragma once
+
+#include <memory>
+
+#include "api/json_codec.h"
+#include "api/status.h"
+#include "worker/mesh_placement.h"
+#include "worker/tensor_store.h"
+
+namespace tessera::worker {
+
+// The snapshot of the tensors a /v1/save body's "borrow" names:
+//   {"pid": P, "tensors": [{"name", "dtype", "shape", "layout",
+//                           "shards": [{"device", "address", "bytes"}]}]}
+// Every shard is borrowed (Snapshot::Shard::borrowed), none copied. Refused,
+// naming the field: a bad description, a device this worker does not own, a size
+// that is not the device's shard of the tensor; conflict (with "reason":
+// "borrow_refused") when the process is not the worker's user's or its memory cannot
+// be read (another PID namespace, ptrace restrictions): the trainer then copies.
+Result<std::shared_ptr<const Snapshot>> BorrowedSnapshot(const MeshPlacement& placement,
+                                                         const Json& borrow);
+
+// `a` and `b` as one snapshot (their tensors disjoint; placement `a`'s); either may be null.
+std::shared_ptr<const Snapshot> MergeSnapshots(std::shared_ptr<const Snapshot> a,
+                                               std::shared_ptr<const Snapshot> b);
+
+// A copy of `snap` whose borrowed shards are read into buffers of this worker (what a
+// memory checkpoint keeps); `snap` itself when nothing is borrowed.
+Result<std::shared_ptr<const Snapshot>> OwnSnapshot(std::shared_ptr<const Snapshot> snap);
+
+}  // namespace tessera::worker
