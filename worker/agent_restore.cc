@@ -10,6 +10,7 @@
 
 #include "api/names.h"
 #include "worker/agent.h"
+#include "worker/borrowed_snapshot.h"
 #include "worker/restore_match.h"
 
 namespace tessera::worker {
@@ -30,12 +31,32 @@ int64_t LeftMs(Clock::time_point deadline) {
       1, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
 }
 
+// Ends a restore's loans of the trainer's memory (TensorStore::Borrow), however it returns.
+struct Lent {
+  TensorStore* store;
+  std::string mesh;
+  std::vector<std::string> names;
+  ~Lent() { store->EndLoans(mesh, names); }
+};
+
 }  // namespace
 
 Result<Json> Agent::RestoreForTrainer(const std::string& mesh, const std::string& step,
                                       const Json& body, int64_t timeout_ms) {
   ASSIGN_OR_RETURN(auto names, OptionalNameList(body, "tensors"));
   ASSIGN_OR_RETURN(std::optional<bool> strict, OptionalBool(body, "strict"));
+  // "into": the trainer's fresh buffers, written in place and lent only for this call.
+  Lent lent{store_, mesh, {}};
+  if (body.contains("into")) {
+    ASSIGN_OR_RETURN(MeshPlacement placement, store_->Placement(mesh));
+    ASSIGN_OR_RETURN(auto into, BorrowedSnapshot(placement, body["into"]));
+    for (const Snapshot::Tensor& t : into->tensors) {
+      lent.names.push_back(t.name);
+      for (const Snapshot::Shard& s : t.shards) {
+        RETURN_IF_ERROR(store_->Borrow(mesh, t.name, t.desc, s.device, s.borrowed));
+      }
+    }
+  }
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   std::string resolved = step;
   std::string fallback;  // why a newer memory checkpoint was not taken

@@ -26,41 +26,56 @@ int64_t ProcessUid(pid_t pid) {
   return -1;
 }
 
-// Reads n bytes at `address` of `pid` into dst; errno's text when it cannot.
-Status ReadProcess(pid_t pid, uint64_t address, size_t n, void* dst) {
-  auto* out = static_cast<char*>(dst);
+// Reads (or, `write`, writes) n bytes at `address` of `pid` from/into `local`; errno's
+// text when it cannot.
+Status MoveProcess(pid_t pid, uint64_t address, size_t n, char* local, bool write) {
   while (n > 0) {
-    iovec local{out, n};
-    iovec remote{reinterpret_cast<void*>(address), n};
-    const ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    iovec here{local, n};
+    iovec there{reinterpret_cast<void*>(address), n};
+    const ssize_t got = write ? process_vm_writev(pid, &here, 1, &there, 1, 0)
+                              : process_vm_readv(pid, &here, 1, &there, 1, 0);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) {
       const int err = got < 0 ? errno : EFAULT;
-      return Status(err == ESRCH ? Code::kUnavailable : Code::kInternal,
-                    std::strerror(err), {{"errno", err}});
+      return Status(err == ESRCH ? Code::kUnavailable : Code::kInternal, std::strerror(err),
+                    {{"errno", err}});
     }
-    out += got;
+    local += got;
     address += static_cast<uint64_t>(got);
     n -= static_cast<size_t>(got);
   }
   return Status::Ok();
 }
 
+Status ReadProcess(pid_t pid, uint64_t address, size_t n, void* dst) {
+  return MoveProcess(pid, address, n, static_cast<char*>(dst), false);
+}
+
 }  // namespace
 
-Status BorrowedMemory::Read(uint64_t offset, size_t n, void* dst) const {
+Status BorrowedMemory::Move(uint64_t offset, size_t n, char* local, bool write) const {
   if (offset > bytes_ || n > bytes_ - offset) {
-    return Internal("read of [" + std::to_string(offset) + ", +" + std::to_string(n) +
+    return Internal("access to [" + std::to_string(offset) + ", +" + std::to_string(n) +
                     ") past the " + std::to_string(bytes_) + " borrowed bytes of tensor '" +
                     tensor_ + "'");
   }
-  Status s = ReadProcess(pid_, address_ + offset, n, dst);
+  Status s = MoveProcess(pid_, address_ + offset, n, local, write);
   if (s.ok()) return s;
   return Status(s.code(),
-                "reading tensor '" + tensor_ + "' on device " + std::to_string(device_) +
-                    " from trainer process " + std::to_string(pid_) + " failed (" + s.message() +
-                    "): the process is gone or no longer holds the save's bytes",
+                std::string(write ? "writing" : "reading") + " tensor '" + tensor_ + "' on device " +
+                    std::to_string(device_) + (write ? " into" : " from") + " trainer process " +
+                    std::to_string(pid_) + " failed (" + s.message() +
+                    "): the process is gone or no longer holds the bytes it lent",
                 {{"tensor", tensor_}, {"device", device_}, {"pid", static_cast<int64_t>(pid_)}});
+}
+
+Status BorrowedMemory::Read(uint64_t offset, size_t n, void* dst) const {
+  return Move(offset, n, static_cast<char*>(dst), false);
+}
+
+Status BorrowedMemory::Write(uint64_t offset, const void* src, size_t n) const {
+  // process_vm_writev reads the local side only.
+  return Move(offset, n, const_cast<char*>(static_cast<const char*>(src)), true);
 }
 
 Status CheckBorrowable(pid_t pid, uint64_t address, size_t n) {

@@ -1,7 +1,8 @@
-// Memory of a trainer process on this host that a save reads in place (docs/jax.md,
-// "Borrowed memory"): bytes the trainer keeps unchanged until the save has ended (a
-// JAX array is immutable; the trainer pins it), read chunk by chunk with
-// process_vm_readv as the shard writer writes them. Calls only the kernel.
+// Memory of a trainer process on this host that the worker reads or writes in place
+// (docs/jax.md, "Borrowed memory"): bytes the trainer keeps unchanged until a save has
+// ended (a JAX array is immutable; the trainer pins it), read chunk by chunk with
+// process_vm_readv as the shard writer writes them; or fresh buffers a restore writes
+// into (process_vm_writev) and the trainer then hands to JAX. Calls only the kernel.
 #pragma once
 
 #include <sys/types.h>
@@ -24,8 +25,13 @@ class BorrowedMemory {
   // Copies [offset, offset + n) into `dst`. An error names the tensor, the device and
   // the process (gone, or its memory no longer there).
   Status Read(uint64_t offset, size_t n, void* dst) const;
+  // Copies `n` bytes from `src` into [offset, offset + n) (a restore into the trainer's
+  // memory); errors as Read.
+  Status Write(uint64_t offset, const void* src, size_t n) const;
 
  private:
+  Status Move(uint64_t offset, size_t n, char* local, bool write) const;
+
   pid_t pid_;
   uint64_t address_;
   size_t bytes_;

@@ -165,6 +165,7 @@ Status TensorStore::Write(const std::string& mesh, const std::string& name, cons
   while (true) {
     std::shared_ptr<ShardBuffer> mapped;
     std::shared_ptr<ShardBuffer> replaced;  // released after the lock
+    std::shared_ptr<const BorrowedMemory> lent;
     {
       MutexLock lock(mu_);
       auto it = tensors_.find(key);
@@ -172,14 +173,34 @@ Status TensorStore::Write(const std::string& mesh, const std::string& name, cons
         if (it->second.desc != desc) return Mismatch(mismatch, key, it->second.desc, desc);
         auto shard = it->second.shards.find(device);
         if (shard != it->second.shards.end() && shard->second->mapped()) mapped = shard->second;
+        if (auto b = it->second.borrowed.find(device); b != it->second.borrowed.end()) {
+          lent = b->second;
+        }
       }
-      if (mapped == nullptr && fresh != nullptr) {
+      // A borrowed shard is the trainer's memory, written in place outside the lock.
+      if (lent == nullptr && mapped == nullptr && fresh != nullptr) {
         if (it == tensors_.end()) {
           it = tensors_.emplace(key, Entry{desc, checked.local_shape, {}}).first;
         }
         replaced = std::exchange(it->second.shards[device], std::move(fresh));
         return Status::Ok();
       }
+    }
+    if (lent != nullptr) {
+      // Held across the write so that EndLoans waits for it; the loan checked again
+      // under it, since EndLoans may have ended it since.
+      std::shared_lock<std::shared_mutex> writing(bytes_mu_);
+      bool still = false;
+      {
+        MutexLock lock(mu_);
+        auto it = tensors_.find(key);
+        if (it != tensors_.end()) {
+          auto b = it->second.borrowed.find(device);
+          still = b != it->second.borrowed.end() && b->second == lent;
+        }
+      }
+      if (still) return lent->Write(0, src, n);
+      continue;  // the loan ended: an ordinary shard now
     }
     if (mapped != nullptr) {
       // The trainer's memory: write in place so its view stays valid (by pwrite:
@@ -202,6 +223,39 @@ Status TensorStore::Put(const std::string& mesh, const std::string& name, const 
 Status TensorStore::Install(const std::string& mesh, const std::string& name,
                             const TensorDesc& desc, int64_t device, const void* data, size_t n) {
   return Write(mesh, name, desc, device, data, n, Code::kInvalidArgument);
+}
+
+Status TensorStore::Borrow(const std::string& mesh, const std::string& name,
+                           const TensorDesc& desc, int64_t device,
+                           std::shared_ptr<const BorrowedMemory> memory) {
+  ASSIGN_OR_RETURN(Checked checked, Check(mesh, name, desc, device));
+  if (memory->size() != checked.bytes) {
+    return InvalidArgument("tensor '" + name + "' " + desc.ToString() + " has " +
+                               std::to_string(checked.bytes) + " bytes on device " +
+                               std::to_string(device) + ", not the " +
+                               std::to_string(memory->size()) + " lent",
+                           {{"field", "bytes"}, {"tensor", name}, {"device", device}});
+  }
+  const Key key{mesh, name};
+  std::shared_ptr<ShardBuffer> dropped;  // released after the lock
+  MutexLock lock(mu_);
+  auto it = tensors_.find(key);
+  if (it == tensors_.end()) {
+    it = tensors_.emplace(key, Entry{desc, checked.local_shape, {}}).first;
+  } else if (it->second.desc != desc) {
+    return Mismatch(Code::kConflict, key, it->second.desc, desc);
+  }
+  if (auto shard = it->second.shards.find(device); shard != it->second.shards.end()) {
+    dropped = std::move(shard->second);
+    it->second.shards.erase(shard);
+  }
+  it->second.borrowed[device] = std::move(memory);
+  return Status::Ok();
+}
+
+void TensorStore::EndLoans(const std::string& mesh, const std::vector<std::string>& names) {
+  for (const std::string& name : names) (void)Delete(mesh, name);
+  std::unique_lock<std::shared_mutex> drained(bytes_mu_);  // writes that passed their check
 }
 
 Result<ShardMapping> TensorStore::Map(const std::string& mesh, const std::string& name,
@@ -256,6 +310,11 @@ Result<ShardRef> TensorStore::Get(const std::string& mesh, const std::string& na
     return NotFound("no tensor '" + name + "' in mesh '" + mesh + "' on this worker",
                     {{"tensor", name}, {"mesh", mesh}});
   }
+  if (it->second.borrowed.count(device)) {
+    return Conflict("tensor '" + name + "' of mesh '" + mesh + "' on device " + std::to_string(device) +
+                        " is the trainer's own memory, lent for a restore; ask the trainer",
+                    {{"tensor", name}, {"mesh", mesh}, {"device", device}});
+  }
   auto shard = it->second.shards.find(device);
   if (shard == it->second.shards.end()) {
     return NotFound("tensor '" + name + "' of mesh '" + mesh + "' has no shard for device " +
@@ -283,6 +342,8 @@ std::vector<TensorInfo> TensorStore::List() const {
       info.devices.push_back(device);
       info.mapped = info.mapped || buffer->mapped();
     }
+    for (const auto& [device, memory] : entry.borrowed) info.devices.push_back(device);
+    std::sort(info.devices.begin(), info.devices.end());
     out.push_back(std::move(info));
   }
   return out;
@@ -311,7 +372,8 @@ Result<std::shared_ptr<const Snapshot>> TensorStore::TakeSnapshot(
     const MeshPlacement& placement, const std::optional<std::vector<std::string>>& names) {
   const std::string& mesh = placement.mesh.name;
   auto snapshot = std::make_shared<Snapshot>();
-  std::vector<std::vector<std::shared_ptr<const ShardBuffer>>> sources;  // per tensor
+  // Per tensor, (index in its shards, the buffer to copy); borrowed shards are not copied.
+  std::vector<std::vector<std::pair<size_t, std::shared_ptr<const ShardBuffer>>>> sources;
   {
     MutexLock lock(mu_);
     auto take = [&](const std::string& name, const Entry& entry) {
@@ -319,11 +381,13 @@ Result<std::shared_ptr<const Snapshot>> TensorStore::TakeSnapshot(
       auto& src = sources.emplace_back();
       for (int64_t device : placement.devices) {
         auto shard = entry.shards.find(device);
-        if (shard == entry.shards.end()) {
+        if (auto lent = entry.borrowed.find(device); lent != entry.borrowed.end()) {
+          t.shards.push_back({device, nullptr, lent->second});
+        } else if (shard == entry.shards.end()) {
           t.absent_devices.push_back(device);
         } else {
+          src.emplace_back(t.shards.size(), shard->second);
           t.shards.push_back({device, nullptr});
-          src.push_back(shard->second);
         }
       }
       snapshot->tensors.push_back(std::move(t));
@@ -347,8 +411,8 @@ Result<std::shared_ptr<const Snapshot>> TensorStore::TakeSnapshot(
   }
   std::vector<CopyRun> runs;
   for (size_t i = 0; i < sources.size(); ++i) {
-    for (size_t j = 0; j < sources[i].size(); ++j) {
-      const ShardBuffer& src = *sources[i][j];
+    for (const auto& [j, buffer] : sources[i]) {
+      const ShardBuffer& src = *buffer;
       ASSIGN_OR_RETURN(std::shared_ptr<ShardBuffer> dst, pool_->Acquire(src.size()));
       runs.push_back({src.data(), dst->data(), src.size(), src.mapped() ? &src : nullptr, 0});
       snapshot->tensors[i].shards[j].buffer = std::move(dst);

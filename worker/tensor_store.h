@@ -44,6 +44,7 @@ struct TensorStoreOptions {
 
 // A shard as Get returns it. A heap buffer never changes once stored (a Put
 // replaces it); a mapped one is the trainer's memory and changes under the reader.
+// (A borrowed shard is not returned: Get names it.)
 struct ShardRef {
   TensorDesc desc;
   Shape local_shape;
@@ -150,6 +151,16 @@ class TensorStore {
   Result<std::shared_ptr<const Snapshot>> TakeSnapshot(
       const MeshPlacement& placement, const std::optional<std::vector<std::string>>& names);
 
+  // Lends the trainer's memory (borrowed_memory.h) as the shard of `device`: a
+  // restore's Install writes into it, a snapshot reads it in place. Checks as Put,
+  // and its size must be the shard's; a shard held before is dropped; a tensor held
+  // with another description is conflict. EndLoans ends the loan.
+  Status Borrow(const std::string& mesh, const std::string& name, const TensorDesc& desc,
+                int64_t device, std::shared_ptr<const BorrowedMemory> memory);
+  // Drops the tensors `names` of `mesh` and returns once no write into memory they
+  // borrowed is under way: the trainer may free it then.
+  void EndLoans(const std::string& mesh, const std::vector<std::string>& names);
+
   // Restore's write: checks as Put, then writes into the existing shard (keeping
   // mappings valid) or creates the tensor. A tensor that exists with another
   // description is invalid_argument naming it and both dtypes/shapes.
@@ -165,6 +176,8 @@ class TensorStore {
     TensorDesc desc;
     Shape local_shape;
     std::map<int64_t, std::shared_ptr<ShardBuffer>> shards;  // by global device
+    // Shards lent by the trainer (Borrow), by global device; none is also in shards.
+    std::map<int64_t, std::shared_ptr<const BorrowedMemory>> borrowed = {};
   };
   // What the checks of Put / Map / Install establish.
   struct Checked {

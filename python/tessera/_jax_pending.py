@@ -26,6 +26,27 @@ def borrowed_shard(device, data, pins):
     return {"device": int(device), "address": int(view.ctypes.data), "bytes": int(view.nbytes)}
 
 
+# Buffers lent to a restore whose worker may still write them (its call failed on this
+# side): never freed, so that a late write lands in memory nobody else uses.
+_STRANDED = []
+
+
+def aligned_empty(shape, dtype, align=64):
+    """An uninitialized array whose data starts on an `align`-byte boundary: JAX's CPU
+    client takes such a buffer as the array's own (device_put(may_alias=True)). (Huge
+    pages were tried for the worker's first write into it: slower, 2 MiB zeroed at a
+    time.)"""
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(n + align, dtype=np.uint8)
+    off = (-raw.ctypes.data) % align
+    return raw[off:off + n].view(dtype).reshape(tuple(shape))
+
+
+def strand(buffers):
+    _STRANDED.append(buffers)
+
+
 def borrow_body(tensors):
     return {"pid": os.getpid(), "tensors": tensors}
 

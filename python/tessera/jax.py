@@ -23,7 +23,8 @@ from . import _jax_tree as tree_
 from ._box_reads import read_boxes
 from ._dtypes import dtype_name, numpy_dtype
 from ._http import query
-from ._jax_pending import PendingSave, borrow_body, borrowed_shard, refused
+from ._jax_pending import (PendingSave, aligned_empty, borrow_body, borrowed_shard, refused,
+                           strand)
 from .errors import TesseraError, invalid_argument
 from .manager import CheckpointManager
 from ._jax_multihost import (assert_equal, broadcast_one_to_all, process_allgather,  # noqa: F401
@@ -281,6 +282,40 @@ class Checkpointer:
             out.append(manifest["values"][name] if entry is None else arrays[name])
         return jax.tree_util.tree_unflatten(treedef, out)
 
+    def _restore_into(self, step, names, plans, views):
+        """Restores `names` into fresh buffers of this process that the worker writes
+        in place (docs/jax.md, "Borrowed memory"), filling views; False when the
+        worker cannot write this process's memory (the mappings serve then)."""
+        into, buffers = [], {}
+        for name in names:
+            leaf, layout, _, targets = plans[name]
+            shape = tuple(int(s) for s in leaf.shape)
+            shards = []
+            for k, _, index in targets:
+                buf = aligned_empty(tree_.box_of(index, shape)[1], np.dtype(leaf.dtype))
+                buffers[(name, k)] = buf
+                shards.append({"device": k, "address": int(buf.ctypes.data),
+                               "bytes": int(buf.nbytes)})
+            into.append({"name": name, "dtype": dtype_name(np.dtype(leaf.dtype)),
+                         "shape": list(shape), "layout": layout or [None] * len(shape),
+                         "shards": shards})
+        try:
+            self.restored = self.manager.restore(step, tensors=names, timeout=self.timeout,
+                                                 strict=False, _into=borrow_body(into))
+        except TesseraError as e:
+            if refused(e):
+                self._borrow = False
+                return False
+            if e.status == 0:
+                strand(buffers)  # no answer: the worker may still write them
+            raise
+        missing = sorted(set(names) - set(self.restored.tensors))
+        if missing:
+            raise TesseraError("not_found", "checkpoint %s of mesh %s restored no %s" % (
+                step, self.mesh, missing), 404, {"missing": missing, "step": step})
+        views.update(buffers)
+        return True
+
     def _record(self, from_mesh, step):
         """The checkpoint's step and metadata. On this mesh the workers agree on the step
         (the memory tier's too) and restore nothing yet; another mesh's is asked of
@@ -326,7 +361,8 @@ class Checkpointer:
                                   size * int(np.prod(lengths, dtype=np.int64))))
         views = {}
         mapped = [n for n, p in plans.items() if as_saved and p[2] is not None]
-        if mapped:
+        owned = bool(mapped) and self._borrow and self._restore_into(step, mapped, plans, views)
+        if mapped and not owned:
             for name in mapped:
                 leaf, layout, _, targets = plans[name]
                 for k, _, _ in targets:
@@ -344,9 +380,11 @@ class Checkpointer:
             parts = []
             for i, (k, device, index) in enumerate(targets):
                 if (name, k) in views:
-                    # A private copy (the mapping is rewritten by later saves) that the
-                    # array may keep: no second copy into the device.
-                    parts.append(jax.device_put(np.array(views[(name, k)]), device,
+                    # The worker wrote a buffer of this process's own, which the array
+                    # keeps; or a private copy of a mapping (rewritten by later
+                    # restores) that it may keep: no second copy into the device.
+                    view = views[(name, k)]
+                    parts.append(jax.device_put(view if owned else np.array(view), device,
                                                 may_alias=True))
                     continue
                 _, lengths = tree_.box_of(index, tuple(leaf.shape))

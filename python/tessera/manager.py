@@ -323,7 +323,7 @@ class CheckpointManager(Collectives):
         if first is not None:
             raise first
 
-    def restore(self, step=None, tensors=None, timeout=600.0, strict=True):
+    def restore(self, step=None, tensors=None, timeout=600.0, strict=True, _into=None):
         """Restores this worker's devices from checkpoint `step` into the tensors,
         mapped ones in place, and returns a Restored: the step restored (an int),
         with .missing, .unexpected and .metadata. With step=None every trainer of
@@ -341,6 +341,8 @@ class CheckpointManager(Collectives):
         body = {"strict": bool(strict)}
         if tensors is not None:
             body["tensors"] = list(tensors)
+        if _into is not None:  # tessera.jax: fresh buffers the worker writes in place
+            body["into"] = _into
         try:
             answer = self._post("/v1/restore%s" % self._q(
                 step="latest" if step is None else step, timeout_ms=int(timeout * 1000)), body,
