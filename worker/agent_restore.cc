@@ -49,7 +49,7 @@ Result<Json> Agent::RestoreForTrainer(const std::string& mesh, const std::string
   Lent lent{store_, mesh, {}};
   if (body.contains("into")) {
     ASSIGN_OR_RETURN(MeshPlacement placement, store_->Placement(mesh));
-    ASSIGN_OR_RETURN(auto into, BorrowedSnapshot(placement, body["into"]));
+    ASSIGN_OR_RETURN(auto into, BorrowedSnapshot(placement, body["into"], "into"));
     for (const Snapshot::Tensor& t : into->tensors) {
       lent.names.push_back(t.name);
       for (const Snapshot::Shard& s : t.shards) {

@@ -78,13 +78,11 @@ Status BorrowedMemory::Write(uint64_t offset, const void* src, size_t n) const {
   return Move(offset, n, const_cast<char*>(static_cast<const char*>(src)), true);
 }
 
-Status CheckBorrowable(pid_t pid, uint64_t address, size_t n) {
+Status CheckLender(pid_t pid, uint64_t token_address, const std::string& token) {
   auto refused = [pid](const std::string& why) {
-    return Conflict("this worker cannot read the memory of process " +
-                                  std::to_string(pid) + ": " + why,
-                              {{"field", "borrow.pid"},
-                               {"pid", static_cast<int64_t>(pid)},
-                               {"reason", "borrow_refused"}});
+    return Conflict("this worker cannot use the memory of process " + std::to_string(pid) + ": " +
+                        why,
+                    {{"field", "pid"}, {"pid", static_cast<int64_t>(pid)}, {"reason", "borrow_refused"}});
   };
   if (pid <= 0) return refused("not a process id");
   const int64_t uid = ProcessUid(pid);
@@ -93,9 +91,29 @@ Status CheckBorrowable(pid_t pid, uint64_t address, size_t n) {
     return refused("it belongs to uid " + std::to_string(uid) + ", the worker runs as uid " +
                    std::to_string(getuid()));
   }
-  char probe[64];
-  Status s = ReadProcess(pid, address, std::min(n, sizeof(probe)), probe);
-  if (!s.ok()) return refused(s.message() + " (ptrace restrictions, or not this process's memory)");
+  if (token.empty() || token.size() > 64) return refused("the token must be 1..64 bytes");
+  std::string seen(token.size(), '\0');
+  Status s = ReadProcess(pid, token_address, seen.size(), seen.data());
+  if (!s.ok()) return refused(s.message() + " (ptrace restrictions, or another PID namespace)");
+  if (seen != token) {
+    return refused("its memory at the token's address does not hold the token: it is not the "
+                   "caller (another PID namespace?)");
+  }
+  return Status::Ok();
+}
+
+Status CheckLent(pid_t pid, uint64_t address, size_t n) {
+  if (n == 0) return Status::Ok();
+  char probe;
+  for (uint64_t at : {address, address + n - 1}) {
+    Status s = ReadProcess(pid, at, 1, &probe);
+    if (!s.ok()) {
+      return InvalidArgument("bytes [" + std::to_string(address) + ", +" + std::to_string(n) +
+                                 ") are not memory of process " + std::to_string(pid) + " (" +
+                                 s.message() + ")",
+                             {{"field", "address"}, {"pid", static_cast<int64_t>(pid)}});
+    }
+  }
   return Status::Ok();
 }
 

@@ -39,8 +39,13 @@ class BorrowedMemory {
   int64_t device_;
 };
 
-// ok when process `pid` belongs to this worker's user and `n` bytes at `address` can
-// be read; conflict with "reason": "borrow_refused" naming why otherwise.
-Status CheckBorrowable(pid_t pid, uint64_t address, size_t n);
+// ok when process `pid` is the caller's: it belongs to this worker's user and holds
+// `token` (bytes the caller chose) at `token_address`, which a process of the same
+// number in another PID namespace would not. conflict with "reason": "borrow_refused"
+// naming why not (the caller then copies instead).
+Status CheckLender(pid_t pid, uint64_t token_address, const std::string& token);
+// ok when the first and last of `n` bytes at `address` are memory of `pid`;
+// invalid_argument otherwise.
+Status CheckLent(pid_t pid, uint64_t address, size_t n);
 
 }  // namespace tessera::worker

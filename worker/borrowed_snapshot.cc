@@ -16,11 +16,28 @@ Status Field(const std::string& field, const std::string& why, Json details = Js
   return InvalidArgument(field + " " + why, std::move(details));
 }
 
+// `text` as bytes: two hex digits each.
+Result<std::string> HexDecode(const std::string& text, const std::string& field) {
+  auto digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  if (text.size() % 2 != 0) return Field(field, "must be hex digits, two per byte");
+  std::string out;
+  for (size_t i = 0; i < text.size(); i += 2) {
+    const int hi = digit(text[i]), lo = digit(text[i + 1]);
+    if (hi < 0 || lo < 0) return Field(field, "must be hex digits, two per byte");
+    out.push_back(static_cast<char>(hi * 16 + lo));
+  }
+  return out;
+}
+
 // One "tensors" entry: its description and its borrowed shards, checked against
 // this worker's place in the mesh.
 Result<Snapshot::Tensor> BorrowedTensor(const MeshPlacement& placement, pid_t pid,
-                                        const Json& j, size_t index) {
-  const std::string where = "borrow.tensors[" + std::to_string(index) + "]";
+                                        const Json& j, const std::string& where) {
   if (!j.is_object()) return Field(where, "must be an object");
   auto meta = TensorMetaFromJson(j);
   if (!meta.ok()) return meta.status().WithContext(where);
@@ -58,7 +75,11 @@ Result<Snapshot::Tensor> BorrowedTensor(const MeshPlacement& placement, pid_t pi
       return Field(at + ".device", "names device " + std::to_string(device) + " twice",
                    {{"tensor", meta->name}, {"device", device}});
     }
-    if (bytes > 0) RETURN_IF_ERROR(CheckBorrowable(pid, static_cast<uint64_t>(address), bytes));
+    if (Status lent = CheckLent(pid, static_cast<uint64_t>(address), bytes); !lent.ok()) {
+      return lent.WithContext(at + " (tensor '" + meta->name + "', device " + std::to_string(device) + ")")
+          .WithDetail("tensor", meta->name)
+          .WithDetail("field", at + ".address");
+    }
     by_device[device] = std::make_shared<const BorrowedMemory>(pid, static_cast<uint64_t>(address),
                                                                bytes, meta->name, device);
   }
@@ -76,21 +97,26 @@ Result<Snapshot::Tensor> BorrowedTensor(const MeshPlacement& placement, pid_t pi
 }  // namespace
 
 Result<std::shared_ptr<const Snapshot>> BorrowedSnapshot(const MeshPlacement& placement,
-                                                         const Json& borrow) {
-  if (!borrow.is_object()) return Field("borrow", "must be an object");
+                                                         const Json& borrow,
+                                                         const std::string& field) {
+  if (!borrow.is_object()) return Field(field, "must be an object");
   ASSIGN_OR_RETURN(int64_t pid, RequiredInt(borrow, "pid"));
+  ASSIGN_OR_RETURN(int64_t token_address, RequiredInt(borrow, "token_address"));
+  ASSIGN_OR_RETURN(std::string token_hex, RequiredString(borrow, "token"));
+  ASSIGN_OR_RETURN(std::string token, HexDecode(token_hex, field + ".token"));
+  RETURN_IF_ERROR(CheckLender(static_cast<pid_t>(pid), static_cast<uint64_t>(token_address), token));
   if (!borrow.contains("tensors") || !borrow["tensors"].is_array()) {
-    return Field("borrow.tensors", "must be an array");
+    return Field(field + ".tensors", "must be an array");
   }
   auto snap = std::make_shared<Snapshot>();
   snap->placement = placement;
   std::set<std::string> seen;
   for (size_t i = 0; i < borrow["tensors"].size(); ++i) {
+    const std::string where = field + ".tensors[" + std::to_string(i) + "]";
     ASSIGN_OR_RETURN(Snapshot::Tensor t,
-                     BorrowedTensor(placement, static_cast<pid_t>(pid), borrow["tensors"][i], i));
+                     BorrowedTensor(placement, static_cast<pid_t>(pid), borrow["tensors"][i], where));
     if (!seen.insert(t.name).second) {
-      return Field("borrow.tensors[" + std::to_string(i) + "].name",
-                   "names tensor '" + t.name + "' twice", {{"tensor", t.name}});
+      return Field(where + ".name", "names tensor '" + t.name + "' twice", {{"tensor", t.name}});
     }
     snap->tensors.push_back(std::move(t));
   }

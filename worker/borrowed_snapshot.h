@@ -12,16 +12,18 @@
 
 namespace tessera::worker {
 
-// The snapshot of the tensors a /v1/save body's "borrow" names:
-//   {"pid": P, "tensors": [{"name", "dtype", "shape", "layout",
-//                           "shards": [{"device", "address", "bytes"}]}]}
-// Every shard is borrowed (Snapshot::Shard::borrowed), none copied. Refused,
-// naming the field: a bad description, a device this worker does not own, a size
-// that is not the device's shard of the tensor; conflict (with "reason":
-// "borrow_refused") when the process is not the worker's user's or its memory cannot
-// be read (another PID namespace, ptrace restrictions): the trainer then copies.
+// The snapshot of the tensors a /v1/save body's "borrow" (a /v1/restore's "into",
+// `field` names which) lends:
+//   {"pid": P, "token": hex, "token_address": A,
+//    "tensors": [{"name", "dtype", "shape", "layout", "shards": [{"device", "address", "bytes"}]}]}
+// Every shard is borrowed (Snapshot::Shard::borrowed), none copied. Refused, naming
+// the field: a bad description, a device this worker does not own, a size that is not
+// the device's shard of the tensor, an address that is not the process's memory;
+// conflict with "reason": "borrow_refused" when the process is not the caller
+// (CheckLender: another user, PID namespace, or ptrace policy): the trainer copies then.
 Result<std::shared_ptr<const Snapshot>> BorrowedSnapshot(const MeshPlacement& placement,
-                                                         const Json& borrow);
+                                                         const Json& borrow,
+                                                         const std::string& field = "borrow");
 
 // `a` and `b` as one snapshot (their tensors disjoint; placement `a`'s); either may be null.
 std::shared_ptr<const Snapshot> MergeSnapshots(std::shared_ptr<const Snapshot> a,

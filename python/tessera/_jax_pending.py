@@ -47,8 +47,15 @@ def strand(buffers):
     _STRANDED.append(buffers)
 
 
+# Bytes only this process holds at their address: the worker reads them back to know
+# that the process it would read or write is the caller (not one of the same number in
+# another PID namespace).
+_TOKEN = np.frombuffer(bytearray(os.urandom(16)), dtype=np.uint8)
+
+
 def borrow_body(tensors):
-    return {"pid": os.getpid(), "tensors": tensors}
+    return {"pid": os.getpid(), "token": _TOKEN.tobytes().hex(),
+            "token_address": int(_TOKEN.ctypes.data), "tensors": tensors}
 
 
 def refused(error):

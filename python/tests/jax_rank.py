@@ -100,11 +100,15 @@ def main():
     if mode == "save":
         state = make_state(mesh, SAVE_SPECS, step)
         if args.get("die") == proc:
-            # Killed mid-save: part of its shards staged, its save never started.
-            ckpt._stage("params/w", "['params']['w']", state["params"]["w"])
+            # Killed mid-save: part of its shards copied to its worker, its save never started.
+            entry, placed = ckpt._place("params/w", "['params']['w']", state["params"]["w"])
+            ckpt._copy(entry["name"], entry["shape"], entry["dtype"], entry["layout"], placed)
             os._exit(3)
+        if args.get("copy"):
+            ckpt._borrow = False  # as where the worker cannot read this process
         try:
             handle = ckpt.save(step, state, **args.get("save", {}))
+            seen["borrowed"] = handle.handle().borrowing
             # The arrays may change once save() returned: the checkpoint keeps the old values.
             state["params"]["w"] = state["params"]["w"] + 1
             handle.wait(120)

@@ -19,14 +19,15 @@ sys.path.insert(0, HERE)
 from conftest import free_port, running_cluster  # noqa: E402
 
 
-def run_procs(cluster, mesh, mode, step, nproc=4, args=None, timeout=300, first=0):
-    """Runs `nproc` JAX processes on workers first.. first+nproc-1; what each printed
-    (None for the one args["die"] names, killed mid-save)."""
+def run_procs(cluster, mesh, mode, step, nproc=4, args=None, timeout=300, first=0, wrap=()):
+    """Runs `nproc` JAX processes on workers first.. first+nproc-1 (each under the
+    command `wrap`, if any); what each printed (None for the one args["die"] names,
+    killed mid-save)."""
     port = free_port()
     env = dict(os.environ, PYTHONPATH=os.path.join(HERE, ".."), JAX_PLATFORMS="cpu",
                JAX_NUM_CPU_DEVICES="2")
     procs = [subprocess.Popen(
-        [sys.executable, os.path.join(HERE, "jax_rank.py"), str(p), str(nproc), str(port), mesh,
+        list(wrap) + [sys.executable, os.path.join(HERE, "jax_rank.py"), str(p), str(nproc), str(port), mesh,
          cluster.worker_urls[first + p], mode, str(step), json.dumps(args or {})],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         for p in range(nproc)]
@@ -66,7 +67,9 @@ def jax_mesh(cluster, client, mesh_name):
 
 
 def test_a_sharded_pytree_comes_back_bit_for_bit(cluster, client, jax_mesh):
-    assert all(s["saved"] == 3 for s in run_procs(cluster, jax_mesh, "save", 3))
+    seen = run_procs(cluster, jax_mesh, "save", 3)
+    # Each worker read its process's arrays where they are.
+    assert all(s["saved"] == 3 and s["borrowed"] is True for s in seen), seen
     record = client.checkpoint(jax_mesh, 3)
     by_name = {t["name"]: t for t in record["tensors"]}
     assert by_name["params/w"]["layout"] == ["data", "model"], by_name["params/w"]
@@ -117,6 +120,28 @@ def test_a_process_killed_mid_save_leaves_nothing_committed(cluster, client, jax
     assert committed == [1], client.checkpoints(jax_mesh)
     assert all(s["saved"] == 3 for s in run_procs(cluster, jax_mesh, "save", 3))
     assert all(s["same"] is True for s in run_procs(cluster, jax_mesh, "restore", 3))
+
+
+UNSHARE = ("unshare", "--pid", "--fork", "--mount-proc")
+
+
+def test_where_the_worker_cannot_read_the_process_its_arrays_are_copied(cluster, client,
+                                                                        jax_mesh):
+    # Trainers in PID namespaces of their own: the process a worker would read under the
+    # pid it was given is another one (which does not hold the caller's token), so it
+    # refuses, and the trainer copies its arrays into the worker's shared memory instead.
+    try:
+        subprocess.run(UNSHARE + ("true",), check=True, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        pytest.skip("no PID namespaces here (unshare needs root)")
+    seen = run_procs(cluster, jax_mesh, "save", 11, wrap=UNSHARE)
+    assert all(s["saved"] == 11 and s["borrowed"] is False for s in seen), seen
+    assert all(s["same"] is True for s in run_procs(cluster, jax_mesh, "restore", 11,
+                                                    wrap=UNSHARE)), seen
+    # And the copying path chosen outright gives the same checkpoint.
+    seen = run_procs(cluster, jax_mesh, "save", 12, args={"copy": True})
+    assert all(s["saved"] == 12 and s["borrowed"] is False for s in seen), seen
+    assert all(s["same"] is True for s in run_procs(cluster, jax_mesh, "restore", 12))
 
 
 def test_orbax_checkpoint_manager_through_tessera(cluster, client, jax_mesh, tmp_path):
