@@ -109,6 +109,16 @@ def markdown(rows):
         "- Durable: ours once the checkpoint committed (every shard file fsync'd, the index "
         "merged); Orbax's once `wait_until_finished()` returned (its arrays written by "
         "TensorStore and the step directory finalized).",
+        "- Blocked: ours pins each shard and hands its address to a thread; the worker reads "
+        "the arrays in place while it writes (docs/jax.md, \"Borrowed memory\"). Orbax copies "
+        "each shard to the host before its call returns.",
+        "- Memory: every process's and worker's peak is reset (clear_refs) once the state is "
+        "built, so the figure is what the saves add, not the set-up's own peak. Ours is the "
+        "workers' write buffers; Orbax's is its host copy of the state and TensorStore's buffers.",
+        "- Restore: ours writes each device's shard straight into a fresh buffer of the trainer's "
+        "that JAX then keeps; Orbax reads its OCDBT files through TensorStore.",
+        "- Onto another process count Orbax restores bit for bit too (its arrays are read by "
+        "global box); ours reads boxes through HTTP bodies, slower here.",
         "",
     ]
     return lines
