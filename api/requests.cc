@@ -79,6 +79,13 @@ Result<SaveRequest> SaveRequest::FromJson(const Json& body, std::optional<int64_
   }
   ASSIGN_OR_RETURN(auto wait, OptionalBool(body, "wait_for_trainer"));
   r.wait_for_trainer = wait.value_or(false);
+  ASSIGN_OR_RETURN(auto from_memory, OptionalBool(body, "from_memory"));
+  r.from_memory = from_memory.value_or(false);
+  if (r.from_memory && (r.tensors || r.wait_for_trainer)) {
+    return InvalidArgument("a save from the memory tier writes the whole memory checkpoint, "
+                           "now: no tensors, no wait_for_trainer",
+                           {{"field", r.tensors ? "tensors" : "wait_for_trainer"}});
+  }
   return r;
 }
 
@@ -91,12 +98,13 @@ Json SaveRequest::ToJson() const {
   if (full) j["full"] = true;
   if (tensors) j["tensors"] = *tensors;
   if (wait_for_trainer) j["wait_for_trainer"] = true;
+  if (from_memory) j["from_memory"] = true;
   return j;
 }
 
 bool SaveRequest::SameSave(const SaveRequest& o) const {
   return step == o.step && tensors == o.tensors && compress == o.compress && level == o.level &&
-         wait_for_trainer == o.wait_for_trainer;
+         wait_for_trainer == o.wait_for_trainer && from_memory == o.from_memory;
 }
 
 Result<SaveJoinRequest> SaveJoinRequest::FromJson(const Json& body, int64_t step) {

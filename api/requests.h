@@ -31,6 +31,10 @@ struct SaveRequest {
   Json metadata = Json::object();
   // The workers snapshot when their trainer calls save(), not when the job asks.
   bool wait_for_trainer = false;
+  // Each worker writes its share of the memory checkpoint of `step` (a persist,
+  // POST .../checkpoints/{step}/persist), not the tensors it holds; the checkpoint
+  // takes the memory checkpoint's metadata.
+  bool from_memory = false;
 
   // `step` (when given) replaces the body's: the create-or-join route takes it from the path.
   static Result<SaveRequest> FromJson(const Json& body, std::optional<int64_t> step = std::nullopt);

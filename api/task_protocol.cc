@@ -99,6 +99,7 @@ Json TaskToJson(const Task& t) {
       j["level"] = t.level;
       j["full"] = t.full;
       j["full_every"] = t.full_every;
+      if (t.from_memory) j["from_memory"] = true;
       break;
     case TaskKind::kWrite: {
       j["step"] = t.step;
@@ -193,6 +194,8 @@ Result<Task> TaskFromJson(const Json& j) {
       t.full = full.value_or(false);
       ASSIGN_OR_RETURN(std::optional<int64_t> full_every, OptionalInt(j, "full_every"));
       t.full_every = std::max<int64_t>(1, full_every.value_or(10));
+      ASSIGN_OR_RETURN(std::optional<bool> from_memory, OptionalBool(j, "from_memory"));
+      t.from_memory = from_memory.value_or(false);
       break;
     }
     case TaskKind::kWrite: {

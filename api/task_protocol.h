@@ -65,6 +65,7 @@ struct Task {
   int64_t level = 1;                // snapshot, write, import: zstd level
   bool full = false;                // snapshot: write every chunk (SaveRequest::full)
   int64_t full_every = 10;          // snapshot: SaveRequest::full_every
+  bool from_memory = false;         // snapshot: the memory checkpoint of `step` (SaveRequest::from_memory)
   std::string dir;                  // restore, export: the committed checkpoint's dir
   std::vector<TensorMeta> tensors;  // restore: what to read, in the target layout;
                                     // import: the tensors planned from `sources`

@@ -37,6 +37,35 @@ Result<Json> Service::GetCheckpoint(const std::string& mesh, const std::string& 
                   {{"mesh", mesh}, {"step", s}});
 }
 
+Result<Json> Service::StartPersist(const std::string& mesh, const std::string& step,
+                                  const Json& body) {
+  ASSIGN_OR_RETURN(int64_t s, ParseStep(step));
+  Json request = body.is_object() ? body : Json::object();
+  for (const char* field : {"step", "tensors", "metadata", "wait_for_trainer", "from_memory", "tier"}) {
+    if (request.contains(field)) {
+      return InvalidArgument(std::string("a persist takes only compression and level, not ") + field,
+                             {{"field", field}});
+    }
+  }
+  if (!meshes_.Has(mesh)) return NotFound("no mesh " + mesh, {{"mesh", mesh}});
+  const MemoryCheckpoints::Report memory = memory_checkpoints_.Get(mesh);
+  if (!memory || !memory->Holds(s)) {
+    Json held = memory ? Json(memory->steps) : Json::array();
+    return NotFound("the memory tier of mesh " + mesh + " holds no step " + std::to_string(s) +
+                        " (it holds " + held.dump() + ")",
+                    {{"mesh", mesh}, {"step", s}, {"memory_steps", held}});
+  }
+  if (auto c = checkpoints_.Get(CheckpointRecord::Key(mesh, s));
+      c && c->state == CheckpointState::kCommitted) {
+    return Conflict("step " + std::to_string(s) + " of mesh " + mesh + " is persisted already",
+                    {{"mesh", mesh}, {"step", s}, {"state", "committed"}});
+  }
+  request["step"] = s;
+  request["from_memory"] = true;
+  ASSIGN_OR_RETURN(SaveRequest save, SaveRequest::FromJson(request));
+  return StartSave(mesh, save);
+}
+
 Result<Json> Service::ReportMemoryCheckpoints(const std::string& mesh,
                                               const Result<MemoryCheckpointReport>& report) {
   Result<Json> answer = KeepMemoryReport(mesh, report);

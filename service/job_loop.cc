@@ -98,6 +98,7 @@ Result<Json> Service::RunJobIo(const JobSpec& spec, const JobAction& a) {
     case IoKind::kMerge: {
       auto c = checkpoints_.Get(CheckpointRecord::Key(mesh, spec.step));
       if (!c) return Internal("the record of checkpoint " + mesh + " step " + std::to_string(spec.step) + " is gone");
+      if (a.io_input.is_object() && a.io_input.contains("metadata")) c->metadata = a.io_input["metadata"];
       if (!a.slices.empty()) {
         // The checkpoints its unchanged chunks refer to stay until it commits.
         for (int64_t base : a.bases) {

@@ -217,6 +217,7 @@ void CheckpointRecord::TakeSummary(const Json& summary) {
   logical_bytes = summary.value("logical_bytes", uint64_t{0});
   stored_bytes = summary.value("stored_bytes", uint64_t{0});
   referenced_bytes = summary.value("referenced_bytes", uint64_t{0});
+  if (summary.contains("metadata") && summary["metadata"].is_object()) metadata = summary["metadata"];
 }
 
 std::string NewId(const std::string& prefix) {

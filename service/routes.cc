@@ -217,6 +217,11 @@ void Service::AddRoutes(http::Router* router) {
       return Reply(StartRestore(req.Param("m"), req.Param("step"), *request), 202);
     });
   }, "restore {target_mesh?, tensors?, layouts?}");
+  add("POST", "/api/v1/meshes/{m+}/checkpoints/{step}/persist", [this](const Request& req) {
+    return WithBody(req, [&](const Json& b) {
+      return Reply(StartPersist(req.Param("m"), req.Param("step"), b), 202);
+    });
+  }, "persist a memory checkpoint now: its workers write their shares from RAM {compression?, level?}");
   add("POST", "/api/v1/meshes/{m+}/checkpoints/{step}/verify", [this](const Request& req) {
     return Reply(StartVerify(req.Param("m"), req.Param("step")), 202);
   }, "verify every chunk");

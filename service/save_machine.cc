@@ -32,6 +32,7 @@ Result<JobActions> SaveMachine::OnStart(int64_t now) {
       t.level = request_.level;
       t.full = request_.full;
       t.full_every = request_.full_every;
+      t.from_memory = request_.from_memory;
     }
     out.push_back(SendTasks(std::move(snap)));
   }
@@ -98,6 +99,10 @@ Result<JobActions> SaveMachine::Merge() {
     if (join.written && join.written->base) bases_.insert(*join.written->base);
   }
   JobAction merge = RunIo(IoKind::kMerge);
+  if (request_.from_memory) {
+    // A persist: the memory checkpoint's metadata, which every worker's share carries.
+    merge.io_input = {{"metadata", joins_.begin()->second.save.metadata}};
+  }
   merge.slices = std::move(fragments);
   merge.bases = bases_;
   return JobActions{SetPhase("merge"), SetCheckpointState(CheckpointState::kMerging),

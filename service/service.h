@@ -136,6 +136,11 @@ class Service {
   // worker, each taking its part as its trainer would; the job succeeds once every
   // worker's memory checkpoint committed. The workers check the memory fields.
   Result<Json> StartMemorySave(const std::string& mesh, const Json& body);
+  // POST .../checkpoints/{step}/persist (docs/memory-tier.md, "Persisting one now"):
+  // a save job whose workers write their shares of memory checkpoint `step` from RAM
+  // (SaveRequest::from_memory). Body: {compression?, level?}. not_found when the mesh's
+  // memory tier does not hold the step; conflict when it is in the root already.
+  Result<Json> StartPersist(const std::string& mesh, const std::string& step, const Json& body);
   // The in-loop save's create-or-join (save_join.cc): (201, {job, checkpoint}) when
   // this call created the save, (200, ...) when it joined the same save (also when
   // it repeats an earlier join); conflict for a committed step or another save of it.

@@ -97,6 +97,8 @@ class LocalCluster {
 
   // kill -9.
   void KillWorker(int i);
+  // Starts worker i again under its name, after KillWorker (its RAM empty).
+  Status RestartWorker(int i) { return StartWorker(i); }
   void KillServer();
   // Starts tesserad again on the same port and data dir.
   Status RestartServer();

@@ -219,6 +219,9 @@ class Agent {
   // Removes the files a refused join's `fragment` (its written.fragment) names in
   // `staging`: nothing will commit them.
   void RemoveWritten(const std::string& staging, const Json& fragment);
+  // A persist's snapshot (Task::from_memory): this worker's share of the memory
+  // checkpoint of the task's step, and its metadata; not_found naming the worker.
+  Result<std::shared_ptr<const Snapshot>> MemoryShareSnapshot(const Task& task, Json* metadata);
   // A REST save's snapshot task: snapshot, write, join.
   void SaveForJob(const Task& task);
   // The staging dir of `step` of `mesh` under the root tesserad gave at registration.

@@ -173,6 +173,17 @@ void Agent::RemoveWritten(const std::string& staging, const Json& fragment) {
   for (const auto& f : files) (void)env_->DeleteFile(storage::JoinPath(staging, f));
 }
 
+Result<std::shared_ptr<const Snapshot>> Agent::MemoryShareSnapshot(const Task& task, Json* metadata) {
+  for (const auto& ck : memory_.Committed(task.mesh.name)) {
+    if (ck->step != task.step) continue;
+    *metadata = ck->own_header.metadata;
+    return ShareSnapshot(ck->own_header, ck->own, PlacementFromTask(task));
+  }
+  return NotFound("worker " + id_ + " holds no memory checkpoint of step " + std::to_string(task.step) +
+                      " of mesh " + task.mesh.name + " (it keeps the newest `keep`)",
+                  {{"worker", id_}, {"mesh", task.mesh.name}, {"step", task.step}});
+}
+
 void Agent::SaveForJob(const Task& task) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kSaveJoinMs);
   SaveRequest request;
@@ -182,8 +193,10 @@ void Agent::SaveForJob(const Task& task) {
   request.level = task.level;
   request.full = task.full;
   request.full_every = task.full_every;
+  request.from_memory = task.from_memory;
   const auto snapped = std::chrono::steady_clock::now();
-  auto snap = store_->TakeSnapshot(PlacementFromTask(task), task.tensor_names);
+  auto snap = task.from_memory ? MemoryShareSnapshot(task, &request.metadata)
+                               : store_->TakeSnapshot(PlacementFromTask(task), task.tensor_names);
   std::shared_ptr<const Snapshot> taken;
   if (snap.ok()) {
     taken = *snap;

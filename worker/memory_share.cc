@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "collectives/hash.h"
@@ -183,6 +184,31 @@ Status CheckShare(const ShareHeader& header, const ShareBytes& bytes, const std:
     }
   }
   return Status::Ok();
+}
+
+Result<std::shared_ptr<const Snapshot>> ShareSnapshot(const ShareHeader& header, const ShareBytes& bytes,
+                                                      const MeshPlacement& placement) {
+  if (bytes.snapshot()) return bytes.snapshot();
+  auto snap = std::make_shared<Snapshot>();
+  snap->placement = placement;
+  std::map<std::string, Snapshot::Tensor> tensors;
+  for (const ShareHeader::Piece& p : header.pieces) {
+    Snapshot::Tensor& t = tensors[p.tensor.name];
+    t.name = p.tensor.name;
+    t.desc = p.tensor.desc();
+    ASSIGN_OR_RETURN(std::shared_ptr<ShardBuffer> copy, ShardBuffer::Heap(p.bytes));
+    bytes.CopyRange(p.offset, p.bytes, copy->data());
+    t.shards.push_back({p.device, std::move(copy)});
+  }
+  for (auto& [name, t] : tensors) {
+    std::sort(t.shards.begin(), t.shards.end(), [](const auto& a, const auto& b) { return a.device < b.device; });
+    for (int64_t device : placement.devices) {
+      const bool held = std::any_of(t.shards.begin(), t.shards.end(), [&](const auto& s) { return s.device == device; });
+      if (!held) t.absent_devices.push_back(device);
+    }
+    snap->tensors.push_back(std::move(t));
+  }
+  return std::shared_ptr<const Snapshot>(std::move(snap));
 }
 
 Status InstallShare(TensorStore& store, const std::string& mesh, const ShareHeader& header,

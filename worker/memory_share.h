@@ -72,6 +72,8 @@ class ShareBytes {
   std::vector<Bytes> Range(uint64_t offset, uint64_t n) const;
   // Copies [offset, offset + n) into dst, zeros past the end.
   void CopyRange(uint64_t offset, uint64_t n, uint8_t* dst) const;
+  // The snapshot the share is, or null for received bytes.
+  const std::shared_ptr<const Snapshot>& snapshot() const { return snap_; }
 
  private:
   std::shared_ptr<const Snapshot> snap_;
@@ -83,6 +85,11 @@ class ShareBytes {
 // data_loss naming the piece (tensor, device) whose checksum does not match, and `whose`
 // ("the copy of rank 2 (w-c) held by w-a").
 Status CheckShare(const ShareHeader& header, const ShareBytes& bytes, const std::string& whose);
+
+// The share as a snapshot of `placement` (what a persist writes): the snapshot it was
+// taken as, or, for received bytes (a share rebuilt from a peer), copies of its pieces.
+Result<std::shared_ptr<const Snapshot>> ShareSnapshot(const ShareHeader& header, const ShareBytes& bytes,
+                                                      const MeshPlacement& placement);
 
 // Writes each piece of `bytes` whose tensor is in `names` into the store (mesh `mesh`).
 Status InstallShare(TensorStore& store, const std::string& mesh, const ShareHeader& header,

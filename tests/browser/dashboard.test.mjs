@@ -240,6 +240,23 @@ describe('dashboard', () => {
     await shot('09-memory-tier-checkpoints');
     await page.locator('main').screenshot({path: join(artifacts, 'dashboard-memory-tier.png')});
 
+    // Persist now: a save job whose workers write their shares from their RAM. These
+    // workers never held step 250 (the report above was the test's own), so the job
+    // starts and then fails, naming a worker that does not hold it.
+    await detail.getByRole('button', {name: 'Persist now'}).click();
+    const notice = page.locator('#messages', {hasText: /Persist started \(job /});
+    await notice.waitFor();
+    const persistJob = /job ([^)\s]+)\)/.exec(await notice.textContent())[1];
+    let job = await cluster.api('GET', `/api/v1/jobs/${persistJob}`);
+    for (let i = 0; i < 30 && !['succeeded', 'failed', 'cancelled'].includes(job.state); i++) {
+      job = await cluster.api('GET', `/api/v1/jobs/${persistJob}?wait_ms=2000`);
+    }
+    assert.equal(job.kind, 'save');
+    assert.equal(job.request.from_memory, true);
+    assert.equal(job.state, 'failed');
+    assert.match(job.error.message, /holds no memory checkpoint of step 250/);
+    await dismissMessages();
+
     // The workers' memory bytes, in human units (and '—' for none).
     await tab('Overview');
     for (const [rank, text] of ['3 GiB', '2.50 GiB', '1.50 GiB', '768 MiB'].entries()) {

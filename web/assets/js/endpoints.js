@@ -39,3 +39,4 @@ export const checkpoints = (name) => `${mesh(name)}/checkpoints`;
 export const checkpoint = (name, step) => `${checkpoints(name)}/${step}`;
 export const restore = (name, step) => `${checkpoint(name, step)}/restore`;
 export const verify = (name, step) => `${checkpoint(name, step)}/verify`;
+export const persist = (name, step) => `${checkpoint(name, step)}/persist`;

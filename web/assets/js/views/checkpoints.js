@@ -1,6 +1,7 @@
 // Checkpoints of a mesh, persisted and in the workers' memory: the table (with each
 // one's tiers), one checkpoint's detail (tensors and layouts), and the actions on
-// persisted ones: save now, restore to a chosen mesh, verify, delete and retention.
+// persisted ones: save now, restore to a chosen mesh, verify, delete and retention; a
+// memory-only one can be persisted now.
 // Destructive ones ask first.
 
 import {checkpointHref, jobCard, tierBadges} from '../components.js';
@@ -155,9 +156,18 @@ export function createCheckpointsView(ctx) {
     const memoryOnly = committed && !persisted(c);
     let actions;
     if (memoryOnly) {
-      actions = h('p', {class: 'muted', dataset: {memoryOnly: ''}}, 'In the workers\' memory only: the trainers restore it ',
-        'with restore(), and the workers free it as newer ones commit. Restore, verify and delete here ',
-        'apply to persisted checkpoints.');
+      // Persisting writes each worker's share from its RAM as a save job (docs/memory-tier.md).
+      const persistButton = h('button', {type: 'button', class: 'btn', dataset: {key: 'persist'},
+        onclick: (e) => act(e.currentTarget, `Persist step ${step} of ${mesh}`, async () => {
+          const r = await ctx.api.post(endpoints.persist(mesh, step), {});
+          showNotice(`Persist started (job ${r.job})`);
+          await ctx.loader.jobs();
+        })}, 'Persist now');
+      actions = h('div', {class: 'action-row'},
+        h('p', {class: 'muted', dataset: {memoryOnly: ''}}, 'In the workers\' memory only: the trainers restore it ',
+          'with restore(), and the workers free it as newer ones commit. Persist it to keep it in the ',
+          'checkpoint root; restore, verify and delete here apply to persisted checkpoints.'),
+        h('div', {class: 'actions'}, persistButton));
     } else if (committed) {
       actions = h('div', {class: 'action-row'}, restoreForm, h('div', {class: 'actions'}, verifyButton, deleteButton));
     } else {
