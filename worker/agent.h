@@ -180,6 +180,12 @@ class Agent {
   // Writes a committed memory checkpoint to the root: the disk save's write and join
   // from the RAM copy.
   void PersistFromMemory(const std::string& mesh, const MemorySave& save);
+  // Before the exchange of each of the mesh's first `keep` memory checkpoints: one
+  // more set of snapshot buffers of `save`'s sizes, faulted in, in the pool. With the
+  // first snapshot's own, a ring of keep + 1 sets that every later snapshot reuses
+  // (the tier holds `keep`; the one being taken needs one): no checkpoint copies into
+  // fresh pages while its trainer waits.
+  void ReserveRing(const std::string& mesh, const MemorySave& save);
   // agent_memory_restore.cc
   // A restore of "latest" (`named` empty) or of a named step with the memory tier in
   // mind: the workers gather their inventories and the step each trainer asked for,
@@ -279,6 +285,7 @@ class Agent {
     int64_t persist_asked_step = -1;  // the last step the workers agreed to persist
     int64_t persist_asked_ms = -1;
     int64_t persisted_step = -1;  // the last one that committed to the root
+    int64_t ring_reserved = 0;    // snapshot buffer sets added to the pool (ReserveRing)
   };
   std::map<std::string, MemoryQueue> memory_queues_ GUARDED_BY(mu_);
   MemoryTier memory_;  // its own lock

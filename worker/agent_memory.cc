@@ -95,7 +95,7 @@ Result<Json> Agent::SaveToMemory(const std::string& mesh, int64_t step, const Js
   const auto waited = Clock::now();
   // Borrowed shards are copied here, once: the tier keeps its own bytes.
   ASSIGN_OR_RETURN(auto taken, TrainerSnapshot(mesh, body, names));
-  ASSIGN_OR_RETURN(auto snap, OwnSnapshot(std::move(taken)));
+  ASSIGN_OR_RETURN(auto snap, OwnSnapshot(std::move(taken), store_));
   const auto snapped = Clock::now();
   trainer_saves_.Snapshotted(mesh, step);
   bool start = false;
@@ -142,6 +142,7 @@ void Agent::RunMemorySaves(const std::string& mesh) {
     }
     cv_.NotifyAll();  // room for a trainer waiting in SaveToMemory
     trainer_saves_.Started(mesh, save.step, "memory");
+    ReserveRing(mesh, save);
     bool persist = false;
     std::optional<MemoryCheckpointReport> report;
     Status st = TakeMemoryCheckpoint(mesh, save, &persist, &report);
@@ -162,6 +163,19 @@ void Agent::RunMemorySaves(const std::string& mesh) {
     if (persist) {
       task_threads_.Spawn([this, mesh, save]() { PersistFromMemory(mesh, save); });
     }
+  }
+}
+
+void Agent::ReserveRing(const std::string& mesh, const MemorySave& save) {
+  {
+    MutexLock lock(mu_);
+    int64_t& reserved = memory_queues_[mesh].ring_reserved;
+    if (reserved >= save.policy.keep) return;
+    ++reserved;
+  }
+  if (Status st = store_->ReserveLike(*save.snap); !st.ok()) {
+    std::fprintf(stderr, "worker %s: no spare snapshot buffers for mesh %s: %s\n", id_.c_str(),
+                 mesh.c_str(), st.ToString().c_str());
   }
 }
 

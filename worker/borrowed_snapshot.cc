@@ -137,13 +137,14 @@ std::shared_ptr<const Snapshot> MergeSnapshots(std::shared_ptr<const Snapshot> a
   return out;
 }
 
-Result<std::shared_ptr<const Snapshot>> OwnSnapshot(std::shared_ptr<const Snapshot> snap) {
+Result<std::shared_ptr<const Snapshot>> OwnSnapshot(std::shared_ptr<const Snapshot> snap,
+                                                    TensorStore* store) {
   if (!snap->borrows()) return snap;
   auto out = std::make_shared<Snapshot>(*snap);
   for (auto& t : out->tensors) {
     for (auto& s : t.shards) {
       if (s.borrowed == nullptr) continue;
-      ASSIGN_OR_RETURN(std::shared_ptr<ShardBuffer> copy, ShardBuffer::Heap(s.borrowed->size()));
+      ASSIGN_OR_RETURN(std::shared_ptr<ShardBuffer> copy, store->AcquireSnapshotBuffer(s.borrowed->size()));
       RETURN_IF_ERROR(s.borrowed->Read(0, s.borrowed->size(), copy->data()));
       s.buffer = std::move(copy);
       s.borrowed = nullptr;

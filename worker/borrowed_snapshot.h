@@ -29,8 +29,10 @@ Result<std::shared_ptr<const Snapshot>> BorrowedSnapshot(const MeshPlacement& pl
 std::shared_ptr<const Snapshot> MergeSnapshots(std::shared_ptr<const Snapshot> a,
                                                std::shared_ptr<const Snapshot> b);
 
-// A copy of `snap` whose borrowed shards are read into buffers of this worker (what a
-// memory checkpoint keeps); `snap` itself when nothing is borrowed.
-Result<std::shared_ptr<const Snapshot>> OwnSnapshot(std::shared_ptr<const Snapshot> snap);
+// A copy of `snap` whose borrowed shards are read into buffers of this worker from
+// `store`'s snapshot pool (what a memory checkpoint keeps); `snap` itself when
+// nothing is borrowed.
+Result<std::shared_ptr<const Snapshot>> OwnSnapshot(std::shared_ptr<const Snapshot> snap,
+                                                    TensorStore* store);
 
 }  // namespace tessera::worker

@@ -67,7 +67,8 @@ Result<std::shared_ptr<ShardBuffer>> ShardBuffer::Shm(const std::string& dir,
     if (int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); err != 0) {
       return fail(err, "reserve " + std::to_string(bytes) + " bytes in shared-memory file");
     }
-    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    // Populated now: every snapshot copies through this mapping, the first one too.
+    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (p == MAP_FAILED) return fail(errno, "map shared-memory file");
   }
   // Kept open for CopyOut; the path lets the trainer open it.
@@ -94,10 +95,7 @@ size_t TransferAll(size_t n, Io io) {
 }  // namespace
 
 void ShardBuffer::CopyOut(size_t offset, size_t n, uint8_t* dst) const {
-  const size_t done = fd_ < 0 ? 0 : TransferAll(n, [&](size_t at) {
-    return pread(fd_, dst + at, n - at, static_cast<off_t>(offset + at));
-  });
-  if (done < n) std::memcpy(dst + done, data_ + offset + done, n - done);
+  std::memcpy(dst, data_ + offset, n);
 }
 
 void ShardBuffer::CopyIn(size_t offset, const uint8_t* src, size_t n) {

@@ -225,6 +225,15 @@ Status TensorStore::Install(const std::string& mesh, const std::string& name,
   return Write(mesh, name, desc, device, data, n, Code::kInvalidArgument);
 }
 
+Status TensorStore::ReserveLike(const Snapshot& like) {
+  for (const auto& t : like.tensors) {
+    for (const auto& s : t.shards) {
+      if (s.size() > 0) RETURN_IF_ERROR(pool_->Reserve(s.size()));
+    }
+  }
+  return Status::Ok();
+}
+
 Status TensorStore::Borrow(const std::string& mesh, const std::string& name,
                            const TensorDesc& desc, int64_t device,
                            std::shared_ptr<const BorrowedMemory> memory) {

@@ -167,6 +167,14 @@ class TensorStore {
   Status Install(const std::string& mesh, const std::string& name, const TensorDesc& desc,
                  int64_t device, const void* data, size_t n);
 
+  // Adds to the snapshot pool, faulted in, one buffer of each size `like` holds (a
+  // size twice, twice): the memory tier keeps its snapshots, so without this each of
+  // a mesh's first memory checkpoints would copy into fresh pages, a fault per page
+  // while the trainer waits (Agent::ReserveRing). Called off the trainer's path.
+  Status ReserveLike(const Snapshot& like);
+  // A buffer of `bytes` from the snapshot pool (for a snapshot taken elsewhere).
+  Result<std::shared_ptr<ShardBuffer>> AcquireSnapshotBuffer(size_t bytes) { return pool_->Acquire(bytes); }
+
   // Reuse counters of the snapshot buffer pool (tests, metrics).
   ShardBufferPool::Stats snapshot_pool_stats() const { return pool_->stats(); }
 

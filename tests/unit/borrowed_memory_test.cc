@@ -132,7 +132,8 @@ TEST(BorrowedSnapshotTest, LendsEachShardWithoutACopyAndNamesWhatIsWrong) {
   ASSERT_TRUE(t.shards[1].borrowed->Read(0, kBytes, got.data()).ok());
   EXPECT_EQ(got, d3);
   // A copy of its own, as a memory checkpoint keeps.
-  auto owned = OwnSnapshot(*snap);
+  TensorStore store([](const std::string&) -> Result<MeshPlacement> { return kPlacement; });
+  auto owned = OwnSnapshot(*snap, &store);
   ASSERT_TRUE(owned.ok());
   EXPECT_FALSE((*owned)->borrows());
   d3[0] = 'Y';
