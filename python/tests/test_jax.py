@@ -66,10 +66,21 @@ def jax_mesh(cluster, client, mesh_name):
     return mesh_name
 
 
+def ptrace_allowed():
+    """Whether a worker may read a trainer's memory here: Yama's ptrace scope (when the
+    kernel has it) forbids it to all (3), or to a process that is not root (1, 2)."""
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
+            scope = int(f.read())
+    except (OSError, ValueError):
+        return True
+    return scope == 0 or (scope < 3 and os.geteuid() == 0)
+
+
 def test_a_sharded_pytree_comes_back_bit_for_bit(cluster, client, jax_mesh):
     seen = run_procs(cluster, jax_mesh, "save", 3)
-    # Each worker read its process's arrays where they are.
-    assert all(s["saved"] == 3 and s["borrowed"] is True for s in seen), seen
+    # Each worker read its process's arrays where they are (where the kernel lets it).
+    assert all(s["saved"] == 3 and s["borrowed"] is ptrace_allowed() for s in seen), seen
     record = client.checkpoint(jax_mesh, 3)
     by_name = {t["name"]: t for t in record["tensors"]}
     assert by_name["params/w"]["layout"] == ["data", "model"], by_name["params/w"]
