@@ -41,9 +41,9 @@ Result<Json> Service::StartPersist(const std::string& mesh, const std::string& s
                                   const Json& body) {
   ASSIGN_OR_RETURN(int64_t s, ParseStep(step));
   Json request = body.is_object() ? body : Json::object();
-  for (const char* field : {"step", "tensors", "metadata", "wait_for_trainer", "from_memory", "tier"}) {
-    if (request.contains(field)) {
-      return InvalidArgument(std::string("a persist takes only compression and level, not ") + field,
+  for (const auto& [field, value] : request.items()) {
+    if (field != "compression" && field != "level") {
+      return InvalidArgument("a persist takes only compression and level, not " + field,
                              {{"field", field}});
     }
   }

@@ -71,37 +71,23 @@ Result<std::shared_ptr<ShardBuffer>> ShardBuffer::Shm(const std::string& dir,
     p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (p == MAP_FAILED) return fail(errno, "map shared-memory file");
   }
-  // Kept open for CopyOut; the path lets the trainer open it.
+  // Kept open for CopyIn; the path lets the trainer open it.
   return std::shared_ptr<ShardBuffer>(
       new ShardBuffer(Kind::kFileMap, static_cast<uint8_t*>(p), bytes, path, fd));
 }
-
-namespace {
-
-// Moves up to n bytes through `io(done)` (a pread or pwrite at offset + done), retrying
-// short transfers and EINTR; the bytes moved.
-template <typename Io>
-size_t TransferAll(size_t n, Io io) {
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t moved = io(done);
-    if (moved < 0 && errno == EINTR) continue;
-    if (moved <= 0) break;  // cannot happen on a file we sized; the mapping does the rest
-    done += static_cast<size_t>(moved);
-  }
-  return done;
-}
-
-}  // namespace
 
 void ShardBuffer::CopyOut(size_t offset, size_t n, uint8_t* dst) const {
   std::memcpy(dst, data_ + offset, n);
 }
 
 void ShardBuffer::CopyIn(size_t offset, const uint8_t* src, size_t n) {
-  const size_t done = fd_ < 0 ? 0 : TransferAll(n, [&](size_t at) {
-    return pwrite(fd_, src + at, n - at, static_cast<off_t>(offset + at));
-  });
+  size_t done = 0;
+  while (fd_ >= 0 && done < n) {
+    const ssize_t put = pwrite(fd_, src + done, n - done, static_cast<off_t>(offset + done));
+    if (put < 0 && errno == EINTR) continue;
+    if (put <= 0) break;  // cannot happen on a file we sized; the mapping takes the rest
+    done += static_cast<size_t>(put);
+  }
   if (done < n) std::memcpy(data_ + offset + done, src + done, n - done);
 }
 

@@ -24,8 +24,8 @@ class ShardBuffer {
 
   // Creates `dir`/`file_name` (mode 0600, must not exist), sizes it to `bytes`
   // (space reserved up front, so a full /dev/shm is an error here, not a SIGBUS
-  // later) and maps it shared, zero-filled, its pages mapped in at once. The file is unmapped and unlinked
-  // when the buffer is destroyed. Zero bytes: the file exists, nothing is mapped.
+  // later) and maps it shared, zero-filled, its pages mapped in at once. The file
+  // is unmapped and unlinked when the buffer is destroyed. Zero bytes: the file exists, nothing is mapped.
   static Result<std::shared_ptr<ShardBuffer>> Shm(const std::string& dir,
                                                   const std::string& file_name, size_t bytes);
 
@@ -62,7 +62,7 @@ class ShardBuffer {
   uint8_t* data_;
   size_t size_;
   std::string path_;
-  int fd_;  // the shared-memory file, open for CopyOut; -1 for heap buffers
+  int fd_;  // the shared-memory file, open for CopyIn; -1 for heap buffers
 };
 
 // Recycles heap buffers by exact size so that repeated snapshots of the same

@@ -102,9 +102,7 @@ std::string TensorStore::ShmFileName(const std::string& name, int64_t device) {
 
 void TensorStore::CopyRun::Copy() const {
   if (bytes == 0) return;  // src may be null when empty
-  if (from != nullptr) {
-    from->CopyOut(offset, bytes, dst);
-  } else if (to != nullptr) {
+  if (to != nullptr) {
     to->CopyIn(to_offset, src, bytes);
   } else {
     std::memcpy(dst, src, bytes);
@@ -129,7 +127,7 @@ void TensorStore::CopyParallel(const std::vector<CopyRun>& runs) {
       const size_t room = span + 1 == threads ? std::numeric_limits<size_t>::max() : part - filled;
       const size_t take = std::min(r.bytes - off, room);
       spans[span].push_back(
-          {r.src + off, r.dst + off, take, r.from, r.offset + off, r.to, r.to_offset + off});
+          {r.src + off, r.dst + off, take, r.to, r.to_offset + off});
       off += take;
       filled += take;
       if (filled == part && span + 1 < threads) {
@@ -206,7 +204,7 @@ Status TensorStore::Write(const std::string& mesh, const std::string& name, cons
       // The trainer's memory: write in place so its view stays valid (by pwrite:
       // this process's mapping of the trainer's pages would fault page by page).
       std::unique_lock<std::shared_mutex> writing(bytes_mu_);
-      CopyParallel({{src, mapped->data(), n, nullptr, 0, mapped.get(), 0}});
+      CopyParallel({{src, mapped->data(), n, mapped.get(), 0}});
       return Status::Ok();
     }
     ASSIGN_OR_RETURN(fresh, ShardBuffer::Heap(n));
@@ -263,6 +261,7 @@ Status TensorStore::Borrow(const std::string& mesh, const std::string& name,
 }
 
 void TensorStore::EndLoans(const std::string& mesh, const std::vector<std::string>& names) {
+  if (names.empty()) return;
   for (const std::string& name : names) (void)Delete(mesh, name);
   std::unique_lock<std::shared_mutex> drained(bytes_mu_);  // writes that passed their check
 }
@@ -423,7 +422,8 @@ Result<std::shared_ptr<const Snapshot>> TensorStore::TakeSnapshot(
     for (const auto& [j, buffer] : sources[i]) {
       const ShardBuffer& src = *buffer;
       ASSIGN_OR_RETURN(std::shared_ptr<ShardBuffer> dst, pool_->Acquire(src.size()));
-      runs.push_back({src.data(), dst->data(), src.size(), src.mapped() ? &src : nullptr, 0});
+      // A mapping is read through the worker's own, populated view (ShardBuffer::Shm).
+      runs.push_back({src.data(), dst->data(), src.size()});
       snapshot->tensors[i].shards[j].buffer = std::move(dst);
     }
   }

@@ -197,9 +197,6 @@ class TensorStore {
     const uint8_t* src;
     uint8_t* dst;
     size_t bytes;
-    // When set, src is this buffer's data() + offset, read with CopyOut.
-    const ShardBuffer* from = nullptr;
-    size_t offset = 0;
     // When set, dst is this buffer's data() + to_offset, written with CopyIn.
     ShardBuffer* to = nullptr;
     size_t to_offset = 0;

@@ -23,7 +23,18 @@ def borrowed_shard(device, data, pins):
     if not view.flags.c_contiguous:
         view = np.ascontiguousarray(view)
     pins.append(view)
+    return lent_shard(device, view)
+
+
+def lent_shard(device, view):
+    """{"device", "address", "bytes"} of a contiguous numpy array of this process."""
     return {"device": int(device), "address": int(view.ctypes.data), "bytes": int(view.nbytes)}
+
+
+def lent_tensor(name, dtype, shape, layout, shards):
+    """One tensor of a borrow (a save) or into (a restore): its description and shards."""
+    return {"name": name, "dtype": dtype, "shape": list(shape),
+            "layout": layout or [None] * len(shape), "shards": shards}
 
 
 # Buffers lent to a restore whose worker may still write them (its call failed on this

@@ -23,8 +23,8 @@ from . import _jax_tree as tree_
 from ._box_reads import read_boxes
 from ._dtypes import dtype_name, numpy_dtype
 from ._http import query
-from ._jax_pending import (PendingSave, aligned_empty, borrow_body, borrowed_shard, refused,
-                           strand)
+from ._jax_pending import (PendingSave, aligned_empty, borrow_body, borrowed_shard, lent_shard,
+                           lent_tensor, refused, strand)
 from .errors import TesseraError, invalid_argument
 from .manager import CheckpointManager
 from ._jax_multihost import (assert_equal, broadcast_one_to_all, process_allgather,  # noqa: F401
@@ -57,8 +57,7 @@ class Checkpointer:
         self._workers = list(answer.get("workers") or [])
         self._local = set(self.manager.devices)
         self.restored = None  # the last restore from this mesh: a Restored (tier, source)
-        self._pending = None  # the last save
-        self._saves = []      # saves whose arrays the worker may still read
+        self._saves = []      # saves whose arrays the worker may still read, the last one last
         self._views = {}      # (name, device) -> ((shape, dtype, layout), mapped array)
         self._borrow = True   # until the worker says it cannot read this process
         remember(self)
@@ -75,6 +74,12 @@ class Checkpointer:
         for pending in self._saves:
             pending.released()
         self._saves = []
+
+    def _last_taken(self):
+        """Waits until the worker took (or refused) the last save still listed (one no
+        longer listed was taken long ago)."""
+        if self._saves:
+            self._saves[-1].snapshot_done()
 
     def close(self):
         self._drain()
@@ -98,10 +103,9 @@ class Checkpointer:
         beside. tier, options: as CheckpointManager.save (tier="memory" and its
         options, compression, ...)."""
         leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-        if self._pending is not None:
-            # The worker snapshots the mappings the last save staged: not overwritten
-            # before it has (its error, if any, is that save's).
-            self._pending.snapshot_done()
+        # The worker snapshots the mappings the last save staged: not overwritten before
+        # it has (its error, if any, is that save's).
+        self._last_taken()
         self._saves = [p for p in self._saves if not p.released(0)]
         entries, values, names, arrays = [], {}, [], []
         for path, leaf in leaves:
@@ -129,10 +133,9 @@ class Checkpointer:
         pins, borrowed = [], []
         if self._borrow:
             for entry, placed in arrays:
-                borrowed.append({"name": entry["name"], "dtype": entry["dtype"],
-                                 "shape": entry["shape"],
-                                 "layout": entry["layout"] or [None] * len(entry["shape"]),
-                                 "shards": [borrowed_shard(k, data, pins) for k, data in placed]})
+                borrowed.append(lent_tensor(entry["name"], entry["dtype"], entry["shape"],
+                                            entry["layout"],
+                                            [borrowed_shard(k, data, pins) for k, data in placed]))
         else:
             pins = [data for _, placed in arrays for _, data in placed]
 
@@ -153,7 +156,6 @@ class Checkpointer:
             return self.manager.save(step, **kwargs), False
 
         pending = PendingSave(start, step, pins)
-        self._pending = pending
         self._saves.append(pending)
         if wait:
             pending.wait(self.timeout)
@@ -231,8 +233,7 @@ class Checkpointer:
         if target is None:
             raise invalid_argument("restore needs a target tree (arrays or "
                                    "jax.ShapeDtypeStruct with shardings)", field="target")
-        if self._pending is not None:
-            self._pending.snapshot_done()  # its thread may still write the mappings
+        self._last_taken()  # the last save's thread may still write the mappings
         source = from_mesh or self.mesh
         record = self._record(from_mesh, step)
         manifest = (record.get("metadata") or {}).get(tree_.MANIFEST)
@@ -294,11 +295,8 @@ class Checkpointer:
             for k, _, index in targets:
                 buf = aligned_empty(tree_.box_of(index, shape)[1], np.dtype(leaf.dtype))
                 buffers[(name, k)] = buf
-                shards.append({"device": k, "address": int(buf.ctypes.data),
-                               "bytes": int(buf.nbytes)})
-            into.append({"name": name, "dtype": dtype_name(np.dtype(leaf.dtype)),
-                         "shape": list(shape), "layout": layout or [None] * len(shape),
-                         "shards": shards})
+                shards.append(lent_shard(k, buf))
+            into.append(lent_tensor(name, dtype_name(np.dtype(leaf.dtype)), shape, layout, shards))
         try:
             self.restored = self.manager.restore(step, tensors=names, timeout=self.timeout,
                                                  strict=False, _into=borrow_body(into))
