@@ -18,20 +18,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// What this worker holds of `mesh` under its current identity (`held`). The checkpoint
-// a restore most likely takes (`check_step`: the named one, else the newest) is
-// checked against its checksums here, so that a damaged copy is left out of the
-// choice; another was checked when it arrived, and a share rebuilt from it is checked
-// again where it lands.
+// What this worker holds of `mesh` under its current identity (`held`). With `verify`,
+// the checkpoint a restore most likely takes (`check_step`: the named one, else the
+// newest) is checked against its checksums here, so that a damaged copy is left out of
+// the choice; without, everything held is offered, and each share is checked where it
+// lands (InstallShare). Every checkpoint was checked when it arrived.
 Inventory TakeInventory(const std::vector<std::shared_ptr<const MemoryCheckpoint>>& held, int64_t check_step,
-                        int64_t fingerprint, const std::string& self) {
+                        int64_t fingerprint, const std::string& self, bool verify) {
   Inventory inv;
   inv.mesh_fingerprint = fingerprint;
   for (const auto& ck : held) {
     HeldStep h;
     h.step = ck->step;
     h.mode = ck->policy.mode;
-    const bool check = ck->step == check_step;
+    const bool check = verify && ck->step == check_step;
     const std::string where = " held by " + self + " for step " + std::to_string(ck->step);
     Status own = check ? CheckShare(ck->own_header, ck->own, "its own share" + where) : Status::Ok();
     h.own = own.ok();
@@ -100,7 +100,10 @@ Result<Json> Agent::InstallFromMemory(const std::string& mesh, int64_t step, con
   ASSIGN_OR_RETURN(RestoreMatch match, MatchCheckpoint(request, held, header.Tensors()));
   std::vector<std::string> restored;
   for (const Json& t : match.tensors) restored.push_back(t.value("name", ""));
-  RETURN_IF_ERROR(InstallShare(*store_, mesh, header, bytes, restored)
+  const std::string whose = source == "local" ? "the share of step " + std::to_string(step) + " held by " + id_
+                                             : "the share of " + id_ + " for step " + std::to_string(step) +
+                                                   " rebuilt from its peers";
+  RETURN_IF_ERROR(InstallShare(*store_, mesh, header, bytes, restored, whose)
                       .WithContext("restoring memory checkpoint step " + std::to_string(step) + " of mesh " + mesh));
   uint64_t n = 0;
   for (const ShareHeader::Piece& piece : header.pieces) {
@@ -139,10 +142,12 @@ Result<std::optional<Json>> Agent::RestoreFromMemory(const std::string& mesh, st
         LogFreed(id_, mesh, *named, memory_.Rollback(mesh, *named, fingerprint, timeline));
       }
       for (const auto& ck : held) {
-        if (ck->step == *named && CheckShare(ck->own_header, ck->own, "its own share").ok()) {
-          ASSIGN_OR_RETURN(Json out, InstallFromMemory(mesh, *named, body, ck->own_header, ck->own, "local"));
-          return std::optional<Json>(std::move(out));
-        }
+        if (ck->step != *named) continue;
+        Result<Json> out = InstallFromMemory(mesh, *named, body, ck->own_header, ck->own, "local");
+        if (out.ok()) return std::optional<Json>(std::move(*out));
+        if (out.status().code() != Code::kDataLoss) return out.status();
+        // Damaged here: the root's copy overwrites what was written.
+        std::fprintf(stderr, "worker %s: %s; restoring from the root\n", id_.c_str(), out.status().ToString().c_str());
       }
       return std::optional<Json>();
     }
@@ -152,7 +157,7 @@ Result<std::optional<Json>> Agent::RestoreFromMemory(const std::string& mesh, st
                        {{"worker", id_}});
   }
   const int64_t check_step = named.value_or(held.empty() ? -1 : held.back()->step);
-  Inventory inv = TakeInventory(held, check_step, fingerprint, id_);
+  Inventory inv;
   inv.requested = named.value_or(-1);
   inv.timeline = std::max(WallMs(), memory_.Timeline(mesh) + 1);
   if (named) {
@@ -163,90 +168,121 @@ Result<std::optional<Json>> Agent::RestoreFromMemory(const std::string& mesh, st
   if (!latest.ok() && latest.status().code() != Code::kNotFound) inv.lookup_failed = true;
   const auto timeout = std::chrono::milliseconds(timeout_ms);
   const auto deadline = Clock::now() + timeout;
-  RestoreChoice choice;
-  int64_t disagreeing = -1;
-  bool lookup_failed = false;
-  std::vector<int64_t> asked;  // by rank
-  ShareHeader header;
-  ShareBytes bytes;
-  std::shared_ptr<const MemoryCheckpoint> mine;
   const std::string which = named ? "step " + std::to_string(*named) : "the latest step";
   const std::string what = "agreeing on " + which + " of mesh " + mesh +
                            " with its other workers (a restore is made by every trainer of the mesh together)";
-  RETURN_IF_ERROR(memory_channel_->With(p, timeout, what, [&](collectives::Group& group,
-                                                             const std::vector<std::string>&) -> Status {
-    const std::vector<int64_t> record = EncodeInventory(inv);
-    collectives::Tensor t = collectives::Tensor::Zeros(DType::kInt64, {static_cast<int64_t>(record.size())});
-    std::copy(record.begin(), record.end(), t.values<int64_t>().begin());
-    collectives::AllGatherOptions o;
-    o.timeout = timeout;
-    ASSIGN_OR_RETURN(collectives::Tensor all, collectives::AllGather(group, t, o));
-    std::vector<Inventory> by_rank;
-    const auto values = all.values<int64_t>();
-    for (size_t r = 0; r < p.workers.size(); ++r) {
-      by_rank.push_back(DecodeInventory(values.data() + r * InventoryRecordSize()));
-      asked.push_back(by_rank.back().requested);
+  // The first round offers everything held unchecked, and each worker checks its share
+  // as it installs it: a local restore is one pass over the bytes. A share that does
+  // not match (damaged in RAM, or rebuilt from a damaged copy) sends every worker to a
+  // second round, in which what is held is checked before the choice leaves it out.
+  for (int round = 0;; ++round) {
+    const bool last = round == 1;
+    const Inventory base = inv;
+    inv = TakeInventory(held, check_step, fingerprint, id_, last);
+    inv.requested = base.requested;
+    inv.timeline = base.timeline;
+    inv.persisted = base.persisted;
+    inv.lookup_failed = base.lookup_failed;
+    RestoreChoice choice;
+    int64_t disagreeing = -1;
+    bool lookup_failed = false;
+    bool again = false;  // some worker's share did not match: a second round
+    std::vector<int64_t> asked;  // by rank
+    Result<Json> installed = Internal("not installed");
+    RETURN_IF_ERROR(memory_channel_->With(p, timeout, what, [&](collectives::Group& group,
+                                                               const std::vector<std::string>&) -> Status {
+      const std::vector<int64_t> record = EncodeInventory(inv);
+      collectives::Tensor t = collectives::Tensor::Zeros(DType::kInt64, {static_cast<int64_t>(record.size())});
+      std::copy(record.begin(), record.end(), t.values<int64_t>().begin());
+      collectives::AllGatherOptions o;
+      o.timeout = timeout;
+      ASSIGN_OR_RETURN(collectives::Tensor all, collectives::AllGather(group, t, o));
+      std::vector<Inventory> by_rank;
+      const auto values = all.values<int64_t>();
+      for (size_t r = 0; r < p.workers.size(); ++r) {
+        by_rank.push_back(DecodeInventory(values.data() + r * InventoryRecordSize()));
+        asked.push_back(by_rank.back().requested);
+      }
+      // Every rank restores the same step, or none does.
+      disagreeing = DisagreeingRank(by_rank);
+      if (disagreeing >= 0) return Status::Ok();
+      choice = ChooseRestore(by_rank, fingerprint, p.workers, named);
+      // A worker that could not look the root up fails the restore, unless a named step
+      // is restored from memory (the root could not offer a newer one).
+      lookup_failed = choice.lookup_failed >= 0 && !(named && choice.memory);
+      if (lookup_failed) return Status::Ok();
+      if (choice.step >= 0) {
+        // The timeline goes on from the step restored: what it held past it is abandoned.
+        LogFreed(id_, mesh, choice.step, memory_.Rollback(mesh, choice.step, fingerprint, AgreedTimeline(by_rank)));
+      }
+      if (!choice.memory) return Status::Ok();
+      std::shared_ptr<const MemoryCheckpoint> mine;
+      for (const auto& ck : held) {
+        if (ck->step == choice.step) mine = ck;
+      }
+      const std::string source = choice.sources.at(p.rank);
+      ShareHeader header;
+      ShareBytes bytes;
+      Status rebuilt = choice.plan.empty() ? Status::Ok()
+                                           : RebuildShares(group, mine.get(), choice.step, choice.plan, p.workers,
+                                                           deadline, &header, &bytes);
+      if (rebuilt.ok()) {
+        installed = source == "local" ? InstallFromMemory(mesh, choice.step, body, mine->own_header, mine->own, source)
+                                      : InstallFromMemory(mesh, choice.step, body, header, bytes, source);
+      } else {
+        installed = rebuilt;
+      }
+      // Whether every share matched, from every worker: one more small round.
+      collectives::Tensor damaged = collectives::Tensor::Zeros(DType::kInt64, {1});
+      damaged.values<int64_t>()[0] = !installed.ok() && installed.status().code() == Code::kDataLoss ? 1 : 0;
+      collectives::AllReduceOptions sum;
+      sum.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      Status told = collectives::AllReduce(group, damaged, sum);
+      if (!told.ok()) return rebuilt.ok() ? told : rebuilt;
+      again = !last && damaged.values<int64_t>()[0] > 0;
+      return Status::Ok();
+    }));
+    if (disagreeing >= 0) {
+      const std::string other = MeshCollectives::WorkerName(p, disagreeing);
+      auto step_name = [](int64_t s) { return s < 0 ? std::string("the latest step") : "step " + std::to_string(s); };
+      return Conflict("worker " + other + " of mesh " + mesh + " restores " + step_name(asked[disagreeing]) +
+                          " where rank 0 restores " + step_name(asked[0]) +
+                          ": every trainer of the mesh must restore the same step, so no worker restores",
+                      {{"mesh", mesh}, {"worker", other}, {"rank", disagreeing}});
     }
-    // Every rank restores the same step, or none does.
-    disagreeing = DisagreeingRank(by_rank);
-    if (disagreeing >= 0) return Status::Ok();
-    choice = ChooseRestore(by_rank, fingerprint, p.workers, named);
-    // A worker that could not look the root up fails the restore, unless a named step
-    // is restored from memory (the root could not offer a newer one).
-    lookup_failed = choice.lookup_failed >= 0 && !(named && choice.memory);
-    if (lookup_failed) return Status::Ok();
-    if (choice.step >= 0) {
-      // The timeline goes on from the step restored: what it held past it is abandoned.
-      LogFreed(id_, mesh, choice.step, memory_.Rollback(mesh, choice.step, fingerprint, AgreedTimeline(by_rank)));
+    if (lookup_failed) {
+      if (!latest.ok() && inv.lookup_failed) return latest.status();
+      const std::string other = MeshCollectives::WorkerName(p, choice.lookup_failed);
+      return Unavailable("worker " + other + " of mesh " + mesh + " could not look up " + which +
+                             ", so no worker restores",
+                         {{"mesh", mesh}, {"worker", other}});
     }
-    if (!choice.memory) return Status::Ok();
-    for (const auto& ck : held) {
-      if (ck->step == choice.step) mine = ck;
+    *fallback = choice.fallback;
+    if (named && choice.step < 0) {
+      Json details = {{"mesh", mesh}, {"step", *named}};
+      if (choice.culprit >= 0) {
+        details["rank"] = choice.culprit;
+        details["worker"] = MeshCollectives::WorkerName(p, choice.culprit);
+      }
+      return NotFound("step " + std::to_string(*named) + " of mesh " + mesh +
+                          " is neither persisted nor held in memory by every worker, so no worker restores" +
+                          (choice.fallback.empty() ? "" : " (" + choice.fallback + ")"),
+                      details);
     }
-    if (choice.plan.empty()) return Status::Ok();
-    return RebuildShares(group, mine.get(), choice.step, choice.plan, p.workers, deadline, &header, &bytes);
-  }));
-  if (disagreeing >= 0) {
-    const std::string other = MeshCollectives::WorkerName(p, disagreeing);
-    auto step_name = [](int64_t s) { return s < 0 ? std::string("the latest step") : "step " + std::to_string(s); };
-    return Conflict("worker " + other + " of mesh " + mesh + " restores " + step_name(asked[disagreeing]) +
-                        " where rank 0 restores " + step_name(asked[0]) +
-                        ": every trainer of the mesh must restore the same step, so no worker restores",
-                    {{"mesh", mesh}, {"worker", other}, {"rank", disagreeing}});
-  }
-  if (lookup_failed) {
-    if (!latest.ok() && inv.lookup_failed) return latest.status();
-    const std::string other = MeshCollectives::WorkerName(p, choice.lookup_failed);
-    return Unavailable("worker " + other + " of mesh " + mesh + " could not look up " + which +
-                           ", so no worker restores",
-                       {{"mesh", mesh}, {"worker", other}});
-  }
-  *fallback = choice.fallback;
-  if (named && choice.step < 0) {
-    Json details = {{"mesh", mesh}, {"step", *named}};
-    if (choice.culprit >= 0) {
-      details["rank"] = choice.culprit;
-      details["worker"] = MeshCollectives::WorkerName(p, choice.culprit);
+    if (!choice.memory) {
+      *persisted = choice.step;
+      return std::optional<Json>();
     }
-    return NotFound("step " + std::to_string(*named) + " of mesh " + mesh +
-                        " is neither persisted nor held in memory by every worker, so no worker restores" +
-                        (choice.fallback.empty() ? "" : " (" + choice.fallback + ")"),
-                    details);
+    if (again) {
+      std::fprintf(stderr, "worker %s: a share of step %lld of mesh %s did not match its checksum%s; every worker "
+                   "checks what it holds and the mesh chooses again\n", id_.c_str(),
+                   static_cast<long long>(choice.step), mesh.c_str(),
+                   installed.ok() ? " on another worker" : (" (" + installed.status().ToString() + ")").c_str());
+      continue;
+    }
+    RETURN_IF_ERROR(installed.status());
+    return std::optional<Json>(std::move(*installed));
   }
-  if (!choice.memory) {
-    *persisted = choice.step;
-    return std::optional<Json>();
-  }
-  const std::string source = choice.sources.at(p.rank);
-  if (source == "local" && mine->step != check_step) {
-    // Only the likeliest step was checked with the inventory.
-    RETURN_IF_ERROR(CheckShare(mine->own_header, mine->own,
-                               "the share of step " + std::to_string(choice.step) + " held by " + id_));
-  }
-  Result<Json> out = source == "local" ? InstallFromMemory(mesh, choice.step, body, mine->own_header, mine->own, source)
-                                       : InstallFromMemory(mesh, choice.step, body, header, bytes, source);
-  RETURN_IF_ERROR(out.status());
-  return std::optional<Json>(std::move(*out));
 }
 
 }  // namespace tessera::worker

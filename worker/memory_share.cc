@@ -6,7 +6,7 @@
 #include <set>
 
 #include "collectives/hash.h"
-#include <xxhash.h>
+#include "worker/guarded_copy.h"
 
 namespace tessera::worker {
 namespace {
@@ -29,7 +29,7 @@ Bytes Contiguous(const ShareBytes& bytes, uint64_t offset, uint64_t n, std::vect
 
 }  // namespace
 
-uint64_t ShareChecksum(const void* data, size_t n) { return XXH3_64bits(data, n); }
+uint64_t ShareChecksum(const void* data, size_t n) { return Checksum64(data, n); }
 
 Json ShareHeader::ToJson() const {
   Json p = Json::array();
@@ -167,21 +167,28 @@ void ShareBytes::CopyRange(uint64_t offset, uint64_t n, uint8_t* dst) const {
   if (done < n) std::memset(dst + done, 0, n - done);
 }
 
+namespace {
+
+Status SizeDiffers(const ShareHeader& header, const ShareBytes& bytes, const std::string& whose) {
+  return DataLoss(whose + " holds " + std::to_string(bytes.size()) + " bytes where its header says " +
+                      std::to_string(header.bytes),
+                  {{"step", header.step}, {"rank", header.rank}});
+}
+
+Status PieceDiffers(const ShareHeader& header, const ShareHeader::Piece& p, const std::string& whose) {
+  return DataLoss("the checksum of tensor '" + p.tensor.name + "' (device " + std::to_string(p.device) + ") in " +
+                      whose + " does not match: its bytes changed",
+                  {{"tensor", p.tensor.name}, {"device", p.device}, {"step", header.step}, {"rank", header.rank}});
+}
+
+}  // namespace
+
 Status CheckShare(const ShareHeader& header, const ShareBytes& bytes, const std::string& whose) {
-  if (bytes.size() != header.bytes) {
-    return DataLoss(whose + " holds " + std::to_string(bytes.size()) + " bytes where its header says " +
-                        std::to_string(header.bytes),
-                    {{"step", header.step}, {"rank", header.rank}});
-  }
+  if (bytes.size() != header.bytes) return SizeDiffers(header, bytes, whose);
   std::vector<uint8_t> scratch;
   for (const ShareHeader::Piece& p : header.pieces) {
     const Bytes piece = Contiguous(bytes, p.offset, p.bytes, &scratch);
-    if (ShareChecksum(piece.data(), piece.size()) != p.checksum) {
-      return DataLoss("the checksum of tensor '" + p.tensor.name + "' (device " +
-                          std::to_string(p.device) + ") in " + whose + " does not match: its bytes changed",
-                      {{"tensor", p.tensor.name}, {"device", p.device}, {"step", header.step},
-                       {"rank", header.rank}});
-    }
+    if (ShareChecksum(piece.data(), piece.size()) != p.checksum) return PieceDiffers(header, p, whose);
   }
   return Status::Ok();
 }
@@ -212,13 +219,16 @@ Result<std::shared_ptr<const Snapshot>> ShareSnapshot(const ShareHeader& header,
 }
 
 Status InstallShare(TensorStore& store, const std::string& mesh, const ShareHeader& header,
-                    const ShareBytes& bytes, const std::vector<std::string>& names) {
+                    const ShareBytes& bytes, const std::vector<std::string>& names, const std::string& whose) {
+  if (bytes.size() != header.bytes) return SizeDiffers(header, bytes, whose);
   const std::set<std::string> wanted(names.begin(), names.end());
   std::vector<uint8_t> scratch;
   for (const ShareHeader::Piece& p : header.pieces) {
     if (!wanted.count(p.tensor.name)) continue;
     const Bytes piece = Contiguous(bytes, p.offset, p.bytes, &scratch);
-    RETURN_IF_ERROR(store.Install(mesh, p.tensor.name, p.tensor.desc(), p.device, piece.data(), p.bytes));
+    uint64_t landed = 0;
+    RETURN_IF_ERROR(store.Install(mesh, p.tensor.name, p.tensor.desc(), p.device, piece.data(), p.bytes, &landed));
+    if (landed != p.checksum) return PieceDiffers(header, p, whose);
   }
   return Status::Ok();
 }

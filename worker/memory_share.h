@@ -91,8 +91,10 @@ Status CheckShare(const ShareHeader& header, const ShareBytes& bytes, const std:
 Result<std::shared_ptr<const Snapshot>> ShareSnapshot(const ShareHeader& header, const ShareBytes& bytes,
                                                       const MeshPlacement& placement);
 
-// Writes each piece of `bytes` whose tensor is in `names` into the store (mesh `mesh`).
+// Writes each piece of `bytes` whose tensor is in `names` into the store (mesh `mesh`),
+// each checked against its checksum as it lands (one pass over its bytes): data_loss as
+// CheckShare's, naming `whose`, when one does not match (what was written stays).
 Status InstallShare(TensorStore& store, const std::string& mesh, const ShareHeader& header,
-                    const ShareBytes& bytes, const std::vector<std::string>& names);
+                    const ShareBytes& bytes, const std::vector<std::string>& names, const std::string& whose);
 
 }  // namespace tessera::worker

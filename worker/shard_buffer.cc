@@ -71,24 +71,9 @@ Result<std::shared_ptr<ShardBuffer>> ShardBuffer::Shm(const std::string& dir,
     p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (p == MAP_FAILED) return fail(errno, "map shared-memory file");
   }
-  // Kept open for CopyIn; the path lets the trainer open it.
+  close(fd);  // the mapping keeps the file; its path lets the trainer open it
   return std::shared_ptr<ShardBuffer>(
-      new ShardBuffer(Kind::kFileMap, static_cast<uint8_t*>(p), bytes, path, fd));
-}
-
-void ShardBuffer::CopyOut(size_t offset, size_t n, uint8_t* dst) const {
-  std::memcpy(dst, data_ + offset, n);
-}
-
-void ShardBuffer::CopyIn(size_t offset, const uint8_t* src, size_t n) {
-  size_t done = 0;
-  while (fd_ >= 0 && done < n) {
-    const ssize_t put = pwrite(fd_, src + done, n - done, static_cast<off_t>(offset + done));
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) break;  // cannot happen on a file we sized; the mapping takes the rest
-    done += static_cast<size_t>(put);
-  }
-  if (done < n) std::memcpy(data_ + offset + done, src + done, n - done);
+      new ShardBuffer(Kind::kFileMap, static_cast<uint8_t*>(p), bytes, path));
 }
 
 ShardBuffer::~ShardBuffer() {
@@ -103,7 +88,6 @@ ShardBuffer::~ShardBuffer() {
       break;
     case Kind::kFileMap:
       if (size_ > 0) munmap(data_, size_);
-      close(fd_);
       unlink(path_.c_str());
       break;
   }

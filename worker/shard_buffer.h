@@ -41,28 +41,24 @@ class ShardBuffer {
   const std::string& path() const { return path_; }
   bool mapped() const { return !path_.empty(); }
 
-  // Copies bytes [offset, offset + n) of this buffer into `dst`: through the
-  // mapping, which Shm populated, so no page faults (a snapshot's copy of 256 MiB
-  // written by the trainer: 14-28 ms, about a memcpy, where pread took 39-62 ms on
-  // the same virtual machine; an unpopulated mapping costs a fault per page).
-  void CopyOut(size_t offset, size_t n, uint8_t* dst) const;
-  // Copies `n` bytes from `src` into [offset, offset + n) of this buffer; a
-  // shared-memory file is written with pwrite (the kernel's own copy).
-  void CopyIn(size_t offset, const uint8_t* src, size_t n);
+  // A mapping is read and written through data(), with GuardedCopy (guarded_copy.h:
+  // the trainer may truncate its file): Shm populated it, so no page faults. A
+  // snapshot's copy of 256 MiB written by the trainer takes 14-28 ms, about a memcpy,
+  // where pread took 39-62 ms on the same virtual machine, and a restore's write
+  // 14 ms where pwrite took 39 ms.
 
  private:
   friend class ShardBufferPool;
   enum class Kind { kEmpty, kMalloc, kAnonymousMap, kFileMap };
 
   static Result<std::unique_ptr<ShardBuffer>> NewHeap(size_t bytes);
-  ShardBuffer(Kind kind, uint8_t* data, size_t size, std::string path, int fd = -1)
-      : kind_(kind), data_(data), size_(size), path_(std::move(path)), fd_(fd) {}
+  ShardBuffer(Kind kind, uint8_t* data, size_t size, std::string path)
+      : kind_(kind), data_(data), size_(size), path_(std::move(path)) {}
 
   Kind kind_;
   uint8_t* data_;
   size_t size_;
   std::string path_;
-  int fd_;  // the shared-memory file, open for CopyIn; -1 for heap buffers
 };
 
 // Recycles heap buffers by exact size so that repeated snapshots of the same

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <future>
 #include <limits>
@@ -11,6 +12,7 @@
 #include "api/json_codec.h"
 #include "api/names.h"
 #include "storage/thread_pool.h"
+#include "worker/guarded_copy.h"
 
 namespace tessera::worker {
 namespace {
@@ -100,55 +102,69 @@ std::string TensorStore::ShmFileName(const std::string& name, int64_t device) {
          "-" + safe;
 }
 
-void TensorStore::CopyRun::Copy() const {
-  if (bytes == 0) return;  // src may be null when empty
-  if (to != nullptr) {
-    to->CopyIn(to_offset, src, bytes);
-  } else {
-    std::memcpy(dst, src, bytes);
-  }
+bool TensorStore::CopyRun::Copy() const {
+  return bytes == 0 || GuardedCopy(dst, src, bytes);  // src may be null when empty
 }
 
-void TensorStore::CopyParallel(const std::vector<CopyRun>& runs) {
+Status TensorStore::CopyParallel(const std::vector<CopyRun>& runs) {
   size_t total = 0;
   for (const auto& r : runs) total += r.bytes;
   const size_t threads = copy_pool_ ? static_cast<size_t>(copy_pool_->size()) + 1 : 1;
+  // Whether a run faulted (its mapping truncated under it), and which mapping.
+  std::atomic<bool> faulted{false};
+  std::atomic<const ShardBuffer*> culprit{nullptr};
+  auto copy_span = [&](const std::vector<CopyRun>& s) {
+    for (const CopyRun& r : s) {
+      if (r.Copy()) continue;
+      if (!faulted.exchange(true)) culprit = r.mapping;
+    }
+  };
   if (threads == 1 || total < kParallelCopyMin) {
-    for (const auto& r : runs) r.Copy();
-    return;
-  }
-  // Cut the runs into `threads` spans of equal bytes; big buffers are split.
-  const size_t part = (total + threads - 1) / threads;
-  std::vector<std::vector<CopyRun>> spans(threads);
-  size_t span = 0;
-  size_t filled = 0;
-  for (const auto& r : runs) {
-    for (size_t off = 0; off < r.bytes;) {
-      const size_t room = span + 1 == threads ? std::numeric_limits<size_t>::max() : part - filled;
-      const size_t take = std::min(r.bytes - off, room);
-      spans[span].push_back(
-          {r.src + off, r.dst + off, take, r.to, r.to_offset + off});
-      off += take;
-      filled += take;
-      if (filled == part && span + 1 < threads) {
-        ++span;
-        filled = 0;
+    copy_span(runs);
+  } else {
+    // Cut the runs into `threads` spans of equal bytes; big buffers are split.
+    const size_t part = (total + threads - 1) / threads;
+    std::vector<std::vector<CopyRun>> spans(threads);
+    size_t span = 0;
+    size_t filled = 0;
+    for (const auto& r : runs) {
+      for (size_t off = 0; off < r.bytes;) {
+        const size_t room = span + 1 == threads ? std::numeric_limits<size_t>::max() : part - filled;
+        const size_t take = std::min(r.bytes - off, room);
+        spans[span].push_back({r.src + off, r.dst + off, take, r.mapping});
+        off += take;
+        filled += take;
+        if (filled == part && span + 1 < threads) {
+          ++span;
+          filled = 0;
+        }
       }
     }
+    std::vector<std::future<void>> done;
+    for (size_t i = 1; i < threads; ++i) {
+      done.push_back(copy_pool_->Submit([&copy_span, &s = spans[i]] { copy_span(s); }));
+    }
+    copy_span(spans[0]);
+    for (auto& f : done) f.get();
   }
-  auto copy_span = [](const std::vector<CopyRun>& s) {
-    for (const auto& r : s) r.Copy();
-  };
-  std::vector<std::future<void>> done;
-  for (size_t i = 1; i < threads; ++i) {
-    done.push_back(copy_pool_->Submit([&copy_span, &s = spans[i]] { copy_span(s); }));
-  }
-  copy_span(spans[0]);
-  for (auto& f : done) f.get();
+  return faulted.load() ? Shrank(culprit.load()) : Status::Ok();
+}
+
+Status TensorStore::Shrank(const ShardBuffer* mapping) {
+  const std::string file = mapping != nullptr ? mapping->path() : std::string("a shared-memory file");
+  return Conflict(file + " shrank while the worker copied it (truncated by its trainer?): a mapped shard must keep "
+                  "its size",
+                  {{"file", file}});
+}
+
+Status TensorStore::CopyChecked(const CopyRun& run, uint64_t* checksum) {
+  if (checksum == nullptr) return CopyParallel({run});
+  // One thread, one pass: the checksum is of the bytes as they landed.
+  return GuardedCopy(run.dst, run.src, run.bytes, checksum) ? Status::Ok() : Shrank(run.mapping);
 }
 
 Status TensorStore::Write(const std::string& mesh, const std::string& name, const TensorDesc& desc,
-                          int64_t device, const void* data, size_t n, Code mismatch) {
+                          int64_t device, const void* data, size_t n, Code mismatch, uint64_t* checksum) {
   ASSIGN_OR_RETURN(Checked checked, Check(mesh, name, desc, device));
   if (n != checked.bytes) {
     return InvalidArgument("body has " + std::to_string(n) + " bytes but " + desc.ToString() +
@@ -197,18 +213,19 @@ Status TensorStore::Write(const std::string& mesh, const std::string& name, cons
           still = b != it->second.borrowed.end() && b->second == lent;
         }
       }
-      if (still) return lent->Write(0, src, n);
+      if (still) {
+        if (checksum != nullptr) *checksum = Checksum64(src, n);  // the trainer's own memory is written by the kernel
+        return lent->Write(0, src, n);
+      }
       continue;  // the loan ended: an ordinary shard now
     }
     if (mapped != nullptr) {
-      // The trainer's memory: write in place so its view stays valid (by pwrite:
-      // this process's mapping of the trainer's pages would fault page by page).
+      // The trainer's memory: written in place so that its view stays valid.
       std::unique_lock<std::shared_mutex> writing(bytes_mu_);
-      CopyParallel({{src, mapped->data(), n, mapped.get(), 0}});
-      return Status::Ok();
+      return CopyChecked({src, mapped->data(), n, mapped.get()}, checksum);
     }
     ASSIGN_OR_RETURN(fresh, ShardBuffer::Heap(n));
-    CopyParallel({{src, fresh->data(), n}});
+    RETURN_IF_ERROR(CopyChecked({src, fresh->data(), n}, checksum));
     // Loop: the shard may have become a mapping meanwhile, which must not be replaced.
   }
 }
@@ -218,9 +235,9 @@ Status TensorStore::Put(const std::string& mesh, const std::string& name, const 
   return Write(mesh, name, desc, device, bytes.data(), bytes.size(), Code::kConflict);
 }
 
-Status TensorStore::Install(const std::string& mesh, const std::string& name,
-                            const TensorDesc& desc, int64_t device, const void* data, size_t n) {
-  return Write(mesh, name, desc, device, data, n, Code::kInvalidArgument);
+Status TensorStore::Install(const std::string& mesh, const std::string& name, const TensorDesc& desc,
+                            int64_t device, const void* data, size_t n, uint64_t* checksum) {
+  return Write(mesh, name, desc, device, data, n, Code::kInvalidArgument, checksum);
 }
 
 Status TensorStore::ReserveLike(const Snapshot& like) {
@@ -302,7 +319,7 @@ Result<ShardMapping> TensorStore::Map(const std::string& mesh, const std::string
     }
     // A Put may have replaced the heap shard while we copied: copy again until it holds still.
     if (current != nullptr) {
-      CopyParallel({{current->data(), fresh->data(), checked.bytes}});
+      RETURN_IF_ERROR(CopyParallel({{current->data(), fresh->data(), checked.bytes, fresh.get()}}));
     } else if (copied_from != nullptr) {
       std::memset(fresh->data(), 0, checked.bytes);  // the shard was deleted meanwhile
     }
@@ -423,13 +440,13 @@ Result<std::shared_ptr<const Snapshot>> TensorStore::TakeSnapshot(
       const ShardBuffer& src = *buffer;
       ASSIGN_OR_RETURN(std::shared_ptr<ShardBuffer> dst, pool_->Acquire(src.size()));
       // A mapping is read through the worker's own, populated view (ShardBuffer::Shm).
-      runs.push_back({src.data(), dst->data(), src.size()});
+      runs.push_back({src.data(), dst->data(), src.size(), src.mapped() ? &src : nullptr});
       snapshot->tensors[i].shards[j].buffer = std::move(dst);
     }
   }
   {
     std::shared_lock<std::shared_mutex> reading(bytes_mu_);
-    CopyParallel(runs);
+    RETURN_IF_ERROR(CopyParallel(runs));
   }
   snapshot->placement = std::move(placement);
   return std::shared_ptr<const Snapshot>(std::move(snapshot));

@@ -163,9 +163,11 @@ class TensorStore {
 
   // Restore's write: checks as Put, then writes into the existing shard (keeping
   // mappings valid) or creates the tensor. A tensor that exists with another
-  // description is invalid_argument naming it and both dtypes/shapes.
+  // description is invalid_argument naming it and both dtypes/shapes. With
+  // `checksum`, it receives the Checksum64 (guarded_copy.h) of the bytes as written,
+  // taken in the same pass over them.
   Status Install(const std::string& mesh, const std::string& name, const TensorDesc& desc,
-                 int64_t device, const void* data, size_t n);
+                 int64_t device, const void* data, size_t n, uint64_t* checksum = nullptr);
 
   // Adds to the snapshot pool, faulted in, one buffer of each size `like` holds (a
   // size twice, twice): the memory tier keeps its snapshots, so without this each of
@@ -197,24 +199,28 @@ class TensorStore {
     const uint8_t* src;
     uint8_t* dst;
     size_t bytes;
-    // When set, dst is this buffer's data() + to_offset, written with CopyIn.
-    ShardBuffer* to = nullptr;
-    size_t to_offset = 0;
+    // The shared-memory mapping that src or dst is in, if any: named when it shrinks.
+    const ShardBuffer* mapping = nullptr;
 
-    void Copy() const;
+    bool Copy() const;  // GuardedCopy: false when a mapping shrank under it
   };
 
   Result<Checked> Check(const std::string& mesh, const std::string& name, const TensorDesc& desc,
                         int64_t device) const;
   // Put and Install: `mismatch` is the code for an existing, different description.
+  // With `checksum`, it receives the Checksum64 of the bytes written (one pass).
   Status Write(const std::string& mesh, const std::string& name, const TensorDesc& desc,
-               int64_t device, const void* data, size_t n, Code mismatch);
+               int64_t device, const void* data, size_t n, Code mismatch, uint64_t* checksum = nullptr);
   // Status for a request whose description differs from the stored one.
   static Status Mismatch(Code code, const Key& key, const TensorDesc& have, const TensorDesc& want);
   // A fresh file name for a mapping.
   std::string ShmFileName(const std::string& name, int64_t device) REQUIRES(mu_);
   // Copies every run, on copy_pool_ and the calling thread when it is worth it.
-  void CopyParallel(const std::vector<CopyRun>& runs);
+  // Conflict naming the mapping when one shrank under a copy (its file truncated).
+  Status CopyParallel(const std::vector<CopyRun>& runs);
+  // One run; with `checksum`, copied by one thread and checksummed as it lands.
+  Status CopyChecked(const CopyRun& run, uint64_t* checksum);
+  static Status Shrank(const ShardBuffer* mapping);
 
   const MeshResolver resolver_;
   const TensorStoreOptions options_;

@@ -246,6 +246,34 @@ def test_a_damaged_copy_is_named_and_the_other_copy_is_used(cluster):
         "does not match" in log, log[-2000:]
 
 
+def test_a_share_damaged_in_ram_is_caught_as_it_lands_and_rebuilt_from_its_copy(cluster):
+    # Worker 1's own share of step 2 goes bad in its RAM after the copies were made. A
+    # restore on the live hosts checks each share as it installs it: worker 1's does not
+    # match, so every worker checks what it holds and the mesh chooses again, rebuilding
+    # rank 1's share from its copy on another host.
+    cluster.kill_worker(1)
+    cluster.start_worker(1, env={"TESSERA_FAULT_FLIP_MEMORY_OWN": "2"})
+    mesh = "mem-flip-own"
+    cluster.client(timeout=30).register_mesh(mesh, {"data": N}, workers=cluster.worker_ids)
+    ms = open_managers(cluster, mesh)
+    arrays = attach(ms)
+    for step in (1, 2):
+        fill(arrays, step)
+        save_all(ms, step)
+    eventually(lambda: "flipped a bit in its own share of memory checkpoint step 2" in cluster.workers[1].text(),
+               "worker 1 damaged its own share")
+    fill(arrays, 99)
+    restored = restore_all(ms)
+    assert [int(s) for s in restored] == [2] * N
+    assert [s.source for s in restored] == ["local", "replica", "local", "local"]
+    expect(arrays, 2)
+    log = cluster.workers[1].text()
+    assert "in the share of step 2 held by w-host1 does not match" in log, log[-2000:]
+    assert "every worker checks what it holds and the mesh chooses again" in log, log[-2000:]
+    # Checked before the choice in that second round, the damaged share is named again.
+    assert "in its own share held by w-host1 for step 2 does not match" in log, log[-2000:]
+
+
 @pytest.mark.parametrize("change", ["replacement", "reordered"])
 def test_a_mesh_registered_again_never_restores_the_old_ram(cluster, mesh, change):
     ms = open_managers(cluster, mesh)

@@ -79,14 +79,14 @@ Result<FaultHooks> LoadFaultHooks(const std::string& program, bool runs_tasks) {
     hooks.drop_polls = *count;
     Announce(program, "TESSERA_FAULT_DROP_POLLS", n);
   }
-  if (const char* step = std::getenv("TESSERA_FAULT_FLIP_MEMORY_COPY"); step != nullptr && runs_tasks) {
+  for (const char* name : {"TESSERA_FAULT_FLIP_MEMORY_COPY", "TESSERA_FAULT_FLIP_MEMORY_OWN"}) {
+    const char* step = std::getenv(name);
+    if (step == nullptr || !runs_tasks) continue;
     const auto n = ParseCount(step);
-    if (!n) {
-      return InvalidArgument(std::string("TESSERA_FAULT_FLIP_MEMORY_COPY='") + step + "' is not a step",
-                             {{"field", "TESSERA_FAULT_FLIP_MEMORY_COPY"}});
-    }
+    if (!n) return InvalidArgument(std::string(name) + "='" + step + "' is not a step", {{"field", name}});
     hooks.flip_memory_step = static_cast<int64_t>(*n);
-    Announce(program, "TESSERA_FAULT_FLIP_MEMORY_COPY", step);
+    hooks.flip_own = std::string_view(name).ends_with("OWN");
+    Announce(program, name, step);
   }
   if (const char* text = std::getenv("TESSERA_FAULT_S3"); text != nullptr && *text != '\0') {
     hooks.s3_transport =
@@ -130,11 +130,17 @@ std::function<Status(const std::string& worker, size_t tasks)> FaultHooks::DropP
 
 std::function<void(worker::MemoryCheckpoint&)> FaultHooks::FlipMemoryCopy() const {
   if (flip_memory_step < 0) return nullptr;
-  return [step = flip_memory_step](worker::MemoryCheckpoint& ck) {
+  return [step = flip_memory_step, own = flip_own](worker::MemoryCheckpoint& ck) {
     if (ck.step != step) return;
     uint8_t* bytes = nullptr;
     std::string what;
-    if (!ck.copies.empty() && ck.copies.begin()->second.bytes.size() > 0) {
+    if (own && ck.own.size() > 0) {
+      // RAM going bad under the tier: its own share is the snapshot's (const) buffers.
+      bytes = const_cast<uint8_t*>(ck.own.spans()[0].data());
+      what = "its own share";
+    } else if (own) {
+      return;
+    } else if (!ck.copies.empty() && ck.copies.begin()->second.bytes.size() > 0) {
       bytes = ck.copies.begin()->second.bytes.writable();
       what = "the copy of rank " + std::to_string(ck.copies.begin()->first) + "'s share";
     } else if (ck.parity.size() > 0) {

@@ -20,7 +20,9 @@
 //                                              of another rank's share (or its parity) it
 //                                              keeps of that memory checkpoint, logging
 //                                              "fault injection: flipped a bit in ..."
-//                                              (worker only).
+//                                              (worker only);
+//   TESSERA_FAULT_FLIP_MEMORY_OWN=step          the same in its own share of that memory
+//                                              checkpoint (worker only).
 #pragma once
 
 #include <cstdint>
@@ -41,13 +43,14 @@ struct FaultHooks {
   std::shared_ptr<storage::s3::Transport> s3_transport;  // null: no S3 fault
   int64_t drop_polls = 0;                                // answers with tasks to lose
   int64_t flip_memory_step = -1;                         // memory checkpoint to damage
+  bool flip_own = false;                                 // its own share, not a copy
 
   // Delays the tasks of task_delay_ms, for a worker's seams; null when there are none.
   worker::TaskRunner TaskDelays() const;
   // Loses the first drop_polls answers that carry tasks, for tesserad's after_poll seam;
   // null when there are none.
   std::function<Status(const std::string& worker, size_t tasks)> DropPolls() const;
-  // Damages a copy of memory checkpoint flip_memory_step, for a worker's
+  // Damages a copy (or with flip_own its own share) of memory checkpoint flip_memory_step, for a worker's
   // after_memory_exchange seam; null when not asked for.
   std::function<void(worker::MemoryCheckpoint&)> FlipMemoryCopy() const;
 };

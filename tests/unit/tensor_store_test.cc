@@ -369,30 +369,6 @@ TEST_F(TensorStoreTest, SnapshotBuffersAreReused) {
   EXPECT_EQ(Contents(*(*second)->Find("big")->shards[0].buffer), Pattern(size_t{2} << 20, 3));
 }
 
-TEST(ShardBuffer, CopyOutReadsWhatTheTrainerWroteAtAnyOffset) {
-  const std::string dir = ::testing::TempDir();
-  const std::string name = "tessera-copyout-" + std::to_string(getpid());
-  const size_t bytes = size_t{3} << 20;
-  auto shm = ShardBuffer::Shm(dir, name, bytes);
-  ASSERT_TRUE(shm.ok()) << shm.status().ToString();
-  ASSERT_TRUE((*shm)->mapped());
-  TrainerMapping trainer((*shm)->path());
-  const std::string pattern = Pattern(bytes, 9);
-  std::memcpy(trainer.data(), pattern.data(), bytes);
-  for (auto [offset, n] : std::vector<std::pair<size_t, size_t>>{
-           {0, bytes}, {1, 4095}, {4097, size_t{1} << 20}, {bytes - 5, 5}, {7, 0}}) {
-    std::string out(n, 'x');
-    (*shm)->CopyOut(offset, n, reinterpret_cast<uint8_t*>(out.data()));
-    EXPECT_EQ(out, pattern.substr(offset, n)) << "offset " << offset << ", " << n << " bytes";
-  }
-  auto heap = ShardBuffer::Heap(bytes);
-  ASSERT_TRUE(heap.ok());
-  std::memcpy((*heap)->data(), pattern.data(), bytes);
-  std::string out(100, 'x');
-  (*heap)->CopyOut(bytes - 100, 100, reinterpret_cast<uint8_t*>(out.data()));
-  EXPECT_EQ(out, pattern.substr(bytes - 100));
-}
-
 TEST(ShardBufferPool, EvictsOldestBeyondItsCap) {
   auto pool = ShardBufferPool::Create(300);
   {

@@ -1,0 +1,21 @@
+// Copies through memory that a trainer may shrink under the worker: a shared-memory
+// file (ShardBuffer::Shm) that the trainer truncates turns a read or write of its
+// vanished pages into SIGBUS. These copies answer false then, and the process lives.
+// Owns the process's SIGBUS disposition (installed on first use; a SIGBUS outside a
+// guarded copy goes to what was there before).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tessera::worker {
+
+// The XXH3-64 of `n` bytes, vectorised for the CPU at hand (the same value on any).
+uint64_t Checksum64(const void* data, size_t n);
+
+// Copies `n` bytes from `src` to `dst`: false when either faulted with SIGBUS (then
+// part of them was copied). With `checksum`, it receives the Checksum64 of the bytes
+// as written, taken in the same pass (each block hashed while it is in cache).
+bool GuardedCopy(uint8_t* dst, const uint8_t* src, size_t n, uint64_t* checksum = nullptr);
+
+}  // namespace tessera::worker
