@@ -12,8 +12,15 @@ float32 state in 4 tensors sharded over the mesh {data: 4}). Needs root.
             workers, the trainers' memcpy of their state (np.copyto, warmed, all four
             at once as they save), then --steps saves (after one warm-up), each
             stamped into the state, save() timed, handle.wait() to the commit
+            The trainers' and workers' CPU time over those saves (/proc), per GiB.
   memory    each worker's VmHWM, RssAnon and RssShmem (/proc/<pid>/status) after
             those saves, as a multiple of its state
+  loop      (replica, parity) rounds of --loop-steps steps of a loop whose step is 20×
+            the state's memcpy of device time (a sleep: the host's CPUs free, as while
+            an accelerator computes) then a write into every page of the state:
+            without checkpoints, with a memory checkpoint after every step, and the
+            same with save(background=True) (the snapshot taken during the next
+            step's device time, the write waiting for it), alternating
   restart   the four trainers SIGKILLed and started again on live workers, attach,
             restore(): from the workers' RAM (memory modes) or the POSIX root (disk)
   host loss a worker and its trainer SIGKILLed, its host's /dev/shm emptied, a worker
@@ -124,6 +131,8 @@ def main():
     p.add_argument("--iperf-s", type=int, default=5)
     p.add_argument("--train-steps", type=int, default=None, help="steps per round (300)")
     p.add_argument("--train-rounds", type=int, default=4, help="alternating none / memory")
+    p.add_argument("--loop-steps", type=int, default=None, help="steps per loop round (20)")
+    p.add_argument("--loop-rounds", type=int, default=2, help="rounds of each kind of loop")
     p.add_argument("--control-workers", default=None, help="worker counts (4,32,256)")
     p.add_argument("--control-saves", type=int, default=None,
                    help="checkpoints timed, at least (20)")
@@ -139,7 +148,7 @@ def main():
     memory_tier_cluster.load_client()
     q = a.quick
     for k, full, small in (("mib", 256, 16), ("steps", 12, 4), ("disk_steps", 3, 2),
-                           ("losses", 2, 1), ("restarts", 2, 1), ("train_steps", 300, 50),
+                           ("losses", 2, 1), ("restarts", 2, 1), ("train_steps", 300, 50), ("loop_steps", 20, 5),
                            ("control_workers", "4,32,256", "4,32"), ("control_saves", 20, 5),
                            ("control_s", 10, 2)):
         if getattr(a, k) is None:

@@ -24,6 +24,8 @@ MODES = {  # mode -> (tier, save options)
     "replica_keep1": ("memory", {"redundancy": "replica", "replicas": 1, "keep": 1}),
 }
 STALL_ONLY = ("replica_keep1",)
+LOOP_MODES = ("replica", "parity")  # the training loop of a step 20× the state's memcpy
+LOOP_STEP_MEMCPYS = 20
 
 
 class Bench:
@@ -56,8 +58,10 @@ class Bench:
             step = self.next_step()
             all_do(trainers, op="fill", step=step)
             if root_kind == "posix":
-                self.stall(trainers, mode, tier, opts)
+                self.stall(cluster, trainers, mode, tier, opts)
                 self.memory(cluster, mode)
+                if mode in LOOP_MODES:
+                    self.loop(trainers, mode, opts)
                 if tier == "memory":
                     self.tesserad_view(cluster, mesh, mode)
                 if mode in STALL_ONLY:
@@ -79,16 +83,20 @@ class Bench:
         assert all(r.get("committed") for r in rows), rows
         return step, rows
 
-    def stall(self, trainers, mode, tier, opts):
+    def stall(self, cluster, trainers, mode, tier, opts):
         solo = trainers[0]
         solo.send(op="memcpy", reps=self.a.memcpy_reps)
         alone = solo.read()["memcpy_ms"]
         together = [r["memcpy_ms"] for r in all_do(trainers, op="memcpy",
                                                    reps=self.a.memcpy_reps)]
-        self.emit(bench="memcpy", mode=mode, alone_ms=alone,
-                  together_ms=[x for xs in together for x in xs])
+        together = [x for xs in together for x in xs]
+        self.memcpy_ms = sorted(together)[len(together) // 2]
+        self.emit(bench="memcpy", mode=mode, alone_ms=alone, together_ms=together)
         self.save(trainers, tier, opts)  # warm-up
         steps = self.a.steps if tier == "memory" else self.a.disk_steps
+        # The CPU the checkpoints cost: the trainers' and the workers', to each commit.
+        pids = [t.ready["pid"] for t in trainers], [p.pid for _, p in sorted(cluster.workers.items())]
+        cpu0 = [[cpu_s(pid) for pid in group] for group in pids]
         for _ in range(steps):
             step, rows = self.save(trainers, tier, opts)
             for rank, r in enumerate(rows):
@@ -96,6 +104,24 @@ class Bench:
                           save_ms=r["save_ms"], snapshot_ms=r["snapshot_ms"],
                           commit_ms=r["commit_ms"], snapshot_bytes=r["snapshot_bytes"],
                           committed=r["committed"])
+        cpu1 = [[cpu_s(pid) for pid in group] for group in pids]
+        self.emit(bench="cpu", mode=mode, checkpoints=steps, state_bytes=int(self.a.mib * (1 << 20)) * WORKERS,
+                  trainer_cpu_s=sum(cpu1[0]) - sum(cpu0[0]), worker_cpu_s=sum(cpu1[1]) - sum(cpu0[1]))
+
+    def loop(self, trainers, mode, opts):
+        """Rounds of a loop whose step is LOOP_STEP_MEMCPYS× the state's memcpy (every
+        trainer at once), alternating no checkpoint, a memory checkpoint after every step,
+        and the same with the snapshot taken during the next step."""
+        step_ms = LOOP_STEP_MEMCPYS * self.memcpy_ms
+        for r in range(3 * self.a.loop_rounds):
+            kind = ("none", "memory", "background")[r % 3]
+            first = self.step + 1
+            self.step += self.a.loop_steps
+            rows = all_do(trainers, op="loop", first_step=first, steps=self.a.loop_steps, step_ms=step_ms,
+                          checkpoint="none" if kind == "none" else "memory",
+                          background=kind == "background", opts=opts)
+            self.emit(bench="loop", mode=mode, checkpoint=kind, step_ms=step_ms, memcpy_ms=self.memcpy_ms,
+                      steps=self.a.loop_steps, steps_per_s=min(x["steps_per_s"] for x in rows))
 
     def memory(self, cluster, mode):
         time.sleep(1)  # the last checkpoint's older one freed

@@ -5,13 +5,18 @@ issue's goal. Standard library only, for bench/report.py."""
 import statistics
 
 # Goals (the issue's).
-STALL_VS_MEMCPY = 1.5      # memory save() stall ≤ 1.5× a memcpy of the same bytes
+STALL_VS_MEMCPY = 1.2      # memory save() stall ≤ 1.2× a memcpy of the same bytes
 RAM_VS_S3 = 5.0            # host loss: from RAM ≥ 5× faster than from S3
-RAM_VS_POSIX = 2.0         # ... and ≥ 2× faster than from the POSIX root
-REBUILD_VS_TCP = 0.8       # replica rebuild rate ≥ 0.8× the hosts' TCP bandwidth
-RESTART_VS_POSIX = 5.0     # trainer restart on a live host: RAM ≥ 5× faster than the root
-TRAIN_RATIO = 0.97         # steps/s with a memory checkpoint every step ≥ 97 % of none
-MEM_GOAL = {"parity": 1.35, "replica": 2.05}  # worker VmHWM / state
+RAM_VS_POSIX = 2.0         # ... and ≥ 2× faster than from the POSIX root read cold
+REBUILD_VS_TCP = {"replica": 0.8, "parity": 0.5}  # rebuild rate / the hosts' TCP bandwidth
+RESTART_VS_MEMCPY = 1.5    # trainer restart on a live host: restore() ≤ 1.5× a memcpy
+LOOP_RATIO = 0.95          # steps/s with a memory checkpoint every step ≥ 95 % of none
+# A worker's floor (docs/memory-tier.md, "What it costs in RAM"), in states: keep + 1
+# checkpoints at the peak, each its own share and its redundancy (a copy: 1; parity
+# p of a group of 4: p / (4 - p)), plus the trainer's state it maps.
+FLOOR = {"replica": 3 * 2 + 1, "parity": 3 * (1 + 1 / 3) + 1, "parity2": 3 * 2 + 1,
+         "replica_keep1": 2 * 2 + 1}
+FLOOR_SLACK = 0.1          # peak ≤ the floor + 0.1× the state
 
 
 def _med(xs):
@@ -133,58 +138,81 @@ def markdown(rows):
                          "%.2f | %.2f× | %s | (≥ %g×) | %s |" % (
                              m, label, _med(rs), _med(ors), r, _range(rs, "%.2f"), goal,
                              _verdict(r >= goal)))
-    # replica rebuild rate against iperf3
+    # rebuild rates against iperf3
     ip = [r["bits_per_second"] / 8 for r in by("iperf3")]
-    rep = loss["replica"]
-    local = [r["restore_ms"][i] for r in by("restart", mode="replica")
-             for i in range(len(r["restore_ms"]))]
-    if ip and rep:
-        whole = [r["share_bytes"] / (r["restore_ms"][r["lost_rank"]] / 1000) for r in rep]
+    for m, goal in REBUILD_VS_TCP.items():
+        lost = loss[m]
+        local = [x for r in by("restart", mode=m) for x in r["restore_ms"]]
+        if not ip or not lost:
+            continue
+        whole = [r["share_bytes"] / (r["restore_ms"][r["lost_rank"]] / 1000) for r in lost]
         rebuild = []
         if local:
-            for r in rep:
+            for r in lost:
                 dt = (r["restore_ms"][r["lost_rank"]] - _med(local)) / 1000
                 if dt > 0:
                     rebuild.append(r["share_bytes"] / dt)
         rate = rebuild or whole
         ratio = _med(rate) / _med(ip)
-        T.append("| replica rebuild rate, MB/s (share bytes / (the replacement's restore() − "
+        T.append("| %s rebuild rate, MB/s (share bytes / (the replacement's restore() − "
                  "a local restore())) vs iperf3 TCP between two hosts | %.0f | %.0f | %.2f× | "
-                 "%s | ≥ %.1f× | %s |" % (_med(rate) / 1e6, _med(ip) / 1e6, ratio,
+                 "%s | ≥ %.1f× | %s |" % (m, _med(rate) / 1e6, _med(ip) / 1e6, ratio,
                                           _range([x / 1e6 for x in rate], "%.0f"),
-                                          REBUILD_VS_TCP, _verdict(ratio >= REBUILD_VS_TCP)))
+                                          goal, _verdict(ratio >= goal)))
         T.append("| ... the same over the replacement's whole restore() call, MB/s | %.0f | %.0f "
                  "| %.2f× | %s | | |" % (_med(whole) / 1e6, _med(ip) / 1e6,
                                          _med(whole) / _med(ip),
                                          _range([x / 1e6 for x in whole], "%.0f")))
-    # 3. restart on a live host
+    # 3. restart on a live host: the slowest trainer's restore() against a memcpy
     rst = {m: by("restart", mode=m) for m in ("replica", "parity", "parity2", "disk")}
     for m in ("replica", "parity", "parity2"):
-        if not rst[m] or not rst["disk"]:
+        if not rst[m] or not mc:
             continue
-        a = [r["total_s"] for r in rst[m]]
-        b = [r["total_s"] for r in rst["disk"]]
-        T.append("| trainer restart on live hosts → restored, RAM (%s) vs POSIX root, s | %.2f | "
-                 "%.2f | %.2f× | %s | ≥ %g× | %s |" % (
-                     m, _med(a), _med(b), _med(b) / _med(a), _range(a, "%.2f"), RESTART_VS_POSIX,
-                     _verdict(_med(b) / _med(a) >= RESTART_VS_POSIX)))
-        a = [r["restore_s"] for r in rst[m]]
-        b = [r["restore_s"] for r in rst["disk"]]
-        T.append("| ... the restore() calls alone, s | %.3f | %.3f | %.2f× | %s | "
-                 "(≥ %g×) | %s |" % (_med(a), _med(b), _med(b) / _med(a), _range(a, "%.3f"),
-                                     RESTART_VS_POSIX,
-                                     _verdict(_med(b) / _med(a) >= RESTART_VS_POSIX)))
-    # 4. training loop
+        slowest = [max(r["restore_ms"]) for r in rst[m]]
+        ratio = _med(slowest) / _med(mc)
+        T.append("| trainer restart on live hosts (%s): restore(), the slowest of 4, ms | %.1f | "
+                 "memcpy %.1f | %.2f× | %s | ≤ %.1f× | %s |" % (
+                     m, _med(slowest), _med(mc), ratio, _range(slowest), RESTART_VS_MEMCPY,
+                     _verdict(ratio <= RESTART_VS_MEMCPY)))
+        if rst["disk"]:
+            a = [r["total_s"] for r in rst[m]]
+            b = [r["total_s"] for r in rst["disk"]]
+            T.append("| ... kill → every trainer restored, RAM vs POSIX root read cold, s | %.2f | "
+                     "%.2f | %.2f× | %s | | |" % (_med(a), _med(b), _med(b) / _med(a), _range(a, "%.2f")))
+    # 4. training loops: the issue's (a step of 20 memcpys), and the example's
+    for m in ("replica", "parity"):
+        rows_m = by("loop", mode=m)
+        none = [r["steps_per_s"] for r in rows_m if r["checkpoint"] == "none"]
+        for kind, label in (("memory", "save() every step"),
+                            ("background", "save(background=True) every step")):
+            got = [r["steps_per_s"] for r in rows_m if r["checkpoint"] == kind]
+            if not got or not none:
+                continue
+            ratio = _med(got) / _med(none)
+            T.append("| training loop, a step of %.0f ms (20× the memcpy), %s (%s), steps/s vs no "
+                     "checkpoint | %.2f | %.2f | %.1f %% | %s | ≥ %.0f %% | %s |" % (
+                         rows_m[0]["step_ms"], label, m, _med(got), _med(none), ratio * 100,
+                         _range(got, "%.2f"), LOOP_RATIO * 100, _verdict(ratio >= LOOP_RATIO)))
     tr = by("training")
     if tr:
         mem = [r["steps_per_s"] for r in tr if r["checkpoint"] == "memory"]
         none = [r["steps_per_s"] for r in tr if r["checkpoint"] == "none"]
         if mem and none:
-            ratio = _med(mem) / _med(none)
-            T.append("| training loop (examples/python model, 4 hosts), steps/s, memory "
-                     "checkpoint every step vs none | %.1f | %.1f | %.1f %% | %s | ≥ %.0f %% | "
-                     "%s |" % (_med(mem), _med(none), ratio * 100, _range(mem), TRAIN_RATIO * 100,
-                               _verdict(ratio >= TRAIN_RATIO)))
+            T.append("| training loop of examples/python (a step of ~2 ms, its all_reduce through "
+                     "the workers), steps/s, a memory checkpoint every step vs none | %.1f | %.1f | "
+                     "%.1f %% | %s | | |" % (_med(mem), _med(none), _med(mem) / _med(none) * 100,
+                                            _range(mem)))
+    # 5. CPU per GiB checkpointed
+    for m in ("replica", "parity", "parity2", "replica_keep1", "disk"):
+        cpu = by("cpu", mode=m)
+        if not cpu:
+            continue
+        gib = [r["checkpoints"] * r["state_bytes"] / (1 << 30) for r in cpu]
+        tcpu = [r["trainer_cpu_s"] * 1000 / g for r, g in zip(cpu, gib)]
+        wcpu = [r["worker_cpu_s"] * 1000 / g for r, g in zip(cpu, gib)]
+        T.append("| CPU per GiB checkpointed (%s), ms: trainers; workers (snapshot, redundancy, "
+                 "commit) | %.0f; %.0f | | | %s; %s | (reported) | |" % (
+                     m, _med(tcpu), _med(wcpu), _range(tcpu, "%.0f"), _range(wcpu, "%.0f")))
     # 6. memory per worker
     for m in ("replica", "parity", "parity2", "replica_keep1", "disk"):
         mem = by("worker_memory", mode=m)
@@ -192,13 +220,18 @@ def markdown(rows):
             continue
         x = [host_memory(r) / r["state_bytes"] for r in mem]
         hwm = [r["vmhwm_kb"] * 1024 / r["state_bytes"] for r in mem]
-        goal = MEM_GOAL.get(m)
+        floor = FLOOR.get(m)
+        goal = floor + FLOOR_SLACK if floor else None
         T.append("| host memory per worker / state (%s): VmHWM + its /dev/shm mapping "
-                 "(VmHWM alone) | %.2f× (%.2f×) | state %g MiB | | %s | %s | %s |" % (
-                     m, _med(x), _med(hwm), mib, _range(x, "%.2f"),
+                 "(VmHWM alone) | %.2f× (%.2f×) | %s | | %s | %s | %s |" % (
+                     m, _med(x), _med(hwm),
+                     "floor %.2f×" % floor if floor else "state %g MiB" % mib, _range(x, "%.2f"),
                      "≤ %.2f×" % goal if goal else "(reference)",
                      _verdict(_med(x) <= goal) if goal else ""))
-    # 5. tesserad
+    T.append("| host memory with 5 % of the state changing per step (a memory checkpoint "
+             "sharing unchanged chunks with the one before) | not built | | | | ≤ 0.5× the floor "
+             "| **not met** |")
+    # 7. tesserad
     for r in sorted(by("control"), key=lambda r: r["workers"]):
         if r.get("failed"):
             T.append("| tesserad per memory checkpoint, %d workers | failed | | | | | %s |" % (

@@ -10,6 +10,15 @@ by JSON commands on stdin, one per line, each answered by one JSON line on stdou
           {"op": "step", "step": S, "tier": "memory"|"disk", "opts": {...}}
                                              stamps the state with S, save(S, ...) and
                                              handle.wait(): save_ms, snapshot_ms, commit_ms
+          {"op": "loop", "first_step": S, "steps": N, "step_ms": X, "checkpoint": "memory"|"none",
+           "background": bool, "opts": {...}}
+                                             N steps of a loop whose step is X ms of device
+                                             time (a sleep: the host's CPUs are free, as while
+                                             an accelerator computes) and then the optimizer's
+                                             write into every page of the state; with
+                                             "memory", a memory checkpoint after each step
+                                             (background: save(background=True), the write
+                                             waits for the snapshot): steps_per_s
           {"op": "scramble"}                 zeroes the state (a restore must write it back)
           {"op": "restore"}                  restore() of the latest: ms, step, tier, source
           {"op": "check", "step": S}         the state equals step S's
@@ -112,6 +121,8 @@ def serve_state(mesh, rank, world, mib, seed):
                 else:
                     handles.append(h)
                 reply(**out)
+            elif op == "loop":
+                reply(ok=True, **loop(m, arrays, cmd))
             elif op == "scramble":
                 for a in arrays:
                     a[:] = 0
@@ -135,6 +146,26 @@ def serve_state(mesh, rank, world, mib, seed):
         except tessera.TesseraError as e:
             reply(ok=False, error=e.code, message=str(e), details=e.details)
     m.close()
+
+
+def loop(m, arrays, cmd):
+    first, steps, step_s = cmd["first_step"], cmd["steps"], cmd["step_ms"] / 1000
+    memory, background = cmd["checkpoint"] == "memory", cmd.get("background", False)
+    handles, snapshotting = [], None
+    t = time.perf_counter()
+    for i in range(steps):
+        time.sleep(step_s)  # the accelerator's forward and backward
+        if snapshotting is not None:
+            snapshotting.snapshotted()  # the optimizer writes the state: the snapshot is taken
+        stamp(arrays, first + i)
+        if memory:
+            h = m.save(first + i, tier="memory", background=background, **cmd.get("opts", {}))
+            snapshotting = h if background else None
+            handles.append(h)
+    elapsed = time.perf_counter() - t
+    if handles:  # the last one committed: every earlier step did (they commit in order)
+        handles[-1].wait(timeout=300)
+    return {"steps": steps, "s": elapsed, "steps_per_s": steps / elapsed}
 
 
 def train(mesh, rank, world, steps, rounds, redundancy):

@@ -12,11 +12,11 @@ Depends on the standard library and numpy; torch is imported only when asked for
 
 from .client import Client, Job
 from .errors import TesseraError
-from .manager import CheckpointManager, IndexedSlices, Restored, SaveHandle
+from .manager import CheckpointManager, IndexedSlices, PendingSave, Restored, SaveHandle
 
 __version__ = "0.1.0"
 
-__all__ = ["CheckpointManager", "Client", "IndexedSlices", "Job", "Restored", "SaveHandle", "TesseraError",
+__all__ = ["CheckpointManager", "Client", "IndexedSlices", "Job", "PendingSave", "Restored", "SaveHandle", "TesseraError",
            "init_optimizer_state", "__version__"]
 
 

@@ -9,7 +9,6 @@ at the save's failure, or once a memory checkpoint has copied them.
 """
 
 import os
-import threading
 
 import numpy as np
 
@@ -73,71 +72,3 @@ def refused(error):
     """True when the worker cannot read this process's memory (another user, PID
     namespace or ptrace policy): the save copies instead."""
     return isinstance(error, TesseraError) and error.details.get("reason") == "borrow_refused"
-
-
-class PendingSave:
-    """What Checkpointer.save returns at once. A thread asks the worker to take the
-    save (it borrows the arrays' memory, or, where it cannot, the thread copies them
-    into the worker's shared memory first) and holds the arrays until the worker no
-    longer reads them. wait() waits for the commit and raises the save's error."""
-
-    def __init__(self, start, step, pins=()):
-        self.step = step
-        self._handle, self._error = None, None
-        self._pins = list(pins)
-        self._started = threading.Event()
-        self._released = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(start,), daemon=True,
-                                        name="tessera-jax-save-%d" % step)
-        self._thread.start()
-
-    def _run(self, start):
-        borrowing = False
-        try:
-            self._handle, borrowing = start()
-        except BaseException as e:  # noqa: BLE001 - raised again by wait()
-            self._error = e
-        finally:
-            self._started.set()
-        try:
-            if borrowing:
-                self._hold()
-        finally:
-            self._pins = []
-            self._released.set()
-
-    def _hold(self):
-        """Until the save ends: committed, failed, or its worker gone."""
-        while True:
-            try:
-                self._handle.wait(None)
-                return
-            except TesseraError as e:
-                if e.code != "unavailable" or e.status == 0:
-                    return  # failed for good, or the worker is unreachable: it reads no more
-                self._released.wait(0.2)  # the worker is stopping; it may still write
-
-    def snapshot_done(self):
-        """Waits until the worker has taken (or refused) this save."""
-        self._started.wait()
-
-    def released(self, timeout=None):
-        """Waits until the worker reads nothing more of this save's arrays; True if so."""
-        return self._released.wait(timeout)
-
-    def handle(self):
-        """The SaveHandle once the worker took the save; raises the save's error."""
-        self._started.wait()
-        if self._error is not None:
-            raise self._error
-        return self._handle
-
-    def done(self):
-        return self.handle().done()
-
-    def wait(self, timeout=None):
-        """Blocks until the checkpoint is committed; raises TesseraError if it failed."""
-        return self.handle().wait(timeout)
-
-    def __repr__(self):
-        return "PendingSave(step=%r, %s)" % (self.step, self._handle or "starting")

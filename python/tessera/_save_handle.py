@@ -1,5 +1,7 @@
-"""SaveHandle: a save started by CheckpointManager.save(), followed through the worker."""
+"""SaveHandle: a save started by CheckpointManager.save(), followed through the worker;
+PendingSave: one whose snapshot is taken on a thread while the trainer goes on."""
 
+import threading
 import time
 
 from .errors import TesseraError
@@ -99,3 +101,88 @@ class SaveHandle:
 
     def __repr__(self):
         return "SaveHandle(step=%r, job=%r, state=%r)" % (self.step, self._job, self._state)
+
+
+class PendingSave:
+    """A save handed to a thread: save(background=True), and tessera.jax's saves. The
+    thread asks the worker to take it (`start()` returns the SaveHandle and whether
+    the worker reads the trainer's memory until the save ends), then, when it does,
+    holds `pins` until the save ends. snapshotted() waits for the snapshot; wait()
+    for the commit, raising the save's error."""
+
+    def __init__(self, start, step, pins=()):
+        self.step = step
+        self._handle, self._error = None, None
+        self._pins = list(pins)
+        self._started = threading.Event()
+        self._released = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(start,), daemon=True,
+                                        name="tessera-save-%d" % step)
+        self._thread.start()
+
+    def _run(self, start):
+        borrowing = False
+        try:
+            self._handle, borrowing = start()
+        except BaseException as e:  # noqa: BLE001 - raised again by wait()
+            self._error = e
+        finally:
+            self._started.set()
+        try:
+            if borrowing:
+                self._hold()
+        finally:
+            self._pins = []
+            self._released.set()
+
+    def _hold(self):
+        """Until the save ends: committed, failed, or its worker gone."""
+        while True:
+            try:
+                self._handle.wait(None)
+                return
+            except TesseraError as e:
+                if e.code != "unavailable" or e.status == 0:
+                    return  # failed for good, or the worker is unreachable: it reads no more
+                self._released.wait(0.2)  # the worker is stopping; it may still write
+
+    def snapshot_done(self):
+        """Waits until the worker has taken (or refused) this save."""
+        self._started.wait()
+
+    def snapshotted(self):
+        """Waits until the worker has taken this save's snapshot, so that the tensors
+        may change; returns its SaveHandle, or raises the save's error."""
+        return self.handle()
+
+    def released(self, timeout=None):
+        """Waits until the worker reads nothing more of this save's arrays; True if so."""
+        return self._released.wait(timeout)
+
+    def handle(self):
+        """The SaveHandle once the worker took the save; raises the save's error."""
+        self._started.wait()
+        if self._error is not None:
+            raise self._error
+        return self._handle
+
+    @property
+    def snapshot_ms(self):
+        return self.handle().snapshot_ms
+
+    @property
+    def state(self):
+        """"snapshotting" until the worker took the save, then the SaveHandle's state."""
+        if not self._started.is_set():
+            return "snapshotting"
+        return "failed" if self._error is not None else self._handle.state
+
+    def done(self):
+        return self.handle().done()
+
+    def wait(self, timeout=None):
+        """Blocks until the checkpoint is committed; raises TesseraError if it failed."""
+        return self.handle().wait(timeout)
+
+    def __repr__(self):
+        return "PendingSave(step=%r, %s)" % (self.step, self._handle or "starting")

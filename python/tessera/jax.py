@@ -23,8 +23,9 @@ from . import _jax_tree as tree_
 from ._box_reads import read_boxes
 from ._dtypes import dtype_name, numpy_dtype
 from ._http import query
-from ._jax_pending import (PendingSave, aligned_empty, borrow_body, borrowed_shard, lent_shard,
+from ._jax_pending import (aligned_empty, borrow_body, borrowed_shard, lent_shard,
                            lent_tensor, refused, strand)
+from ._save_handle import PendingSave
 from .errors import TesseraError, invalid_argument
 from .manager import CheckpointManager
 from ._jax_multihost import (assert_equal, broadcast_one_to_all, process_allgather,  # noqa: F401

@@ -11,7 +11,7 @@ from ._collectives import MARGIN_S, Collectives, IndexedSlices
 from ._dtypes import parse_shape, shape_text
 from ._http import Endpoint, local_credential, query, quote
 from ._mapping import Mapping
-from ._save_handle import SaveHandle
+from ._save_handle import PendingSave, SaveHandle
 from .errors import TesseraError, invalid_argument
 
 
@@ -105,6 +105,7 @@ class CheckpointManager(Collectives):
         self._maps = {}
         self._repointed = []  # (weakref, data_ptr) of what attach_state_dict re-pointed
         self._saves = []
+        self._snapshotting = None  # a background save's PendingSave until its snapshot
         health = self._get("/healthz")
         self.worker_id = (health or {}).get("worker")
         self.devices = self._probe_devices()
@@ -255,11 +256,17 @@ class CheckpointManager(Collectives):
                       "persist_every_s", "force", "deadline_ms")
 
     def save(self, step, tensors=None, metadata=None, tier="disk", full=None, full_every=None,
-             compression=None, level=None, _borrow=None, **memory):
+             compression=None, level=None, background=False, _borrow=None, **memory):
         """Snapshots this worker's tensors of the mesh for checkpoint `step` and
         returns a SaveHandle as soon as they are copied: the trainer may then
         overwrite them. The trainers of the mesh calling save(step) together
         make one save job. tensors: names to save (default all); metadata: JSON.
+
+        background=True returns a PendingSave at once and the worker copies the
+        tensors while the trainer goes on: they must not change until
+        handle.snapshotted() returns. Call it before the optimizer writes them, so
+        that the copy runs during the next step's forward and backward passes,
+        which only read them. The next save(), restore() and close() wait for it.
 
         A disk save is incremental: a worker writes only the chunks that changed
         since its last committed save, and every chunk each full_every-th save
@@ -295,6 +302,15 @@ class CheckpointManager(Collectives):
             body["metadata"] = metadata
         if _borrow is not None:  # tessera.jax: memory the worker reads in place
             body["borrow"] = _borrow
+        self._await_snapshot()
+        if not background:
+            return self._start_save(step, body)
+        pending = PendingSave(lambda: (self._start_save(step, body), False), step)
+        with self._lock:
+            self._snapshotting = pending
+        return pending
+
+    def _start_save(self, step, body):
         answer = self._post("/v1/save%s" % self._q(step=step), body)
         handle = SaveHandle(self, step, answer)
         with self._lock:
@@ -302,10 +318,18 @@ class CheckpointManager(Collectives):
             self._saves.append(handle)
         return handle
 
+    def _await_snapshot(self):
+        """Waits for a background save's snapshot (its error is its own handle's)."""
+        with self._lock:
+            pending, self._snapshotting = self._snapshotting, None
+        if pending is not None:
+            pending.snapshot_done()
+
     def wait_until_finished(self, timeout=None):
         """Waits for every save this manager started; raises the first failure
         (after waiting for the others)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        self._await_snapshot()
         with self._lock:
             pending = list(self._saves)
         first = None
@@ -338,6 +362,7 @@ class CheckpointManager(Collectives):
         must be in the checkpoint). timeout: seconds the worker may take (at most
         3600), the agreement on the step included."""
         _check_step(step, optional=True)
+        self._await_snapshot()
         body = {"strict": bool(strict)}
         if tensors is not None:
             body["tensors"] = list(tensors)
@@ -389,6 +414,7 @@ class CheckpointManager(Collectives):
         move to private memory (a copy of their current values), so the model and
         the optimizer keep working. An array or tensor that attach() returned keeps
         its mapping alive, and valid, for as long as it is referenced."""
+        self._await_snapshot()
         with self._lock:
             repointed, self._repointed = self._repointed, []
             for m in self._maps.values():

@@ -246,6 +246,39 @@ def test_a_damaged_copy_is_named_and_the_other_copy_is_used(cluster):
         "does not match" in log, log[-2000:]
 
 
+def test_a_background_save_snapshots_while_the_trainer_goes_on(cluster, mesh):
+    # save(background=True) returns at once; the tensors change only after
+    # snapshotted(), and the checkpoint holds what they were when it was taken.
+    ms = open_managers(cluster, mesh)
+    arrays = attach(ms)
+    fill(arrays, 1)
+    pending = [m.save(1, tier="memory", force=True, keep=3, background=True) for m in ms]
+    assert all(isinstance(p, tessera.PendingSave) for p in pending)
+    for p in pending:
+        assert p.snapshotted().step == 1
+    fill(arrays, 2)
+    # The next save waits for the one before's snapshot by itself.
+    second = [m.save(2, tier="memory", force=True, keep=3, background=True) for m in ms]
+    third = [m.save(3, tier="memory", force=True, keep=3, background=True) for m in ms]
+    for p in pending + second + third:
+        p.wait(60)
+    fill(arrays, 99)
+    restored = restore_all(ms)
+    assert [int(s) for s in restored] == [3] * N
+    expect(arrays, 2)  # steps 2 and 3 were taken of step 2's state
+    fill(arrays, 99)
+    restored = each(ms, lambda r, m: m.restore(1))  # back to step 1: 2 and 3 are freed
+    assert [int(s) for s in restored] == [1] * N
+    expect(arrays, 1)
+    # A save the worker refuses raises its error at snapshotted() and at wait(), named.
+    bad = ms[0].save(4, tensors=["nope"], tier="memory", force=True, background=True)
+    with pytest.raises(tessera.TesseraError) as e:
+        bad.snapshotted()
+    assert "nope" in str(e.value)
+    with pytest.raises(tessera.TesseraError):
+        bad.wait(10)
+
+
 def test_a_share_damaged_in_ram_is_caught_as_it_lands_and_rebuilt_from_its_copy(cluster):
     # Worker 1's own share of step 2 goes bad in its RAM after the copies were made. A
     # restore on the live hosts checks each share as it installs it: worker 1's does not
