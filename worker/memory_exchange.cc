@@ -13,7 +13,7 @@ using collectives::ConstBytes;
 using collectives::Deadline;
 
 // Parity moves in messages of at most this much, so a receiver buffers little.
-constexpr uint64_t kChunk = uint64_t{16} << 20;
+constexpr uint64_t kChunk = uint64_t{2} << 20;
 constexpr uint8_t kReady = 1;
 // A share up to this size follows its header at once: buffered on arrival, it costs
 // the receiver little, and the round trip of "ready" would cost more than it saves.
@@ -149,26 +149,62 @@ Status ExchangeParity(collectives::Group& group, MemoryCheckpoint& ck,
   ck.stripe_length = L;
   ck.parity = ShareBytes::Allocate(static_cast<uint64_t>(p) * L);
   if (L > 0) std::memset(ck.parity.writable(), 0, ck.parity.size());
-  std::vector<uint8_t> scratch(std::min(L, kChunk));
-  for (uint64_t c = 0; c < L; c += kChunk) {
+  // What each member sends this one, chunk after chunk, in its order of sending: for
+  // each codeword where it holds data and this one a parity row, that row. Each lands
+  // in one of two buffers per member, posted before it arrives (the next one as soon
+  // as the one before is received), so that nothing waits in the transport's memory.
+  std::vector<std::vector<std::pair<int, int>>> from(m);  // by member: (codeword, its symbol)
+  for (int i = 0; i < m; ++i) {
+    for (int r = 0; i != mine && r < m; ++r) {
+      const int d = SymbolOf(r, i, m, p);
+      if (d < k && SymbolOf(r, mine, m, p) >= k) from[i].emplace_back(r, d);
+    }
+  }
+  const uint64_t chunk = std::min(L, kChunk);
+  std::vector<std::vector<uint8_t>> landing(2 * static_cast<size_t>(m));
+  std::vector<size_t> received(m, 0);  // messages received from each member
+  const size_t chunks = L == 0 ? 0 : (L + kChunk - 1) / kChunk;
+  auto post = [&](int i) {
+    const size_t n_msgs = from[i].size() * chunks;
+    if (received[i] >= n_msgs) return;
+    const uint64_t c = (received[i] / from[i].size()) * kChunk;
+    std::vector<uint8_t>& b = landing[2 * i + received[i] % 2];
+    b.resize(chunk);
+    t.PostRecv(g[i], std::span<uint8_t>(b.data(), std::min(kChunk, L - c)));
+  };
+  for (int i = 0; i < m; ++i) {
+    if (!from[i].empty()) post(i);
+  }
+  Status st = Status::Ok();
+  for (uint64_t c = 0; st.ok() && c < L; c += kChunk) {
     const uint64_t n = std::min(kChunk, L - c);
-    for (int r = 0; r < m; ++r) {
+    for (int r = 0; st.ok() && r < m; ++r) {
       const int d = SymbolOf(r, mine, m, p);
       if (d >= k) continue;
-      for (int q = 0; q < p; ++q) {
-        RETURN_IF_ERROR(SendRange(t, g[ParityHolder(r, q, m)], ck.own, d * L + c, n, deadline));
+      for (int q = 0; st.ok() && q < p; ++q) {
+        st = SendRange(t, g[ParityHolder(r, q, m)], ck.own, d * L + c, n, deadline);
       }
     }
-    for (int r = 0; r < m; ++r) {
+    for (int r = 0; st.ok() && r < m; ++r) {
       const int q = SymbolOf(r, mine, m, p) - k;
       if (q < 0) continue;
-      for (int i = 0; i < m; ++i) {
+      for (int i = 0; st.ok() && i < m; ++i) {
         const int d = SymbolOf(r, i, m, p);
         if (d >= k) continue;
-        RETURN_IF_ERROR(t.RecvInto(g[i], std::span<uint8_t>(scratch.data(), n), deadline));
-        MulAdd(code.Coefficient(q, d), scratch.data(), ck.parity.writable() + q * L + c, n);
+        std::vector<uint8_t>& b = landing[2 * i + received[i] % 2];
+        st = t.RecvInto(g[i], std::span<uint8_t>(b.data(), n), deadline);
+        if (!st.ok()) break;
+        ++received[i];
+        post(i);
+        MulAdd(code.Coefficient(q, d), b.data(), ck.parity.writable() + q * L + c, n);
       }
     }
+  }
+  if (!st.ok()) {
+    for (int i = 0; i < m; ++i) {
+      if (i != mine) t.CancelRecv(g[i]);
+    }
+    return st;
   }
   ck.parity_checksum = L > 0 ? ShareChecksum(ck.parity.writable(), ck.parity.size()) : 0;
   return Status::Ok();

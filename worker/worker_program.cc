@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -164,6 +165,11 @@ void ServeUntilSignalled(tessera::http::Server& http, tessera::worker::Agent& ag
 namespace tessera::worker {
 
 int RunWorker(int argc, char** argv, const WorkerSeams& seams) {
+  // Buffers of a MiB and more (the memory tier's chunks, collectives' messages) are
+  // mappings of their own, given back when freed: with glibc's sliding threshold they
+  // would stay in the heap once freed, and a worker's RSS would keep its largest
+  // exchange (docs/memory-tier.md, "What it costs in RAM").
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   if (seams.s3_transport) tessera::storage::s3::SetDefaultTransport(seams.s3_transport);
   CLI::App app{"tessera-worker: Tessera worker agent"};
   Flags f;
