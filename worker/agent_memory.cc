@@ -216,7 +216,8 @@ Status Agent::TakeMemoryCheckpoint(const std::string& mesh, const MemorySave& sa
     ck->own_header = DescribeShare(*save.snap, save.step, p.rank, ck->mesh_fingerprint,
                                    save.policy.Fingerprint(), save.request.metadata);
     memory_.Begin(ck);
-    RETURN_IF_ERROR(ExchangeRedundancy(group, *ck, p.workers, deadline));
+    RETURN_IF_ERROR(ExchangeRedundancy(
+        group, *ck, p.workers, [this](size_t n) { return store_->AcquireSnapshotBuffer(n); }, deadline));
     if (options_.after_memory_exchange) options_.after_memory_exchange(*ck);
     collectives::Tensor vote = collectives::Tensor::Zeros(DType::kInt64, {static_cast<int64_t>(kVoteSize)});
     auto v = vote.values<int64_t>();

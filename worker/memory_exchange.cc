@@ -88,7 +88,8 @@ Status SendRange(collectives::Transport& t, int peer, const ShareBytes& bytes, u
 }
 
 Status ExchangeCopies(collectives::Group& group, MemoryCheckpoint& ck,
-                      const std::vector<std::string>& workers, Deadline deadline) {
+                      const std::vector<std::string>& workers, const AcquireBuffer& acquire,
+                      Deadline deadline) {
   collectives::Transport& t = group.transport();
   const int me = group.rank();
   const std::string header = ck.own_header.ToJson().dump();
@@ -98,7 +99,8 @@ Status ExchangeCopies(collectives::Group& group, MemoryCheckpoint& ck,
   for (int s : sources) {
     ASSIGN_OR_RETURN(ShareHeader h, RecvHeader(t, s, &ck, ck.step, s, workers, deadline));
     const uint64_t n = h.bytes;
-    MemoryCheckpoint::Copy copy{std::move(h), ShareBytes::Allocate(n)};
+    ASSIGN_OR_RETURN(ShareBytes kept, ShareBytes::Allocate(n, acquire));
+    MemoryCheckpoint::Copy copy{std::move(h), std::move(kept)};
     if (n >= kNoReadyBelow) {
       t.PostRecv(s, std::span<uint8_t>(copy.bytes.writable(), copy.bytes.size()));
       RETURN_IF_ERROR(SendReady(t, s, deadline));
@@ -123,7 +125,8 @@ Status ExchangeCopies(collectives::Group& group, MemoryCheckpoint& ck,
 // rows, chunk by chunk, and adds what it receives into its own parity rows
 // (parity_code.h).
 Status ExchangeParity(collectives::Group& group, MemoryCheckpoint& ck,
-                      const std::vector<std::string>& workers, Deadline deadline) {
+                      const std::vector<std::string>& workers, const AcquireBuffer& acquire,
+                      Deadline deadline) {
   collectives::Transport& t = group.transport();
   const int me = group.rank();
   ck.group = ck.layout.groups.at(ck.layout.group_of.at(me));
@@ -147,7 +150,7 @@ Status ExchangeParity(collectives::Group& group, MemoryCheckpoint& ck,
   const ParityCode code(k, p);
   const uint64_t L = StripeLength(longest, k);
   ck.stripe_length = L;
-  ck.parity = ShareBytes::Allocate(static_cast<uint64_t>(p) * L);
+  ASSIGN_OR_RETURN(ck.parity, ShareBytes::Allocate(static_cast<uint64_t>(p) * L, acquire));
   if (L > 0) std::memset(ck.parity.writable(), 0, ck.parity.size());
   // What each member sends this one, chunk after chunk, in its order of sending: for
   // each codeword where it holds data and this one a parity row, that row. Each lands
@@ -331,12 +334,13 @@ Status RebuildFromParity(collectives::Transport& t, const MemoryCheckpoint* ck, 
 }  // namespace
 
 Status ExchangeRedundancy(collectives::Group& group, MemoryCheckpoint& ck,
-                          const std::vector<std::string>& workers, Deadline deadline) {
+                          const std::vector<std::string>& workers, const AcquireBuffer& acquire,
+                          Deadline deadline) {
   // Small shares make an exchange bound by latency: a waiting thread then stops
   // spinning once the CPU turns out to be shared (Transport::SetLatencyBound).
   group.transport().SetLatencyBound(ck.own.size() < kNoReadyBelow);
-  Status st = ck.layout.mode == MemoryPolicy::Mode::kReplica ? ExchangeCopies(group, ck, workers, deadline)
-                                                              : ExchangeParity(group, ck, workers, deadline);
+  Status st = ck.layout.mode == MemoryPolicy::Mode::kReplica ? ExchangeCopies(group, ck, workers, acquire, deadline)
+                                                              : ExchangeParity(group, ck, workers, acquire, deadline);
   group.transport().SetLatencyBound(false);
   return st;
 }

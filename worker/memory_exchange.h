@@ -17,9 +17,10 @@ namespace tessera::worker {
 // Sends this worker's share's redundancy (ck.own, ck.own_header) as ck.layout says and
 // receives what it keeps: ck.copies (replica) or ck.group_headers, ck.parity (parity).
 // Every copy received is checked against its sender's checksums. `workers`: the
-// mesh's worker ids by rank, for messages.
+// mesh's worker ids by rank, for messages. What it keeps comes from `acquire`.
 Status ExchangeRedundancy(collectives::Group& group, MemoryCheckpoint& ck,
-                          const std::vector<std::string>& workers, collectives::Deadline deadline);
+                          const std::vector<std::string>& workers, const AcquireBuffer& acquire,
+                          collectives::Deadline deadline);
 
 // One transfer of a restore from memory: `from` holds the share of rank `to` (a copy),
 // or the ranks of a parity group rebuild it. Every worker walks the same list.

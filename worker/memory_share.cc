@@ -145,6 +145,14 @@ ShareBytes ShareBytes::Allocate(uint64_t n) {
   return b;
 }
 
+Result<ShareBytes> ShareBytes::Allocate(uint64_t n, const AcquireBuffer& acquire) {
+  ShareBytes b;
+  ASSIGN_OR_RETURN(b.buffer_, acquire(n));
+  b.size_ = n;
+  if (n > 0) b.spans_.emplace_back(b.buffer_->data(), n);
+  return b;
+}
+
 std::vector<Bytes> ShareBytes::Range(uint64_t offset, uint64_t n) const {
   std::vector<Bytes> out;
   uint64_t at = 0;

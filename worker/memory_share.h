@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -56,18 +57,25 @@ ShareHeader DescribeShare(const Snapshot& snap, int64_t step, int64_t rank, int6
                           int64_t policy_fingerprint, const Json& metadata);
 
 // A share's bytes: a snapshot's buffers (no copy) or bytes received from a peer.
+// Where the bytes a worker keeps for its peers come from: buffers that come back
+// checkpoint after checkpoint (TensorStore::AcquireSnapshotBuffer), so that once a
+// mesh's ring is warm an exchange faults no pages and frees none.
+using AcquireBuffer = std::function<Result<std::shared_ptr<ShardBuffer>>(size_t bytes)>;
+
 class ShareBytes {
  public:
   ShareBytes() = default;
   explicit ShareBytes(std::shared_ptr<const Snapshot> snap);
   // `n` bytes, uninitialised, to receive into.
   static ShareBytes Allocate(uint64_t n);
+  // The same from `acquire` (resource_exhausted when the memory is not there).
+  static Result<ShareBytes> Allocate(uint64_t n, const AcquireBuffer& acquire);
 
   // The bytes in order, as spans.
   const std::vector<Bytes>& spans() const { return spans_; }
   uint64_t size() const { return size_; }
   // Received bytes: where to write them (null for a snapshot's).
-  uint8_t* writable() { return owned_.get(); }
+  uint8_t* writable() { return owned_ ? owned_.get() : buffer_ ? buffer_->data() : nullptr; }
   // The spans covering [offset, offset + n), clipped to the share's end.
   std::vector<Bytes> Range(uint64_t offset, uint64_t n) const;
   // Copies [offset, offset + n) into dst, zeros past the end.
@@ -78,6 +86,7 @@ class ShareBytes {
  private:
   std::shared_ptr<const Snapshot> snap_;
   std::unique_ptr<uint8_t[]> owned_;
+  std::shared_ptr<ShardBuffer> buffer_;  // from an AcquireBuffer
   std::vector<Bytes> spans_;
   uint64_t size_ = 0;
 };

@@ -218,5 +218,37 @@ TEST(MemoryChoiceBounds, TheLargestParityGroupTravelsWhole) {
   EXPECT_EQ(c.plan[0].group, group);
 }
 
+TEST(MemoryTierStore, KeepsTheNewestCommittedAndFreesOldOnesOnlyAfterANewerCommits) {
+  MemoryTier tier;
+  auto add = [&](int64_t step) {
+    auto ck = std::make_shared<MemoryCheckpoint>();
+    ck->mesh = "m";
+    ck->step = step;
+    ck->policy.keep = 2;
+    ck->own = ShareBytes::Allocate(100);
+    tier.Begin(ck);
+  };
+  auto steps = [&] {
+    std::vector<int64_t> out;
+    for (const auto& ck : tier.Committed("m")) out.push_back(ck->step);
+    return out;
+  };
+  add(1);
+  tier.Commit("m", 1);
+  add(2);
+  tier.Commit("m", 2);
+  add(3);  // in flight: 1 and 2 stay
+  EXPECT_EQ(steps(), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(tier.Bytes("m"), 300u);
+  tier.Drop("m", 3);  // failed: nothing else changes
+  EXPECT_EQ(steps(), (std::vector<int64_t>{1, 2}));
+  add(4);
+  EXPECT_TRUE(tier.Commit("m", 4));
+  EXPECT_EQ(steps(), (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(tier.Bytes(), 200u);
+  EXPECT_FALSE(tier.Commit("m", 9));
+  EXPECT_EQ(tier.Summary()["meshes"]["m"]["steps"], Json::array({2, 4}));
+}
+
 }  // namespace
 }  // namespace tessera::worker

@@ -110,6 +110,8 @@ std::vector<Inventory> Inventories(int n, int64_t persisted) {
 }
 
 const std::vector<std::string> kWorkers = {"w-a", "w-b", "w-c", "w-d"};
+// What the exchanges keep comes from fresh heap buffers here (a worker's from its pool).
+const AcquireBuffer kHeap = [](size_t n) { return ShardBuffer::Heap(n); };
 constexpr auto kRep = MemoryPolicy::Mode::kReplica;
 constexpr auto kPar = MemoryPolicy::Mode::kParity;
 
@@ -251,7 +253,8 @@ std::vector<std::unique_ptr<Rank>> MakeRanks(int seed, int64_t floats = 1000) {
 
 std::vector<std::shared_ptr<MemoryCheckpoint>> Exchange(std::vector<std::unique_ptr<Rank>>& ranks,
                                                         const MemoryPolicy& policy,
-                                                        std::vector<std::unique_ptr<collectives::Group>>& groups) {
+                                                        std::vector<std::unique_ptr<collectives::Group>>& groups,
+                                                        const AcquireBuffer& acquire = kHeap) {
   auto layout = PlanMemoryLayout({"a", "b", "c", "d"}, policy);
   EXPECT_TRUE(layout.ok());
   std::vector<std::shared_ptr<MemoryCheckpoint>> cks(4);
@@ -271,7 +274,7 @@ std::vector<std::shared_ptr<MemoryCheckpoint>> Exchange(std::vector<std::unique_
     ck->own_header = DescribeShare(**snap, 5, r, 7, policy.Fingerprint(), Json::object());
     cks[r] = ck;
     threads.emplace_back([&, r] {
-      st[r] = ExchangeRedundancy(*groups[r], *cks[r], kWorkers,
+      st[r] = ExchangeRedundancy(*groups[r], *cks[r], kWorkers, acquire,
                                  collectives::Clock::now() + std::chrono::seconds(30));
     });
   }
@@ -426,7 +429,8 @@ TEST(MemoryExchange, ASaveOfAnotherStepIsRefusedNamingTheWorker) {
     ck->own_header = DescribeShare(**snap, ck->step, r, 7, Replica(1).Fingerprint(), Json::object());
     cks[r] = ck;
     threads.emplace_back([&, r] {
-      st[r] = ExchangeRedundancy(*groups[r], *cks[r], kWorkers, collectives::Clock::now() + std::chrono::seconds(5));
+      st[r] = ExchangeRedundancy(*groups[r], *cks[r], kWorkers, kHeap,
+                                 collectives::Clock::now() + std::chrono::seconds(5));
       if (!st[r].ok()) groups[r]->transport().Abort(st[r]);
     });
   }
@@ -439,36 +443,22 @@ TEST(MemoryExchange, ASaveOfAnotherStepIsRefusedNamingTheWorker) {
   }
 }
 
-TEST(MemoryTierStore, KeepsTheNewestCommittedAndFreesOldOnesOnlyAfterANewerCommits) {
-  MemoryTier tier;
-  auto add = [&](int64_t step) {
-    auto ck = std::make_shared<MemoryCheckpoint>();
-    ck->mesh = "m";
-    ck->step = step;
-    ck->policy.keep = 2;
-    ck->own = ShareBytes::Allocate(100);
-    tier.Begin(ck);
-  };
-  auto steps = [&] {
-    std::vector<int64_t> out;
-    for (const auto& ck : tier.Committed("m")) out.push_back(ck->step);
-    return out;
-  };
-  add(1);
-  tier.Commit("m", 1);
-  add(2);
-  tier.Commit("m", 2);
-  add(3);  // in flight: 1 and 2 stay
-  EXPECT_EQ(steps(), (std::vector<int64_t>{1, 2}));
-  EXPECT_EQ(tier.Bytes("m"), 300u);
-  tier.Drop("m", 3);  // failed: nothing else changes
-  EXPECT_EQ(steps(), (std::vector<int64_t>{1, 2}));
-  add(4);
-  EXPECT_TRUE(tier.Commit("m", 4));
-  EXPECT_EQ(steps(), (std::vector<int64_t>{2, 4}));
-  EXPECT_EQ(tier.Bytes(), 200u);
-  EXPECT_FALSE(tier.Commit("m", 9));
-  EXPECT_EQ(tier.Summary()["meshes"]["m"]["steps"], Json::array({2, 4}));
+TEST(MemoryExchange, WhatAWorkerKeepsComesBackToItsPoolAndIsReused) {
+  // Copies and parity from the worker's pool: once the checkpoints they were kept for
+  // are gone, the next exchange takes the same buffers (their pages already faulted).
+  for (const MemoryPolicy& policy : {Replica(1), Parity(4)}) {
+    auto pool = ShardBufferPool::Create(size_t{1} << 30);
+    const AcquireBuffer pooled = [&pool](size_t n) { return pool->Acquire(n); };
+    auto ranks = MakeRanks(3, 300000);  // shares over 1 MiB
+    auto groups = Groups();
+    Exchange(ranks, policy, groups, pooled).clear();  // kept, then dropped: back to the pool
+    const auto warm = pool->stats();
+    EXPECT_GT(warm.pooled_bytes, 0u) << policy.ToJson().dump();
+    auto cks = Exchange(ranks, policy, groups, pooled);
+    EXPECT_EQ(pool->stats().allocated, warm.allocated) << policy.ToJson().dump();
+    EXPECT_GT(pool->stats().reused, warm.reused) << policy.ToJson().dump();
+    EXPECT_EQ(pool->stats().pooled_bytes, 0u) << policy.ToJson().dump();
+  }
 }
 
 }  // namespace
