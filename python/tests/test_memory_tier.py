@@ -222,19 +222,27 @@ def test_a_policy_persists_memory_checkpoints_from_ram(cluster, mesh):
     expect(arrays, 3)
 
 
-def test_a_damaged_copy_is_named_and_the_other_copy_is_used(cluster):
-    # Worker 1 flips a bit in the copy of rank 0's share it keeps of step 2.
+def damaged_at_step_2(cluster, fault, mesh, flipped, **save):
+    """Worker 1, started again with the fault hook `fault`, damages what it holds of step
+    2 once that checkpoint is taken (steps 1 and 2 of a fresh `mesh`): managers, arrays."""
     cluster.kill_worker(1)
-    cluster.start_worker(1, env={"TESSERA_FAULT_FLIP_MEMORY_COPY": "2"})
-    mesh = "mem-flip"
+    cluster.start_worker(1, env={fault: "2"})
     cluster.client(timeout=30).register_mesh(mesh, {"data": N}, workers=cluster.worker_ids)
     ms = open_managers(cluster, mesh)
     arrays = attach(ms)
     for step in (1, 2):
         fill(arrays, step)
-        save_all(ms, step, replicas=2)
-    eventually(lambda: "flipped a bit in the copy of rank 0" in cluster.workers[1].text(),
-               "worker 1 damaged its copy")
+        save_all(ms, step, **save)
+    eventually(lambda: "flipped a bit in %s of memory checkpoint step 2" % flipped in cluster.workers[1].text(),
+               "worker 1 damaged %s" % flipped)
+    return ms, arrays
+
+
+def test_a_damaged_copy_is_named_and_the_other_copy_is_used(cluster):
+    # Worker 1 flips a bit in the copy of rank 0's share it keeps of step 2.
+    mesh = "mem-flip"
+    ms, arrays = damaged_at_step_2(cluster, "TESSERA_FAULT_FLIP_MEMORY_COPY", mesh,
+                                   "the copy of rank 0's share", replicas=2)
     replace_worker(cluster, ms, arrays, 0, mesh)
     fill(arrays, 99)
     restored = restore_all(ms)
@@ -284,17 +292,8 @@ def test_a_share_damaged_in_ram_is_caught_as_it_lands_and_rebuilt_from_its_copy(
     # restore on the live hosts checks each share as it installs it: worker 1's does not
     # match, so every worker checks what it holds and the mesh chooses again, rebuilding
     # rank 1's share from its copy on another host.
-    cluster.kill_worker(1)
-    cluster.start_worker(1, env={"TESSERA_FAULT_FLIP_MEMORY_OWN": "2"})
-    mesh = "mem-flip-own"
-    cluster.client(timeout=30).register_mesh(mesh, {"data": N}, workers=cluster.worker_ids)
-    ms = open_managers(cluster, mesh)
-    arrays = attach(ms)
-    for step in (1, 2):
-        fill(arrays, step)
-        save_all(ms, step)
-    eventually(lambda: "flipped a bit in its own share of memory checkpoint step 2" in cluster.workers[1].text(),
-               "worker 1 damaged its own share")
+    ms, arrays = damaged_at_step_2(cluster, "TESSERA_FAULT_FLIP_MEMORY_OWN", "mem-flip-own",
+                                   "its own share")
     fill(arrays, 99)
     restored = restore_all(ms)
     assert [int(s) for s in restored] == [2] * N
