@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <limits>
+#include <set>
 
 #include "api/clock.h"
 #include "collectives/collectives.h"
@@ -85,19 +86,49 @@ std::vector<std::shared_ptr<const MemoryCheckpoint>> HeldUnder(MemoryTier& memor
   return memory.Committed(mesh);
 }
 
+// What of `header`'s tensors the trainer's restore (`body`) writes (restore_match.h).
+Result<RestoreMatch> MatchShare(const TensorStore& store, const std::string& self, const std::string& mesh,
+                                int64_t step, const Json& body, const ShareHeader& header) {
+  ASSIGN_OR_RETURN(auto names, OptionalNameList(body, "tensors"));
+  ASSIGN_OR_RETURN(std::optional<bool> strict, OptionalBool(body, "strict"));
+  RestoreRequest request{mesh, step, self, names, strict.value_or(true)};
+  std::vector<HeldTensor> held;
+  for (const TensorInfo& t : store.List()) {
+    if (t.mesh == mesh) held.push_back({t.name, t.desc});
+  }
+  return MatchCheckpoint(request, held, header.Tensors());
+}
+
+// Where a copy received for this worker lands: each piece the restore writes into a
+// shard the trainer mapped, straight into it; the rest (and everything when the
+// restore would be refused) in a buffer of the share's own, for InstallShare.
+LandShare LandInMappings(TensorStore& store, const std::string& self, const std::string& mesh, int64_t step,
+                         const Json& body) {
+  return [&store, self, mesh, step, body](const ShareHeader& header) {
+    Landing out;
+    out.pieces.resize(header.pieces.size());
+    Result<RestoreMatch> match = MatchShare(store, self, mesh, step, body, header);
+    if (!match.ok()) return out;
+    std::set<std::string> restored;
+    for (const Json& t : match->tensors) restored.insert(t.value("name", ""));
+    for (size_t i = 0; i < header.pieces.size(); ++i) {
+      const ShareHeader::Piece& p = header.pieces[i];
+      if (!restored.count(p.tensor.name)) continue;
+      std::shared_ptr<ShardBuffer> shard = store.MappedShard(mesh, p.tensor.name, p.tensor.desc(), p.device);
+      if (shard == nullptr || shard->size() != p.bytes) continue;
+      out.pieces[i] = std::span<uint8_t>(shard->data(), shard->size());
+      out.keep.push_back(std::move(shard));
+    }
+    return out;
+  };
+}
+
 }  // namespace
 
 Result<Json> Agent::InstallFromMemory(const std::string& mesh, int64_t step, const Json& body,
                                       const ShareHeader& header, const ShareBytes& bytes,
                                       const std::string& source) {
-  ASSIGN_OR_RETURN(auto names, OptionalNameList(body, "tensors"));
-  ASSIGN_OR_RETURN(std::optional<bool> strict, OptionalBool(body, "strict"));
-  RestoreRequest request{mesh, step, id_, names, strict.value_or(true)};
-  std::vector<HeldTensor> held;
-  for (const TensorInfo& t : store_->List()) {
-    if (t.mesh == mesh) held.push_back({t.name, t.desc});
-  }
-  ASSIGN_OR_RETURN(RestoreMatch match, MatchCheckpoint(request, held, header.Tensors()));
+  ASSIGN_OR_RETURN(RestoreMatch match, MatchShare(*store_, id_, mesh, step, body, header));
   std::vector<std::string> restored;
   for (const Json& t : match.tensors) restored.push_back(t.value("name", ""));
   const std::string whose = source == "local" ? "the share of step " + std::to_string(step) + " held by " + id_
@@ -225,6 +256,7 @@ Result<std::optional<Json>> Agent::RestoreFromMemory(const std::string& mesh, st
       ShareBytes bytes;
       Status rebuilt = choice.plan.empty() ? Status::Ok()
                                            : RebuildShares(group, mine.get(), choice.step, choice.plan, p.workers,
+                                                           LandInMappings(*store_, id_, mesh, choice.step, body),
                                                            deadline, &header, &bytes);
       if (rebuilt.ok()) {
         installed = source == "local" ? InstallFromMemory(mesh, choice.step, body, mine->own_header, mine->own, source)

@@ -42,8 +42,13 @@ void InstallOnce() {
   });
 }
 
-// Out of line, so that nothing of it is kept in registers across the jump.
+// Out of line, so that nothing of it is kept in registers across the jump. A null
+// `dst` only checksums.
 __attribute__((noinline)) void CopyBlocks(uint8_t* dst, const uint8_t* src, size_t n, XXH3_state_t* state) {
+  if (dst == nullptr) {
+    XXH3_64bits_update_dispatch(state, src, n);
+    return;
+  }
   if (state == nullptr) {
     std::memcpy(dst, src, n);
     return;
@@ -58,6 +63,10 @@ __attribute__((noinline)) void CopyBlocks(uint8_t* dst, const uint8_t* src, size
 }  // namespace
 
 uint64_t Checksum64(const void* data, size_t n) { return XXH3_64bits_dispatch(data, n); }
+
+bool GuardedChecksum(const uint8_t* data, size_t n, uint64_t* checksum) {
+  return GuardedCopy(nullptr, data, n, checksum);
+}
 
 bool GuardedCopy(uint8_t* dst, const uint8_t* src, size_t n, uint64_t* checksum) {
   XXH3_state_t state;

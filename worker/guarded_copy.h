@@ -18,4 +18,7 @@ uint64_t Checksum64(const void* data, size_t n);
 // as written, taken in the same pass (each block hashed while it is in cache).
 bool GuardedCopy(uint8_t* dst, const uint8_t* src, size_t n, uint64_t* checksum = nullptr);
 
+// The Checksum64 of `n` bytes that may vanish the same way: false when they did.
+bool GuardedChecksum(const uint8_t* data, size_t n, uint64_t* checksum);
+
 }  // namespace tessera::worker

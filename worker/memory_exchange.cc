@@ -213,25 +213,37 @@ Status ExchangeParity(collectives::Group& group, MemoryCheckpoint& ck,
   return Status::Ok();
 }
 
+// A copy a rebuild sends: its header, then each piece as a message of its own, a large
+// one once the receiver said it is ready (its bytes then land where that piece goes).
 Status SendCopy(collectives::Transport& t, const MemoryCheckpoint& ck, int to, Deadline deadline) {
   const MemoryCheckpoint::Copy& copy = ck.copies.at(to);
   RETURN_IF_ERROR(SendText(t, to, copy.header.ToJson().dump(), deadline));
-  if (copy.bytes.size() >= kNoReadyBelow) RETURN_IF_ERROR(AwaitReady(t, to, deadline));
-  if (copy.bytes.size() == 0) return Status::Ok();
-  return SendSpans(t, to, copy.bytes.spans(), deadline);
+  for (const ShareHeader::Piece& p : copy.header.pieces) {
+    if (p.bytes == 0) continue;
+    if (p.bytes >= kNoReadyBelow) RETURN_IF_ERROR(AwaitReady(t, to, deadline));
+    RETURN_IF_ERROR(SendSpans(t, to, copy.bytes.Range(p.offset, p.bytes), deadline));
+  }
+  return Status::Ok();
 }
 
 Status ReceiveShare(collectives::Transport& t, int from, int64_t step, int me,
-                    const std::vector<std::string>& workers, Deadline deadline, ShareHeader* header,
-                    ShareBytes* bytes) {
+                    const std::vector<std::string>& workers, const LandShare& land, Deadline deadline,
+                    ShareHeader* header, ShareBytes* bytes) {
   ASSIGN_OR_RETURN(*header, RecvHeader(t, from, nullptr, step, me, workers, deadline));
-  *bytes = ShareBytes::Allocate(header->bytes);
-  if (bytes->size() >= kNoReadyBelow) {
-    t.PostRecv(from, std::span<uint8_t>(bytes->writable(), bytes->size()));
-    RETURN_IF_ERROR(SendReady(t, from, deadline));
+  ASSIGN_OR_RETURN(*bytes, ShareBytes::Receive(*header, land ? land(*header) : Landing{}));
+  for (size_t i = 0; i < header->pieces.size(); ++i) {
+    const std::span<uint8_t> where = bytes->Piece(i);
+    if (where.empty()) continue;
+    if (where.size() >= kNoReadyBelow) {
+      t.PostRecv(from, where);
+      if (Status st = SendReady(t, from, deadline); !st.ok()) {
+        t.CancelRecv(from);
+        return st;
+      }
+    }
+    RETURN_IF_ERROR(t.RecvInto(from, where, deadline));
   }
-  if (bytes->size() == 0) return Status::Ok();
-  return t.RecvInto(from, std::span<uint8_t>(bytes->writable(), bytes->size()), deadline);
+  return Status::Ok();
 }
 
 // Where this member's symbol s (a stripe, or k + a parity row) lies: the bytes holding
@@ -347,7 +359,7 @@ Status ExchangeRedundancy(collectives::Group& group, MemoryCheckpoint& ck,
 
 Status RebuildShares(collectives::Group& group, const MemoryCheckpoint* ck, int64_t step,
                      const std::vector<ShareTransfer>& plan, const std::vector<std::string>& workers,
-                     Deadline deadline, ShareHeader* header, ShareBytes* bytes) {
+                     const LandShare& land, Deadline deadline, ShareHeader* header, ShareBytes* bytes) {
   collectives::Transport& t = group.transport();
   const int me = group.rank();
   for (const ShareTransfer& tr : plan) {
@@ -356,7 +368,7 @@ Status RebuildShares(collectives::Group& group, const MemoryCheckpoint* ck, int6
         if (ck == nullptr) return Internal("asked to send a copy of a step this worker does not hold");
         RETURN_IF_ERROR(SendCopy(t, *ck, static_cast<int>(tr.to), deadline));
       } else if (tr.to == me) {
-        RETURN_IF_ERROR(ReceiveShare(t, static_cast<int>(tr.from), step, me, workers, deadline, header, bytes));
+        RETURN_IF_ERROR(ReceiveShare(t, static_cast<int>(tr.from), step, me, workers, land, deadline, header, bytes));
       }
       continue;
     }

@@ -37,9 +37,12 @@ struct ShareTransfer {
 // Carries out `plan` for checkpoint `ck` (this worker's, or null when it holds none of
 // that step): sends what this worker contributes, and when this worker is a `to`,
 // receives its share into *header and *bytes, unchecked (InstallShare checks each
-// piece where it lands). `step` is the step restored.
+// piece where it lands). A copy's pieces land where `land` says (the trainer's own
+// shards: no copy follows); a share rebuilt from parity in a buffer of its own.
+// `step` is the step restored.
 Status RebuildShares(collectives::Group& group, const MemoryCheckpoint* ck, int64_t step,
                      const std::vector<ShareTransfer>& plan, const std::vector<std::string>& workers,
-                     collectives::Deadline deadline, ShareHeader* header, ShareBytes* bytes);
+                     const LandShare& land, collectives::Deadline deadline, ShareHeader* header,
+                     ShareBytes* bytes);
 
 }  // namespace tessera::worker

@@ -153,6 +153,45 @@ Result<ShareBytes> ShareBytes::Allocate(uint64_t n, const AcquireBuffer& acquire
   return b;
 }
 
+Result<ShareBytes> ShareBytes::Receive(const ShareHeader& header, Landing landing) {
+  ShareBytes b;
+  uint64_t own = 0;
+  uint64_t at = 0;
+  auto lands = [&](size_t i) {
+    return i < landing.pieces.size() && header.pieces[i].bytes > 0 &&
+           landing.pieces[i].size() == header.pieces[i].bytes;
+  };
+  for (size_t i = 0; i < header.pieces.size(); ++i) {
+    const ShareHeader::Piece& p = header.pieces[i];
+    if (p.offset != at) {
+      return DataLoss("piece " + std::to_string(i) + " of the share of rank " + std::to_string(header.rank) +
+                          " starts at byte " + std::to_string(p.offset) + ", not " + std::to_string(at),
+                      {{"step", header.step}, {"rank", header.rank}});
+    }
+    at += p.bytes;
+    if (!lands(i)) own += p.bytes;
+  }
+  if (at != header.bytes) {
+    return DataLoss("the pieces of the share of rank " + std::to_string(header.rank) + " hold " +
+                        std::to_string(at) + " bytes where its header says " + std::to_string(header.bytes),
+                    {{"step", header.step}, {"rank", header.rank}});
+  }
+  b.owned_.reset(new uint8_t[std::max<uint64_t>(own, 1)]);  // uninitialised: received into
+  uint64_t mine = 0;
+  for (size_t i = 0; i < header.pieces.size(); ++i) {
+    const uint64_t n = header.pieces[i].bytes;
+    const bool landed = lands(i);
+    const std::span<uint8_t> where = landed ? landing.pieces[i] : std::span<uint8_t>(b.owned_.get() + mine, n);
+    if (!landed) mine += n;
+    b.pieces_.push_back(where);
+    b.in_place_.push_back(landed);
+    if (n > 0) b.spans_.emplace_back(where.data(), n);
+  }
+  b.size_ = header.bytes;
+  b.keep_ = std::move(landing.keep);
+  return b;
+}
+
 std::vector<Bytes> ShareBytes::Range(uint64_t offset, uint64_t n) const {
   std::vector<Bytes> out;
   uint64_t at = 0;
@@ -231,8 +270,20 @@ Status InstallShare(TensorStore& store, const std::string& mesh, const ShareHead
   if (bytes.size() != header.bytes) return SizeDiffers(header, bytes, whose);
   const std::set<std::string> wanted(names.begin(), names.end());
   std::vector<uint8_t> scratch;
-  for (const ShareHeader::Piece& p : header.pieces) {
+  for (size_t i = 0; i < header.pieces.size(); ++i) {
+    const ShareHeader::Piece& p = header.pieces[i];
     if (!wanted.count(p.tensor.name)) continue;
+    if (bytes.InPlace(i)) {
+      const std::span<uint8_t> where = bytes.Piece(i);
+      uint64_t sum = 0;
+      if (!GuardedChecksum(where.data(), where.size(), &sum)) {
+        return Conflict("the shard of tensor '" + p.tensor.name + "' (device " + std::to_string(p.device) +
+                            ") shrank while " + whose + " was received into it (its file truncated by its trainer?)",
+                        {{"tensor", p.tensor.name}, {"device", p.device}});
+      }
+      if (sum != p.checksum) return PieceDiffers(header, p, whose);
+      continue;
+    }
     const Bytes piece = Contiguous(bytes, p.offset, p.bytes, &scratch);
     uint64_t landed = 0;
     RETURN_IF_ERROR(store.Install(mesh, p.tensor.name, p.tensor.desc(), p.device, piece.data(), p.bytes, &landed));

@@ -56,12 +56,21 @@ int64_t MeshFingerprint(const MeshPlacement& p);
 ShareHeader DescribeShare(const Snapshot& snap, int64_t step, int64_t rank, int64_t mesh_fingerprint,
                           int64_t policy_fingerprint, const Json& metadata);
 
-// A share's bytes: a snapshot's buffers (no copy) or bytes received from a peer.
 // Where the bytes a worker keeps for its peers come from: buffers that come back
 // checkpoint after checkpoint (TensorStore::AcquireSnapshotBuffer), so that once a
 // mesh's ring is warm an exchange faults no pages and frees none.
 using AcquireBuffer = std::function<Result<std::shared_ptr<ShardBuffer>>(size_t bytes)>;
 
+// Where the pieces of a share received in a restore go, by piece: the trainer's shard
+// it is restored into (its bytes land there: no copy follows), or an empty span for a
+// buffer of the share's own. `keep` holds what the spans point into.
+struct Landing {
+  std::vector<std::span<uint8_t>> pieces;
+  std::vector<std::shared_ptr<void>> keep;
+};
+using LandShare = std::function<Landing(const ShareHeader& header)>;
+
+// A share's bytes: a snapshot's buffers (no copy) or bytes received from a peer.
 class ShareBytes {
  public:
   ShareBytes() = default;
@@ -70,6 +79,12 @@ class ShareBytes {
   static ShareBytes Allocate(uint64_t n);
   // The same from `acquire` (resource_exhausted when the memory is not there).
   static Result<ShareBytes> Allocate(uint64_t n, const AcquireBuffer& acquire);
+  // `header`'s pieces to be received one by one, each where `landing` puts it or in one
+  // buffer of the share's own; data_loss when the pieces do not tile the share.
+  static Result<ShareBytes> Receive(const ShareHeader& header, Landing landing);
+  // Receive's: where piece i goes, and whether that is the trainer's own shard.
+  std::span<uint8_t> Piece(size_t i) const { return pieces_.at(i); }
+  bool InPlace(size_t i) const { return i < in_place_.size() && in_place_[i]; }
 
   // The bytes in order, as spans.
   const std::vector<Bytes>& spans() const { return spans_; }
@@ -87,6 +102,9 @@ class ShareBytes {
   std::shared_ptr<const Snapshot> snap_;
   std::unique_ptr<uint8_t[]> owned_;
   std::shared_ptr<ShardBuffer> buffer_;  // from an AcquireBuffer
+  std::vector<std::span<uint8_t>> pieces_;  // Receive's, by piece
+  std::vector<bool> in_place_;              // Receive's, by piece
+  std::vector<std::shared_ptr<void>> keep_;  // what landed pieces point into
   std::vector<Bytes> spans_;
   uint64_t size_ = 0;
 };
@@ -102,7 +120,8 @@ Result<std::shared_ptr<const Snapshot>> ShareSnapshot(const ShareHeader& header,
 
 // Writes each piece of `bytes` whose tensor is in `names` into the store (mesh `mesh`),
 // each checked against its checksum as it lands (one pass over its bytes): data_loss as
-// CheckShare's, naming `whose`, when one does not match (what was written stays).
+// CheckShare's, naming `whose`, when one does not match (what was written stays). A
+// piece received in place (ShareBytes::InPlace) is only checked where it is.
 Status InstallShare(TensorStore& store, const std::string& mesh, const ShareHeader& header,
                     const ShareBytes& bytes, const std::vector<std::string>& names, const std::string& whose);
 

@@ -327,6 +327,16 @@ Result<ShardMapping> TensorStore::Map(const std::string& mesh, const std::string
   }
 }
 
+std::shared_ptr<ShardBuffer> TensorStore::MappedShard(const std::string& mesh, const std::string& name,
+                                                     const TensorDesc& desc, int64_t device) const {
+  MutexLock lock(mu_);
+  auto it = tensors_.find(Key{mesh, name});
+  if (it == tensors_.end() || it->second.desc != desc) return nullptr;
+  auto shard = it->second.shards.find(device);
+  if (shard == it->second.shards.end() || !shard->second->mapped()) return nullptr;
+  return shard->second;
+}
+
 Result<ShardRef> TensorStore::Get(const std::string& mesh, const std::string& name,
                                   int64_t device) const {
   MutexLock lock(mu_);

@@ -126,6 +126,10 @@ class TensorStore {
 
   // not_found naming the tensor or the device when absent.
   Result<ShardRef> Get(const std::string& mesh, const std::string& name, int64_t device) const;
+  // The trainer's mapped shard of `device` when the tensor is held with exactly `desc`
+  // (a restore may receive its bytes straight into it), else null.
+  std::shared_ptr<ShardBuffer> MappedShard(const std::string& mesh, const std::string& name,
+                                           const TensorDesc& desc, int64_t device) const;
   // Like Get, and copies the bytes into *bytes, never torn by a concurrent
   // Put or Install (a trainer writing its mapping meanwhile is its own race).
   Result<ShardRef> Read(const std::string& mesh, const std::string& name, int64_t device,

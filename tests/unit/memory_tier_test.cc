@@ -300,14 +300,14 @@ struct Rebuilt {
 };
 
 Rebuilt Rebuild(std::vector<std::shared_ptr<MemoryCheckpoint>>& cks, const std::set<int>& lost,
-                const RestoreChoice& choice) {
+                const RestoreChoice& choice, const LandShare& land = {}) {
   auto groups = Groups();
   Rebuilt out;
   std::vector<std::thread> threads;
   for (int r = 0; r < 4; ++r) {
     threads.emplace_back([&, r] {
       out.st[r] = RebuildShares(*groups[r], lost.count(r) ? nullptr : cks[r].get(), 5, choice.plan, kWorkers,
-                                collectives::Clock::now() + std::chrono::seconds(30), &out.headers[r],
+                                land, collectives::Clock::now() + std::chrono::seconds(30), &out.headers[r],
                                 &out.bytes[r]);
     });
   }
@@ -389,6 +389,29 @@ TEST(MemoryExchange, LargeCopiesWaitForTheReceiverAndArriveWhole) {
   Rebuilt got = Rebuild(cks, {2}, choice);
   for (int r = 0; r < 4; ++r) ASSERT_TRUE(got.st[r].ok()) << got.st[r].ToString();
   ExpectSameShare(*cks[2], got.headers[2], got.bytes[2]);
+  // Again, its large piece landing in memory the receiver names (a worker: the
+  // trainer's mapping), the small one in the share's buffer, a wrong size not at all.
+  const std::vector<ShareHeader::Piece>& pieces = cks[2]->own_header.pieces;
+  const size_t iw = std::find_if(pieces.begin(), pieces.end(), [](const auto& p) { return p.tensor.name == "w"; }) -
+                    pieces.begin();
+  ASSERT_LT(iw, pieces.size());
+  for (int64_t wrong : {0, 1}) {
+    std::vector<uint8_t> mapped(pieces[iw].bytes + wrong, 0xee);
+    const LandShare land = [&](const ShareHeader& h) {
+      Landing l;
+      l.pieces.resize(h.pieces.size());
+      l.pieces[iw] = std::span<uint8_t>(mapped);
+      return l;
+    };
+    got = Rebuild(cks, {2}, choice, land);
+    for (int r = 0; r < 4; ++r) ASSERT_TRUE(got.st[r].ok()) << got.st[r].ToString();
+    ExpectSameShare(*cks[2], got.headers[2], got.bytes[2]);
+    EXPECT_EQ(got.bytes[2].InPlace(iw), wrong == 0);
+    EXPECT_FALSE(got.bytes[2].InPlace(1 - iw));
+    std::vector<uint8_t> want(pieces[iw].bytes);
+    cks[2]->own.CopyRange(pieces[iw].offset, pieces[iw].bytes, want.data());
+    EXPECT_EQ(mapped, wrong == 0 ? want : std::vector<uint8_t>(mapped.size(), 0xee));
+  }
 }
 
 TEST(MemoryExchange, ADamagedCopyIsNamedAndAnotherIsUsed) {
