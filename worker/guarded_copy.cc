@@ -35,7 +35,8 @@ void InstallOnce() {
   std::call_once(once, [] {
     struct sigaction sa {};
     sa.sa_sigaction = OnSigbus;
-    // Not blocked while handled: the jump leaves the handler without restoring a mask.
+    // Not blocked while handled; the jump restores the mask saved where the copy
+    // began besides (a runtime that wraps handlers may block it all the same).
     sa.sa_flags = SA_SIGINFO | SA_NODEFER;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGBUS, &sa, &g_previous);
@@ -78,7 +79,7 @@ bool GuardedCopy(uint8_t* dst, const uint8_t* src, size_t n, uint64_t* checksum)
   InstallOnce();
   sigjmp_buf here;
   sigjmp_buf* const outer = t_guard;
-  if (sigsetjmp(here, 0) != 0) {
+  if (sigsetjmp(here, 1) != 0) {
     t_guard = outer;
     return false;
   }
