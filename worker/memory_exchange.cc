@@ -152,31 +152,29 @@ Status ExchangeParity(collectives::Group& group, MemoryCheckpoint& ck,
   ck.stripe_length = L;
   ASSIGN_OR_RETURN(ck.parity, ShareBytes::Allocate(static_cast<uint64_t>(p) * L, acquire));
   if (L > 0) std::memset(ck.parity.writable(), 0, ck.parity.size());
-  // What each member sends this one, chunk after chunk, in its order of sending: for
-  // each codeword where it holds data and this one a parity row, that row. Each lands
-  // in one of two buffers per member, posted before it arrives (the next one as soon
-  // as the one before is received), so that nothing waits in the transport's memory.
-  std::vector<std::vector<std::pair<int, int>>> from(m);  // by member: (codeword, its symbol)
+  // Each member sends this one, chunk after chunk, a message for each codeword where it
+  // holds data and this one a parity row. Each lands in one of two buffers per member,
+  // posted before it arrives (the next as soon as the one before is received), so that
+  // nothing waits in the transport's memory.
+  std::vector<size_t> per_chunk(m, 0);  // by member: its messages of one chunk
   for (int i = 0; i < m; ++i) {
     for (int r = 0; i != mine && r < m; ++r) {
-      const int d = SymbolOf(r, i, m, p);
-      if (d < k && SymbolOf(r, mine, m, p) >= k) from[i].emplace_back(r, d);
+      if (SymbolOf(r, i, m, p) < k && SymbolOf(r, mine, m, p) >= k) ++per_chunk[i];
     }
   }
-  const uint64_t chunk = std::min(L, kChunk);
-  std::vector<std::vector<uint8_t>> landing(2 * static_cast<size_t>(m));
+  const size_t chunks = (L + kChunk - 1) / kChunk;
+  std::vector<std::vector<uint8_t>> landing(2 * static_cast<size_t>(m));  // two per member
+  for (size_t b = 0; b < landing.size(); ++b) {
+    if (per_chunk[b / 2] > 0) landing[b].resize(std::min(L, kChunk));
+  }
   std::vector<size_t> received(m, 0);  // messages received from each member
-  const size_t chunks = L == 0 ? 0 : (L + kChunk - 1) / kChunk;
   auto post = [&](int i) {
-    const size_t n_msgs = from[i].size() * chunks;
-    if (received[i] >= n_msgs) return;
-    const uint64_t c = (received[i] / from[i].size()) * kChunk;
-    std::vector<uint8_t>& b = landing[2 * i + received[i] % 2];
-    b.resize(chunk);
-    t.PostRecv(g[i], std::span<uint8_t>(b.data(), std::min(kChunk, L - c)));
+    if (received[i] >= per_chunk[i] * chunks) return;
+    const uint64_t c = (received[i] / per_chunk[i]) * kChunk;
+    t.PostRecv(g[i], std::span<uint8_t>(landing[2 * i + received[i] % 2].data(), std::min(kChunk, L - c)));
   };
   for (int i = 0; i < m; ++i) {
-    if (!from[i].empty()) post(i);
+    if (per_chunk[i] > 0) post(i);
   }
   Status st = Status::Ok();
   for (uint64_t c = 0; st.ok() && c < L; c += kChunk) {
