@@ -47,11 +47,12 @@ Status CheckShapeSize(const Shape& shape, std::string_view field) {
     return InvalidArgument("shape has more than " + std::to_string(kMaxRank) + " dimensions",
                            {{"field", field}});
   }
+  // The product of the non-zero dimensions: a zero elsewhere leaves no element, but
+  // every part of the shape (a row's elements, a slice's end) must stay in range too.
   int64_t n = 1;
   for (int64_t d : shape) {
-    // Each dimension too: with a zero elsewhere the product stays 0, and slice
-    // ends (offset + length) must not overflow.
-    if (d < 0 || d > kMaxElements || __builtin_mul_overflow(n, d, &n) || n > kMaxElements) {
+    if (d < 0 || d > kMaxElements || __builtin_mul_overflow(n, d == 0 ? 1 : d, &n) ||
+        n > kMaxElements) {
       return InvalidArgument("shape [" + ShapeToString(shape) + "] is too large (at most 2^48 elements)",
                              {{"field", field}});
     }

@@ -156,6 +156,8 @@ class Agent {
   struct MemorySave {
     int64_t step = 0;
     std::shared_ptr<const Snapshot> snap;
+    // The snapshot it shares unchanged shards with (the mesh's memory checkpoint before), or null.
+    std::shared_ptr<const Snapshot> base;
     MemoryPolicy policy;
     SaveRequest request;
     int64_t deadline_ms = 0;  // from its turn to its commit
@@ -165,7 +167,11 @@ class Agent {
   // The snapshot of an in-loop save: `names` (all the mesh's, when unset) from the
   // store, or borrowed where the body's "borrow" names them.
   Result<std::shared_ptr<const Snapshot>> TrainerSnapshot(
-      const std::string& mesh, const Json& body, const std::optional<std::vector<std::string>>& names);
+      const std::string& mesh, const Json& body, const std::optional<std::vector<std::string>>& names,
+      const Snapshot* base = nullptr);
+  // The snapshot a memory save of `mesh` shares unchanged shards with: the newest one
+  // waiting, else the own share of the newest checkpoint held. Null when none.
+  std::shared_ptr<const Snapshot> MemoryBase(const std::string& mesh) EXCLUDES(mu_);
   Result<Json> SaveToMemory(const std::string& mesh, int64_t step, const Json& body,
                             TrainerSaves::Until until, int64_t timeout_ms);
   // The mesh's queue of memory saves, one after the other, until it is empty.

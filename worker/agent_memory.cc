@@ -93,16 +93,18 @@ Result<Json> Agent::SaveToMemory(const std::string& mesh, int64_t step, const Js
     if (stopping_) return Unavailable("worker " + id_ + " is stopping");
   }
   const auto waited = Clock::now();
-  // Borrowed shards are copied here, once: the tier keeps its own bytes.
-  ASSIGN_OR_RETURN(auto taken, TrainerSnapshot(mesh, body, names));
-  ASSIGN_OR_RETURN(auto snap, OwnSnapshot(std::move(taken), store_));
+  // Borrowed shards are copied here, once: the tier keeps its own bytes. A shard equal
+  // to its shard in the checkpoint before shares that one's buffer instead.
+  std::shared_ptr<const Snapshot> base = MemoryBase(mesh);
+  ASSIGN_OR_RETURN(auto taken, TrainerSnapshot(mesh, body, names, base.get()));
+  ASSIGN_OR_RETURN(auto snap, OwnSnapshot(std::move(taken), store_, base.get()));
   const auto snapped = Clock::now();
   trainer_saves_.Snapshotted(mesh, step);
   bool start = false;
   {
     MutexLock lock(mu_);
     MemoryQueue& q = memory_queues_[mesh];
-    q.waiting.push_back({step, snap, policy, request, deadline_ms.value_or(kDefaultMemoryDeadlineMs)});
+    q.waiting.push_back({step, snap, std::move(base), policy, request, deadline_ms.value_or(kDefaultMemoryDeadlineMs)});
     start = !q.running;
     q.running = true;
   }
@@ -114,6 +116,16 @@ Result<Json> Agent::SaveToMemory(const std::string& mesh, int64_t step, const Js
                      {"room_wait_ms", std::chrono::duration<double, std::milli>(waited - t0).count()},
                      {"snapshot_bytes", snap->bytes()}},
                     until, timeout_ms);
+}
+
+std::shared_ptr<const Snapshot> Agent::MemoryBase(const std::string& mesh) {
+  {
+    MutexLock lock(mu_);
+    auto q = memory_queues_.find(mesh);
+    if (q != memory_queues_.end() && !q->second.waiting.empty()) return q->second.waiting.back().snap;
+  }
+  std::shared_ptr<const MemoryCheckpoint> newest = memory_.Newest(mesh);
+  return newest ? newest->own.snapshot() : nullptr;
 }
 
 Result<Json> Agent::DoMemorySave(const Task& task) {
@@ -167,13 +179,24 @@ void Agent::RunMemorySaves(const std::string& mesh) {
 }
 
 void Agent::ReserveRing(const std::string& mesh, const MemorySave& save) {
+  // Like the shards this save copied (not those it shared with the one before), from
+  // the first save that had one before: a mesh whose state is mostly frozen reserves
+  // little.
+  if (!save.base) return;
   {
     MutexLock lock(mu_);
     int64_t& reserved = memory_queues_[mesh].ring_reserved;
     if (reserved >= save.policy.keep) return;
     ++reserved;
   }
-  if (Status st = store_->ReserveLike(*save.snap); !st.ok()) {
+  Snapshot copied;
+  for (const Snapshot::Tensor& t : save.snap->tensors) {
+    Snapshot::Tensor& c = copied.tensors.emplace_back(Snapshot::Tensor{t.name, t.desc, {}, {}});
+    for (const Snapshot::Shard& shard : t.shards) {
+      if (!Snapshot::SharedWith(save.base.get(), t, shard)) c.shards.push_back(shard);
+    }
+  }
+  if (Status st = store_->ReserveLike(copied); !st.ok()) {
     std::fprintf(stderr, "worker %s: no spare snapshot buffers for mesh %s: %s\n", id_.c_str(),
                  mesh.c_str(), st.ToString().c_str());
   }
@@ -213,11 +236,21 @@ Status Agent::TakeMemoryCheckpoint(const std::string& mesh, const MemorySave& sa
     ck->mesh_fingerprint = MeshFingerprint(p);
     ck->persisted = persisted;
     ck->own = ShareBytes(save.snap);
-    ck->own_header = DescribeShare(*save.snap, save.step, p.rank, ck->mesh_fingerprint,
-                                   save.policy.Fingerprint(), save.request.metadata);
+    // The checkpoint whose shards this one shares: their checksums are known, and its
+    // copies' holders keep them (ShareHeader::Piece::same_as).
+    std::shared_ptr<const MemoryCheckpoint> base;
+    if (save.base) {
+      for (const auto& held : memory_.Committed(mesh)) {
+        if (held->own.snapshot() == save.base) base = held;
+      }
+    }
+    ck->own_header = DescribeShare(*save.snap, save.step, p.rank, ck->mesh_fingerprint, save.policy.Fingerprint(),
+                                   save.request.metadata, base ? save.base.get() : nullptr,
+                                   base ? &base->own_header : nullptr);
     memory_.Begin(ck);
     RETURN_IF_ERROR(ExchangeRedundancy(
-        group, *ck, p.workers, [this](size_t n) { return store_->AcquireSnapshotBuffer(n); }, deadline));
+        group, *ck, p.workers, [this](size_t n) { return store_->AcquireSnapshotBuffer(n); }, deadline,
+        [this, &mesh](int64_t step) { return memory_.Find(mesh, step); }));
     if (options_.after_memory_exchange) options_.after_memory_exchange(*ck);
     collectives::Tensor vote = collectives::Tensor::Zeros(DType::kInt64, {static_cast<int64_t>(kVoteSize)});
     auto v = vote.values<int64_t>();

@@ -1,6 +1,7 @@
 #include "worker/borrowed_snapshot.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -137,13 +138,39 @@ std::shared_ptr<const Snapshot> MergeSnapshots(std::shared_ptr<const Snapshot> a
   return out;
 }
 
+namespace {
+
+// Borrowed bytes are compared through a block of this size (read, then compared).
+constexpr size_t kCompareBlock = size_t{1} << 20;
+
+// Whether `lent` holds the bytes of `base` (its size).
+Result<bool> SameAsBase(const BorrowedMemory& lent, const ShardBuffer& base) {
+  std::vector<uint8_t> block(std::min(lent.size(), kCompareBlock));
+  for (size_t at = 0; at < lent.size(); at += block.size()) {
+    const size_t n = std::min(block.size(), lent.size() - at);
+    RETURN_IF_ERROR(lent.Read(at, n, block.data()));
+    if (std::memcmp(block.data(), base.data() + at, n) != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Result<std::shared_ptr<const Snapshot>> OwnSnapshot(std::shared_ptr<const Snapshot> snap,
-                                                    TensorStore* store) {
+                                                    TensorStore* store, const Snapshot* base) {
   if (!snap->borrows()) return snap;
   auto out = std::make_shared<Snapshot>(*snap);
   for (auto& t : out->tensors) {
     for (auto& s : t.shards) {
       if (s.borrowed == nullptr) continue;
+      if (const Snapshot::Shard* b = Snapshot::BaseShard(base, t, s)) {
+        ASSIGN_OR_RETURN(bool same, SameAsBase(*s.borrowed, *b->buffer));
+        if (same) {
+          s.buffer = b->buffer;
+          s.borrowed = nullptr;
+          continue;
+        }
+      }
       ASSIGN_OR_RETURN(std::shared_ptr<ShardBuffer> copy, store->AcquireSnapshotBuffer(s.borrowed->size()));
       RETURN_IF_ERROR(s.borrowed->Read(0, s.borrowed->size(), copy->data()));
       s.buffer = std::move(copy);

@@ -61,6 +61,26 @@ __attribute__((noinline)) void CopyBlocks(uint8_t* dst, const uint8_t* src, size
   }
 }
 
+__attribute__((noinline)) bool SameBytes(const uint8_t* a, const uint8_t* b, size_t n) {
+  return std::memcmp(a, b, n) == 0;
+}
+
+// Runs `body` with SIGBUS turned into a false answer.
+template <typename Body>
+bool Guarded(Body&& body) {
+  InstallOnce();
+  sigjmp_buf here;
+  sigjmp_buf* const outer = t_guard;
+  if (sigsetjmp(here, 1) != 0) {
+    t_guard = outer;
+    return false;
+  }
+  t_guard = &here;
+  body();
+  t_guard = outer;
+  return true;
+}
+
 }  // namespace
 
 uint64_t Checksum64(const void* data, size_t n) { return XXH3_64bits_dispatch(data, n); }
@@ -76,17 +96,17 @@ bool GuardedCopy(uint8_t* dst, const uint8_t* src, size_t n, uint64_t* checksum)
     if (checksum != nullptr) *checksum = XXH3_64bits_digest(&state);
     return true;
   }
-  InstallOnce();
-  sigjmp_buf here;
-  sigjmp_buf* const outer = t_guard;
-  if (sigsetjmp(here, 1) != 0) {
-    t_guard = outer;
-    return false;
-  }
-  t_guard = &here;
-  CopyBlocks(dst, src, n, checksum != nullptr ? &state : nullptr);
-  t_guard = outer;
+  if (!Guarded([&] { CopyBlocks(dst, src, n, checksum != nullptr ? &state : nullptr); })) return false;
   if (checksum != nullptr) *checksum = XXH3_64bits_digest(&state);
+  return true;
+}
+
+bool GuardedEqual(const uint8_t* a, const uint8_t* b, size_t n, bool* equal) {
+  *equal = true;
+  if (n == 0) return true;
+  bool same = true;
+  if (!Guarded([&] { same = SameBytes(a, b, n); })) return false;
+  *equal = same;
   return true;
 }
 

@@ -21,4 +21,8 @@ bool GuardedCopy(uint8_t* dst, const uint8_t* src, size_t n, uint64_t* checksum 
 // The Checksum64 of `n` bytes that may vanish the same way: false when they did.
 bool GuardedChecksum(const uint8_t* data, size_t n, uint64_t* checksum);
 
+// Whether the `n` bytes at `a` and at `b` are the same (*equal), read the same
+// guarded way: false when either vanished. Stops at the first difference.
+bool GuardedEqual(const uint8_t* a, const uint8_t* b, size_t n, bool* equal);
+
 }  // namespace tessera::worker

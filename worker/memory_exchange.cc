@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <utility>
 
 #include "worker/parity_code.h"
@@ -87,17 +88,88 @@ Status SendRange(collectives::Transport& t, int peer, const ShareBytes& bytes, u
   return SendSpans(t, peer, parts, deadline);
 }
 
+bool SharesPieces(const ShareHeader& h) {
+  return std::any_of(h.pieces.begin(), h.pieces.end(), [](const auto& p) { return p.same_as >= 0; });
+}
+
+// For each piece of `h` marked same_as, its offset in the copy of the same rank this
+// worker kept at that step, when that copy's piece is the same (tensor, device, size,
+// checksum); else -1. *base receives that copy's bytes.
+std::vector<int64_t> KeptPieces(const ShareHeader& h, const HeldCheckpoint& held, int64_t rank,
+                                std::shared_ptr<const MemoryCheckpoint>* base_ck, const ShareBytes** base) {
+  std::vector<int64_t> from(h.pieces.size(), -1);
+  int64_t step = -1;
+  for (const ShareHeader::Piece& p : h.pieces) step = std::max(step, p.same_as);
+  *base_ck = held && step >= 0 ? held(step) : nullptr;
+  auto copy = *base_ck ? (*base_ck)->copies.find(rank) : std::map<int64_t, MemoryCheckpoint::Copy>::const_iterator();
+  if (!*base_ck || copy == (*base_ck)->copies.end()) return from;
+  *base = &copy->second.bytes;
+  std::map<std::pair<std::string, int64_t>, const ShareHeader::Piece*> before;
+  for (const ShareHeader::Piece& p : copy->second.header.pieces) before[{p.tensor.name, p.device}] = &p;
+  for (size_t i = 0; i < h.pieces.size(); ++i) {
+    const ShareHeader::Piece& p = h.pieces[i];
+    auto b = before.find({p.tensor.name, p.device});
+    if (p.same_as == step && b != before.end() && b->second->bytes == p.bytes &&
+        b->second->checksum == p.checksum && b->second->tensor.desc() == p.tensor.desc()) {
+      from[i] = static_cast<int64_t>(b->second->offset);
+    }
+  }
+  return from;
+}
+
+// The pieces a holder asks for (one byte each, 1: send it), sent back before them.
+Status SendNeeds(collectives::Transport& t, int peer, const std::vector<int64_t>& from, Deadline deadline) {
+  std::vector<uint8_t> needs(from.size());
+  for (size_t i = 0; i < from.size(); ++i) needs[i] = from[i] < 0 ? 1 : 0;
+  return t.Send(peer, ConstBytes(needs.data(), needs.size()), deadline);
+}
+
+// Sends the pieces of this worker's share that `peer` asked for, as one message.
+Status SendNeeded(collectives::Transport& t, int peer, const MemoryCheckpoint& ck,
+                  const std::vector<std::string>& workers, Deadline deadline) {
+  collectives::Buffer needs;
+  RETURN_IF_ERROR(t.Recv(peer, &needs, deadline));
+  const std::vector<ShareHeader::Piece>& pieces = ck.own_header.pieces;
+  if (needs.size() != pieces.size()) {
+    return Internal(Who(workers, peer) + " asked for " + std::to_string(needs.size()) + " pieces of a share of " +
+                    std::to_string(pieces.size()));
+  }
+  std::vector<Bytes> spans;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (needs.data()[i] == 0 || pieces[i].bytes == 0) continue;
+    for (const Bytes& b : ck.own.Range(pieces[i].offset, pieces[i].bytes)) spans.push_back(b);
+  }
+  return spans.empty() ? Status::Ok() : SendSpans(t, peer, spans, deadline);
+}
+
+// A share whose pieces did not change since the step before (ShareHeader::Piece::same_as)
+// travels in part: each holder answers the header with the pieces it lacks (it kept the
+// others with its copy of that step) and receives those alone, as one message.
 Status ExchangeCopies(collectives::Group& group, MemoryCheckpoint& ck,
                       const std::vector<std::string>& workers, const AcquireBuffer& acquire,
-                      Deadline deadline) {
+                      const HeldCheckpoint& held, Deadline deadline) {
   collectives::Transport& t = group.transport();
   const int me = group.rank();
   const std::string header = ck.own_header.ToJson().dump();
   const std::vector<int>& targets = ck.layout.targets.at(me);
   const std::vector<int>& sources = ck.layout.sources.at(me);
   for (int j : targets) RETURN_IF_ERROR(SendText(t, j, header, deadline));
+  std::map<int, std::vector<bool>> received;  // by source sharing pieces: which were sent
   for (int s : sources) {
     ASSIGN_OR_RETURN(ShareHeader h, RecvHeader(t, s, &ck, ck.step, s, workers, deadline));
+    if (SharesPieces(h)) {
+      std::shared_ptr<const MemoryCheckpoint> base_ck;
+      const ShareBytes* base = nullptr;
+      const std::vector<int64_t> from = KeptPieces(h, held, s, &base_ck, &base);
+      ASSIGN_OR_RETURN(ShareBytes kept, ShareBytes::Compose(h, base ? *base : ShareBytes(), from, acquire));
+      MemoryCheckpoint::Copy copy{std::move(h), std::move(kept)};
+      if (!copy.bytes.fresh().empty()) t.PostRecv(s, copy.bytes.fresh());
+      RETURN_IF_ERROR(SendNeeds(t, s, from, deadline));
+      std::vector<bool>& sent = received[s];
+      for (int64_t f : from) sent.push_back(f < 0);
+      ck.copies[s] = std::move(copy);
+      continue;
+    }
     const uint64_t n = h.bytes;
     ASSIGN_OR_RETURN(ShareBytes kept, ShareBytes::Allocate(n, acquire));
     MemoryCheckpoint::Copy copy{std::move(h), std::move(kept)};
@@ -107,16 +179,24 @@ Status ExchangeCopies(collectives::Group& group, MemoryCheckpoint& ck,
     }
     ck.copies[s] = std::move(copy);
   }
+  const bool sharing = SharesPieces(ck.own_header);
   for (int j : targets) {
+    if (sharing) {
+      RETURN_IF_ERROR(SendNeeded(t, j, ck, workers, deadline));
+      continue;
+    }
     if (ck.own.size() >= kNoReadyBelow) RETURN_IF_ERROR(AwaitReady(t, j, deadline));
     if (ck.own.size() > 0) RETURN_IF_ERROR(SendSpans(t, j, ck.own.spans(), deadline));
   }
   for (int s : sources) {
     MemoryCheckpoint::Copy& copy = ck.copies[s];
-    if (copy.bytes.size() == 0) continue;
-    RETURN_IF_ERROR(t.RecvInto(s, std::span<uint8_t>(copy.bytes.writable(), copy.bytes.size()), deadline));
+    auto part = received.find(s);
+    const std::span<uint8_t> into = part != received.end() ? copy.bytes.fresh()
+                                                           : std::span<uint8_t>(copy.bytes.writable(), copy.bytes.size());
+    if (!into.empty()) RETURN_IF_ERROR(t.RecvInto(s, into, deadline));
     RETURN_IF_ERROR(CheckShare(copy.header, copy.bytes,
-                               "the copy of " + Who(workers, s) + "'s share sent to " + Who(workers, me)));
+                               "the copy of " + Who(workers, s) + "'s share sent to " + Who(workers, me),
+                               part != received.end() ? &part->second : nullptr));
   }
   return Status::Ok();
 }
@@ -345,11 +425,11 @@ Status RebuildFromParity(collectives::Transport& t, const MemoryCheckpoint* ck, 
 
 Status ExchangeRedundancy(collectives::Group& group, MemoryCheckpoint& ck,
                           const std::vector<std::string>& workers, const AcquireBuffer& acquire,
-                          Deadline deadline) {
+                          Deadline deadline, const HeldCheckpoint& held) {
   // Small shares make an exchange bound by latency: a waiting thread then stops
   // spinning once the CPU turns out to be shared (Transport::SetLatencyBound).
   group.transport().SetLatencyBound(ck.own.size() < kNoReadyBelow);
-  Status st = ck.layout.mode == MemoryPolicy::Mode::kReplica ? ExchangeCopies(group, ck, workers, acquire, deadline)
+  Status st = ck.layout.mode == MemoryPolicy::Mode::kReplica ? ExchangeCopies(group, ck, workers, acquire, held, deadline)
                                                               : ExchangeParity(group, ck, workers, acquire, deadline);
   group.transport().SetLatencyBound(false);
   return st;

@@ -5,6 +5,8 @@
 // its buffer before a share's bytes come, so a share lands where it is kept.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,9 +20,14 @@ namespace tessera::worker {
 // receives what it keeps: ck.copies (replica) or ck.group_headers, ck.parity (parity).
 // Every copy received is checked against its sender's checksums. `workers`: the
 // mesh's worker ids by rank, for messages. What it keeps comes from `acquire`.
+// A share's pieces that did not change since the step before (same_as) are not sent
+// again to a holder that kept that step's copy: its copy keeps those pieces (their
+// buffers shared), found through `held` (this worker's checkpoint of a step of the
+// mesh, or null).
+using HeldCheckpoint = std::function<std::shared_ptr<const MemoryCheckpoint>(int64_t step)>;
 Status ExchangeRedundancy(collectives::Group& group, MemoryCheckpoint& ck,
                           const std::vector<std::string>& workers, const AcquireBuffer& acquire,
-                          collectives::Deadline deadline);
+                          collectives::Deadline deadline, const HeldCheckpoint& held = {});
 
 // One transfer of a restore from memory: `from` holds the share of rank `to` (a copy),
 // or the ranks of a parity group rebuild it. Every worker walks the same list.

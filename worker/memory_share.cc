@@ -40,6 +40,7 @@ Json ShareHeader::ToJson() const {
                  {"bytes", piece.bytes},
                  // as a signed number: JSON readers keep 63 bits
                  {"checksum", static_cast<int64_t>(piece.checksum)}});
+    if (piece.same_as >= 0) p.back()["same_as"] = piece.same_as;
   }
   return {{"step", step},
           {"rank", rank},
@@ -71,6 +72,14 @@ Result<ShareHeader> ShareHeader::FromJson(const Json& j) {
     ASSIGN_OR_RETURN(piece.bytes, RequiredU64(p, "bytes"));
     ASSIGN_OR_RETURN(int64_t sum, RequiredInt(p, "checksum"));
     piece.checksum = static_cast<uint64_t>(sum);
+    if (p.contains("same_as")) {
+      ASSIGN_OR_RETURN(piece.same_as, RequiredInt(p, "same_as"));
+      if (piece.same_as < 0 || piece.same_as >= h.step) {
+        return InvalidArgument("piece of tensor '" + piece.tensor.name + "' is the same as step " +
+                                   std::to_string(piece.same_as) + ", not one before step " + std::to_string(h.step),
+                               {{"field", "pieces"}, {"tensor", piece.tensor.name}});
+      }
+    }
     if (piece.offset != end || piece.bytes > h.bytes - std::min(h.bytes, end)) {
       return InvalidArgument("piece of tensor '" + piece.tensor.name + "' is not where the share's bytes put it",
                              {{"field", "pieces"}, {"tensor", piece.tensor.name}});
@@ -105,7 +114,13 @@ int64_t MeshFingerprint(const MeshPlacement& p) {
 }
 
 ShareHeader DescribeShare(const Snapshot& snap, int64_t step, int64_t rank, int64_t mesh_fingerprint,
-                          int64_t policy_fingerprint, const Json& metadata) {
+                          int64_t policy_fingerprint, const Json& metadata, const Snapshot* base,
+                          const ShareHeader* base_header) {
+  // base_header's pieces by (tensor, device).
+  std::map<std::pair<std::string, int64_t>, const ShareHeader::Piece*> before;
+  if (base != nullptr && base_header != nullptr) {
+    for (const ShareHeader::Piece& p : base_header->pieces) before[{p.tensor.name, p.device}] = &p;
+  }
   ShareHeader h;
   h.step = step;
   h.rank = rank;
@@ -119,7 +134,13 @@ ShareHeader DescribeShare(const Snapshot& snap, int64_t step, int64_t rank, int6
       piece.device = s.device;
       piece.offset = h.bytes;
       piece.bytes = s.buffer->size();
-      piece.checksum = ShareChecksum(s.buffer->data(), s.buffer->size());
+      auto was = before.find({t.name, s.device});
+      if (was != before.end() && was->second->bytes == piece.bytes && Snapshot::SharedWith(base, t, s)) {
+        piece.checksum = was->second->checksum;
+        piece.same_as = base_header->step;
+      } else {
+        piece.checksum = ShareChecksum(s.buffer->data(), s.buffer->size());
+      }
       h.bytes += piece.bytes;
       h.pieces.push_back(std::move(piece));
     }
@@ -132,6 +153,7 @@ ShareBytes::ShareBytes(std::shared_ptr<const Snapshot> snap) : snap_(std::move(s
     for (const Snapshot::Shard& s : t.shards) {
       if (s.buffer->size() == 0) continue;
       spans_.emplace_back(s.buffer->data(), s.buffer->size());
+      owners_.push_back(s.buffer);
       size_ += s.buffer->size();
     }
   }
@@ -141,7 +163,7 @@ ShareBytes ShareBytes::Allocate(uint64_t n) {
   ShareBytes b;
   b.owned_.reset(new uint8_t[std::max<uint64_t>(n, 1)]);  // uninitialised: received into
   b.size_ = n;
-  if (n > 0) b.spans_.emplace_back(b.owned_.get(), n);
+  if (n > 0) b.spans_.emplace_back(b.owned_.get(), n), b.owners_.push_back(b.owned_);
   return b;
 }
 
@@ -149,7 +171,41 @@ Result<ShareBytes> ShareBytes::Allocate(uint64_t n, const AcquireBuffer& acquire
   ShareBytes b;
   ASSIGN_OR_RETURN(b.buffer_, acquire(n));
   b.size_ = n;
-  if (n > 0) b.spans_.emplace_back(b.buffer_->data(), n);
+  if (n > 0) b.spans_.emplace_back(b.buffer_->data(), n), b.owners_.push_back(b.buffer_);
+  return b;
+}
+
+Result<ShareBytes> ShareBytes::Compose(const ShareHeader& header, const ShareBytes& base,
+                                       const std::vector<int64_t>& from, const AcquireBuffer& acquire) {
+  ShareBytes b;
+  uint64_t fresh = 0;
+  for (size_t i = 0; i < header.pieces.size(); ++i) {
+    if (i >= from.size() || from[i] < 0) fresh += header.pieces[i].bytes;
+  }
+  if (fresh > 0) {
+    ASSIGN_OR_RETURN(b.buffer_, acquire(fresh));
+  }
+  uint64_t at = 0;
+  for (size_t i = 0; i < header.pieces.size(); ++i) {
+    const uint64_t n = header.pieces[i].bytes;
+    if (n == 0) continue;
+    if (i < from.size() && from[i] >= 0) {
+      // The piece's bytes in base, with what keeps each part alive.
+      uint64_t pos = 0;
+      for (size_t k = 0; k < base.spans_.size(); ++k) {
+        const Bytes& s = base.spans_[k];
+        const uint64_t lo = std::max<uint64_t>(from[i], pos);
+        const uint64_t hi = std::min<uint64_t>(from[i] + n, pos + s.size());
+        if (lo < hi) b.spans_.push_back(s.subspan(lo - pos, hi - lo)), b.owners_.push_back(base.owners_.at(k));
+        pos += s.size();
+      }
+    } else {
+      b.spans_.emplace_back(b.buffer_->data() + at, n);
+      b.owners_.push_back(b.buffer_);
+      at += n;
+    }
+  }
+  b.size_ = header.bytes;
   return b;
 }
 
@@ -185,7 +241,7 @@ Result<ShareBytes> ShareBytes::Receive(const ShareHeader& header, Landing landin
     if (!landed) mine += n;
     b.pieces_.push_back(where);
     b.in_place_.push_back(landed);
-    if (n > 0) b.spans_.emplace_back(where.data(), n);
+    if (n > 0) b.spans_.emplace_back(where.data(), n), b.owners_.push_back(landed ? nullptr : b.owned_);
   }
   b.size_ = header.bytes;
   b.keep_ = std::move(landing.keep);
@@ -230,14 +286,36 @@ Status PieceDiffers(const ShareHeader& header, const ShareHeader::Piece& p, cons
 
 }  // namespace
 
-Status CheckShare(const ShareHeader& header, const ShareBytes& bytes, const std::string& whose) {
+Status CheckShare(const ShareHeader& header, const ShareBytes& bytes, const std::string& whose,
+                  const std::vector<bool>* only) {
   if (bytes.size() != header.bytes) return SizeDiffers(header, bytes, whose);
   std::vector<uint8_t> scratch;
-  for (const ShareHeader::Piece& p : header.pieces) {
+  for (size_t i = 0; i < header.pieces.size(); ++i) {
+    if (only != nullptr && (i >= only->size() || !(*only)[i])) continue;
+    const ShareHeader::Piece& p = header.pieces[i];
     const Bytes piece = Contiguous(bytes, p.offset, p.bytes, &scratch);
     if (ShareChecksum(piece.data(), piece.size()) != p.checksum) return PieceDiffers(header, p, whose);
   }
   return Status::Ok();
+}
+
+uint64_t DistinctBytes(const std::vector<const ShareBytes*>& views) {
+  std::vector<std::pair<uintptr_t, uintptr_t>> spans;  // [begin, end)
+  for (const ShareBytes* v : views) {
+    for (const Bytes& s : v->spans()) {
+      const auto at = reinterpret_cast<uintptr_t>(s.data());
+      spans.emplace_back(at, at + s.size());
+    }
+  }
+  std::sort(spans.begin(), spans.end());
+  uint64_t n = 0;
+  uintptr_t end = 0;
+  for (const auto& [lo, hi] : spans) {
+    if (hi <= end) continue;
+    n += hi - std::max(lo, end);
+    end = hi;
+  }
+  return n;
 }
 
 Result<std::shared_ptr<const Snapshot>> ShareSnapshot(const ShareHeader& header, const ShareBytes& bytes,

@@ -27,6 +27,10 @@ struct ShareHeader {
     uint64_t offset = 0;  // in the share's bytes
     uint64_t bytes = 0;
     uint64_t checksum = 0;  // ShareChecksum
+    // The step of this rank's checkpoint before whose piece of (tensor, device) holds
+    // the same bytes (the snapshot shared it), or -1: a copy's holder that kept that
+    // step's copy keeps the piece from it, and only the other pieces travel.
+    int64_t same_as = -1;
   };
   int64_t step = 0;
   int64_t rank = 0;
@@ -52,9 +56,12 @@ uint64_t ShareChecksum(const void* data, size_t n);
 // order, a mesh registered again) are never restored.
 int64_t MeshFingerprint(const MeshPlacement& p);
 
-// The header of `snap` (one pass over its bytes for the checksums).
+// The header of `snap` (one pass over its bytes for the checksums). With `base` and
+// `base_header` (this rank's checkpoint before and its header), a shard that shares
+// base's buffer takes its checksum from base_header and names its step (same_as).
 ShareHeader DescribeShare(const Snapshot& snap, int64_t step, int64_t rank, int64_t mesh_fingerprint,
-                          int64_t policy_fingerprint, const Json& metadata);
+                          int64_t policy_fingerprint, const Json& metadata, const Snapshot* base = nullptr,
+                          const ShareHeader* base_header = nullptr);
 
 // Where the bytes a worker keeps for its peers come from: buffers that come back
 // checkpoint after checkpoint (TensorStore::AcquireSnapshotBuffer), so that once a
@@ -82,12 +89,21 @@ class ShareBytes {
   // `header`'s pieces to be received one by one, each where `landing` puts it or in one
   // buffer of the share's own; data_loss when the pieces do not tile the share.
   static Result<ShareBytes> Receive(const ShareHeader& header, Landing landing);
+  // `header`'s pieces where `from[i]` ≥ 0 are the bytes of `base` at that offset (kept,
+  // not copied: the copy before, whose piece did not change); the others, in order,
+  // are to be received into fresh() (from `acquire`). One span per piece.
+  static Result<ShareBytes> Compose(const ShareHeader& header, const ShareBytes& base,
+                                    const std::vector<int64_t>& from, const AcquireBuffer& acquire);
+  // Compose's buffer of the pieces to receive.
+  std::span<uint8_t> fresh() { return buffer_ ? std::span<uint8_t>(buffer_->data(), buffer_->size()) : std::span<uint8_t>(); }
   // Receive's: where piece i goes, and whether that is the trainer's own shard.
   std::span<uint8_t> Piece(size_t i) const { return pieces_.at(i); }
   bool InPlace(size_t i) const { return i < in_place_.size() && in_place_[i]; }
 
-  // The bytes in order, as spans.
+  // The bytes in order, as spans, and what keeps each alive (a buffer, shared by the
+  // checkpoints that hold it).
   const std::vector<Bytes>& spans() const { return spans_; }
+  const std::vector<std::shared_ptr<const void>>& owners() const { return owners_; }
   uint64_t size() const { return size_; }
   // Received bytes: where to write them (null for a snapshot's).
   uint8_t* writable() { return owned_ ? owned_.get() : buffer_ ? buffer_->data() : nullptr; }
@@ -100,18 +116,24 @@ class ShareBytes {
 
  private:
   std::shared_ptr<const Snapshot> snap_;
-  std::unique_ptr<uint8_t[]> owned_;
+  std::shared_ptr<uint8_t[]> owned_;
   std::shared_ptr<ShardBuffer> buffer_;  // from an AcquireBuffer
   std::vector<std::span<uint8_t>> pieces_;  // Receive's, by piece
   std::vector<bool> in_place_;              // Receive's, by piece
   std::vector<std::shared_ptr<void>> keep_;  // what landed pieces point into
   std::vector<Bytes> spans_;
+  std::vector<std::shared_ptr<const void>> owners_;  // by span (null: a trainer's mapping)
   uint64_t size_ = 0;
 };
 
 // data_loss naming the piece (tensor, device) whose checksum does not match, and `whose`
-// ("the copy of rank 2 (w-c) held by w-a").
-Status CheckShare(const ShareHeader& header, const ShareBytes& bytes, const std::string& whose);
+// ("the copy of rank 2 (w-c) held by w-a"). With `only`, the pieces i where only[i].
+Status CheckShare(const ShareHeader& header, const ShareBytes& bytes, const std::string& whose,
+                  const std::vector<bool>* only = nullptr);
+
+// The bytes of `views` (shares, copies and parity a worker holds), each buffer counted
+// once however many of them share it.
+uint64_t DistinctBytes(const std::vector<const ShareBytes*>& views);
 
 // The share as a snapshot of `placement` (what a persist writes): the snapshot it was
 // taken as, or, for received bytes (a share rebuilt from a peer), copies of its pieces.

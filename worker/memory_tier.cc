@@ -11,6 +11,12 @@ uint64_t MemoryCheckpoint::bytes() const {
   return n;
 }
 
+void MemoryCheckpoint::Views(std::vector<const ShareBytes*>* out) const {
+  out->push_back(&own);
+  out->push_back(&parity);
+  for (const auto& [rank, copy] : copies) out->push_back(&copy.bytes);
+}
+
 void MemoryTier::Begin(std::shared_ptr<MemoryCheckpoint> ck) {
   std::shared_ptr<const MemoryCheckpoint> replaced;  // freed outside the lock
   MutexLock lock(mu_);
@@ -104,31 +110,46 @@ std::vector<std::shared_ptr<const MemoryCheckpoint>> MemoryTier::Committed(const
   return out;
 }
 
+std::shared_ptr<const MemoryCheckpoint> MemoryTier::Find(const std::string& mesh, int64_t step) const {
+  MutexLock lock(mu_);
+  auto m = meshes_.find(mesh);
+  if (m == meshes_.end()) return nullptr;
+  auto it = m->second.find(step);
+  return it == m->second.end() ? nullptr : it->second.ck;
+}
+
+std::shared_ptr<const MemoryCheckpoint> MemoryTier::Newest(const std::string& mesh) const {
+  MutexLock lock(mu_);
+  auto m = meshes_.find(mesh);
+  if (m == meshes_.end() || m->second.empty()) return nullptr;
+  return m->second.rbegin()->second.ck;
+}
+
 uint64_t MemoryTier::Bytes(const std::string& mesh) const {
-  uint64_t n = 0;
+  std::vector<const ShareBytes*> views;
   MutexLock lock(mu_);
   for (const auto& [name, steps] : meshes_) {
     if (!mesh.empty() && name != mesh) continue;
-    for (const auto& [step, e] : steps) n += e.ck->bytes();
+    for (const auto& [step, e] : steps) e.ck->Views(&views);
   }
-  return n;
+  return DistinctBytes(views);
 }
 
 Json MemoryTier::Summary() const {
   Json meshes = Json::object();
-  uint64_t total = 0;
+  std::vector<const ShareBytes*> all;
   MutexLock lock(mu_);
   for (const auto& [name, steps] : meshes_) {
     Json committed = Json::array();
-    uint64_t bytes = 0;
+    std::vector<const ShareBytes*> views;
     for (const auto& [step, e] : steps) {
       if (e.committed) committed.push_back(step);
-      bytes += e.ck->bytes();
+      e.ck->Views(&views);
     }
-    total += bytes;
-    meshes[name] = {{"steps", committed}, {"bytes", bytes}};
+    all.insert(all.end(), views.begin(), views.end());
+    meshes[name] = {{"steps", committed}, {"bytes", DistinctBytes(views)}};
   }
-  return {{"meshes", meshes}, {"bytes", total}};
+  return {{"meshes", meshes}, {"bytes", DistinctBytes(all)}};
 }
 
 }  // namespace tessera::worker

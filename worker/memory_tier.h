@@ -49,8 +49,11 @@ struct MemoryCheckpoint {
   uint64_t stripe_length = 0;
   uint64_t parity_checksum = 0;
 
-  // own + copies + parity.
+  // own + copies + parity (a buffer shared with the checkpoint before counted again:
+  // MemoryTier::Bytes counts each once).
   uint64_t bytes() const;
+  // own, parity and the copies, appended to *out.
+  void Views(std::vector<const ShareBytes*>* out) const;
 };
 
 class MemoryTier {
@@ -77,7 +80,12 @@ class MemoryTier {
   // The committed checkpoints of `mesh`, ascending step (the timeline's order).
   std::vector<std::shared_ptr<const MemoryCheckpoint>> Committed(const std::string& mesh) const
       EXCLUDES(mu_);
-  // Bytes held for `mesh` (all meshes when empty), committed or not.
+  // (mesh, step), committed or not, or null.
+  std::shared_ptr<const MemoryCheckpoint> Find(const std::string& mesh, int64_t step) const EXCLUDES(mu_);
+  // The mesh's checkpoint of the largest step, committed or not, or null.
+  std::shared_ptr<const MemoryCheckpoint> Newest(const std::string& mesh) const EXCLUDES(mu_);
+  // Bytes held for `mesh` (all meshes when empty), committed or not; a buffer that
+  // checkpoints share (a piece that did not change) counted once.
   uint64_t Bytes(const std::string& mesh = "") const EXCLUDES(mu_);
   // {"meshes": {mesh: {"steps": [...], "bytes"}}, "bytes"}: the worker's /healthz.
   Json Summary() const EXCLUDES(mu_);

@@ -52,6 +52,20 @@ bool Snapshot::borrows() const {
   return false;
 }
 
+const Snapshot::Shard* Snapshot::BaseShard(const Snapshot* base, const Tensor& t, const Shard& shard) {
+  const Tensor* b = base != nullptr ? base->Find(t.name) : nullptr;
+  if (b == nullptr || b->desc != t.desc) return nullptr;
+  for (const Shard& s : b->shards) {
+    if (s.device == shard.device) return s.buffer != nullptr && s.buffer->size() == shard.size() ? &s : nullptr;
+  }
+  return nullptr;
+}
+
+bool Snapshot::SharedWith(const Snapshot* base, const Tensor& t, const Shard& shard) {
+  const Shard* b = BaseShard(base, t, shard);
+  return b != nullptr && shard.buffer != nullptr && b->buffer == shard.buffer;
+}
+
 TensorStore::TensorStore(MeshResolver resolver, TensorStoreOptions options)
     : resolver_(std::move(resolver)),
       options_(WithDefaults(std::move(options))),
@@ -103,7 +117,12 @@ std::string TensorStore::ShmFileName(const std::string& name, int64_t device) {
 }
 
 bool TensorStore::CopyRun::Copy() const {
-  return bytes == 0 || GuardedCopy(dst, src, bytes);  // src may be null when empty
+  if (bytes == 0) return true;  // src may be null when empty
+  if (base == nullptr) return GuardedCopy(dst, src, bytes);
+  bool equal = true;
+  if (!GuardedEqual(src, base, bytes, &equal)) return false;
+  if (!equal) differs->store(true, std::memory_order_relaxed);
+  return true;
 }
 
 Status TensorStore::CopyParallel(const std::vector<CopyRun>& runs) {
@@ -131,7 +150,8 @@ Status TensorStore::CopyParallel(const std::vector<CopyRun>& runs) {
       for (size_t off = 0; off < r.bytes;) {
         const size_t room = span + 1 == threads ? std::numeric_limits<size_t>::max() : part - filled;
         const size_t take = std::min(r.bytes - off, room);
-        spans[span].push_back({r.src + off, r.dst + off, take, r.mapping});
+        spans[span].push_back({r.src + off, r.dst != nullptr ? r.dst + off : nullptr, take, r.mapping,
+                               r.base != nullptr ? r.base + off : nullptr, r.differs});
         off += take;
         filled += take;
         if (filled == part && span + 1 < threads) {
@@ -404,7 +424,8 @@ Result<std::shared_ptr<const Snapshot>> TensorStore::TakeSnapshot(
 }
 
 Result<std::shared_ptr<const Snapshot>> TensorStore::TakeSnapshot(
-    const MeshPlacement& placement, const std::optional<std::vector<std::string>>& names) {
+    const MeshPlacement& placement, const std::optional<std::vector<std::string>>& names,
+    const Snapshot* base) {
   const std::string& mesh = placement.mesh.name;
   auto snapshot = std::make_shared<Snapshot>();
   // Per tensor, (index in its shards, the buffer to copy); borrowed shards are not copied.
@@ -444,9 +465,33 @@ Result<std::shared_ptr<const Snapshot>> TensorStore::TakeSnapshot(
       }
     }
   }
-  std::vector<CopyRun> runs;
-  for (size_t i = 0; i < sources.size(); ++i) {
+  // First the shards that may equal base's: compared (in parallel, each stopping at
+  // its first difference); those that do share base's buffer. Then the copies.
+  std::unique_ptr<std::atomic<bool>[]> differs(new std::atomic<bool>[sources.size() * placement.devices.size() + 1]);
+  std::vector<std::pair<const Snapshot::Shard*, std::atomic<bool>*>> compared;  // by shard, in order
+  std::vector<CopyRun> compares;
+  for (size_t i = 0, f = 0; i < sources.size(); ++i) {
     for (const auto& [j, buffer] : sources[i]) {
+      const Snapshot::Shard* b = Snapshot::BaseShard(base, snapshot->tensors[i], {snapshot->tensors[i].shards[j].device, buffer});
+      std::atomic<bool>* flag = &differs[f++];
+      flag->store(false);
+      compared.emplace_back(b, flag);
+      if (b != nullptr) {
+        compares.push_back({buffer->data(), nullptr, buffer->size(), buffer->mapped() ? buffer.get() : nullptr,
+                            b->buffer->data(), flag});
+      }
+    }
+  }
+  std::shared_lock<std::shared_mutex> reading(bytes_mu_);
+  if (!compares.empty()) RETURN_IF_ERROR(CopyParallel(compares));
+  std::vector<CopyRun> runs;
+  for (size_t i = 0, f = 0; i < sources.size(); ++i) {
+    for (const auto& [j, buffer] : sources[i]) {
+      const auto& [b, flag] = compared[f++];
+      if (b != nullptr && !flag->load()) {
+        snapshot->tensors[i].shards[j].buffer = b->buffer;
+        continue;
+      }
       const ShardBuffer& src = *buffer;
       ASSIGN_OR_RETURN(std::shared_ptr<ShardBuffer> dst, pool_->Acquire(src.size()));
       // A mapping is read through the worker's own, populated view (ShardBuffer::Shm).
@@ -454,10 +499,8 @@ Result<std::shared_ptr<const Snapshot>> TensorStore::TakeSnapshot(
       snapshot->tensors[i].shards[j].buffer = std::move(dst);
     }
   }
-  {
-    std::shared_lock<std::shared_mutex> reading(bytes_mu_);
-    RETURN_IF_ERROR(CopyParallel(runs));
-  }
+  RETURN_IF_ERROR(CopyParallel(runs));
+  reading.unlock();
   snapshot->placement = std::move(placement);
   return std::shared_ptr<const Snapshot>(std::move(snapshot));
 }

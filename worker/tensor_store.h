@@ -3,6 +3,7 @@
 // through a /dev/shm mapping, snapshotted by saves and written by restores.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -92,6 +93,11 @@ struct Snapshot {
   uint64_t bytes() const;
   // Some shard is the trainer's memory, read in place.
   bool borrows() const;
+  // The shard of (name, device) in `base` whose bytes `shard` may share: same
+  // description, device and size; null when there is none.
+  static const Shard* BaseShard(const Snapshot* base, const Tensor& t, const Shard& shard);
+  // Whether `shard` of `t` is the same buffer as its shard in `base` (shared, not copied).
+  static bool SharedWith(const Snapshot* base, const Tensor& t, const Shard& shard);
 };
 
 // Thread-safe. One mutex guards the table and is held only to look up or swap
@@ -152,8 +158,12 @@ class TensorStore {
       const std::string& mesh, const std::optional<std::vector<std::string>>& names = {});
   // The same for a placement the caller knows (a snapshot task names the mesh and
   // this worker's rank): no lookup of the mesh.
+  // With `base` (a memory checkpoint's snapshot before), a shard whose bytes equal
+  // its shard in `base` (same tensor, description, device and size) is not copied:
+  // the snapshot shares base's buffer (Snapshot::SharedWith says which).
   Result<std::shared_ptr<const Snapshot>> TakeSnapshot(
-      const MeshPlacement& placement, const std::optional<std::vector<std::string>>& names);
+      const MeshPlacement& placement, const std::optional<std::vector<std::string>>& names,
+      const Snapshot* base = nullptr);
 
   // Lends the trainer's memory (borrowed_memory.h) as the shard of `device`: a
   // restore's Install writes into it, a snapshot reads it in place. Checks as Put,
@@ -205,6 +215,10 @@ class TensorStore {
     size_t bytes;
     // The shared-memory mapping that src or dst is in, if any: named when it shrinks.
     const ShardBuffer* mapping = nullptr;
+    // A comparison instead of a copy: src against `base` (dst unused); *differs is
+    // set when they are not the same.
+    const uint8_t* base = nullptr;
+    std::atomic<bool>* differs = nullptr;
 
     bool Copy() const;  // GuardedCopy: false when a mapping shrank under it
   };

@@ -7,6 +7,9 @@ losses the restore falls back to the persisted checkpoint and says why. Every
 worker of this cluster is on 127.0.0.1, so the saves pass force=True (and one test
 checks that they are refused without it)."""
 
+import json
+import urllib.request
+
 import numpy as np
 import pytest
 
@@ -131,6 +134,41 @@ def test_lost_worker_is_rebuilt_from_peers(cluster, mesh, redundancy):
     assert restored[lost].source == ("replica" if redundancy == "replica" else "parity")
     assert all(s.source == "local" for i, s in enumerate(restored) if i != lost)
     expect(arrays, 6)
+
+
+def held_bytes(cluster, mesh):
+    """What each worker's memory tier holds for `mesh` (its /healthz)."""
+    out = []
+    for url in cluster.worker_urls:
+        with urllib.request.urlopen(url + "/healthz", timeout=10) as r:
+            out.append(json.load(r)["memory_tier"]["meshes"][mesh]["bytes"])
+    return out
+
+
+def test_a_frozen_base_is_held_once_and_rebuilt_after_a_host_loss(cluster, mesh):
+    """Only "b" changes after step 1 ("w", the larger, is a frozen base): each worker
+    holds w once, not once per checkpoint it keeps, and not once more for the copy it
+    keeps of its peer's; a lost worker gets w and b back from its replica."""
+    ms = open_managers(cluster, mesh)
+    arrays = attach(ms)
+    fill(arrays, 1)
+    save_all(ms, 1)
+    one = held_bytes(cluster, mesh)  # a share and a copy
+    for step in (2, 3, 4):
+        for _, b in arrays:
+            b[:] = step
+        save_all(ms, step)
+    held = held_bytes(cluster, mesh)  # keep=2: steps 3 and 4, w shared by both
+    assert all(h < 1.1 * o for h, o in zip(held, one)), (held, one)
+    lost = 2
+    replace_worker(cluster, ms, arrays, lost, mesh)
+    fill([a for i, a in enumerate(arrays) if i != lost], 99)
+    restored = restore_all(ms)
+    assert [int(s) for s in restored] == [4] * N
+    assert restored[lost].source == "replica"
+    for r, (w, b) in enumerate(arrays):
+        assert np.array_equal(w, np.arange(w.size, dtype=np.float32).reshape(w.shape) + 1000 * r + 1), r
+        assert np.all(b == 4), r
 
 
 def test_without_host_diversity_a_memory_save_is_refused(cluster, mesh):

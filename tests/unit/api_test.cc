@@ -264,6 +264,14 @@ TEST(FuzzRegression, DimensionsAboveTheElementLimitAreRefused) {
     EXPECT_EQ(st.details()["field"], "offsets");
   }
   EXPECT_TRUE(ParseShape("0,281474976710656").ok());
+  // The non-zero dims' product is bounded too: a sparse call's row (dense_shape
+  // past its first dim) overflowed with a first dim of 0.
+  for (const char* bad : {"0,51615,80000000,103230", "0,16777216,16777217"}) {
+    auto st = ParseShape(bad, "dense_shape").status();
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << bad;
+    EXPECT_EQ(st.details()["field"], "dense_shape");
+  }
+  EXPECT_TRUE(ParseShape("0,16777216,16777216").ok());
   auto slice = SliceFromJson(*ParseJson(R"({"offsets":[0,9223372036854775807],"lengths":[0,9223372036854775807]})"));
   EXPECT_EQ(slice.status().code(), Code::kInvalidArgument);
   EXPECT_EQ(slice.status().details()["field"], "slice.offsets");
