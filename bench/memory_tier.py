@@ -14,7 +14,8 @@ float32 state in 4 tensors sharded over the mesh {data: 4}). Needs root.
             stamped into the state, save() timed, handle.wait() to the commit
             The trainers' and workers' CPU time over those saves (/proc), per GiB.
   memory    each worker's VmHWM, RssAnon and RssShmem (/proc/<pid>/status) after
-            those saves, as a multiple of its state
+            those saves, as a multiple of its state; replica_frozen: the same with a
+            frozen base (20 tensors, 19 never written: 5 % of the state changes per step)
   loop      (replica, parity) rounds of --loop-steps steps of a loop whose step is 20×
             the state's memcpy of device time (a sleep: the host's CPUs free, as while
             an accelerator computes) then a write into every page of the state:
@@ -138,7 +139,7 @@ def main():
                    help="checkpoints timed, at least (20)")
     p.add_argument("--control-s", type=float, default=None,
                    help="seconds of checkpoints timed, at least (10)")
-    p.add_argument("--modes", default="replica,parity,parity2,disk,replica_keep1")
+    p.add_argument("--modes", default="replica,parity,parity2,disk,replica_keep1,replica_frozen")
     p.add_argument("--parts", default="iperf,posix,s3,training,control")
     p.add_argument("--run", type=int, default=None,
                    help="the run's number in --out (default: one more than the last there)")

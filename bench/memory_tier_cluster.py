@@ -74,12 +74,12 @@ def drop_caches():
 class Trainer:
     """One memory_tier_trainer.py on host i, driven over its stdin/stdout."""
 
-    def __init__(self, hosts, i, mesh, rank, mib, logdir):
+    def __init__(self, hosts, i, mesh, rank, mib, logdir, shape=()):
         env = dict(os.environ, PYTHONPATH=PYTHON, TESSERA_WORKER=LOCAL)
         self.err = open(os.path.join(logdir, "trainer-%d.log" % i), "ab")
         self.p = subprocess.Popen(
             hosts.command(i, [PY, TRAINER, "state", mesh, str(rank), str(WORKERS), str(mib),
-                              str(SEED)]),
+                              str(SEED)] + [str(x) for x in shape]),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err, env=env, text=True,
             bufsize=1)
         self.rank = rank
@@ -222,8 +222,9 @@ class Cluster:
         self.client.register_mesh(mesh, {"data": WORKERS},
                                   workers=[self.ids[i] for i in range(1, WORKERS + 1)])
 
-    def trainers(self, mesh, mib, logdir):
-        ts = [Trainer(self.hosts, i, mesh, i - 1, mib, logdir) for i in range(1, WORKERS + 1)]
+    def trainers(self, mesh, mib, logdir, shape=()):
+        """`shape`: (tensors, frozen) for memory_tier_trainer.py, or () for its default."""
+        ts = [Trainer(self.hosts, i, mesh, i - 1, mib, logdir, shape) for i in range(1, WORKERS + 1)]
         for t in ts:
             t.wait_ready()
         return ts

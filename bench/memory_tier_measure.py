@@ -22,8 +22,12 @@ MODES = {  # mode -> (tier, save options)
     "disk": ("disk", {}),
     # keep=1: one committed checkpoint held (the default keeps 2); stall and memory only.
     "replica_keep1": ("memory", {"redundancy": "replica", "replicas": 1, "keep": 1}),
+    # A frozen base: 20 tensors, 19 never written after the fill, so 5 % of the state
+    # changes per step (each checkpoint shares the rest with the one before).
+    "replica_frozen": ("memory", {"redundancy": "replica", "replicas": 1}),
 }
-STALL_ONLY = ("replica_keep1",)
+SHAPES = {"replica_frozen": (20, 19)}  # mode -> (tensors, frozen)
+STALL_ONLY = ("replica_keep1", "replica_frozen")
 LOOP_MODES = ("replica", "parity")  # the training loop of a step 20× the state's memcpy
 LOOP_STEP_MEMCPYS = 20
 
@@ -53,7 +57,7 @@ class Bench:
         cluster.register(mesh)
         if tier == "disk":
             cluster.client.set_retention(mesh, keep_last=2)
-        trainers = cluster.trainers(mesh, self.a.mib, logdir)
+        trainers = cluster.trainers(mesh, self.a.mib, logdir, SHAPES.get(mode, ()))
         try:
             step = self.next_step()
             all_do(trainers, op="fill", step=step)

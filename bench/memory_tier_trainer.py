@@ -2,8 +2,10 @@
 """One trainer of bench/memory_tier.py, next to its worker (TESSERA_WORKER), driven
 by JSON commands on stdin, one per line, each answered by one JSON line on stdout.
 
-    memory_tier_trainer.py state MESH RANK WORLD MIB SEED
-        attaches MIB MiB of float32 state (4 tensors sharded over `data`), answers
+    memory_tier_trainer.py state MESH RANK WORLD MIB SEED [TENSORS FROZEN]
+        attaches MIB MiB of float32 state (TENSORS tensors, 4 by default, sharded over
+        `data`; the first FROZEN of them, 0 by default, never written after "fill": a
+        frozen base, the others its adapters), answers
         {"ready": ..., "start_s", "attach_ms"}, then serves the commands:
           {"op": "memcpy", "reps": N}        np.copyto of the whole state into a private
                                              buffer, warmed by two copies first: ms of each
@@ -45,7 +47,8 @@ import numpy as np  # noqa: E402
 
 import tessera  # noqa: E402
 
-TENSORS = 4
+TENSORS = 4  # the state's tensors (argv may say otherwise), of which
+FROZEN = 0   # the first FROZEN are never written after "fill"
 STAMP = 1024  # floats between stamps: one per 4 KiB page
 
 
@@ -58,13 +61,15 @@ def base(seed, rank, j, n):
     return np.random.default_rng(seed * 1009 + rank * 31 + j).random(n, dtype=np.float32)
 
 
-def stamp(arrays, step):
-    for a in arrays:
+def stamp(arrays, step, frozen=0):
+    for a in arrays[frozen:]:
         a[::STAMP] = step
 
 
 def equal(arrays, seed, rank, step):
     for j, a in enumerate(arrays):
+        if j < FROZEN:
+            continue
         want = base(seed, rank, j, a.size)
         want[::STAMP] = step
         if not np.array_equal(a, want):
@@ -105,7 +110,7 @@ def serve_state(mesh, rank, world, mib, seed):
                 reply(ok=True, memcpy_ms=ms)
             elif op == "step":
                 step = cmd["step"]
-                stamp(arrays, step)
+                stamp(arrays, step, FROZEN)
                 t = time.perf_counter()
                 if cmd.get("tier", "memory") == "memory":
                     h = m.save(step, tier="memory", **cmd.get("opts", {}))
@@ -157,7 +162,7 @@ def loop(m, arrays, cmd):
         time.sleep(step_s)  # the accelerator's forward and backward
         if snapshotting is not None:
             snapshotting.snapshotted()  # the optimizer writes the state: the snapshot is taken
-        stamp(arrays, first + i)
+        stamp(arrays, first + i, FROZEN)
         if memory:
             h = m.save(first + i, tier="memory", background=background, **cmd.get("opts", {}))
             snapshotting = h if background else None
@@ -227,6 +232,9 @@ def main():
     kind = sys.argv[1]
     if kind == "state":
         mesh, rank, world, mib, seed = sys.argv[2:7]
+        global TENSORS, FROZEN  # noqa: PLW0603 - the state's shape, set once
+        if len(sys.argv) > 8:
+            TENSORS, FROZEN = int(sys.argv[7]), int(sys.argv[8])
         serve_state(mesh, int(rank), int(world), float(mib), int(seed))
     elif kind == "train":
         mesh, rank, world, steps, rounds, redundancy = sys.argv[2:8]
