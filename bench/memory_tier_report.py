@@ -63,6 +63,14 @@ def markdown(rows):
          "sample of every run. The page cache is dropped before each kill, so the POSIX root "
          "(a directory on this VM's disk) is read cold; the S3 root is a Ceph RGW with a "
          "memory-backed OSD (`tools/s3/rgw.sh`) on the hosts' bridge." % (mib, len(runs), " (--quick)" if quick else "")]
+    # Runs that measured different modes (a mode added later) say which.
+    modes = {}
+    for run in runs:
+        ms = tuple(sorted({r["mode"] for r in rows if r["run"] == run and r.get("mode")}))
+        modes.setdefault(ms, []).append(run)
+    if len(modes) > 1:
+        L[-1] += " Modes by run: %s." % "; ".join(
+            "%s: %s" % (", ".join(map(str, rs)), ", ".join(ms)) for ms, rs in modes.items())
     meta = by("meta")
     if meta:
         L[-1] += " Runs: %s, on %d CPUs, the product code at `%s`." % (
