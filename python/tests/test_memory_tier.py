@@ -126,14 +126,22 @@ def test_lost_worker_is_rebuilt_from_peers(cluster, mesh, redundancy):
         save_all(ms, step, redundancy=redundancy)
     # Worker 2 dies with its shared memory; a replacement starts under its name.
     lost = 2
+    restored = lose_and_restore(cluster, ms, arrays, mesh, lost, 6,
+                                "replica" if redundancy == "replica" else "parity")
+    assert restored[lost].tier == "memory"
+    assert all(s.source == "local" for i, s in enumerate(restored) if i != lost)
+    expect(arrays, 6)
+
+
+def lose_and_restore(cluster, ms, arrays, mesh, lost, step, source):
+    """Worker `lost` is replaced with empty RAM, the other trainers' tensors overwritten;
+    every trainer restores `step`, the lost one's share from `source`."""
     replace_worker(cluster, ms, arrays, lost, mesh)
     fill([a for i, a in enumerate(arrays) if i != lost], 99)
     restored = restore_all(ms)
-    assert [int(s) for s in restored] == [6] * N
-    assert restored[lost].tier == "memory"
-    assert restored[lost].source == ("replica" if redundancy == "replica" else "parity")
-    assert all(s.source == "local" for i, s in enumerate(restored) if i != lost)
-    expect(arrays, 6)
+    assert [int(s) for s in restored] == [step] * N
+    assert restored[lost].source == source
+    return restored
 
 
 def held_bytes(cluster, mesh):
@@ -160,12 +168,7 @@ def test_a_frozen_base_is_held_once_and_rebuilt_after_a_host_loss(cluster, mesh)
         save_all(ms, step)
     held = held_bytes(cluster, mesh)  # keep=2: steps 3 and 4, w shared by both
     assert all(h < 1.1 * o for h, o in zip(held, one)), (held, one)
-    lost = 2
-    replace_worker(cluster, ms, arrays, lost, mesh)
-    fill([a for i, a in enumerate(arrays) if i != lost], 99)
-    restored = restore_all(ms)
-    assert [int(s) for s in restored] == [4] * N
-    assert restored[lost].source == "replica"
+    lose_and_restore(cluster, ms, arrays, mesh, 2, 4, "replica")
     for r, (w, b) in enumerate(arrays):
         assert np.array_equal(w, np.arange(w.size, dtype=np.float32).reshape(w.shape) + 1000 * r + 1), r
         assert np.all(b == 4), r
