@@ -143,7 +143,9 @@ Json MemoryTier::Summary() const {
     Json committed = Json::array();
     std::vector<const ShareBytes*> views;
     for (const auto& [step, e] : steps) {
-      if (e.committed) committed.push_back(step);
+      // One being taken is still written by its exchange: not read here.
+      if (!e.committed) continue;
+      committed.push_back(step);
       e.ck->Views(&views);
     }
     all.insert(all.end(), views.begin(), views.end());

@@ -85,9 +85,11 @@ class MemoryTier {
   // The mesh's checkpoint of the largest step, committed or not, or null.
   std::shared_ptr<const MemoryCheckpoint> Newest(const std::string& mesh) const EXCLUDES(mu_);
   // Bytes held for `mesh` (all meshes when empty), committed or not; a buffer that
-  // checkpoints share (a piece that did not change) counted once.
+  // checkpoints share (a piece that did not change) counted once. Called by the thread
+  // that takes the mesh's checkpoints, between its exchanges.
   uint64_t Bytes(const std::string& mesh = "") const EXCLUDES(mu_);
-  // {"meshes": {mesh: {"steps": [...], "bytes"}}, "bytes"}: the worker's /healthz.
+  // {"meshes": {mesh: {"steps": [...], "bytes"}}, "bytes"}: the worker's /healthz, of
+  // the committed checkpoints (one being taken is still written by its exchange).
   Json Summary() const EXCLUDES(mu_);
 
  private:
