@@ -161,6 +161,11 @@ class Agent {
     MemoryPolicy policy;
     SaveRequest request;
     int64_t deadline_ms = 0;  // from its turn to its commit
+    // Not empty: no save, but the ranks whose shares a restore of `step` rebuilt, to be
+    // given their redundancy back (Reprotect); `snap` and `header` are then this
+    // worker's rebuilt share when it is one of them.
+    std::set<int> rebuilt;
+    ShareHeader header;
   };
   // /v1/save with "tier": "memory": waits for room in the mesh's queue, snapshots,
   // queues the exchange (RunMemorySaves) and answers.
@@ -204,6 +209,16 @@ class Agent {
   Result<std::optional<Json>> RestoreFromMemory(const std::string& mesh, std::optional<int64_t> named,
                                                 const Json& body, int64_t timeout_ms, int64_t* persisted,
                                                 std::string* fallback);
+  // agent_memory_reprotect.cc
+  // After a restore of `step` from memory that rebuilt the shares of `rebuilt`: queued
+  // on every worker ahead of the mesh's next memory saves (the same order everywhere),
+  // so that the rebuilt ranks hold the step again, their share (`snap`, `header`, on
+  // the rebuilt worker) and the copies or parity they held for their peers.
+  void QueueReprotect(const std::string& mesh, int64_t step, std::set<int> rebuilt, ShareHeader header,
+                      std::shared_ptr<const Snapshot> snap) EXCLUDES(mu_);
+  // The queued reprotect's exchange: the rebuilt ranks receive, the others send from
+  // the checkpoint they hold; a rebuilt rank commits what it received.
+  Status Reprotect(const std::string& mesh, const MemorySave& r);
   // Installs `header`'s pieces of `bytes` that match the trainer's tensors (restore_match.h).
   Result<Json> InstallFromMemory(const std::string& mesh, int64_t step, const Json& body,
                                  const ShareHeader& header, const ShareBytes& bytes,

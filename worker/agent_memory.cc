@@ -104,7 +104,7 @@ Result<Json> Agent::SaveToMemory(const std::string& mesh, int64_t step, const Js
   {
     MutexLock lock(mu_);
     MemoryQueue& q = memory_queues_[mesh];
-    q.waiting.push_back({step, snap, std::move(base), policy, request, deadline_ms.value_or(kDefaultMemoryDeadlineMs)});
+    q.waiting.push_back({step, snap, std::move(base), policy, request, deadline_ms.value_or(kDefaultMemoryDeadlineMs), {}, {}});
     start = !q.running;
     q.running = true;
   }
@@ -153,6 +153,13 @@ void Agent::RunMemorySaves(const std::string& mesh) {
       q.waiting.pop_front();
     }
     cv_.NotifyAll();  // room for a trainer waiting in SaveToMemory
+    if (!save.rebuilt.empty()) {
+      if (Status st = Reprotect(mesh, save); !st.ok()) {
+        std::fprintf(stderr, "worker %s: giving rebuilt ranks of mesh %s their redundancy of step %lld back failed: %s\n",
+                     id_.c_str(), mesh.c_str(), static_cast<long long>(save.step), st.ToString().c_str());
+      }
+      continue;
+    }
     trainer_saves_.Started(mesh, save.step, "memory");
     ReserveRing(mesh, save);
     bool persist = false;
@@ -247,6 +254,7 @@ Status Agent::TakeMemoryCheckpoint(const std::string& mesh, const MemorySave& sa
     ck->own_header = DescribeShare(*save.snap, save.step, p.rank, ck->mesh_fingerprint, save.policy.Fingerprint(),
                                    save.request.metadata, base ? save.base.get() : nullptr,
                                    base ? &base->own_header : nullptr);
+    ck->own_header.policy = save.policy.ToJson();
     memory_.Begin(ck);
     RETURN_IF_ERROR(ExchangeRedundancy(
         group, *ck, p.workers, [this](size_t n) { return store_->AcquireSnapshotBuffer(n); }, deadline,

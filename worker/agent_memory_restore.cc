@@ -220,6 +220,8 @@ Result<std::optional<Json>> Agent::RestoreFromMemory(const std::string& mesh, st
     bool again = false;  // some worker's share did not match: a second round
     std::vector<int64_t> asked;  // by rank
     Result<Json> installed = Internal("not installed");
+    ShareHeader rebuilt_header;  // this worker's share, when the restore rebuilt it
+    std::shared_ptr<const Snapshot> rebuilt_share;
     RETURN_IF_ERROR(memory_channel_->With(p, timeout, what, [&](collectives::Group& group,
                                                                const std::vector<std::string>&) -> Status {
       const std::vector<int64_t> record = EncodeInventory(inv);
@@ -261,6 +263,12 @@ Result<std::optional<Json>> Agent::RestoreFromMemory(const std::string& mesh, st
       if (rebuilt.ok()) {
         installed = source == "local" ? InstallFromMemory(mesh, choice.step, body, mine->own_header, mine->own, source)
                                       : InstallFromMemory(mesh, choice.step, body, header, bytes, source);
+        if (installed.ok() && source != "local") {
+          // Kept as this worker's share of the step (Reprotect): a copy, since pieces
+          // that landed in the trainer's tensors change with its next step.
+          auto snap = ShareSnapshot(header, bytes, p);
+          if (snap.ok()) rebuilt_share = std::move(*snap), rebuilt_header = header;
+        }
       } else {
         installed = rebuilt;
       }
@@ -313,6 +321,10 @@ Result<std::optional<Json>> Agent::RestoreFromMemory(const std::string& mesh, st
       continue;
     }
     RETURN_IF_ERROR(installed.status());
+    if (!choice.plan.empty()) {
+      QueueReprotect(mesh, choice.step, RebuiltRanks(choice.plan), std::move(rebuilt_header),
+                     std::move(rebuilt_share));
+    }
     return std::optional<Json>(std::move(*installed));
   }
 }

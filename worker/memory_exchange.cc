@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 #include <utility>
 
 #include "worker/parity_code.h"
@@ -147,12 +148,16 @@ Status SendNeeded(collectives::Transport& t, int peer, const MemoryCheckpoint& c
 // others with its copy of that step) and receives those alone, as one message.
 Status ExchangeCopies(collectives::Group& group, MemoryCheckpoint& ck,
                       const std::vector<std::string>& workers, const AcquireBuffer& acquire,
-                      const HeldCheckpoint& held, Deadline deadline) {
+                      const HeldCheckpoint& held, const std::set<int>* only_to, Deadline deadline) {
   collectives::Transport& t = group.transport();
   const int me = group.rank();
   const std::string header = ck.own_header.ToJson().dump();
-  const std::vector<int>& targets = ck.layout.targets.at(me);
-  const std::vector<int>& sources = ck.layout.sources.at(me);
+  std::vector<int> targets = ck.layout.targets.at(me);
+  std::vector<int> sources = ck.layout.sources.at(me);
+  if (only_to != nullptr) {
+    std::erase_if(targets, [&](int j) { return !only_to->count(j); });
+    if (!only_to->count(me)) sources.clear();
+  }
   for (int j : targets) RETURN_IF_ERROR(SendText(t, j, header, deadline));
   std::map<int, std::vector<bool>> received;  // by source sharing pieces: which were sent
   for (int s : sources) {
@@ -206,9 +211,11 @@ Status ExchangeCopies(collectives::Group& group, MemoryCheckpoint& ck,
 // (parity_code.h).
 Status ExchangeParity(collectives::Group& group, MemoryCheckpoint& ck,
                       const std::vector<std::string>& workers, const AcquireBuffer& acquire,
-                      Deadline deadline) {
+                      const std::set<int>* only_to, Deadline deadline) {
   collectives::Transport& t = group.transport();
   const int me = group.rank();
+  // Whether `rank` receives in this exchange (every member, unless only_to says which).
+  auto to = [only_to](int rank) { return only_to == nullptr || only_to->count(rank) > 0; };
   ck.group = ck.layout.groups.at(ck.layout.group_of.at(me));
   const std::vector<int>& g = ck.group;
   const int m = static_cast<int>(g.size());
@@ -217,27 +224,30 @@ Status ExchangeParity(collectives::Group& group, MemoryCheckpoint& ck,
   const int mine = static_cast<int>(std::find(g.begin(), g.end(), me) - g.begin());
   const std::string header = ck.own_header.ToJson().dump();
   for (int j : g) {
-    if (j != me) RETURN_IF_ERROR(SendText(t, j, header, deadline));
+    if (j != me && to(j)) RETURN_IF_ERROR(SendText(t, j, header, deadline));
   }
   ck.group_headers[me] = ck.own_header;
   uint64_t longest = ck.own.size();
   for (int i : g) {
-    if (i == me) continue;
+    if (i == me || !to(me)) continue;
     ASSIGN_OR_RETURN(ShareHeader h, RecvHeader(t, i, &ck, ck.step, i, workers, deadline));
     longest = std::max(longest, h.bytes);
     ck.group_headers[i] = std::move(h);
   }
   const ParityCode code(k, p);
-  const uint64_t L = StripeLength(longest, k);
-  ck.stripe_length = L;
-  ASSIGN_OR_RETURN(ck.parity, ShareBytes::Allocate(static_cast<uint64_t>(p) * L, acquire));
-  if (L > 0) std::memset(ck.parity.writable(), 0, ck.parity.size());
+  // A member that only sends keeps the stripe length it computed when it took the step.
+  const uint64_t L = to(me) ? StripeLength(longest, k) : ck.stripe_length;
+  if (to(me)) {
+    ck.stripe_length = L;
+    ASSIGN_OR_RETURN(ck.parity, ShareBytes::Allocate(static_cast<uint64_t>(p) * L, acquire));
+    if (L > 0) std::memset(ck.parity.writable(), 0, ck.parity.size());
+  }
   // Each member sends this one, chunk after chunk, a message for each codeword where it
   // holds data and this one a parity row. Each lands in one of two buffers per member,
   // posted before it arrives (the next as soon as the one before is received), so that
   // nothing waits in the transport's memory.
   std::vector<size_t> per_chunk(m, 0);  // by member: its messages of one chunk
-  for (int i = 0; i < m; ++i) {
+  for (int i = 0; i < m && to(me); ++i) {
     for (int r = 0; i != mine && r < m; ++r) {
       if (SymbolOf(r, i, m, p) < k && SymbolOf(r, mine, m, p) >= k) ++per_chunk[i];
     }
@@ -263,10 +273,10 @@ Status ExchangeParity(collectives::Group& group, MemoryCheckpoint& ck,
       const int d = SymbolOf(r, mine, m, p);
       if (d >= k) continue;
       for (int q = 0; st.ok() && q < p; ++q) {
-        st = SendRange(t, g[ParityHolder(r, q, m)], ck.own, d * L + c, n, deadline);
+        if (to(g[ParityHolder(r, q, m)])) st = SendRange(t, g[ParityHolder(r, q, m)], ck.own, d * L + c, n, deadline);
       }
     }
-    for (int r = 0; st.ok() && r < m; ++r) {
+    for (int r = 0; st.ok() && to(me) && r < m; ++r) {
       const int q = SymbolOf(r, mine, m, p) - k;
       if (q < 0) continue;
       for (int i = 0; st.ok() && i < m; ++i) {
@@ -287,7 +297,7 @@ Status ExchangeParity(collectives::Group& group, MemoryCheckpoint& ck,
     }
     return st;
   }
-  ck.parity_checksum = L > 0 ? ShareChecksum(ck.parity.writable(), ck.parity.size()) : 0;
+  if (to(me)) ck.parity_checksum = L > 0 ? ShareChecksum(ck.parity.writable(), ck.parity.size()) : 0;
   return Status::Ok();
 }
 
@@ -425,14 +435,23 @@ Status RebuildFromParity(collectives::Transport& t, const MemoryCheckpoint* ck, 
 
 Status ExchangeRedundancy(collectives::Group& group, MemoryCheckpoint& ck,
                           const std::vector<std::string>& workers, const AcquireBuffer& acquire,
-                          Deadline deadline, const HeldCheckpoint& held) {
+                          Deadline deadline, const HeldCheckpoint& held, const std::set<int>* only_to) {
   // Small shares make an exchange bound by latency: a waiting thread then stops
   // spinning once the CPU turns out to be shared (Transport::SetLatencyBound).
   group.transport().SetLatencyBound(ck.own.size() < kNoReadyBelow);
-  Status st = ck.layout.mode == MemoryPolicy::Mode::kReplica ? ExchangeCopies(group, ck, workers, acquire, held, deadline)
-                                                              : ExchangeParity(group, ck, workers, acquire, deadline);
+  Status st = ck.layout.mode == MemoryPolicy::Mode::kReplica ? ExchangeCopies(group, ck, workers, acquire, held, only_to, deadline)
+                                                              : ExchangeParity(group, ck, workers, acquire, only_to, deadline);
   group.transport().SetLatencyBound(false);
   return st;
+}
+
+std::set<int> RebuiltRanks(const std::vector<ShareTransfer>& plan) {
+  std::set<int> out;
+  for (const ShareTransfer& tr : plan) {
+    if (tr.kind == ShareTransfer::Kind::kCopy) out.insert(static_cast<int>(tr.to));
+    if (tr.kind == ShareTransfer::Kind::kParity) out.insert(tr.lost.begin(), tr.lost.end());
+  }
+  return out;
 }
 
 Status RebuildShares(collectives::Group& group, const MemoryCheckpoint* ck, int64_t step,

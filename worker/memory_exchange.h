@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,10 +25,14 @@ namespace tessera::worker {
 // again to a holder that kept that step's copy: its copy keeps those pieces (their
 // buffers shared), found through `held` (this worker's checkpoint of a step of the
 // mesh, or null).
+// With `only_to`, only the ranks it names receive (what they hold of the step, given
+// back after a restore rebuilt their shares: Agent::Reprotect); the others send to them
+// from `ck`, a copy of the checkpoint they hold, and keep nothing of it.
 using HeldCheckpoint = std::function<std::shared_ptr<const MemoryCheckpoint>(int64_t step)>;
 Status ExchangeRedundancy(collectives::Group& group, MemoryCheckpoint& ck,
                           const std::vector<std::string>& workers, const AcquireBuffer& acquire,
-                          collectives::Deadline deadline, const HeldCheckpoint& held = {});
+                          collectives::Deadline deadline, const HeldCheckpoint& held = {},
+                          const std::set<int>* only_to = nullptr);
 
 // One transfer of a restore from memory: `from` holds the share of rank `to` (a copy),
 // or the ranks of a parity group rebuild it. Every worker walks the same list.
@@ -40,6 +45,9 @@ struct ShareTransfer {
   std::vector<int> unusable;  // kParity: members that hold their share but no usable parity
   int parity = 1;          // kParity: the losses the group survives
 };
+
+// The ranks whose shares `plan` rebuilds (each copy's `to`, each parity group's `lost`).
+std::set<int> RebuiltRanks(const std::vector<ShareTransfer>& plan);
 
 // Carries out `plan` for checkpoint `ck` (this worker's, or null when it holds none of
 // that step): sends what this worker contributes, and when this worker is a `to`,

@@ -42,13 +42,15 @@ Json ShareHeader::ToJson() const {
                  {"checksum", static_cast<int64_t>(piece.checksum)}});
     if (piece.same_as >= 0) p.back()["same_as"] = piece.same_as;
   }
-  return {{"step", step},
-          {"rank", rank},
-          {"mesh_fingerprint", mesh_fingerprint},
-          {"policy_fingerprint", policy_fingerprint},
-          {"bytes", bytes},
-          {"metadata", metadata},
-          {"pieces", std::move(p)}};
+  Json out = {{"step", step},
+              {"rank", rank},
+              {"mesh_fingerprint", mesh_fingerprint},
+              {"policy_fingerprint", policy_fingerprint},
+              {"bytes", bytes},
+              {"metadata", metadata},
+              {"pieces", std::move(p)}};
+  if (!policy.is_null()) out["policy"] = policy;
+  return out;
 }
 
 Result<ShareHeader> ShareHeader::FromJson(const Json& j) {
@@ -60,6 +62,10 @@ Result<ShareHeader> ShareHeader::FromJson(const Json& j) {
   ASSIGN_OR_RETURN(h.policy_fingerprint, RequiredInt(j, "policy_fingerprint"));
   ASSIGN_OR_RETURN(h.bytes, RequiredU64(j, "bytes"));
   h.metadata = j.value("metadata", Json::object());
+  h.policy = j.value("policy", Json());
+  if (!h.policy.is_null() && !h.policy.is_object()) {
+    return InvalidArgument("field 'policy' must be an object", {{"field", "policy"}});
+  }
   const Json& pieces = j.value("pieces", Json());
   if (!pieces.is_array()) return InvalidArgument("field 'pieces' must be an array", {{"field", "pieces"}});
   uint64_t end = 0;

@@ -38,6 +38,9 @@ struct ShareHeader {
   int64_t policy_fingerprint = 0;
   uint64_t bytes = 0;  // the share's length
   Json metadata = Json::object();  // the save's
+  // The memory settings it was taken with (MemoryPolicy::ToJson; null when not told):
+  // what a worker given the share back in a restore takes its redundancy again with.
+  Json policy;
   std::vector<Piece> pieces;
 
   Json ToJson() const;

@@ -144,13 +144,35 @@ def lose_and_restore(cluster, ms, arrays, mesh, lost, step, source):
     return restored
 
 
-def held_bytes(cluster, mesh):
-    """What each worker's memory tier holds for `mesh` (its /healthz)."""
+def held(cluster, mesh, key):
+    """What each worker's memory tier says of `mesh` (its /healthz): "bytes" or "steps"."""
     out = []
     for url in cluster.worker_urls:
         with urllib.request.urlopen(url + "/healthz", timeout=10) as r:
-            out.append(json.load(r)["memory_tier"]["meshes"][mesh]["bytes"])
+            out.append(json.load(r)["memory_tier"]["meshes"].get(mesh, {}).get(key))
     return out
+
+
+def held_bytes(cluster, mesh):
+    return held(cluster, mesh, "bytes")
+
+
+@pytest.mark.parametrize("redundancy,second", [("replica", 1), ("parity", 3)])
+def test_a_rebuilt_worker_holds_its_redundancy_again_and_a_second_loss_restores(
+        cluster, mesh, redundancy, second):
+    """Worker 2 is lost and rebuilt; it then holds the step again, its share and what it
+    held for its peers (the copy of rank 1's share, or its group's parity), so that the
+    loss of another worker before the next checkpoint still restores from memory."""
+    ms = open_managers(cluster, mesh)
+    arrays = attach(ms)
+    save_steps(ms, arrays, (1, 2), redundancy=redundancy)
+    source = "replica" if redundancy == "replica" else "parity"
+    lose_and_restore(cluster, ms, arrays, mesh, 2, 2, source)
+    expect(arrays, 2)
+    eventually(lambda: 2 in (held(cluster, mesh, "steps")[2] or []),
+               lambda: "worker 2 holds step 2 again: %s" % held(cluster, mesh, "steps"))
+    lose_and_restore(cluster, ms, arrays, mesh, second, 2, source)
+    expect(arrays, 2)
 
 
 def test_a_frozen_base_is_held_once_and_rebuilt_after_a_host_loss(cluster, mesh):
