@@ -219,6 +219,9 @@ class Agent {
   // The queued reprotect's exchange: the rebuilt ranks receive, the others send from
   // the checkpoint they hold; a rebuilt rank commits what it received.
   Status Reprotect(const std::string& mesh, const MemorySave& r);
+  // Returns once the mesh's memory queue is empty and idle (unavailable after
+  // `timeout_ms`): a restore's agreement then comes after them on every worker.
+  Status AwaitMemoryQueue(const std::string& mesh, int64_t timeout_ms) EXCLUDES(mu_);
   // Installs `header`'s pieces of `bytes` that match the trainer's tensors (restore_match.h).
   Result<Json> InstallFromMemory(const std::string& mesh, int64_t step, const Json& body,
                                  const ShareHeader& header, const ShareBytes& bytes,

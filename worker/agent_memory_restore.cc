@@ -151,10 +151,30 @@ Result<Json> Agent::InstallFromMemory(const std::string& mesh, int64_t step, con
               {"metadata", header.metadata}};
 }
 
+Status Agent::AwaitMemoryQueue(const std::string& mesh, int64_t timeout_ms) {
+  const auto until = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  MutexLock lock(mu_);
+  while (!stopping_) {
+    auto q = memory_queues_.find(mesh);
+    if (q == memory_queues_.end() || (!q->second.running && q->second.waiting.empty())) return Status::Ok();
+    if (!cv_.WaitUntil(mu_, until)) {
+      return Unavailable("the memory checkpoints of mesh " + mesh + " queued on worker " + id_ +
+                             " before this restore are still being exchanged after " + std::to_string(timeout_ms) +
+                             " ms",
+                         {{"mesh", mesh}, {"worker", id_}});
+    }
+  }
+  return Unavailable("worker " + id_ + " is stopping");
+}
+
 Result<std::optional<Json>> Agent::RestoreFromMemory(const std::string& mesh, std::optional<int64_t> named,
                                                      const Json& body, int64_t timeout_ms, int64_t* persisted,
                                                      std::string* fallback) {
   ASSIGN_OR_RETURN(MeshPlacement p, Resolver()(mesh));
+  // The mesh's memory group runs one thing at a time, in the same order on every
+  // worker: the memory saves and reprotects queued here before this restore go first,
+  // and what they hold is what this restore offers.
+  RETURN_IF_ERROR(AwaitMemoryQueue(mesh, timeout_ms));
   const int64_t fingerprint = MeshFingerprint(p);
   const auto held = HeldUnder(memory_, mesh, fingerprint);
   // The newest persisted step; or the named step's record: whether it is in the root,
