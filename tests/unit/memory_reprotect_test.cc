@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "collectives/transport/in_process_transport.h"
+#include "tests/unit/memory_checkpoint_testing.h"
 #include "worker/memory_exchange.h"
 #include "worker/memory_layout.h"
 #include "worker/memory_tier.h"
@@ -37,16 +38,7 @@ std::vector<std::shared_ptr<MemoryCheckpoint>> Checkpoints(const MemoryPolicy& p
     EXPECT_TRUE(store.Put("m", "w" + std::to_string(r), d, r, w).ok());
     auto snap = store.TakeSnapshot("m");
     EXPECT_TRUE(snap.ok());
-    auto ck = std::make_shared<MemoryCheckpoint>();
-    ck->mesh = "m";
-    ck->step = 3;
-    ck->rank = r;
-    ck->policy = policy;
-    ck->layout = *layout;
-    ck->mesh_fingerprint = 7;
-    ck->own = ShareBytes(*snap);
-    ck->own_header = DescribeShare(**snap, 3, r, 7, policy.Fingerprint(), Json::object());
-    cks.push_back(ck);
+    cks.push_back(memory_testing::NewCheckpoint(*snap, 3, r, policy, *layout));
   }
   return cks;
 }

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "collectives/transport/in_process_transport.h"
+#include "tests/unit/memory_checkpoint_testing.h"
 #include "worker/borrowed_memory.h"
 #include "worker/borrowed_snapshot.h"
 #include "worker/memory_exchange.h"
@@ -133,16 +134,7 @@ void TakeStep(std::vector<std::unique_ptr<Rank>>& ranks, int64_t step, int forge
     auto snap = ranks[r]->store.TakeSnapshot(*ranks[r]->store.Placement("m"), std::nullopt,
                                              before ? before->own.snapshot().get() : nullptr);
     ASSERT_TRUE(snap.ok());
-    auto ck = std::make_shared<MemoryCheckpoint>();
-    ck->mesh = "m";
-    ck->step = step;
-    ck->rank = r;
-    ck->layout = *layout;
-    ck->mesh_fingerprint = 7;
-    ck->own = ShareBytes(*snap);
-    ck->own_header = DescribeShare(**snap, step, r, 7, ck->policy.Fingerprint(), Json::object(),
-                                   before ? before->own.snapshot().get() : nullptr,
-                                   before ? &before->own_header : nullptr);
+    auto ck = memory_testing::NewCheckpoint(*snap, step, r, MemoryPolicy{}, *layout, before.get());
     ranks[r]->tier.Begin(ck);
     threads.emplace_back([&, r, ck] {
       collectives::Group group(std::move(groups[r]), "memory/m");

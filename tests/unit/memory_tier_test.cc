@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "collectives/transport/in_process_transport.h"
+#include "tests/unit/memory_checkpoint_testing.h"
 #include "tests/unit/memory_held_step.h"
 #include "worker/memory_choice.h"
 #include "worker/memory_exchange.h"
@@ -263,16 +264,7 @@ std::vector<std::shared_ptr<MemoryCheckpoint>> Exchange(std::vector<std::unique_
   for (int r = 0; r < 4; ++r) {
     auto snap = ranks[r]->store.TakeSnapshot("m");
     EXPECT_TRUE(snap.ok());
-    auto ck = std::make_shared<MemoryCheckpoint>();
-    ck->mesh = "m";
-    ck->step = 5;
-    ck->rank = r;
-    ck->policy = policy;
-    ck->layout = *layout;
-    ck->mesh_fingerprint = 7;
-    ck->own = ShareBytes(*snap);
-    ck->own_header = DescribeShare(**snap, 5, r, 7, policy.Fingerprint(), Json::object());
-    cks[r] = ck;
+    cks[r] = memory_testing::NewCheckpoint(*snap, 5, r, policy, *layout);
     threads.emplace_back([&, r] {
       st[r] = ExchangeRedundancy(*groups[r], *cks[r], kWorkers, acquire,
                                  collectives::Clock::now() + std::chrono::seconds(30));
