@@ -173,10 +173,11 @@ class Agent {
   // store, or borrowed where the body's "borrow" names them.
   Result<std::shared_ptr<const Snapshot>> TrainerSnapshot(
       const std::string& mesh, const Json& body, const std::optional<std::vector<std::string>>& names,
-      const Snapshot* base = nullptr);
+      const Snapshot* base = nullptr, const ShardChecksums* base_sums = nullptr);
   // The snapshot a memory save of `mesh` shares unchanged shards with: the newest one
-  // waiting, else the own share of the newest checkpoint held. Null when none.
-  std::shared_ptr<const Snapshot> MemoryBase(const std::string& mesh) EXCLUDES(mu_);
+  // waiting, else the own share of the newest checkpoint held, whose checksums (its
+  // header's) then go into *sums. Null when none.
+  std::shared_ptr<const Snapshot> MemoryBase(const std::string& mesh, ShardChecksums* sums) EXCLUDES(mu_);
   Result<Json> SaveToMemory(const std::string& mesh, int64_t step, const Json& body,
                             TrainerSaves::Until until, int64_t timeout_ms);
   // The mesh's queue of memory saves, one after the other, until it is empty.

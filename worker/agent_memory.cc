@@ -95,9 +95,10 @@ Result<Json> Agent::SaveToMemory(const std::string& mesh, int64_t step, const Js
   const auto waited = Clock::now();
   // Borrowed shards are copied here, once: the tier keeps its own bytes. A shard equal
   // to its shard in the checkpoint before shares that one's buffer instead.
-  std::shared_ptr<const Snapshot> base = MemoryBase(mesh);
-  ASSIGN_OR_RETURN(auto taken, TrainerSnapshot(mesh, body, names, base.get()));
-  ASSIGN_OR_RETURN(auto snap, OwnSnapshot(std::move(taken), store_, base.get()));
+  ShardChecksums sums;
+  std::shared_ptr<const Snapshot> base = MemoryBase(mesh, &sums);
+  ASSIGN_OR_RETURN(auto taken, TrainerSnapshot(mesh, body, names, base.get(), &sums));
+  ASSIGN_OR_RETURN(auto snap, OwnSnapshot(std::move(taken), store_, base.get(), &sums));
   const auto snapped = Clock::now();
   trainer_saves_.Snapshotted(mesh, step);
   bool start = false;
@@ -118,14 +119,19 @@ Result<Json> Agent::SaveToMemory(const std::string& mesh, int64_t step, const Js
                     until, timeout_ms);
 }
 
-std::shared_ptr<const Snapshot> Agent::MemoryBase(const std::string& mesh) {
+std::shared_ptr<const Snapshot> Agent::MemoryBase(const std::string& mesh, ShardChecksums* sums) {
   {
     MutexLock lock(mu_);
     auto q = memory_queues_.find(mesh);
-    if (q != memory_queues_.end() && !q->second.waiting.empty()) return q->second.waiting.back().snap;
+    // (A reprotect's snapshot is a rebuilt share: no base to take.)
+    if (q != memory_queues_.end() && !q->second.waiting.empty() && q->second.waiting.back().rebuilt.empty()) {
+      return q->second.waiting.back().snap;
+    }
   }
   std::shared_ptr<const MemoryCheckpoint> newest = memory_.Newest(mesh);
-  return newest ? newest->own.snapshot() : nullptr;
+  if (!newest) return nullptr;
+  for (const ShareHeader::Piece& p : newest->own_header.pieces) (*sums)[{p.tensor.name, p.device}] = p.checksum;
+  return newest->own.snapshot();
 }
 
 Result<Json> Agent::DoMemorySave(const Task& task) {

@@ -158,9 +158,9 @@ Result<Json> Agent::SaveFromTrainer(const std::string& mesh, int64_t step, const
 
 Result<std::shared_ptr<const Snapshot>> Agent::TrainerSnapshot(
     const std::string& mesh, const Json& body, const std::optional<std::vector<std::string>>& names,
-    const Snapshot* base) {
+    const Snapshot* base, const ShardChecksums* base_sums) {
   ASSIGN_OR_RETURN(MeshPlacement placement, store_->Placement(mesh));
-  if (!body.contains("borrow")) return store_->TakeSnapshot(placement, names, base);
+  if (!body.contains("borrow")) return store_->TakeSnapshot(placement, names, base, base_sums);
   ASSIGN_OR_RETURN(auto borrowed, BorrowedSnapshot(placement, body["borrow"]));
   std::vector<std::string> copied;
   if (names) {
@@ -172,7 +172,7 @@ Result<std::shared_ptr<const Snapshot>> Agent::TrainerSnapshot(
   }
   std::erase_if(copied, [&](const std::string& n) { return borrowed->Find(n) != nullptr; });
   if (copied.empty()) return borrowed;
-  ASSIGN_OR_RETURN(auto taken, store_->TakeSnapshot(placement, copied, base));
+  ASSIGN_OR_RETURN(auto taken, store_->TakeSnapshot(placement, copied, base, base_sums));
   return MergeSnapshots(std::move(taken), std::move(borrowed));
 }
 

@@ -8,6 +8,7 @@
 #include "api/mesh.h"
 #include "api/names.h"
 #include "api/tensor_desc.h"
+#include "worker/guarded_copy.h"
 
 namespace tessera::worker {
 namespace {
@@ -143,28 +144,38 @@ namespace {
 // Borrowed bytes are compared through a block of this size (read, then compared).
 constexpr size_t kCompareBlock = size_t{1} << 20;
 
-// Whether `lent` holds the bytes of `base` (its size).
-Result<bool> SameAsBase(const BorrowedMemory& lent, const ShardBuffer& base) {
+// Whether `lent` holds the bytes of `base` (its size): the first block compared, then,
+// with `expected` (base's Checksum64), the checksum of the rest as it is read; else
+// every block.
+Result<bool> LentSameAsBase(const BorrowedMemory& lent, const ShardBuffer& base, const uint64_t* expected) {
   std::vector<uint8_t> block(std::min(lent.size(), kCompareBlock));
+  Checksum64Stream sum;
   for (size_t at = 0; at < lent.size(); at += block.size()) {
     const size_t n = std::min(block.size(), lent.size() - at);
     RETURN_IF_ERROR(lent.Read(at, n, block.data()));
-    if (std::memcmp(block.data(), base.data() + at, n) != 0) return false;
+    if ((at == 0 || expected == nullptr) && std::memcmp(block.data(), base.data() + at, n) != 0) return false;
+    if (expected != nullptr) sum.Update(block.data(), n);
   }
-  return true;
+  return expected == nullptr || sum.Digest() == *expected;
 }
 
 }  // namespace
 
 Result<std::shared_ptr<const Snapshot>> OwnSnapshot(std::shared_ptr<const Snapshot> snap,
-                                                    TensorStore* store, const Snapshot* base) {
+                                                    TensorStore* store, const Snapshot* base,
+                                                    const ShardChecksums* base_sums) {
   if (!snap->borrows()) return snap;
   auto out = std::make_shared<Snapshot>(*snap);
   for (auto& t : out->tensors) {
     for (auto& s : t.shards) {
       if (s.borrowed == nullptr) continue;
       if (const Snapshot::Shard* b = Snapshot::BaseShard(base, t, s)) {
-        ASSIGN_OR_RETURN(bool same, SameAsBase(*s.borrowed, *b->buffer));
+        const uint64_t* expected = nullptr;
+        if (base_sums != nullptr) {
+          auto it = base_sums->find({t.name, s.device});
+          if (it != base_sums->end()) expected = &it->second;
+        }
+        ASSIGN_OR_RETURN(bool same, LentSameAsBase(*s.borrowed, *b->buffer, expected));
         if (same) {
           s.buffer = b->buffer;
           s.borrowed = nullptr;

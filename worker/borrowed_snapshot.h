@@ -32,8 +32,10 @@ std::shared_ptr<const Snapshot> MergeSnapshots(std::shared_ptr<const Snapshot> a
 // A copy of `snap` whose borrowed shards are read into buffers of this worker from
 // `store`'s snapshot pool (what a memory checkpoint keeps); `snap` itself when
 // nothing is borrowed. A borrowed shard whose bytes equal its shard in `base` (the
-// memory checkpoint before, Snapshot::BaseShard) shares base's buffer instead.
+// memory checkpoint before, Snapshot::BaseShard) shares base's buffer instead
+// (compared as TensorStore::TakeSnapshot does, with `base_sums` where known).
 Result<std::shared_ptr<const Snapshot>> OwnSnapshot(std::shared_ptr<const Snapshot> snap,
-                                                    TensorStore* store, const Snapshot* base = nullptr);
+                                                    TensorStore* store, const Snapshot* base = nullptr,
+                                                    const ShardChecksums* base_sums = nullptr);
 
 }  // namespace tessera::worker

@@ -85,6 +85,18 @@ bool Guarded(Body&& body) {
 
 uint64_t Checksum64(const void* data, size_t n) { return XXH3_64bits_dispatch(data, n); }
 
+Checksum64Stream::Checksum64Stream() : state_(XXH3_createState()) {
+  XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
+}
+
+Checksum64Stream::~Checksum64Stream() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+
+void Checksum64Stream::Update(const void* data, size_t n) {
+  XXH3_64bits_update_dispatch(static_cast<XXH3_state_t*>(state_), data, n);
+}
+
+uint64_t Checksum64Stream::Digest() const { return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state_)); }
+
 bool GuardedChecksum(const uint8_t* data, size_t n, uint64_t* checksum) {
   return GuardedCopy(nullptr, data, n, checksum);
 }

@@ -21,6 +21,21 @@ bool GuardedCopy(uint8_t* dst, const uint8_t* src, size_t n, uint64_t* checksum 
 // The Checksum64 of `n` bytes that may vanish the same way: false when they did.
 bool GuardedChecksum(const uint8_t* data, size_t n, uint64_t* checksum);
 
+// The Checksum64 of bytes given in parts, in order (the same value as one call over
+// them all).
+class Checksum64Stream {
+ public:
+  Checksum64Stream();
+  ~Checksum64Stream();
+  Checksum64Stream(const Checksum64Stream&) = delete;
+  Checksum64Stream& operator=(const Checksum64Stream&) = delete;
+  void Update(const void* data, size_t n);
+  uint64_t Digest() const;
+
+ private:
+  void* state_;  // an XXH3_state_t
+};
+
 // Whether the `n` bytes at `a` and at `b` are the same (*equal), read the same
 // guarded way: false when either vanished. Stops at the first difference.
 bool GuardedEqual(const uint8_t* a, const uint8_t* b, size_t n, bool* equal);

@@ -67,6 +67,13 @@ struct TensorInfo {
   bool mapped = false;           // some shard lives in a /dev/shm mapping
 };
 
+// The Checksum64 (guarded_copy.h) of a snapshot's shards, by (tensor, device), where known.
+using ShardChecksums = std::map<std::pair<std::string, int64_t>, uint64_t>;
+// Whether `n` bytes at `src` hold `base`'s (n bytes): their first block compared, then,
+// with `expected` (base's Checksum64), the checksum of src; else every byte. False
+// when src vanished (a truncated mapping); *equal says.
+bool SameAsBase(const uint8_t* src, const uint8_t* base, size_t n, const uint64_t* expected, bool* equal);
+
 // Private copies of a mesh's tensors at one instant. Nothing the trainer does
 // after TakeSnapshot returns (Put, writes into its mappings, Delete) changes it.
 struct Snapshot {
@@ -160,10 +167,13 @@ class TensorStore {
   // this worker's rank): no lookup of the mesh.
   // With `base` (a memory checkpoint's snapshot before), a shard whose bytes equal
   // its shard in `base` (same tensor, description, device and size) is not copied:
-  // the snapshot shares base's buffer (Snapshot::SharedWith says which).
+  // the snapshot shares base's buffer (Snapshot::SharedWith says which). Compared
+  // whole, or, where `base_sums` has base's checksum, by its first block and then its
+  // checksum (one pass over the trainer's bytes instead of two; equal checksums taken
+  // as equal bytes, as incremental disk saves do).
   Result<std::shared_ptr<const Snapshot>> TakeSnapshot(
       const MeshPlacement& placement, const std::optional<std::vector<std::string>>& names,
-      const Snapshot* base = nullptr);
+      const Snapshot* base = nullptr, const ShardChecksums* base_sums = nullptr);
 
   // Lends the trainer's memory (borrowed_memory.h) as the shard of `device`: a
   // restore's Install writes into it, a snapshot reads it in place. Checks as Put,
@@ -219,6 +229,7 @@ class TensorStore {
     // set when they are not the same.
     const uint8_t* base = nullptr;
     std::atomic<bool>* differs = nullptr;
+    const uint64_t* expected = nullptr;  // base's checksum: compared by it, never split
 
     bool Copy() const;  // GuardedCopy: false when a mapping shrank under it
   };

@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -46,6 +47,18 @@ TEST(GuardedCopy, CopiesAndChecksumsWhatLandsAtAnySize) {
     // The same value as the library's one-shot XXH3 on any CPU.
     EXPECT_EQ(sum, XXH3_64bits(src.data(), n)) << n;
     EXPECT_EQ(sum, Checksum64(src.data(), n)) << n;
+    // ... and given in parts.
+    Checksum64Stream parts;
+    for (size_t at = 0; at < n; at += 1000) parts.Update(src.data() + at, std::min<size_t>(1000, n - at));
+    EXPECT_EQ(parts.Digest(), sum) << n;
+    bool equal = false;
+    ASSERT_TRUE(GuardedEqual(dst.data(), src.data(), n, &equal));
+    EXPECT_TRUE(equal) << n;
+    if (n > 0) {
+      dst[n - 1] ^= 1;
+      ASSERT_TRUE(GuardedEqual(dst.data(), src.data(), n, &equal));
+      EXPECT_FALSE(equal) << n;
+    }
   }
 }
 

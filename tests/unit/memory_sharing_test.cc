@@ -92,6 +92,34 @@ TEST(MemorySharing, ASnapshotSharesTheShardsThatDidNotChange) {
   EXPECT_NE(BufferOf(**third, "frozen"), BufferOf(**second, "frozen"));
 }
 
+TEST(MemorySharing, BaseChecksumsCompareInOnePassAndTheirVerdictIsTaken) {
+  Rank r(1);
+  r.Put("frozen", kFrozen, 1);
+  r.Put("adapter", kAdapter * 100, 2);  // 400 KB: past the first block compared
+  auto placement = *r.store.Placement("m");
+  auto first = r.store.TakeSnapshot(placement, std::nullopt);
+  ASSERT_TRUE(first.ok());
+  ShareHeader h1 = DescribeShare(**first, 1, 1, 7, 9, Json::object());
+  ShardChecksums sums;
+  for (const auto& p : h1.pieces) sums[{p.tensor.name, p.device}] = p.checksum;
+  // Changed past its first 64 KiB: found by its checksum.
+  std::string adapter = Floats(kAdapter * 100, 2);
+  adapter[adapter.size() - 5] ^= 1;
+  TensorDesc d{DType::kFloat32, {4 * kAdapter * 100}, Layout{{"data"}}};
+  ASSERT_TRUE(r.store.Put("m", "adapter", d, 1, adapter).ok());
+  auto second = r.store.TakeSnapshot(placement, std::nullopt, first->get(), &sums);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(BufferOf(**second, "frozen"), BufferOf(**first, "frozen"));
+  EXPECT_NE(BufferOf(**second, "adapter"), BufferOf(**first, "adapter"));
+  // The checksum decides: one that does not match the bytes makes them a copy.
+  sums[{"frozen", 1}] ^= 1;
+  auto third = r.store.TakeSnapshot(placement, std::nullopt, second->get(), &sums);
+  ASSERT_TRUE(third.ok());
+  EXPECT_NE(BufferOf(**third, "frozen"), BufferOf(**second, "frozen"));
+  const ShardBuffer* got = BufferOf(**third, "frozen");
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(got->data()), got->size()), Floats(kFrozen, 1));
+}
+
 TEST(MemorySharing, BorrowedShardsEqualToTheBaseAreNotCopied) {
   TensorStore store([](const std::string&) -> Result<MeshPlacement> { return MeshPlacement{kMesh, 0, {0}, kWorkers}; });
   std::string frozen = Floats(kFrozen, 3), adapter = Floats(kAdapter, 4);
@@ -116,6 +144,19 @@ TEST(MemorySharing, BorrowedShardsEqualToTheBaseAreNotCopied) {
   const ShardBuffer* got = BufferOf(**second, "adapter");
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(got->data()), got->size()), adapter);
   EXPECT_FALSE((*second)->borrows());
+  // With base's checksums: the frozen shard (past its first block) by its checksum; a
+  // checksum that does not match makes it a copy.
+  ShareHeader h = DescribeShare(**second, 2, 0, 7, 9, Json::object());
+  ShardChecksums sums;
+  for (const auto& p : h.pieces) sums[{p.tensor.name, p.device}] = p.checksum;
+  auto third = OwnSnapshot(lend(), &store, second->get(), &sums);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(BufferOf(**third, "frozen"), BufferOf(**second, "frozen"));
+  EXPECT_EQ(BufferOf(**third, "adapter"), BufferOf(**second, "adapter"));
+  sums[{"frozen", 0}] ^= 1;
+  auto fourth = OwnSnapshot(lend(), &store, third->get(), &sums);
+  ASSERT_TRUE(fourth.ok());
+  EXPECT_NE(BufferOf(**fourth, "frozen"), BufferOf(**third, "frozen"));
 }
 
 // Each rank takes `step` (its snapshot sharing with its newest checkpoint), exchanges
