@@ -192,22 +192,28 @@ void Agent::RunMemorySaves(const std::string& mesh) {
 }
 
 void Agent::ReserveRing(const std::string& mesh, const MemorySave& save) {
-  // Like the shards this save copied (not those it shared with the one before), from
-  // the first save that had one before: a mesh whose state is mostly frozen reserves
-  // little.
-  if (!save.base) return;
+  // Like the shards this save copied, not those it shared with the one before. A save
+  // that shared some (a mostly frozen state) also lets the pool keep no more than
+  // `keep` sets of what it copied: the first save's reservation, like the whole state,
+  // is not needed then.
+  Snapshot copied;
+  uint64_t copied_bytes = 0;
+  for (const Snapshot::Tensor& t : save.snap->tensors) {
+    Snapshot::Tensor& c = copied.tensors.emplace_back(Snapshot::Tensor{t.name, t.desc, {}, {}});
+    for (const Snapshot::Shard& shard : t.shards) {
+      if (Snapshot::SharedWith(save.base.get(), t, shard)) continue;
+      c.shards.push_back(shard);
+      copied_bytes += shard.size();
+    }
+  }
+  if (copied_bytes < save.snap->bytes()) {
+    store_->TrimSnapshotPool(static_cast<size_t>(copied_bytes * static_cast<uint64_t>(save.policy.keep)));
+  }
   {
     MutexLock lock(mu_);
     int64_t& reserved = memory_queues_[mesh].ring_reserved;
     if (reserved >= save.policy.keep) return;
     ++reserved;
-  }
-  Snapshot copied;
-  for (const Snapshot::Tensor& t : save.snap->tensors) {
-    Snapshot::Tensor& c = copied.tensors.emplace_back(Snapshot::Tensor{t.name, t.desc, {}, {}});
-    for (const Snapshot::Shard& shard : t.shards) {
-      if (!Snapshot::SharedWith(save.base.get(), t, shard)) c.shards.push_back(shard);
-    }
   }
   if (Status st = store_->ReserveLike(copied); !st.ok()) {
     std::fprintf(stderr, "worker %s: no spare snapshot buffers for mesh %s: %s\n", id_.c_str(),

@@ -139,24 +139,32 @@ void ShardBufferPool::Release(std::unique_ptr<ShardBuffer> buffer) {
   const size_t bytes = buffer->size();
   if (bytes > max_bytes_) return;
   std::vector<std::unique_ptr<ShardBuffer>> evicted;  // freed after the lock is dropped
-  {
-    MutexLock lock(mu_);
-    lru_.push_back(std::move(buffer));
-    by_size_.emplace(bytes, std::prev(lru_.end()));
-    stats_.pooled_bytes += bytes;
-    while (stats_.pooled_bytes > max_bytes_) {
-      const size_t size = lru_.front()->size();
-      auto [lo, hi] = by_size_.equal_range(size);
-      for (auto it = lo; it != hi; ++it) {
-        if (it->second == lru_.begin()) {
-          by_size_.erase(it);
-          break;
-        }
+  MutexLock lock(mu_);
+  lru_.push_back(std::move(buffer));
+  by_size_.emplace(bytes, std::prev(lru_.end()));
+  stats_.pooled_bytes += bytes;
+  EvictBeyond(max_bytes_, &evicted);
+}
+
+void ShardBufferPool::Trim(size_t bytes) {
+  std::vector<std::unique_ptr<ShardBuffer>> evicted;  // freed after the lock is dropped
+  MutexLock lock(mu_);
+  EvictBeyond(bytes, &evicted);
+}
+
+void ShardBufferPool::EvictBeyond(size_t bytes, std::vector<std::unique_ptr<ShardBuffer>>* evicted) {
+  while (stats_.pooled_bytes > bytes) {
+    const size_t size = lru_.front()->size();
+    auto [lo, hi] = by_size_.equal_range(size);
+    for (auto it = lo; it != hi; ++it) {
+      if (it->second == lru_.begin()) {
+        by_size_.erase(it);
+        break;
       }
-      evicted.push_back(std::move(lru_.front()));
-      lru_.pop_front();
-      stats_.pooled_bytes -= size;
     }
+    evicted->push_back(std::move(lru_.front()));
+    lru_.pop_front();
+    stats_.pooled_bytes -= size;
   }
 }
 

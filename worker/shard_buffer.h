@@ -83,11 +83,15 @@ class ShardBufferPool : public std::enable_shared_from_this<ShardBufferPool> {
   // first snapshot of a shard of that size copies into warm memory like every
   // later one. A no-op beyond `max_bytes`; resource_exhausted without memory.
   Status Reserve(size_t bytes);
+  // Frees the least recently returned buffers until at most `bytes` wait in the pool.
+  void Trim(size_t bytes);
   Stats stats() const;
 
  private:
   explicit ShardBufferPool(size_t max_bytes) : max_bytes_(max_bytes) {}
   void Release(std::unique_ptr<ShardBuffer> buffer);
+  // Moves the oldest buffers into *evicted until at most `bytes` wait.
+  void EvictBeyond(size_t bytes, std::vector<std::unique_ptr<ShardBuffer>>* evicted) REQUIRES(mu_);
 
   using Lru = std::list<std::unique_ptr<ShardBuffer>>;
 

@@ -198,6 +198,8 @@ class TensorStore {
   // a mesh's first memory checkpoints would copy into fresh pages, a fault per page
   // while the trainer waits (Agent::ReserveRing). Called off the trainer's path.
   Status ReserveLike(const Snapshot& like);
+  // Frees the snapshot pool's idle buffers beyond `bytes` (the oldest first).
+  void TrimSnapshotPool(size_t bytes) { pool_->Trim(bytes); }
   // A buffer of `bytes` from the snapshot pool (for a snapshot taken elsewhere).
   Result<std::shared_ptr<ShardBuffer>> AcquireSnapshotBuffer(size_t bytes) { return pool_->Acquire(bytes); }
 

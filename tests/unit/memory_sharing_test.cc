@@ -159,6 +159,25 @@ TEST(MemorySharing, BorrowedShardsEqualToTheBaseAreNotCopied) {
   EXPECT_NE(BufferOf(**fourth, "frozen"), BufferOf(**third, "frozen"));
 }
 
+TEST(MemorySharing, ThePoolGivesBackWhatAFrozenStateNoLongerNeeds) {
+  // A save that shared most of its shards trims the snapshot pool to `keep` sets of
+  // what it copied (Agent::ReserveRing): the oldest idle buffers go first.
+  auto pool = ShardBufferPool::Create(size_t{1} << 30);
+  ASSERT_TRUE(pool->Reserve(1000).ok());
+  ASSERT_TRUE(pool->Reserve(300).ok());
+  ASSERT_TRUE(pool->Reserve(200).ok());
+  EXPECT_EQ(pool->stats().pooled_bytes, 1500u);
+  pool->Trim(600);
+  EXPECT_EQ(pool->stats().pooled_bytes, 500u);
+  auto in_use = pool->Acquire(300);  // taken from the pool: not idle, not trimmed
+  ASSERT_TRUE(in_use.ok());
+  pool->Trim(0);
+  EXPECT_EQ(pool->stats().pooled_bytes, 0u);
+  EXPECT_EQ((*in_use)->size(), 300u);
+  in_use->reset();
+  EXPECT_EQ(pool->stats().pooled_bytes, 300u);
+}
+
 // Each rank takes `step` (its snapshot sharing with its newest checkpoint), exchanges
 // one copy, and commits it in its tier. `forget`: a rank that lost its checkpoints first.
 void TakeStep(std::vector<std::unique_ptr<Rank>>& ranks, int64_t step, int forget = -1) {
