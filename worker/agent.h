@@ -192,11 +192,11 @@ class Agent {
   // Writes a committed memory checkpoint to the root: the disk save's write and join
   // from the RAM copy.
   void PersistFromMemory(const std::string& mesh, const MemorySave& save);
-  // Before the exchange of each of the mesh's first `keep` memory checkpoints: one
-  // more set of snapshot buffers of `save`'s sizes, faulted in, in the pool. With the
-  // first snapshot's own, a ring of keep + 1 sets that every later snapshot reuses
-  // (the tier holds `keep`; the one being taken needs one): no checkpoint copies into
-  // fresh pages while its trainer waits.
+  // Before the exchange of the mesh's 2nd to keep-th memory checkpoints: one more set
+  // of snapshot buffers like what `save` copied, faulted in, in the pool. With the
+  // first two snapshots' own, a ring of keep + 1 sets that every later snapshot reuses
+  // (the tier holds `keep`; the one being taken needs one): from the third checkpoint
+  // on, none copies into fresh pages while its trainer waits.
   void ReserveRing(const std::string& mesh, const MemorySave& save);
   // agent_memory_restore.cc
   // A restore of "latest" (`named` empty) or of a named step with the memory tier in

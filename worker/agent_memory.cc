@@ -192,10 +192,12 @@ void Agent::RunMemorySaves(const std::string& mesh) {
 }
 
 void Agent::ReserveRing(const std::string& mesh, const MemorySave& save) {
-  // Like the shards this save copied, not those it shared with the one before. A save
-  // that shared some (a mostly frozen state) also lets the pool keep no more than
-  // `keep` sets of what it copied: the first save's reservation, like the whole state,
-  // is not needed then.
+  // From the mesh's second save on (the first tells nothing of what will change), like
+  // the shards each save copied, not those it shared with the one before: with the
+  // first two snapshots' own, a ring of keep + 1 sets, and a mostly frozen state
+  // reserves little. A save that shared some also lets the pool keep no more than
+  // `keep` sets of what it copied (a state that froze after a while).
+  if (!save.base) return;
   Snapshot copied;
   uint64_t copied_bytes = 0;
   for (const Snapshot::Tensor& t : save.snap->tensors) {
@@ -212,7 +214,7 @@ void Agent::ReserveRing(const std::string& mesh, const MemorySave& save) {
   {
     MutexLock lock(mu_);
     int64_t& reserved = memory_queues_[mesh].ring_reserved;
-    if (reserved >= save.policy.keep) return;
+    if (reserved >= save.policy.keep - 1) return;
     ++reserved;
   }
   if (Status st = store_->ReserveLike(copied); !st.ok()) {
