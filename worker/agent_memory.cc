@@ -171,6 +171,9 @@ void Agent::RunMemorySaves(const std::string& mesh) {
     bool persist = false;
     std::optional<MemoryCheckpointReport> report;
     Status st = TakeMemoryCheckpoint(mesh, save, &persist, &report);
+    // The checkpoint before may be freed at this one's commit: its buffers go back to
+    // the pool for the trainer's next snapshot, which may come as soon as it is told.
+    save.base.reset();
     if (!st.ok()) {
       memory_.Drop(mesh, save.step);
       std::fprintf(stderr, "worker %s: memory checkpoint step %lld of mesh %s failed: %s\n", id_.c_str(),
