@@ -63,7 +63,7 @@ TEST_P(WorkerDeath, JobFailsWithinTheLeaseNamingTheWorker) {
   // Worker 1 dies while it holds its snapshot or its write (the delay).
   std::string job = StartSave(*c, "two", 2);
   Json at = WaitPhase(*c, job, "write");
-  ASSERT_EQ(at["phase"], "write");
+  ASSERT_EQ(at["phase"], "write") << at.dump();
   c->KillWorker(1);
   Json j = Wait(*c, job);
   EXPECT_EQ(j["state"], "failed");
