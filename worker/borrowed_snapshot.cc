@@ -170,12 +170,8 @@ Result<std::shared_ptr<const Snapshot>> OwnSnapshot(std::shared_ptr<const Snapsh
     for (auto& s : t.shards) {
       if (s.borrowed == nullptr) continue;
       if (const Snapshot::Shard* b = Snapshot::BaseShard(base, t, s)) {
-        const uint64_t* expected = nullptr;
-        if (base_sums != nullptr) {
-          auto it = base_sums->find({t.name, s.device});
-          if (it != base_sums->end()) expected = &it->second;
-        }
-        ASSIGN_OR_RETURN(bool same, LentSameAsBase(*s.borrowed, *b->buffer, expected));
+        ASSIGN_OR_RETURN(bool same,
+                         LentSameAsBase(*s.borrowed, *b->buffer, ChecksumOf(base_sums, t.name, s.device)));
         if (same) {
           s.buffer = b->buffer;
           s.borrowed = nullptr;

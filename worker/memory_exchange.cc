@@ -105,8 +105,7 @@ std::vector<int64_t> KeptPieces(const ShareHeader& h, const HeldCheckpoint& held
   auto copy = *base_ck ? (*base_ck)->copies.find(rank) : std::map<int64_t, MemoryCheckpoint::Copy>::const_iterator();
   if (!*base_ck || copy == (*base_ck)->copies.end()) return from;
   *base = &copy->second.bytes;
-  std::map<std::pair<std::string, int64_t>, const ShareHeader::Piece*> before;
-  for (const ShareHeader::Piece& p : copy->second.header.pieces) before[{p.tensor.name, p.device}] = &p;
+  const auto before = copy->second.header.PiecesByShard();
   for (size_t i = 0; i < h.pieces.size(); ++i) {
     const ShareHeader::Piece& p = h.pieces[i];
     auto b = before.find({p.tensor.name, p.device});

@@ -110,6 +110,12 @@ Json ShareHeader::Tensors() const {
   return out;
 }
 
+std::map<std::pair<std::string, int64_t>, const ShareHeader::Piece*> ShareHeader::PiecesByShard() const {
+  std::map<std::pair<std::string, int64_t>, const Piece*> out;
+  for (const Piece& p : pieces) out[{p.tensor.name, p.device}] = &p;
+  return out;
+}
+
 int64_t MeshFingerprint(const MeshPlacement& p) {
   // Its workers by rank: the same name with its workers in another order puts other
   // slices on each rank.
@@ -122,11 +128,8 @@ int64_t MeshFingerprint(const MeshPlacement& p) {
 ShareHeader DescribeShare(const Snapshot& snap, int64_t step, int64_t rank, int64_t mesh_fingerprint,
                           int64_t policy_fingerprint, const Json& metadata, const Snapshot* base,
                           const ShareHeader* base_header) {
-  // base_header's pieces by (tensor, device).
   std::map<std::pair<std::string, int64_t>, const ShareHeader::Piece*> before;
-  if (base != nullptr && base_header != nullptr) {
-    for (const ShareHeader::Piece& p : base_header->pieces) before[{p.tensor.name, p.device}] = &p;
-  }
+  if (base != nullptr && base_header != nullptr) before = base_header->PiecesByShard();
   ShareHeader h;
   h.step = step;
   h.rank = rank;

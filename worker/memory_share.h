@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -48,6 +49,8 @@ struct ShareHeader {
   static Result<ShareHeader> FromJson(const Json& j);
   // The tensors, once each: [{name, dtype, shape, layout}].
   Json Tensors() const;
+  // The pieces by (tensor, device).
+  std::map<std::pair<std::string, int64_t>, const Piece*> PiecesByShard() const;
 };
 
 // The checksum of a share's piece or parity: xxh3-64 (several times faster than the

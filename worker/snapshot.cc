@@ -1,5 +1,5 @@
 // Snapshot's lookups (worker/tensor_store.h): a snapshot's tensors, its size, and the
-// shards it shares with the memory checkpoint before.
+// shards it shares with the memory checkpoint before and their checksums.
 #include <algorithm>
 
 #include "worker/tensor_store.h"
@@ -41,6 +41,12 @@ const Snapshot::Shard* Snapshot::BaseShard(const Snapshot* base, const Tensor& t
 bool Snapshot::SharedWith(const Snapshot* base, const Tensor& t, const Shard& shard) {
   const Shard* b = BaseShard(base, t, shard);
   return b != nullptr && shard.buffer != nullptr && b->buffer == shard.buffer;
+}
+
+const uint64_t* ChecksumOf(const ShardChecksums* sums, const std::string& tensor, int64_t device) {
+  if (sums == nullptr) return nullptr;
+  auto it = sums->find({tensor, device});
+  return it == sums->end() ? nullptr : &it->second;
 }
 
 }  // namespace tessera::worker

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <deque>
 #include <future>
 #include <limits>
 #include <set>
@@ -450,23 +451,18 @@ Result<std::shared_ptr<const Snapshot>> TensorStore::TakeSnapshot(
   }
   // First the shards that may equal base's: compared (in parallel, each stopping at
   // its first difference); those that do share base's buffer. Then the copies.
-  std::unique_ptr<std::atomic<bool>[]> differs(new std::atomic<bool>[sources.size() * placement.devices.size() + 1]);
-  std::vector<std::pair<const Snapshot::Shard*, std::atomic<bool>*>> compared;  // by shard, in order
+  std::deque<std::atomic<bool>> differs;  // by shard, in order (stable addresses)
+  std::vector<const Snapshot::Shard*> bases;  // by shard, in order: base's shard, or null
   std::vector<CopyRun> compares;
-  for (size_t i = 0, f = 0; i < sources.size(); ++i) {
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const Snapshot::Tensor& t = snapshot->tensors[i];
     for (const auto& [j, buffer] : sources[i]) {
-      const Snapshot::Shard* b = Snapshot::BaseShard(base, snapshot->tensors[i], {snapshot->tensors[i].shards[j].device, buffer});
-      std::atomic<bool>* flag = &differs[f++];
-      flag->store(false);
-      compared.emplace_back(b, flag);
+      const Snapshot::Shard* b = Snapshot::BaseShard(base, t, {t.shards[j].device, buffer});
+      std::atomic<bool>& flag = differs.emplace_back(false);
+      bases.push_back(b);
       if (b != nullptr) {
-        const uint64_t* sum = nullptr;
-        if (base_sums != nullptr) {
-          auto it = base_sums->find({snapshot->tensors[i].name, b->device});
-          if (it != base_sums->end()) sum = &it->second;
-        }
         compares.push_back({buffer->data(), nullptr, buffer->size(), buffer->mapped() ? buffer.get() : nullptr,
-                            b->buffer->data(), flag, sum});
+                            b->buffer->data(), &flag, ChecksumOf(base_sums, t.name, b->device)});
       }
     }
   }
@@ -475,8 +471,10 @@ Result<std::shared_ptr<const Snapshot>> TensorStore::TakeSnapshot(
   std::vector<CopyRun> runs;
   for (size_t i = 0, f = 0; i < sources.size(); ++i) {
     for (const auto& [j, buffer] : sources[i]) {
-      const auto& [b, flag] = compared[f++];
-      if (b != nullptr && !flag->load()) {
+      const Snapshot::Shard* b = bases[f];
+      const bool same = b != nullptr && !differs[f].load();
+      ++f;
+      if (same) {
         snapshot->tensors[i].shards[j].buffer = b->buffer;
         continue;
       }

@@ -69,6 +69,8 @@ struct TensorInfo {
 
 // The Checksum64 (guarded_copy.h) of a snapshot's shards, by (tensor, device), where known.
 using ShardChecksums = std::map<std::pair<std::string, int64_t>, uint64_t>;
+// The checksum of (tensor, device) in `sums`, or null (also when `sums` is).
+const uint64_t* ChecksumOf(const ShardChecksums* sums, const std::string& tensor, int64_t device);
 // Whether `n` bytes at `src` hold `base`'s (n bytes): their first block compared, then,
 // with `expected` (base's Checksum64), the checksum of src; else every byte. False
 // when src vanished (a truncated mapping); *equal says.
