@@ -163,9 +163,18 @@ detach() { # name command...
   exec setsid "$@" -c "$CONF" -f </dev/null >"$LOGS/$name.out" 2>&1
 }
 
+# Until it execs the daemon, the background child is a copy of this shell: its command
+# line is ours, so `alive` would call it dead. Wait for the exec (or for the child to
+# end: a zombie's command line is empty too, and its state says so).
 launch() { # name command...
   detach "$@" &
-  echo $! >"$RUN/$1.pid"
+  local pid=$! state
+  echo "$pid" >"$RUN/$1.pid"
+  until ours "$pid"; do
+    state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$pid/status" 2>/dev/null || true)
+    [[ -n $state && $state != Z ]] || return 0
+    sleep 0.02
+  done
 }
 
 fail_daemon() { # name what why
@@ -385,6 +394,9 @@ cmd_stop() {
   set_paths "$1"
   stop_dir
 }
+
+# Sourced (tests/s3/rgw_launch_test.sh): the functions only.
+[[ ${BASH_SOURCE[0]} == "$0" ]] || return 0
 
 case "${1:-}" in
   start) shift; cmd_start "$@" ;;
