@@ -195,8 +195,15 @@ void Agent::SaveForJob(const Task& task) {
   request.full_every = task.full_every;
   request.from_memory = task.from_memory;
   const auto snapped = std::chrono::steady_clock::now();
-  auto snap = task.from_memory ? MemoryShareSnapshot(task, &request.metadata)
-                               : store_->TakeSnapshot(PlacementFromTask(task), task.tensor_names);
+  Result<std::shared_ptr<const Snapshot>> snap = Internal("the snapshot did not run");
+  auto take = [&]() -> Result<Json> {
+    snap = task.from_memory ? MemoryShareSnapshot(task, &request.metadata)
+                            : store_->TakeSnapshot(PlacementFromTask(task), task.tensor_names);
+    if (!snap.ok()) return snap.status();
+    return Json::object();
+  };
+  // The task seam (AgentOptions::around_task) sees the snapshot as the task it is.
+  (void)(options_.around_task ? options_.around_task(task, take) : take());
   std::shared_ptr<const Snapshot> taken;
   if (snap.ok()) {
     taken = *snap;

@@ -14,6 +14,7 @@
 #include "api/mesh.h"
 #include "storage/slice_copy.h"
 #include "storage/synthetic.h"
+#include "tests/unit/eventually.h"
 #include "tools/local_cluster.h"
 
 namespace tessera::e2e {
@@ -126,16 +127,15 @@ inline Json RestoreAndWait(LocalCluster& c, const std::string& mesh, const std::
 
 // Polls a job until it reaches `phase` (or ends).
 inline Json WaitPhase(LocalCluster& c, const std::string& job, const std::string& phase) {
-  for (int i = 0; i < 400; ++i) {
+  Json seen;  // the last record read: the caller's message shows it when the phase never came
+  (void)::tessera::testing::Eventually([&] {
     auto r = c.Call("GET", "/api/v1/jobs/" + job);
-    if (!r.ok()) continue;
-    const std::string state = (*r)["state"];
-    if ((*r)["phase"] == phase || state == "succeeded" || state == "failed" || state == "cancelled") {
-      return *r;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
-  return Json();
+    if (!r.ok()) return false;
+    seen = *r;
+    const std::string state = seen.value("state", "");
+    return seen["phase"] == phase || state == "succeeded" || state == "failed" || state == "cancelled";
+  });
+  return seen;
 }
 
 // The staging and deleting dirs in `mesh`'s dir of the root.
@@ -154,11 +154,8 @@ inline std::vector<std::string> Leftovers(LocalCluster& c, const std::string& me
 // late writers remove their files once their joins are refused, and tesserad's
 // collector removes the dirs one lease after that.
 inline std::vector<std::string> LeftoversOnceCollected(LocalCluster& c, const std::string& mesh) {
-  std::vector<std::string> left = Leftovers(c, mesh);
-  for (int i = 0; i < 3000 && !left.empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    left = Leftovers(c, mesh);
-  }
+  std::vector<std::string> left;
+  (void)::tessera::testing::Eventually([&] { return (left = Leftovers(c, mesh)).empty(); }, std::chrono::seconds(30));
   return left;
 }
 

@@ -819,10 +819,7 @@ TEST_F(CollectivesE2E, AStrangerAtADataPortIsRefusedAndTheMeshGoesOn) {
       << reply->value->reason;
 
   int64_t now = before;
-  for (int i = 0; i < 100 && now < before + 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    now = refused();
-  }
+  (void)::tessera::testing::Eventually([&] { return (now = refused()) >= before + 2; });
   EXPECT_EQ(now, before + 2);
   std::ifstream log_file(cluster_->worker_log(0));
   const std::string log((std::istreambuf_iterator<char>(log_file)),
@@ -856,9 +853,8 @@ TEST_F(CollectivesE2E, ZKilledPeerMidCollectiveIsNamed) {
       auto health = cluster_->WorkerClient(r, 10).Call("GET", "/healthz");
       return health.ok() && health->value("collectives_in_flight", int64_t{0}) == 1;
     };
-    for (int i = 0; i < 2000 && !(inside(0) && inside(1) && inside(2)); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    EXPECT_TRUE(::tessera::testing::Eventually([&] { return inside(0) && inside(1) && inside(2); }))
+        << "workers 0-2 never were all inside the all-reduce";
     cluster_->KillWorker(3);
   });
   auto answers = OnWorkers(3, [&](int r) {

@@ -56,17 +56,20 @@ Json ExpectError(const http::RawResponse& r, int status, const std::string& code
 // Polls GET /api/v1/barriers until `name` has `n` arrived ranks (orders threads; ≤ 20 s).
 Json WaitArrived(const std::string& name, size_t n,
                  const std::function<http::RawResponse()>& list) {
-  for (int i = 0; i < 1000; ++i) {
+  Json found;
+  const bool arrived = ::tessera::testing::Eventually([&] {
     Json all = Json::parse(list().body, nullptr, false);
-    if (all.is_array()) {
-      for (const auto& b : all) {
-        if (b["name"] == name && b["arrived_ranks"].size() == n) return b;
+    if (!all.is_array()) return false;
+    for (const auto& b : all) {
+      if (b["name"] == name && b["arrived_ranks"].size() == n) {
+        found = b;
+        return true;
       }
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ADD_FAILURE() << "barrier " << name << " never had " << n << " ranks";
-  return Json();
+    return false;
+  });
+  if (!arrived) ADD_FAILURE() << "barrier " << name << " never had " << n << " ranks";
+  return found;
 }
 
 std::string BarrierBody(int64_t rank, int64_t world, int64_t timeout_ms = kLong) {
@@ -155,12 +158,9 @@ TEST_F(CoordinationApi, KvStoresRawBytesAndGetCanWait) {
   // A blocking GET is answered by a PUT from another client.
   http::RawResponse waited;
   std::thread reader([&] { waited = Send("GET", "/api/v1/kv/job/late?wait_ms=" + std::to_string(kLong)); });
-  bool reader_waits = false;  // tesserad's gauge says the reader waits
-  for (int i = 0; i < 2000 && !reader_waits; ++i) {
-    reader_waits = Send("GET", "/metrics", "", false).body.find("tessera_kv_waiting_gets 1") !=
-                   std::string::npos;
-    if (!reader_waits) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const bool reader_waits = ::tessera::testing::Eventually([&] {  // tesserad's gauge says the reader waits
+    return Send("GET", "/metrics", "", false).body.find("tessera_kv_waiting_gets 1") != std::string::npos;
+  });
   ASSERT_TRUE(reader_waits) << "the reader never waited";
   EXPECT_EQ(Send("PUT", "/api/v1/kv/job/late", "10.0.0.7:5555", true, "text/plain").status, 204);
   reader.join();
@@ -268,11 +268,7 @@ TEST(CoordinationShutdown, SigtermWakesWaitersAndKvSurvivesARestart) {
   ASSERT_EQ(::kill(pid, SIGTERM), 0);
   waiter.join();
   ExpectError(barrier, 503, "unavailable");
-  bool exited = false;
-  for (int i = 0; i < 2000 && !exited; ++i) {
-    exited = ::waitpid(pid, nullptr, WNOHANG) == pid;
-    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const bool exited = ::tessera::testing::Eventually([&] { return ::waitpid(pid, nullptr, WNOHANG) == pid; });
   EXPECT_TRUE(exited) << "tesserad did not exit after SIGTERM:\n" << cluster->server_log();
   if (!exited) {
     ::kill(pid, SIGKILL);

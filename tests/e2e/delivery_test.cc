@@ -93,11 +93,7 @@ TEST(PushedPlacements, ASaveNeedsNoTesserad) {
   ASSERT_TRUE(c->PutMesh("m", MeshToJson(mesh)["axes"]).ok());
   // Each worker shows the placements it was pushed.
   for (int w = 0; w < 2; ++w) {
-    const int64_t deadline = MonoMs() + 20000;
-    while (Health(*c, w).value("meshes", Json::array()) != Json::array({"m"}) &&
-           MonoMs() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    (void)::tessera::testing::Eventually([&] { return Health(*c, w).value("meshes", Json::array()) == Json::array({"m"}); });
     ASSERT_EQ(Health(*c, w)["meshes"], Json::array({"m"})) << "worker " << w;
   }
   Push(*c, mesh, MakeGlobal("w", DType::kFloat32, {1024}, Layout{{"data"}}, 5));
@@ -117,13 +113,16 @@ TEST(PushedPlacements, ASaveNeedsNoTesserad) {
     EXPECT_EQ((*done)["state"], "committed");
   }
   EXPECT_EQ(MeshLookups(*c), 0) << "a worker looked up a mesh tesserad had pushed";
+  // The save's job holds the mesh until it ends (its retention comes after the commit the
+  // workers saw): a delete before then is refused as a conflict.
+  auto ck = c->Call("GET", "/api/v1/meshes/m/checkpoints/1");
+  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+  ASSERT_EQ(Wait(*c, (*ck)["job"])["state"], "succeeded");
   // A deleted mesh is pushed away.
-  ASSERT_TRUE(c->Call("DELETE", "/api/v1/meshes/m").ok());
+  auto deleted = c->Call("DELETE", "/api/v1/meshes/m");
+  ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
   for (int w = 0; w < 2; ++w) {
-    const int64_t deadline = MonoMs() + 20000;
-    while (!Health(*c, w).value("meshes", Json::array()).empty() && MonoMs() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    (void)::tessera::testing::Eventually([&] { return Health(*c, w).value("meshes", Json::array()).empty(); });
     EXPECT_EQ(Health(*c, w)["meshes"], Json::array()) << "worker " << w;
   }
 }

@@ -107,9 +107,7 @@ TEST(ServerDeath, KilledMidSaveThenRestarted) {
   const int64_t before = started();
   std::string job = StartSave(*c, "two", 2);
   ASSERT_EQ(WaitPhase(*c, job, "write")["phase"], "write");
-  for (int i = 0; i < 2000 && started() <= before; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  (void)::tessera::testing::Eventually([&] { return started() > before; });
   ASSERT_GT(started(), before) << "worker 0 never began the save's snapshot task";
   c->KillServer();
   ASSERT_TRUE(c->RestartServer().ok()) << c->server_log();
@@ -123,13 +121,10 @@ TEST(ServerDeath, KilledMidSaveThenRestarted) {
   // The stale write ends (after its 1.5 s delay) and its join is refused, the job having
   // ended: the worker removes what it wrote.
   const std::string ended = "the join of job " + job + " was refused";
-  bool stale_ended = false;
-  for (int i = 0; i < 2000 && !stale_ended; ++i) {
+  const bool stale_ended = ::tessera::testing::Eventually([&] {
     std::ifstream log(c->worker_log(0));
-    stale_ended = std::string(std::istreambuf_iterator<char>(log), {}).find(ended) !=
-                  std::string::npos;
-    if (!stale_ended) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+    return std::string(std::istreambuf_iterator<char>(log), {}).find(ended) != std::string::npos;
+  });
   ASSERT_TRUE(stale_ended) << "worker 0 never joined with its stale write";
   EXPECT_EQ(LeftoversOnceCollected(*c, "two"), std::vector<std::string>{});
   ExpectEarlierIntact(*c, 1, t1, {0});
@@ -165,13 +160,11 @@ TEST(MeshSelfTest, NoJobStartsOnAMeshUnderTest) {
   std::thread registering([&] { EXPECT_TRUE(c->PutMesh("two", MeshToJson(kTwo)["axes"]).ok()); });
   // Wait until the mesh is visible (its self-test is running), then try to save.
   Result<Json> save = NotFound("");
-  for (int i = 0; i < 400; ++i) {
-    if (c->Call("GET", "/api/v1/meshes/two").ok()) {
-      save = c->Call("POST", "/api/v1/meshes/two/checkpoints", {{"step", 1}});
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  (void)::tessera::testing::Eventually([&] {
+    if (!c->Call("GET", "/api/v1/meshes/two").ok()) return false;
+    save = c->Call("POST", "/api/v1/meshes/two/checkpoints", {{"step", 1}});
+    return true;
+  });
   registering.join();
   ASSERT_FALSE(save.ok());
   EXPECT_EQ(save.status().code(), Code::kUnavailable) << save.status().ToString();

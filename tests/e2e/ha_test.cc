@@ -189,12 +189,10 @@ TEST(Ha, BadDeploymentsGetClearErrors) {
                              etcd.url()},
                             {}, dir + "/a.log", 10000);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
-  bool leads = false;  // it listens as a standby first, then campaigns
-  for (int i = 0; i < 400 && !leads; ++i) {
+  const bool leads = ::tessera::testing::Eventually([&] {  // it listens as a standby first, then campaigns
     auto h = http::Client(first->url, "", 2).Call("GET", "/healthz");
-    leads = h.ok() && h->value("role", "") == "leader";
-    if (!leads) std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
+    return h.ok() && h->value("role", "") == "leader";
+  });
   ASSERT_TRUE(leads) << ReadLog(dir + "/a.log");
   EXPECT_NE(run({"--checkpoint-root", dir + "/root-b", "--ha", etcd.url()}, "b").find("must share one root"),
             std::string::npos);

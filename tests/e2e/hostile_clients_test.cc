@@ -136,9 +136,7 @@ TEST(HostileClients, TrickledHeadersStallNeitherTesseradNorItsWorkers) {
   Push(*c, kMesh, MakeGlobal("w", DType::kFloat32, {64, 64}, Layout{{"data", "unsharded"}}, 1));
 
   Trickler slow(c->url(), 1000);
-  for (int i = 0; i < 100 && slow.open() < 1000; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  (void)::tessera::testing::Eventually([&] { return slow.open() >= 1000; });
   ASSERT_EQ(slow.open(), 1000);
   http::Client health(c->url(), "", 5);
   TimeCalls("GET /healthz", 20, [&] {
@@ -156,9 +154,7 @@ TEST(HostileClients, TrickledHeadersStallNeitherTesseradNorItsWorkers) {
   for (const auto& w : *workers) EXPECT_EQ(w["state"], "alive") << w.dump();
 
   // The trickled headers meet their deadline, and the drops are counted.
-  for (int i = 0; i < 100 && slow.answered_408() == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  (void)::tessera::testing::Eventually([&] { return slow.answered_408() > 0; });
   EXPECT_GT(slow.answered_408(), 0);
   auto metrics = c->Client().Send("GET", "/metrics");
   ASSERT_TRUE(metrics.ok());
@@ -178,9 +174,7 @@ TEST(HostileClients, TrickledHeadersDoNotStallALocalApi) {
   ASSERT_TRUE(c->PutMesh("two", MeshToJson(kMesh)["axes"]).ok());
 
   Trickler slow(c->worker_url(0), 1000);
-  for (int i = 0; i < 100 && slow.open() < 1000; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  (void)::tessera::testing::Eventually([&] { return slow.open() >= 1000; });
   ASSERT_EQ(slow.open(), 1000);
   http::Client local = c->WorkerClient(0, 5);
   TimeCalls("GET /v1/tensors (local API)", 20, [&] {

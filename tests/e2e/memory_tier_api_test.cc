@@ -171,11 +171,10 @@ TEST_F(MemoryTierOverHttp, TheWorkersOwnReportOfAMemorySaveShowsUp) {
     ASSERT_EQ(a->status, 200) << a->body;
   }
   Json list;
-  for (int i = 0; i < 1500; ++i) {  // until the report is in (or 30 s)
+  (void)::tessera::testing::Eventually([&] {  // until the report is in
     list = Get("/api/v1/meshes/mem/checkpoints");
-    if (!list.empty() && list[0].value("step", 0) == 20) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+    return !list.empty() && list[0].value("step", 0) == 20;
+  }, std::chrono::seconds(30));
   ASSERT_FALSE(list.empty());
   EXPECT_EQ(list[0]["step"], 20) << list.dump();
   EXPECT_EQ(list[0]["tiers"], Json({"memory"}));

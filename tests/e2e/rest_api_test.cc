@@ -171,12 +171,10 @@ TEST_F(Api, OnlyTheNewestTaskPollOfAWorkerTakesItsTasks) {
     stale_done = true;
   });
   // Wait until the first poll waits in tesserad (the worker's record says so), not for a while.
-  bool waiting = false;
-  for (int i = 0; i < 2000 && !waiting; ++i) {
+  const bool waiting = ::tessera::testing::Eventually([&] {
     Json w = Json::parse(Send("GET", "/api/v1/workers/" + id).body, nullptr, false);
-    waiting = w.is_object() && w.value("task_polls_waiting", 0) == 1;
-    if (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+    return w.is_object() && w.value("task_polls_waiting", 0) == 1;
+  });
   ASSERT_TRUE(waiting) << "the first poll never waited";
   EXPECT_FALSE(stale_done) << "the first poll should be waiting";
   // A newer poll (here one that does not wait) supersedes it; then a task is queued.
@@ -221,14 +219,14 @@ TEST_F(Api, ManyWorkersLongPollingAllWaitAndStillHeartbeat) {
   }
   // Every poll gets to wait in tesserad (each worker's record says so).
   int waiting = 0;
-  for (int round = 0; round < 1000 && waiting < kWorkers; ++round) {
+  (void)::tessera::testing::Eventually([&] {
     waiting = 0;
     for (const std::string& id : ids) {
       Json w = Json::parse(Send("GET", "/api/v1/workers/" + id).body, nullptr, false);
       if (w.is_object() && w.value("task_polls_waiting", 0) == 1) ++waiting;
     }
-    if (waiting < kWorkers) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+    return waiting == kWorkers;
+  });
   EXPECT_EQ(waiting, kWorkers) << "task polls queued for a thread instead of waiting";
   // Heartbeats get through while every poll waits.
   for (const std::string& id : ids) {
@@ -307,10 +305,7 @@ TEST_F(Api, EventsStreamJobProgressAndMetricsCount) {
             });
   });
   // The stream's first bytes (": tessera events") say it is subscribed.
-  for (int i = 0; i < 2000 && !subscribed; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_TRUE(subscribed) << "the event stream never started";
+  ASSERT_TRUE(::tessera::testing::Eventually([&] { return subscribed.load(); })) << "the event stream never started";
   SaveAndWait(*cluster_, "two", 42);
   reader.join();
   EXPECT_TRUE(saw_done) << received.substr(0, 2000);

@@ -55,11 +55,12 @@ std::string RunProgram(const std::string& program, const std::vector<std::string
     ::_exit(127);
   }
   int status = 0;
-  for (int i = 0; i < 1500; ++i) {
-    if (::waitpid(pid, &status, WNOHANG) == pid) return ReadAll(log);
-    if (ReadAll(log).find(until) != std::string::npos) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  bool exited = false;
+  (void)::tessera::testing::Eventually([&] {
+    exited = ::waitpid(pid, &status, WNOHANG) == pid;
+    return exited || ReadAll(log).find(until) != std::string::npos;
+  });
+  if (exited) return ReadAll(log);
   ::kill(pid, SIGKILL);
   ::waitpid(pid, &status, 0);
   return ReadAll(log);
