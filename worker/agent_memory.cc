@@ -15,6 +15,7 @@
 #include "api/clock.h"
 #include "api/names.h"
 #include "collectives/collectives.h"
+#include "collectives/tree_gather.h"
 #include "worker/agent.h"
 #include "worker/borrowed_snapshot.h"
 #include "worker/memory_exchange.h"
@@ -277,18 +278,14 @@ Status Agent::TakeMemoryCheckpoint(const std::string& mesh, const MemorySave& sa
         group, *ck, p.workers, [this](size_t n) { return store_->AcquireSnapshotBuffer(n); }, deadline,
         [this, &mesh](int64_t step) { return memory_.Find(mesh, step); }));
     if (options_.after_memory_exchange) options_.after_memory_exchange(*ck);
-    collectives::Tensor vote = collectives::Tensor::Zeros(DType::kInt64, {static_cast<int64_t>(kVoteSize)});
-    auto v = vote.values<int64_t>();
+    std::vector<int64_t> v(kVoteSize);
     v[kStep] = save.step;
     v[kOwnBytes] = static_cast<int64_t>(ck->own.size());
     v[kMemoryBytes] = static_cast<int64_t>(memory_.Bytes(mesh));
     v[kPersist] = wish ? 1 : 0;
     v[kPolicy] = save.policy.Fingerprint();
-    collectives::AllGatherOptions o;
-    o.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    ASSIGN_OR_RETURN(collectives::Tensor all, collectives::AllGather(group, vote, o));
-    auto a = all.values<int64_t>();
-    votes.assign(a.begin(), a.end());
+    // Over a tree: a large mesh's group connects pair by pair (collectives/tree_gather.h).
+    ASSIGN_OR_RETURN(votes, collectives::TreeAllGather(group.transport(), std::span<const int64_t>(v), deadline));
     return Status::Ok();
   });
   RETURN_IF_ERROR(st);

@@ -10,6 +10,7 @@
 
 #include "api/clock.h"
 #include "collectives/collectives.h"
+#include "collectives/tree_gather.h"
 #include "worker/agent.h"
 #include "worker/memory_choice.h"
 #include "worker/restore_match.h"
@@ -245,13 +246,10 @@ Result<std::optional<Json>> Agent::RestoreFromMemory(const std::string& mesh, st
     RETURN_IF_ERROR(memory_channel_->With(p, timeout, what, [&](collectives::Group& group,
                                                                const std::vector<std::string>&) -> Status {
       const std::vector<int64_t> record = EncodeInventory(inv);
-      collectives::Tensor t = collectives::Tensor::Zeros(DType::kInt64, {static_cast<int64_t>(record.size())});
-      std::copy(record.begin(), record.end(), t.values<int64_t>().begin());
-      collectives::AllGatherOptions o;
-      o.timeout = timeout;
-      ASSIGN_OR_RETURN(collectives::Tensor all, collectives::AllGather(group, t, o));
+      // Over a tree: a large mesh's group connects pair by pair (collectives/tree_gather.h).
+      ASSIGN_OR_RETURN(const std::vector<int64_t> values,
+                       collectives::TreeAllGather(group.transport(), std::span<const int64_t>(record), deadline));
       std::vector<Inventory> by_rank;
-      const auto values = all.values<int64_t>();
       for (size_t r = 0; r < p.workers.size(); ++r) {
         by_rank.push_back(DecodeInventory(values.data() + r * InventoryRecordSize()));
         asked.push_back(by_rank.back().requested);
@@ -293,13 +291,10 @@ Result<std::optional<Json>> Agent::RestoreFromMemory(const std::string& mesh, st
         installed = rebuilt;
       }
       // Whether every share matched, from every worker: one more small round.
-      collectives::Tensor damaged = collectives::Tensor::Zeros(DType::kInt64, {1});
-      damaged.values<int64_t>()[0] = !installed.ok() && installed.status().code() == Code::kDataLoss ? 1 : 0;
-      collectives::AllReduceOptions sum;
-      sum.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      Status told = collectives::AllReduce(group, damaged, sum);
-      if (!told.ok()) return rebuilt.ok() ? told : rebuilt;
-      again = !last && damaged.values<int64_t>()[0] > 0;
+      const int64_t damaged = !installed.ok() && installed.status().code() == Code::kDataLoss ? 1 : 0;
+      auto told = collectives::TreeAllGather(group.transport(), std::span<const int64_t>(&damaged, 1), deadline);
+      if (!told.ok()) return rebuilt.ok() ? told.status() : rebuilt;
+      again = !last && std::count(told->begin(), told->end(), int64_t{1}) > 0;
       return Status::Ok();
     }));
     if (disagreeing >= 0) {

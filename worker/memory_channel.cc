@@ -13,8 +13,8 @@ std::vector<int64_t> AllRanks(size_t n) {
 
 }  // namespace
 
-MemoryChannel::MemoryChannel(collectives::TcpAcceptor* acceptor, PeerAddresses addresses)
-    : acceptor_(acceptor), addresses_(std::move(addresses)) {}
+MemoryChannel::MemoryChannel(collectives::TcpAcceptor* acceptor, PeerAddresses addresses, size_t full_mesh_max)
+    : acceptor_(acceptor), addresses_(std::move(addresses)), full_mesh_max_(full_mesh_max) {}
 
 MemoryChannel::~MemoryChannel() = default;
 
@@ -72,12 +72,19 @@ Status MemoryChannel::Run(const MeshPlacement& p, std::chrono::milliseconds time
       o.size = static_cast<int>(lease.addresses.size());
       o.group_id = id;
       o.connect_timeout = timeout;
+      o.connect_all = lease.addresses.size() <= full_mesh_max_;
       auto transport = collectives::TcpTransport::Connect(*acceptor_, lease.addresses, o);
       if (!transport.ok()) {
         return NameWorkers(transport.status(), p, AllRanks(p.workers.size()),
                            context + ": joining the memory tier's group of mesh " + p.mesh.name);
       }
       lease.group = std::make_unique<collectives::Group>(std::move(*transport), id);
+      if (!o.connect_all) {
+        std::fprintf(stderr,
+                     "memory tier of mesh %s: %zu workers, more than --memory-full-mesh-max %zu: its group "
+                     "connects the pairs its exchanges use\n",
+                     p.mesh.name.c_str(), lease.addresses.size(), full_mesh_max_);
+      }
     }
     Status st = fn(*lease.group, lease.addresses);
     if (st.ok()) return st;

@@ -27,8 +27,14 @@ namespace tessera::worker {
 
 class MemoryChannel {
  public:
+  // A mesh of more workers than this joins its group without the full mesh: each
+  // exchange connects the pairs it uses (TcpTransport::Reach), so a worker holds
+  // connections to its layout's peers and its neighbours in the agreement's tree.
+  static constexpr size_t kDefaultFullMeshMax = 64;
+
   // `acceptor` (the worker's data port) must outlive this object.
-  MemoryChannel(collectives::TcpAcceptor* acceptor, PeerAddresses addresses);
+  MemoryChannel(collectives::TcpAcceptor* acceptor, PeerAddresses addresses,
+                size_t full_mesh_max = kDefaultFullMeshMax);
   ~MemoryChannel();
   MemoryChannel(const MemoryChannel&) = delete;
   MemoryChannel& operator=(const MemoryChannel&) = delete;
@@ -65,6 +71,7 @@ class MemoryChannel {
 
   collectives::TcpAcceptor* acceptor_;
   PeerAddresses addresses_;
+  const size_t full_mesh_max_;
   std::atomic<int64_t> in_flight_{0};
   Mutex mu_;
   CondVar given_back_;

@@ -437,11 +437,27 @@ Status ExchangeRedundancy(collectives::Group& group, MemoryCheckpoint& ck,
                           Deadline deadline, const HeldCheckpoint& held, const std::set<int>* only_to) {
   // Small shares make an exchange bound by latency: a waiting thread then stops
   // spinning once the CPU turns out to be shared (Transport::SetLatencyBound).
+  // A group that connects pair by pair (a large mesh) connects what the layout pairs.
+  RETURN_IF_ERROR(group.transport().Reach(LayoutPeers(ck.layout, group.rank()), deadline));
   group.transport().SetLatencyBound(ck.own.size() < kNoReadyBelow);
   Status st = ck.layout.mode == MemoryPolicy::Mode::kReplica ? ExchangeCopies(group, ck, workers, acquire, held, only_to, deadline)
                                                               : ExchangeParity(group, ck, workers, acquire, only_to, deadline);
   group.transport().SetLatencyBound(false);
   return st;
+}
+
+std::vector<int> PlanPeers(const std::vector<ShareTransfer>& plan, int rank) {
+  std::set<int> peers;
+  for (const ShareTransfer& tr : plan) {
+    if (tr.kind == ShareTransfer::Kind::kCopy) {
+      if (tr.from == rank) peers.insert(static_cast<int>(tr.to));
+      if (tr.to == rank) peers.insert(static_cast<int>(tr.from));
+    } else if (std::find(tr.group.begin(), tr.group.end(), rank) != tr.group.end()) {
+      peers.insert(tr.group.begin(), tr.group.end());
+    }
+  }
+  peers.erase(rank);
+  return {peers.begin(), peers.end()};
 }
 
 std::set<int> RebuiltRanks(const std::vector<ShareTransfer>& plan) {
@@ -458,6 +474,7 @@ Status RebuildShares(collectives::Group& group, const MemoryCheckpoint* ck, int6
                      const LandShare& land, Deadline deadline, ShareHeader* header, ShareBytes* bytes) {
   collectives::Transport& t = group.transport();
   const int me = group.rank();
+  RETURN_IF_ERROR(t.Reach(PlanPeers(plan, me), deadline));
   for (const ShareTransfer& tr : plan) {
     if (tr.kind == ShareTransfer::Kind::kCopy) {
       if (tr.from == me) {

@@ -46,6 +46,9 @@ struct ShareTransfer {
   int parity = 1;          // kParity: the losses the group survives
 };
 
+// The ranks `rank` sends to or receives from in carrying out `plan` (symmetric).
+std::vector<int> PlanPeers(const std::vector<ShareTransfer>& plan, int rank);
+
 // The ranks whose shares `plan` rebuilds (each copy's `to`, each parity group's `lost`).
 std::set<int> RebuiltRanks(const std::vector<ShareTransfer>& plan);
 

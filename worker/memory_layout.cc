@@ -61,6 +61,20 @@ int64_t MemoryPolicy::Fingerprint() const {
   return static_cast<int64_t>(collectives::HashString(ToJson().dump()) >> 1);
 }
 
+std::vector<int> LayoutPeers(const MemoryLayout& layout, int rank) {
+  std::set<int> peers;
+  const auto r = static_cast<size_t>(rank);
+  if (layout.mode == MemoryPolicy::Mode::kReplica) {
+    if (r < layout.targets.size()) peers.insert(layout.targets[r].begin(), layout.targets[r].end());
+    if (r < layout.sources.size()) peers.insert(layout.sources[r].begin(), layout.sources[r].end());
+  } else if (r < layout.group_of.size()) {
+    const auto& g = layout.groups.at(static_cast<size_t>(layout.group_of[r]));
+    peers.insert(g.begin(), g.end());
+  }
+  peers.erase(rank);
+  return {peers.begin(), peers.end()};
+}
+
 std::string HostOfAddress(const std::string& address) {
   const size_t at = address.find('@');
   std::string rest = at == std::string::npos ? address : address.substr(at + 1);

@@ -53,6 +53,12 @@ struct MemoryLayout {
   std::string diversity_problem;
 };
 
+// The ranks `rank` exchanges a checkpoint's redundancy with under `layout`: its
+// copies' holders and the ranks whose copies it holds (replica), or the other
+// members of its group (parity). Symmetric: j is among rank's peers iff rank is
+// among j's.
+std::vector<int> LayoutPeers(const MemoryLayout& layout, int rank);
+
 // The host of a data-port address "id@host:port" (or "host:port").
 std::string HostOfAddress(const std::string& address);
 

@@ -54,6 +54,7 @@ struct Flags {
   std::string local = "127.0.0.1:0", data = "127.0.0.1:0", shm_dir = "/dev/shm", advertise;
   std::string s3_endpoint;
   int devices = 1, io_threads = 2, copy_threads = 2;
+  size_t memory_full_mesh_max = tessera::worker::MemoryChannel::kDefaultFullMeshMax;
   tessera::worker::AgentOptions agent;
 };
 
@@ -87,6 +88,11 @@ void AddFlags(CLI::App& app, Flags* f) {
                  "threads copying a snapshot (the trainer's stall); with several workers on "
                  "one host, cores / workers")
       ->check(CLI::Range(1, 64));
+  app.add_option("--memory-full-mesh-max", f->memory_full_mesh_max,
+                 "meshes of up to this many workers connect every pair for the memory tier; "
+                 "larger ones connect the pairs an exchange uses (docs/memory-tier.md)")
+      ->envname("TESSERA_MEMORY_FULL_MESH_MAX")
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--max-pending-saves", f->agent.max_pending_saves,
                  "in-loop saves whose snapshot waits for its job (tesserad away or slow) at "
                  "once; past it /v1/save answers 503 naming the limit")
@@ -225,7 +231,7 @@ int RunWorker(int argc, char** argv, const WorkerSeams& seams) {
   agent.SetStore(&store);
   tessera::worker::MeshCollectives collectives(acceptor->get(), agent.DataAddresses());
   agent.SetCollectives(&collectives);
-  tessera::worker::MemoryChannel memory_channel(acceptor->get(), agent.DataAddresses());
+  tessera::worker::MemoryChannel memory_channel(acceptor->get(), agent.DataAddresses(), f.memory_full_mesh_max);
   agent.SetMemoryChannel(&memory_channel);
 
   auto router = std::make_shared<tessera::http::Router>();

@@ -14,6 +14,8 @@ int PollTimeoutMs(Deadline deadline) {
 }
 
 Status AbortedBy(int rank, const Status& reason) {
+  // Relayed on (a transport that connects pair by pair): it names its first aborter.
+  if (IsRelayedAbort(reason)) return reason;
   Status st(reason.code(),
             "rank " + std::to_string(rank) + " aborted the group: " + reason.message(),
             reason.details());

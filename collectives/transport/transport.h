@@ -29,8 +29,9 @@ int PollTimeoutMs(Deadline deadline);
 // The error every peer of `rank` sees when `rank` aborts the group with `reason`:
 // same code and details, the message prefixed, and details.aborted_by = rank.
 Status AbortedBy(int rank, const Status& reason);
-// True for a status made by AbortedBy: it need not be relayed further, since
-// every peer heard from the aborting rank directly (the mesh is full).
+// True for a status made by AbortedBy: in a full mesh it need not be relayed
+// further, since every peer heard from the aborting rank directly (a transport
+// that connects pair by pair relays it once, to the peers it reached).
 bool IsRelayedAbort(const Status& status);
 
 // "[1, 3]": how messages list ranks.
@@ -107,6 +108,17 @@ class Transport {
   // for each call (Call::SetLatencyBound); off by default.
   virtual void SetLatencyBound(bool /*latency_bound*/) {}
 
+  // Connects this rank to `peers` where it is not connected yet, for a transport
+  // joined without its full mesh (TcpTransport with TcpOptions::connect_all =
+  // false); both ends of each pair must ask for each other. A transport whose
+  // ranks are all connected has nothing to do. Call it while no other thread uses
+  // the transport. Errors: as a join's (deadline_exceeded naming the ranks that
+  // never connected, unauthenticated, invalid_argument for a peer that does not
+  // match).
+  virtual Status Reach(std::span<const int> /*peers*/, Deadline /*deadline*/) { return Status::Ok(); }
+  // True when this rank can send to and receive from `peer`: always, unless the
+  // transport connects pair by pair and has not reached `peer` yet.
+  virtual bool Reached(int /*peer*/) const { return true; }
   // status(), after reading what the peers sent while this rank was inside no
   // call (an abort, a goodbye, a lost connection), so that an idle rank learns
   // of a failure before its next call instead of in the middle of it.

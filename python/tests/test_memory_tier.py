@@ -163,6 +163,27 @@ def test_a_rebuilt_worker_holds_its_redundancy_again_and_a_second_loss_restores(
     """Worker 2 is lost and rebuilt; it then holds the step again, its share and what it
     held for its peers (the copy of rank 1's share, or its group's parity), so that the
     loss of another worker before the next checkpoint still restores from memory."""
+    rebuild_then_lose_another(cluster, mesh, redundancy, second)
+
+
+@pytest.mark.parametrize("redundancy,second", [("replica", 1), ("parity", 3)])
+def test_a_mesh_connected_pair_by_pair_commits_rebuilds_and_restores(monkeypatch, redundancy, second):
+    """A mesh of more workers than --memory-full-mesh-max (1 here) joins its memory group
+    with no connection, and each exchange connects the pairs it uses (the votes' and the
+    agreement's tree, the redundancy's peers, a rebuild's pairs): checkpoints commit, a
+    lost worker is rebuilt and holds its redundancy again, and a second loss restores."""
+    monkeypatch.setenv("TESSERA_MEMORY_FULL_MESH_MAX", "1")
+    c = LocalCluster(workers=N, heartbeat_ms=100, lease_ms=1500)
+    try:
+        c.client(timeout=30).register_mesh("mem", {"data": N}, workers=c.worker_ids)
+        rebuild_then_lose_another(c, "mem", redundancy, second)
+        with open(c.dir + "/worker-0.log") as f:
+            assert "its group connects the pairs its exchanges use" in f.read()
+    finally:
+        c.stop()
+
+
+def rebuild_then_lose_another(cluster, mesh, redundancy, second):
     ms = open_managers(cluster, mesh)
     arrays = attach(ms)
     save_steps(ms, arrays, (1, 2), redundancy=redundancy)

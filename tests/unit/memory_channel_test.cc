@@ -1,6 +1,7 @@
-// The memory tier's channel with two "workers" in one process over real TCP: a mesh's
+// The memory tier's channel with "workers" in one process over real TCP: a mesh's
 // group has one owner at a time (a call waits for the lease, never for a lock held
-// across the exchange), and the next call reuses the group it hands back.
+// across the exchange), and the next call reuses the group it hands back; a mesh
+// larger than full_mesh_max connects only the pairs its exchanges use.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "collectives/collectives.h"
 #include "collectives/transport/tcp/tcp_transport.h"
+#include "collectives/tree_gather.h"
 #include "worker/memory_channel.h"
 
 namespace tessera::worker {
@@ -21,18 +23,20 @@ struct Pair {
   std::vector<std::unique_ptr<MemoryChannel>> channels;
   std::vector<MeshPlacement> placements;
 
-  Pair() {
-    const Mesh mesh{"m", {{"data", 2}}, 1};
-    for (int r = 0; r < 2; ++r) {
+  explicit Pair(int n = 2, size_t full_mesh_max = MemoryChannel::kDefaultFullMeshMax) {
+    const Mesh mesh{"m", {{"data", n}}, 1};
+    std::vector<std::string> workers;
+    for (int r = 0; r < n; ++r) {
       auto a = collectives::TcpAcceptor::Start(collectives::TcpListener::Bind("127.0.0.1", 0).value(),
                                                collectives::DataPortKey{});
       addresses.push_back((*a)->address());
       acceptors.push_back(std::move(*a));
+      workers.push_back("w-" + std::to_string(r));
     }
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < n; ++r) {
       channels.push_back(std::make_unique<MemoryChannel>(
-          acceptors[r].get(), [this](const MeshPlacement&) { return addresses; }));
-      placements.push_back(MeshPlacement{mesh, r, {r}, {"w-0", "w-1"}});
+          acceptors[r].get(), [this](const MeshPlacement&) { return addresses; }, full_mesh_max));
+      placements.push_back(MeshPlacement{mesh, r, {r}, workers});
     }
   }
 };
@@ -75,6 +79,43 @@ TEST(MemoryChannel, OneCallAtATimeOwnsAMeshsGroupAndTheNextReusesIt) {
     for (const collectives::Group* g : groups[r]) EXPECT_EQ(g, groups[r][0]) << "joined again";
   }
   EXPECT_EQ(w.channels[0]->in_flight(), 0);
+}
+
+TEST(MemoryChannel, AMeshPastTheFullMeshMaxConnectsOnlyWhatItsCallsUse) {
+  constexpr int kWorkers = 12;
+  Pair w(kWorkers, /*full_mesh_max=*/8);
+  std::vector<std::thread> threads;
+  std::vector<Status> results(kWorkers);
+  std::vector<std::vector<int>> reached(kWorkers);
+  for (int r = 0; r < kWorkers; ++r) {
+    threads.emplace_back([&, r] {
+      for (int call = 0; call < 2 && results[r].ok(); ++call) {
+        results[r] = w.channels[r]->With(
+            w.placements[r], std::chrono::seconds(30), "test",
+            [&](collectives::Group& group, const std::vector<std::string>&) -> Status {
+              const int64_t mine = r * 10 + call;
+              auto all = collectives::TreeAllGather(group.transport(), std::span<const int64_t>(&mine, 1),
+                                                    collectives::Clock::now() + std::chrono::seconds(30));
+              if (!all.ok()) return all.status();
+              for (int j = 0; j < kWorkers; ++j) {
+                if ((*all)[j] != j * 10 + call) return Internal("rank " + std::to_string(j) + "'s value is wrong");
+              }
+              reached[r].clear();
+              for (int j = 0; j < kWorkers; ++j) {
+                if (j != r && group.transport().Reached(j)) reached[r].push_back(j);
+              }
+              return Status::Ok();
+            });
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kWorkers; ++r) {
+    ASSERT_TRUE(results[r].ok()) << "worker " << r << ": " << results[r].ToString();
+    std::vector<int> tree = collectives::TreeNeighbours(r, kWorkers);
+    std::sort(tree.begin(), tree.end());
+    EXPECT_EQ(reached[r], tree) << "worker " << r;
+  }
 }
 
 }  // namespace

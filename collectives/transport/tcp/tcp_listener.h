@@ -37,6 +37,11 @@ struct TcpOptions {
   // thread (the CPU is shared; TcpTransport::wait_stats counts it), so there
   // the full spin is only spent on a core of its own.
   std::chrono::microseconds spin{50};
+  // Connect joins the full mesh (every pair of ranks connected). false: Connect
+  // connects to no one and the ranks connect pair by pair as they need to
+  // (TcpTransport::Reach), so that a large group whose ranks each talk to a few
+  // others holds a few connections per rank instead of one per rank.
+  bool connect_all = true;
 };
 
 // Connections that a data port (TcpAcceptor) or a listener of this process

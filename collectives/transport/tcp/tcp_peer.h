@@ -24,6 +24,8 @@ struct TcpTransport::Peer {
   // Not a timed_mutex: gcc 12's ThreadSanitizer does not see its timed locks.
   Mutex send_mu;
   bool stream_broken GUARDED_BY(send_mu) = false;  // a frame was cut short
+  // Connected once (TcpTransport::Reach): a connection that ended since stays ended.
+  bool ever_connected GUARDED_BY(send_mu) = false;
 
   // Receive state, touched only by the thread holding the transport's rx_mu_.
   std::unique_ptr<uint8_t[]> stage{new uint8_t[kStageBytes]};

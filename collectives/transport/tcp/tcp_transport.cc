@@ -42,8 +42,10 @@ Result<std::unique_ptr<TcpTransport>> TcpTransport::Connect(
     std::unique_ptr<TcpListener> listener, const std::vector<std::string>& addresses,
     const TcpOptions& o) {
   if (listener == nullptr) return InvalidArgument("TcpTransport::Connect needs a listener");
-  return Join(addresses, o, [&](Deadline deadline, const std::set<int>& waiting) {
-    return AcceptOne(listener->fd_, listener->address(), o, deadline, waiting);
+  // Owned by the accepting function: a transport that connects pair by pair keeps it.
+  std::shared_ptr<TcpListener> owned(std::move(listener));
+  return Join(addresses, o, [owned, o](Deadline deadline, const std::set<int>& waiting) {
+    return AcceptOne(owned->fd_, owned->address(), o, deadline, waiting);
   });
 }
 
@@ -52,7 +54,7 @@ Result<std::unique_ptr<TcpTransport>> TcpTransport::Connect(
   TcpOptions o = options;
   o.key = acceptor.key_;
   return Join(addresses, o,
-              [&](Deadline deadline, const std::set<int>& waiting) -> Result<std::pair<int, Fd>> {
+              [&acceptor, o](Deadline deadline, const std::set<int>& waiting) -> Result<std::pair<int, Fd>> {
                 std::unique_ptr<TcpAcceptor::Pending> incoming =
                     acceptor.Take(o.group_id, deadline);
                 if (!incoming) return WaitingTimeout(o, waiting);
@@ -62,7 +64,6 @@ Result<std::unique_ptr<TcpTransport>> TcpTransport::Connect(
               });
 }
 
-template <typename AcceptFn>
 Result<std::unique_ptr<TcpTransport>> TcpTransport::Join(const std::vector<std::string>& addresses,
                                                          const TcpOptions& o, AcceptFn accept) {
   if (o.size < 1 || o.rank < 0 || o.rank >= o.size) {
@@ -74,6 +75,20 @@ Result<std::unique_ptr<TcpTransport>> TcpTransport::Join(const std::vector<std::
                            std::to_string(o.size));
   }
   if (o.group_id.size() > kMaxGroupIdBytes) return InvalidArgument("group id too long");
+  if (!o.connect_all) {
+    // Pair by pair, later (Reach): no connection yet.
+    std::vector<std::unique_ptr<Peer>> peers;
+    for (int j = 0; j < o.size; ++j) {
+      peers.push_back(std::make_unique<Peer>());
+      peers.back()->address = addresses[j];
+    }
+    std::unique_ptr<TcpTransport> t(new TcpTransport(o.rank, o.group_id, o.spin, std::move(peers)));
+    t->sparse_ = true;
+    t->options_ = o;
+    t->addresses_ = addresses;
+    t->accept_ = std::move(accept);
+    return t;
+  }
   const Deadline deadline = Clock::now() + o.connect_timeout;
 
   std::vector<Fd> fds(o.size);
@@ -118,8 +133,76 @@ TcpTransport::TcpTransport(int rank, std::string group_id, std::chrono::microsec
 
 TcpTransport::~TcpTransport() { Close(); }
 
+bool TcpTransport::Reached(int peer) const {
+  if (peer < 0 || peer >= size() || peer == rank_) return false;
+  Peer& p = *peers_[peer];
+  MutexLock lock(p.send_mu);
+  return p.fd >= 0 || p.ever_connected;
+}
+
+Status TcpTransport::CheckReached(int peer) const {
+  if (!sparse_ || Reached(peer)) return Status::Ok();
+  return Internal("rank " + std::to_string(rank_) + " of group '" + group_id_ +
+                                "' has not reached rank " + std::to_string(peer) +
+                                " (TcpTransport::Reach, on both sides, comes first)",
+                            {{"peer_rank", peer}});
+}
+
+void TcpTransport::Install(int peer, int fd) {
+  MutexLock rx(rx_mu_);
+  Peer& p = *peers_[peer];
+  {
+    MutexLock lock(p.send_mu);
+    p.fd = fd;
+    p.ever_connected = true;
+  }
+  // A transport closed meanwhile reads no more: its Close has passed this peer.
+  rx_fds_[peer].fd = closed_.load() ? -1 : fd;
+}
+
+Status TcpTransport::Reach(std::span<const int> peers, Deadline deadline) {
+  if (!sparse_) return Status::Ok();
+  RETURN_IF_ERROR(status());
+  std::vector<int> lower;
+  std::set<int> higher;
+  for (int p : peers) {
+    RETURN_IF_ERROR(CheckPeerRank(rank_, size(), p));
+    if (Reached(p)) continue;
+    if (p < rank_) {
+      lower.push_back(p);
+    } else {
+      higher.insert(p);
+    }
+  }
+  std::sort(lower.begin(), lower.end());
+  lower.erase(std::unique(lower.begin(), lower.end()), lower.end());
+  TcpOptions o = options_;
+  o.connect_timeout = std::chrono::ceil<std::chrono::milliseconds>(
+      std::max(deadline - Clock::now(), Clock::duration::zero()));
+  // As a join: the lower ranks first (each accepts once it dialed its own lower ones),
+  // then the higher ones, in whatever order they come.
+  for (int j : lower) {
+    ASSIGN_OR_RETURN(Fd fd, ConnectTo(j, addresses_[j], o, deadline));
+    Install(j, fd.Release());
+  }
+  // Any higher rank not reached yet may come: it reaches this one for a later call.
+  std::set<int> waiting;
+  for (int j = rank_ + 1; j < size(); ++j) {
+    if (!Reached(j)) waiting.insert(j);
+  }
+  while (!higher.empty()) {
+    ASSIGN_OR_RETURN(auto accepted, accept_(deadline, waiting));
+    if (accepted.first < 0) continue;
+    waiting.erase(accepted.first);
+    higher.erase(accepted.first);
+    Install(accepted.first, accepted.second.Release());
+  }
+  return Status::Ok();
+}
+
 Status TcpTransport::Send(int peer, std::span<const ConstBytes> parts, Deadline deadline) {
   RETURN_IF_ERROR(CheckPeerRank(rank_, size(), peer));
+  RETURN_IF_ERROR(CheckReached(peer));
   if (Status st = mailbox_.SendStatus(peer); !st.ok()) {
     mailbox_.Poison(st);
     return st;
@@ -236,13 +319,14 @@ TcpTransport::SendWait TcpTransport::WaitToSend(int peer_rank, Deadline deadline
 
 void TcpTransport::Abort(const Status& reason) {
   mailbox_.Poison(reason);
-  if (IsRelayedAbort(reason) || closed_.load() || abort_sent_.exchange(true)) return;
+  // A full mesh heard the first aborter itself; pair by pair, each rank relays once.
+  if ((IsRelayedAbort(reason) && !sparse_) || closed_.load() || abort_sent_.exchange(true)) return;
   const std::string body =
       ErrorBody(reason).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   const ConstBytes part(reinterpret_cast<const uint8_t*>(body.data()), body.size());
   const Deadline deadline = Clock::now() + kAbortSendTimeout;
   for (int p = 0; p < size(); ++p) {
-    if (p == rank_ || mailbox_.PeerGone(p)) continue;
+    if (p == rank_ || mailbox_.PeerGone(p) || !Reached(p)) continue;
     (void)SendFrame(p, FrameKind::kAbort, std::span<const ConstBytes>(&part, 1), deadline);
   }
 }

@@ -1,4 +1,6 @@
-// A full TCP mesh between the ranks of a group (one connection per pair of ranks).
+// A TCP mesh between the ranks of a group (one connection per pair of ranks): the
+// full mesh, or with TcpOptions::connect_all = false only the pairs that asked for
+// each other (Reach), each pair connected the way Connect connects them all.
 //
 // Joining takes two steps so that port 0 works: every rank binds a TcpListener
 // (learning its port), the addresses are exchanged out of band (the control
@@ -45,14 +47,17 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "api/thread_annotations.h"
 #include "collectives/mailbox.h"
 #include "collectives/transport/tcp/tcp_listener.h"
+#include "collectives/transport/tcp/tcp_socket.h"
 #include "collectives/transport/tcp/tcp_wire.h"
 #include "collectives/transport/transport.h"
 
@@ -78,6 +83,13 @@ class TcpTransport final : public Transport {
                                                        const std::vector<std::string>& addresses,
                                                        const TcpOptions& options);
   ~TcpTransport() override;
+
+  // Connect with connect_all = false: connects to the ranks of `peers` not reached
+  // yet; the lower rank of each pair accepts (its listener or data port stays open
+  // for it), the higher dials. A connection from any rank not reached yet is taken
+  // meanwhile. Send and Recv to a rank not reached fail (internal: a caller's bug).
+  Status Reach(std::span<const int> peers, Deadline deadline) override;
+  bool Reached(int peer) const override;
 
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(peers_.size()); }
@@ -112,11 +124,17 @@ class TcpTransport final : public Transport {
   struct Peer;
   using FrameKind = wire::FrameKind;
 
+  // Accepts one connection of a higher rank (AcceptOne, or the data port's).
+  using AcceptFn = std::function<Result<std::pair<int, tcp::Fd>>(Deadline, const std::set<int>&)>;
+
   TcpTransport(int rank, std::string group_id, std::chrono::microseconds spin,
                std::vector<std::unique_ptr<Peer>> peers);
-  template <typename AcceptFn>
   static Result<std::unique_ptr<TcpTransport>> Join(const std::vector<std::string>& addresses,
                                                     const TcpOptions& options, AcceptFn accept);
+  // Makes `fd` the connection to `peer`.
+  void Install(int peer, int fd);
+  // failed_precondition for a rank this one has not reached (connect_all = false).
+  Status CheckReached(int peer) const;
   Status SendFrame(int peer, FrameKind kind, std::span<const ConstBytes> parts, Deadline deadline);
   enum class SendWait { kReady, kTimeout, kStopped };
   // Until `peer`'s socket takes more bytes (kReady: or its end is finished, so
@@ -144,6 +162,13 @@ class TcpTransport final : public Transport {
 
   const int rank_;
   const std::string group_id_;
+  // connect_all = false: what Reach connects with (the options, the addresses by
+  // rank, and the accepting side: a listener's, owned here, or the data port's).
+  bool sparse_ = false;
+  TcpOptions options_;
+  std::vector<std::string> addresses_;
+  std::unique_ptr<TcpListener> listener_;
+  AcceptFn accept_;
   const std::chrono::microseconds spin_;
   std::vector<std::unique_ptr<Peer>> peers_;  // by rank; own entry has no connection
   Mailbox mailbox_;

@@ -31,11 +31,13 @@ constexpr std::chrono::microseconds kYieldRanAnother{5};
 
 Status TcpTransport::Recv(int peer, Buffer* message, Deadline deadline) {
   RETURN_IF_ERROR(CheckPeerRank(rank_, size(), peer));
+  RETURN_IF_ERROR(CheckReached(peer));
   return Receive(peer, message, nullptr, deadline);
 }
 
 Status TcpTransport::RecvInto(int peer, std::span<uint8_t> dst, Deadline deadline) {
   RETURN_IF_ERROR(CheckPeerRank(rank_, size(), peer));
+  RETURN_IF_ERROR(CheckReached(peer));
   return Receive(peer, nullptr, &dst, deadline);
 }
 
