@@ -39,8 +39,8 @@ normals per step would cost ~5 s of this VM's CPU each time).
         [--out bench/out/incremental.json] [--dir DIR] [--quick]
     /usr/bin/python3 bench/incremental.py --report    # the RESULTS.md section, from --out
 
---out is one JSON object on a single line (bench/report.py's load() reads it as one
-row); `bench/report.py --section incremental` turns it into the "Incremental saves"
+--out is one JSON object on a single line (load() of bench/report_common.py reads it
+as one row); `bench/report.py --section incremental` turns it into the "Incremental saves"
 section of bench/RESULTS.md (markdown() of bench/incremental_report.py).
 """
 
