@@ -14,7 +14,7 @@
 
 #include "api/clock.h"
 #include "api/names.h"
-#include "collectives/collectives.h"
+#include "collectives/group.h"
 #include "collectives/tree_gather.h"
 #include "worker/agent.h"
 #include "worker/borrowed_snapshot.h"

@@ -9,7 +9,7 @@
 #include <set>
 
 #include "api/clock.h"
-#include "collectives/collectives.h"
+#include "collectives/group.h"
 #include "collectives/tree_gather.h"
 #include "worker/agent.h"
 #include "worker/memory_choice.h"

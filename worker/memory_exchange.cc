@@ -435,10 +435,10 @@ Status RebuildFromParity(collectives::Transport& t, const MemoryCheckpoint* ck, 
 Status ExchangeRedundancy(collectives::Group& group, MemoryCheckpoint& ck,
                           const std::vector<std::string>& workers, const AcquireBuffer& acquire,
                           Deadline deadline, const HeldCheckpoint& held, const std::set<int>* only_to) {
-  // Small shares make an exchange bound by latency: a waiting thread then stops
-  // spinning once the CPU turns out to be shared (Transport::SetLatencyBound).
   // A group that connects pair by pair (a large mesh) connects what the layout pairs.
   RETURN_IF_ERROR(group.transport().Reach(LayoutPeers(ck.layout, group.rank()), deadline));
+  // Small shares make an exchange bound by latency: a waiting thread then stops
+  // spinning once the CPU turns out to be shared (Transport::SetLatencyBound).
   group.transport().SetLatencyBound(ck.own.size() < kNoReadyBelow);
   Status st = ck.layout.mode == MemoryPolicy::Mode::kReplica ? ExchangeCopies(group, ck, workers, acquire, held, only_to, deadline)
                                                               : ExchangeParity(group, ck, workers, acquire, only_to, deadline);

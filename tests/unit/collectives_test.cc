@@ -21,6 +21,7 @@
 #include "collectives/transport/in_process_transport.h"
 #include "collectives/local_mesh.h"
 #include "collectives/sparse_all_reduce.h"
+#include "tests/unit/forwarding_transport.h"
 
 namespace tessera::collectives {
 namespace {
@@ -1003,11 +1004,9 @@ TEST_P(CollectivesTest, HeaderRelayReachesEveryRank) {
 
 // Counts the messages a rank sends (and those sent in calls bound by latency),
 // passing everything on to `inner`.
-class CountingTransport final : public Transport {
+class CountingTransport final : public ForwardingTransport {
  public:
-  explicit CountingTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
+  using ForwardingTransport::ForwardingTransport;
   Status Send(int peer, std::span<const ConstBytes> parts, Deadline deadline) override {
     ++sent;
     if (latency_bound_) ++sent_latency_bound;
@@ -1017,19 +1016,9 @@ class CountingTransport final : public Transport {
     // message would spill into one more TCP segment than its size needs.
     const size_t tail = bytes % (64 << 10);
     if (bytes > 0 && (tail == 0 || tail > (64 << 10) - 256)) ++spilling;
-    return inner_->Send(peer, parts, deadline);
+    return ForwardingTransport::Send(peer, parts, deadline);
   }
   using Transport::Send;
-  Status Recv(int peer, Buffer* message, Deadline deadline) override {
-    return inner_->Recv(peer, message, deadline);
-  }
-  Status RecvInto(int peer, std::span<uint8_t> dst, Deadline deadline) override {
-    return inner_->RecvInto(peer, dst, deadline);
-  }
-  void Abort(const Status& reason) override { inner_->Abort(reason); }
-  void Poison(const Status& reason) override { inner_->Poison(reason); }
-  void Close() override { inner_->Close(); }
-  Status status() const override { return inner_->status(); }
   void SetLatencyBound(bool latency_bound) override { latency_bound_ = latency_bound; }
 
   std::atomic<int> sent{0};
@@ -1037,7 +1026,6 @@ class CountingTransport final : public Transport {
   std::atomic<int> spilling{0};
 
  private:
-  std::unique_ptr<Transport> inner_;
   std::atomic<bool> latency_bound_{false};
 };
 

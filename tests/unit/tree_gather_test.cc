@@ -17,6 +17,7 @@
 #include "collectives/transport/in_process_transport.h"
 #include "collectives/transport/tcp/tcp_transport.h"
 #include "collectives/tree_gather.h"
+#include "tests/unit/forwarding_transport.h"
 
 namespace tessera::collectives {
 namespace {
@@ -56,33 +57,25 @@ std::vector<Result<std::vector<int64_t>>> GatherOnEveryRank(std::vector<std::uni
 }
 
 // Counts the peers each rank sends to or receives from, over any transport.
-class Counting final : public Transport {
+class Counting final : public ForwardingTransport {
  public:
-  explicit Counting(std::unique_ptr<Transport> t) : t_(std::move(t)) {}
-  int rank() const override { return t_->rank(); }
-  int size() const override { return t_->size(); }
+  using ForwardingTransport::ForwardingTransport;
   Status Send(int peer, std::span<const ConstBytes> parts, Deadline d) override {
     peers_.insert(peer);
-    return t_->Send(peer, parts, d);
+    return ForwardingTransport::Send(peer, parts, d);
   }
   using Transport::Send;
   Status Recv(int peer, Buffer* m, Deadline d) override {
     peers_.insert(peer);
-    return t_->Recv(peer, m, d);
+    return ForwardingTransport::Recv(peer, m, d);
   }
   Status RecvInto(int peer, std::span<uint8_t> dst, Deadline d) override {
     peers_.insert(peer);
-    return t_->RecvInto(peer, dst, d);
+    return ForwardingTransport::RecvInto(peer, dst, d);
   }
-  Status Reach(std::span<const int> peers, Deadline d) override { return t_->Reach(peers, d); }
-  void Abort(const Status& s) override { t_->Abort(s); }
-  void Poison(const Status& s) override { t_->Poison(s); }
-  void Close() override { t_->Close(); }
-  Status status() const override { return t_->status(); }
   const std::set<int>& peers() const { return peers_; }
 
  private:
-  std::unique_ptr<Transport> t_;
   std::set<int> peers_;
 };
 

@@ -83,7 +83,6 @@ Result<std::unique_ptr<TcpTransport>> TcpTransport::Join(const std::vector<std::
       peers.back()->address = addresses[j];
     }
     std::unique_ptr<TcpTransport> t(new TcpTransport(o.rank, o.group_id, o.spin, std::move(peers)));
-    t->sparse_ = true;
     t->options_ = o;
     t->addresses_ = addresses;
     t->accept_ = std::move(accept);
@@ -141,7 +140,7 @@ bool TcpTransport::Reached(int peer) const {
 }
 
 Status TcpTransport::CheckReached(int peer) const {
-  if (!sparse_ || Reached(peer)) return Status::Ok();
+  if (!sparse() || Reached(peer)) return Status::Ok();
   return Internal("rank " + std::to_string(rank_) + " of group '" + group_id_ +
                                 "' has not reached rank " + std::to_string(peer) +
                                 " (TcpTransport::Reach, on both sides, comes first)",
@@ -161,7 +160,7 @@ void TcpTransport::Install(int peer, int fd) {
 }
 
 Status TcpTransport::Reach(std::span<const int> peers, Deadline deadline) {
-  if (!sparse_) return Status::Ok();
+  if (!sparse()) return Status::Ok();
   RETURN_IF_ERROR(status());
   std::vector<int> lower;
   std::set<int> higher;
@@ -320,7 +319,7 @@ TcpTransport::SendWait TcpTransport::WaitToSend(int peer_rank, Deadline deadline
 void TcpTransport::Abort(const Status& reason) {
   mailbox_.Poison(reason);
   // A full mesh heard the first aborter itself; pair by pair, each rank relays once.
-  if ((IsRelayedAbort(reason) && !sparse_) || closed_.load() || abort_sent_.exchange(true)) return;
+  if ((IsRelayedAbort(reason) && !sparse()) || closed_.load() || abort_sent_.exchange(true)) return;
   const std::string body =
       ErrorBody(reason).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   const ConstBytes part(reinterpret_cast<const uint8_t*>(body.data()), body.size());

@@ -133,7 +133,9 @@ class TcpTransport final : public Transport {
                                                     const TcpOptions& options, AcceptFn accept);
   // Makes `fd` the connection to `peer`.
   void Install(int peer, int fd);
-  // failed_precondition for a rank this one has not reached (connect_all = false).
+  // Joined with connect_all = false.
+  bool sparse() const { return accept_ != nullptr; }
+  // internal (a caller's bug) for a rank this one has not reached (connect_all = false).
   Status CheckReached(int peer) const;
   Status SendFrame(int peer, FrameKind kind, std::span<const ConstBytes> parts, Deadline deadline);
   enum class SendWait { kReady, kTimeout, kStopped };
@@ -163,11 +165,10 @@ class TcpTransport final : public Transport {
   const int rank_;
   const std::string group_id_;
   // connect_all = false: what Reach connects with (the options, the addresses by
-  // rank, and the accepting side: a listener's, owned here, or the data port's).
-  bool sparse_ = false;
+  // rank, and the accepting side: a listener's, which it owns, or the data port's).
+  // Null accept_: the full mesh, joined by Connect.
   TcpOptions options_;
   std::vector<std::string> addresses_;
-  std::unique_ptr<TcpListener> listener_;
   AcceptFn accept_;
   const std::chrono::microseconds spin_;
   std::vector<std::unique_ptr<Peer>> peers_;  // by rank; own entry has no connection
