@@ -101,21 +101,6 @@ Json TaskToJson(const Task& t) {
       j["full_every"] = t.full_every;
       if (t.from_memory) j["from_memory"] = true;
       break;
-    case TaskKind::kWrite: {
-      j["step"] = t.step;
-      j["staging"] = t.staging;
-      Json slices = Json::array();
-      for (const WriteSlice& s : t.slices) {
-        slices.push_back({{"tensor", s.tensor},
-                          {"device", s.device},
-                          {"offsets", s.slice.offsets},
-                          {"lengths", s.slice.lengths}});
-      }
-      j["slices"] = std::move(slices);
-      j["compression"] = t.compress ? "zstd" : "none";
-      j["level"] = t.level;
-      break;
-    }
     case TaskKind::kRestore:
       j["dir"] = t.dir;
       j["tensors"] = MetasToJson(t.tensors);
@@ -144,6 +129,7 @@ Json TaskToJson(const Task& t) {
       j["request"] = t.request;
       j["timeout_ms"] = t.timeout_ms;
       break;
+    case TaskKind::kWrite:  // never sent: the task seam's name for a save's write
     case TaskKind::kAbort:
     case TaskKind::kSaveEnded:
       break;
@@ -158,6 +144,10 @@ Result<Task> TaskFromJson(const Json& j) {
   ASSIGN_OR_RETURN(t.job, RequiredString(j, "job"));
   ASSIGN_OR_RETURN(std::string kind, RequiredString(j, "kind"));
   ASSIGN_OR_RETURN(t.kind, ParseTaskKind(kind));
+  if (t.kind == TaskKind::kWrite) {
+    return InvalidArgument("'write' is a save's phase on a worker, never a task tesserad sends",
+                           {{"field", "kind"}});
+  }
   if (t.kind == TaskKind::kAbort) {
     ASSIGN_OR_RETURN(std::optional<std::string> mesh, OptionalString(j, "mesh_name"));
     t.mesh_name = mesh.value_or("");
@@ -196,25 +186,6 @@ Result<Task> TaskFromJson(const Json& j) {
       t.full_every = std::max<int64_t>(1, full_every.value_or(10));
       ASSIGN_OR_RETURN(std::optional<bool> from_memory, OptionalBool(j, "from_memory"));
       t.from_memory = from_memory.value_or(false);
-      break;
-    }
-    case TaskKind::kWrite: {
-      ASSIGN_OR_RETURN(t.step, RequiredInt(j, "step"));
-      ASSIGN_OR_RETURN(t.staging, RequiredString(j, "staging"));
-      const Json slices = j.value("slices", Json::array());
-      if (!slices.is_array()) return InvalidArgument("slices must be a list", {{"field", "slices"}});
-      for (const Json& s : slices) {
-        RETURN_IF_ERROR(RequireObject(s, "slices[]"));
-        WriteSlice w;
-        ASSIGN_OR_RETURN(w.tensor, RequiredString(s, "tensor"));
-        ASSIGN_OR_RETURN(w.device, RequiredInt(s, "device"));
-        ASSIGN_OR_RETURN(w.slice, SliceFromJson(s, "slices[]"));
-        t.slices.push_back(std::move(w));
-      }
-      ASSIGN_OR_RETURN(std::optional<std::string> compression, OptionalString(j, "compression"));
-      t.compress = compression.value_or("zstd") == "zstd";
-      ASSIGN_OR_RETURN(std::optional<int64_t> level, OptionalInt(j, "level"));
-      t.level = level.value_or(1);
       break;
     }
     case TaskKind::kRestore: {
@@ -264,6 +235,7 @@ Result<Task> TaskFromJson(const Json& j) {
       t.timeout_ms = timeout.value_or(10000);
       break;
     }
+    case TaskKind::kWrite:
     case TaskKind::kAbort:
     case TaskKind::kSaveEnded:
       break;

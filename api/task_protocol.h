@@ -36,13 +36,6 @@ enum class TaskKind {
 std::string_view TaskKindName(TaskKind kind);
 Result<TaskKind> ParseTaskKind(std::string_view name);
 
-// One slice a writer stores: `device`'s shard of `tensor`, which is `slice` of it.
-struct WriteSlice {
-  std::string tensor;
-  int64_t device = -1;
-  SliceSpec slice;
-};
-
 // One safetensors file of an export: its name and its tensors, in order.
 struct ExportFileTask {
   std::string name;
@@ -57,12 +50,11 @@ struct Task {
   Mesh mesh;                        // all but abort and save_ended
   int64_t rank = 0;                 // all but abort and save_ended: this worker's rank in `mesh`
   std::vector<std::string> workers; // collective, mesh_init: the mesh's workers by rank
-  int64_t step = 0;                 // snapshot, write, save_ended
+  int64_t step = 0;                 // snapshot, save_ended (and the seam's write)
   std::optional<std::vector<std::string>> tensor_names;  // snapshot: only these
-  std::string staging;              // snapshot, write, import: the staging dir
-  std::vector<WriteSlice> slices;   // write
-  bool compress = true;             // snapshot, write, import: zstd, else raw chunks
-  int64_t level = 1;                // snapshot, write, import: zstd level
+  std::string staging;              // snapshot, import: the staging dir (and the seam's write)
+  bool compress = true;             // snapshot, import: zstd, else raw chunks
+  int64_t level = 1;                // snapshot, import: zstd level
   bool full = false;                // snapshot: write every chunk (SaveRequest::full)
   int64_t full_every = 10;          // snapshot: SaveRequest::full_every
   bool from_memory = false;         // snapshot: the memory checkpoint of `step` (SaveRequest::from_memory)
