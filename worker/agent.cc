@@ -229,7 +229,7 @@ void Agent::Execute(const Task& task) {
   if (task.kind == TaskKind::kSaveEnded) {
     // A save's end, pushed on this long-poll: nothing to report.
     save_bases_.Ended(task.mesh_name, task.step, task.error.ok());
-    trainer_saves_.JobEnded(job, task.error);
+    trainer_saves_.Told(job, task.mesh_name, task.step, task.error, MonoMs());
     return;
   }
   if (task.kind == TaskKind::kSnapshot) {

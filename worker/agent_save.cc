@@ -185,6 +185,7 @@ Result<std::shared_ptr<const Snapshot>> Agent::MemoryShareSnapshot(const Task& t
 }
 
 void Agent::SaveForJob(const Task& task) {
+  trainer_saves_.ServedByTask(task.job);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kSaveJoinMs);
   SaveRequest request;
   request.step = task.step;

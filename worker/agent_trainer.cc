@@ -125,6 +125,9 @@ Result<Json> Agent::SaveFromTrainer(const std::string& mesh, int64_t step, const
   // The save's request, checked here, before any copy: a bad compression, level or
   // metadata is the trainer's 400, not a save that fails later.
   ASSIGN_OR_RETURN(SaveRequest request, SaveRequest::FromJson(body, step));
+  // The mesh's save of this step failed while this trainer was on its way to it: the
+  // others have left it, so it gets that failure, not a save that waits for them.
+  if (std::optional<Status> missed = trainer_saves_.TakeMissed(mesh, step, MonoMs())) return *missed;
   {
     // Bounded memory while tesserad is away: refused before any copy is made.
     MutexLock lock(mu_);

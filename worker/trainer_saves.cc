@@ -68,6 +68,47 @@ void TrainerSaves::JobEnded(const std::string& job, const Status& status) {
   }
 }
 
+void TrainerSaves::ServedByTask(const std::string& job) {
+  MutexLock lock(mu_);
+  served_.push_back(job);
+  if (served_.size() > kRemembered) served_.pop_front();
+}
+
+void TrainerSaves::Told(const std::string& job, const std::string& mesh, int64_t step,
+                        const Status& status, int64_t now_ms) {
+  JobEnded(job, status);
+  if (status.ok()) return;
+  MutexLock lock(mu_);
+  if (std::find(served_.begin(), served_.end(), job) != served_.end()) return;
+  auto it = saves_.find({mesh, step});
+  if (it != saves_.end()) {
+    const Record& r = it->second;
+    const bool ended = r.state == State::kCommitted || r.state == State::kFailed;
+    // Its own save of the step (running, or this job), or the one the trainer saves now.
+    if (!ended || r.job == job) return;
+  }
+  Record& r = saves_[{mesh, step}];
+  r = Record{};
+  r.job = job;
+  r.seq = next_seq_++;
+  r.missed_at_ms = now_ms;
+  End(r, Conflict("the save of step " + std::to_string(step) + " of mesh " + mesh + " (job " + job +
+                      ") failed before this worker's trainer saved that step: " + status.message() +
+                      "; save again to start a new save of it",
+                  {{"mesh", mesh}, {"step", step}, {"job", job}, {"reason", "job_ended"}}));
+  Forget();
+}
+
+std::optional<Status> TrainerSaves::TakeMissed(const std::string& mesh, int64_t step, int64_t now_ms) {
+  MutexLock lock(mu_);
+  auto it = saves_.find({mesh, step});
+  if (it == saves_.end() || !it->second.missed_at_ms) return std::nullopt;
+  const bool recent = now_ms - *it->second.missed_at_ms <= kMissedMs;
+  it->second.missed_at_ms.reset();
+  if (!recent) return std::nullopt;
+  return it->second.error;
+}
+
 void TrainerSaves::Forget() {
   if (saves_.size() <= kRemembered) return;
   std::vector<std::pair<uint64_t, Key>> ended;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -36,6 +37,23 @@ class TrainerSaves {
   // The save whose job is `job` ended, as tesserad pushed it. The push may come
   // before Started(…, job): it is then kept (the newest kRemembered) for Started.
   void JobEnded(const std::string& job, const Status& status);
+  // A REST save's job that this worker snapshots for itself (its trainer takes no part).
+  void ServedByTask(const std::string& job);
+  // tesserad's push of the end of the mesh's save of `step` (job `job`), which every
+  // worker of the mesh gets. One that failed without this worker's trainer (no save of
+  // that step here, or only an ended one of another job; not a REST save this worker
+  // served by itself) is kept as this worker's
+  // record of the step, failed, so that its trainer, late to that save, learns of the
+  // failure (GET /v1/saves/{step}, and its next save of the step: TakeMissed) instead of
+  // starting a save that the others have left.
+  void Told(const std::string& job, const std::string& mesh, int64_t step, const Status& status,
+            int64_t now_ms);
+  // The failure kept by Told for `step`, if it ended within kMissedMs of `now_ms`; once:
+  // the trainer's next save of the step starts a new save.
+  std::optional<Status> TakeMissed(const std::string& mesh, int64_t step, int64_t now_ms);
+  // How long a save's failure counts as the one a late trainer missed: a save's
+  // workers wait this long for each other to join (tesserad's --join-wait-ms default).
+  static constexpr int64_t kMissedMs = 120 * 1000;
 
   // {"checkpoint":{mesh,step},"job","state"} once `until` holds; the save's
   // error when it failed; deadline_exceeded after `timeout_ms`; not_found for a
@@ -54,6 +72,8 @@ class TrainerSaves {
     State state = State::kSnapshotted;
     Status error;
     uint64_t seq = 0;  // order of Snapshotted calls, for forgetting the oldest
+    // Told: the mesh's save failed without this worker's trainer, at this time.
+    std::optional<int64_t> missed_at_ms;
   };
   using Key = std::pair<std::string, int64_t>;
 
@@ -67,6 +87,8 @@ class TrainerSaves {
   // Ends pushed for jobs not started here yet, and their order (oldest first).
   std::map<std::string, Status> early_ends_ GUARDED_BY(mu_);
   std::deque<std::string> early_order_ GUARDED_BY(mu_);
+  // ServedByTask's jobs, the newest kRemembered, oldest first.
+  std::deque<std::string> served_ GUARDED_BY(mu_);
   bool shutdown_ GUARDED_BY(mu_) = false;
 };
 

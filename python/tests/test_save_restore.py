@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tessera
+from eventually import eventually
 
 
 def each(ms, fn):
@@ -94,6 +95,34 @@ def test_one_trainer_missing_fails_the_save_naming_its_worker(cluster, client, m
     finally:
         for m in ms:
             m.close()
+
+
+def test_a_trainer_late_to_a_save_that_failed_gets_its_failure_not_a_wait(mesh4, client):
+    """Three trainers save step 4 and their save fails (cancelled here) before the fourth
+    saves it: the fourth's save() fails at once naming that job, instead of starting a
+    save that waits for the three, who have moved on. Its next save() is a new save."""
+    _, ms = mesh4
+    attach_all(ms)
+    handles = each(ms[:3], lambda rank, m: m.save(4))
+    job = handles[0].job
+    client.cancel_job(job)
+    with pytest.raises(tessera.TesseraError):
+        handles[0].wait(timeout=30)
+
+    def heard():  # worker 3 was told of the end: its record of step 4 says so
+        try:
+            ms[3]._save_status(4, None, None)
+        except tessera.TesseraError as e:
+            return e.status == 409
+        return False
+    eventually(heard, "worker 3 was told that the save of step 4 failed")
+    with pytest.raises(tessera.TesseraError) as e:
+        ms[3].save(4)
+    assert e.value.status == 409
+    assert e.value.details.get("job") == job and e.value.details.get("reason") == "job_ended"
+    again = ms[3].save(4)  # a new save of step 4, which the others would join
+    assert again.job != job
+    client.cancel_job(again.job)
 
 
 def test_values_written_after_save_returned_are_not_in_the_checkpoint(mesh4):

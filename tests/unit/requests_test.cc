@@ -183,5 +183,45 @@ TEST(TrainerSaves, APushedEndIsKeptUntilItsJobStarts) {
   EXPECT_EQ(st.details()["missing_ranks"], Json({1}));
 }
 
+TEST(TrainerSaves, AFailedSaveTheTrainerTookNoPartInIsItsNextSavesAnswerOnce) {
+  worker::TrainerSaves saves;
+  const Status died = Unavailable("worker w-1 (rank 1) is dead", {{"worker", "w-1"}});
+  // The others' save of step 3 failed before this trainer saved step 3.
+  saves.Told("j-3", "m", 3, died, 1000);
+  auto seen = saves.Wait("m", 3, worker::TrainerSaves::Until::kCommitted, 0);
+  EXPECT_EQ(seen.status().code(), Code::kConflict) << seen.status().ToString();
+  EXPECT_NE(seen.status().message().find("worker w-1 (rank 1) is dead"), std::string::npos);
+  EXPECT_EQ(seen.status().details()["job"], "j-3");
+  auto missed = saves.TakeMissed("m", 3, 2000);
+  ASSERT_TRUE(missed.has_value());
+  EXPECT_EQ(missed->details()["reason"], "job_ended");
+  // Once: the trainer's save after that is a new save.
+  EXPECT_FALSE(saves.TakeMissed("m", 3, 2000).has_value());
+
+  // Too late to be the save it missed.
+  saves.Told("j-4", "m", 4, died, 1000);
+  EXPECT_FALSE(saves.TakeMissed("m", 4, 1000 + worker::TrainerSaves::kMissedMs + 1).has_value());
+
+  // Its own save's end is not a missed one, nor is a success, nor a REST save it served.
+  saves.Snapshotted("m", 5);
+  saves.Told("j-5", "m", 5, died, 1000);
+  EXPECT_FALSE(saves.TakeMissed("m", 5, 1000).has_value());
+  saves.Told("j-6", "m", 6, Status::Ok(), 1000);
+  EXPECT_FALSE(saves.TakeMissed("m", 6, 1000).has_value());
+  saves.ServedByTask("j-7");
+  saves.Told("j-7", "m", 7, died, 1000);
+  EXPECT_FALSE(saves.TakeMissed("m", 7, 1000).has_value());
+
+  // A retry of a step whose first save this trainer took part in: the retry, failed
+  // without it, is missed too.
+  saves.Snapshotted("m", 8);
+  saves.Started("m", 8, "j-8");
+  saves.JobEnded("j-8", died);
+  saves.Told("j-8b", "m", 8, Internal("the retry failed"), 1000);
+  missed = saves.TakeMissed("m", 8, 1000);
+  ASSERT_TRUE(missed.has_value());
+  EXPECT_EQ(missed->details()["job"], "j-8b");
+}
+
 }  // namespace
 }  // namespace tessera
